@@ -1,0 +1,189 @@
+"""Forward-time attribution: which module and which line of user code created each grad_fn node.
+
+NOTE [Attribution by sequence window]
+    Autograd numbers nodes with a per-thread creation counter (`Node._sequence_nr()`). A global
+    module forward pre-hook notes the counter when a module starts; the post-hook walks back from
+    the module's outputs through every node created inside that window and tags it with the module's
+    qualified name (`setdefault`: inner modules finish first, so the innermost name wins; ops written
+    directly in a parent's forward get the parent's name). The walk goes *through* nodes that are
+    already tagged, otherwise a parent's residual add behind a tagged child would be missed.
+    AccumulateGrad nodes carry the largest counter value and stop the walk.
+
+NOTE [Source lines]
+    A `TorchFunctionMode`, active only inside `Tracer.step`, sees every top-level torch call of the
+    step. When a call moved the sequence counter, the first frame outside torch and gradscape is the
+    user's line, recorded for that counter range. The same mode intercepts `Tensor.backward`,
+    `torch.autograd.backward` and `torch.autograd.grad`, which all honour `__torch_function__`:
+    that is how the tracer learns the roots of a backward before it runs (no user call needed).
+    Inside a handler the mode is off, so our own torch calls (statistics in hooks) never re-enter it.
+
+Both the hooks and the mode are removed when the step ends, also when it raises. Forward hooks that
+fire during backward (non-reentrant checkpoint recomputes forwards) are ignored.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
+
+_seqnr = torch._C._autograd._get_sequence_nr
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OUR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
+
+
+def _is_compiling() -> bool:
+    try:
+        return bool(torch.compiler.is_compiling())
+    except AttributeError:  # torch < 2.3
+        return False
+
+
+def _in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+def user_frame(start: Any) -> str | None:
+    """`file.py:LINE` of the first frame outside torch and gradscape, walking outwards."""
+    f = start
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<frozen"):
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def gradient_edge(t: Any) -> tuple[Any, int] | None:
+    """(node, output_nr) that will receive ∂L/∂t, or None when t needs no gradient."""
+    if not isinstance(t, torch.Tensor) or not t.requires_grad:
+        return None
+    edge = torch.autograd.graph.get_gradient_edge(t)
+    return (edge.node, edge.output_nr)
+
+
+@dataclass
+class ModuleCallRecord:
+    name: str
+    lo: int  # sequence window [lo, hi) of the nodes this call created
+    hi: int
+    inputs: list[tuple[Any, int] | None]
+    outputs: list[tuple[Any, int] | None]
+
+
+@dataclass
+class ForwardRecorder:
+    """Global module forward hooks + a step-scoped TorchFunctionMode. See the NOTEs above."""
+
+    module_names: dict[Any, str]
+    on_backward: Callable[..., Any]
+    node_module: dict[Any, str] = field(default_factory=dict)
+    calls: list[ModuleCallRecord] = field(default_factory=list)
+    _stack: list[tuple[Any, int, list[tuple[Any, int] | None]]] = field(default_factory=list)
+    _src_lo: list[int] = field(default_factory=list)
+    _src_hi: list[int] = field(default_factory=list)
+    _src: list[str | None] = field(default_factory=list)
+    _handles: list[Any] = field(default_factory=list)
+    _mode: Any = None
+
+    def start(self) -> None:
+        mm = torch.nn.modules.module
+        self._handles = [mm.register_module_forward_pre_hook(self._pre),
+                         mm.register_module_forward_hook(self._post)]
+        self._mode = _StepMode(self)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        """Idempotent; safe to call from a `finally`."""
+        handles, self._handles = self._handles, []
+        for h in handles:
+            h.remove()
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+        self._stack.clear()
+
+    # ---- module hooks (must return None: a value would replace the module's output) ----
+    def _pre(self, mod: Any, args: Any) -> None:
+        if _is_compiling() or _in_backward():
+            return None
+        name = self.module_names.get(mod)
+        if name is None:
+            return None
+        self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
+        return None
+
+    def _post(self, mod: Any, args: Any, out: Any) -> None:
+        if _is_compiling() or _in_backward():
+            return None
+        name = self.module_names.get(mod)
+        if name is None:
+            return None
+        # pop this module's frame (frames above it belong to calls that raised)
+        while self._stack and self._stack[-1][0] is not mod:
+            self._stack.pop()
+        if not self._stack:
+            return None
+        _, lo, inputs = self._stack.pop()
+        hi = _seqnr()
+        outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
+        self.calls.append(ModuleCallRecord(name, lo, hi, inputs, [gradient_edge(o) for o in outs]))
+        self._tag(out, lo, hi, name)
+        return None
+
+    def _tag(self, outputs: Any, lo: int, hi: int, name: str) -> None:
+        stack = [t.grad_fn for t in tree_leaves(outputs)
+                 if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        seen: set[Any] = set()
+        while stack:
+            n = stack.pop()
+            if n is None or n in seen:
+                continue
+            seen.add(n)
+            if not (lo <= n._sequence_nr() < hi):
+                continue
+            self.node_module.setdefault(n, name)
+            stack.extend(c for c, _ in n.next_functions)
+
+    # ---- source lines ----
+    def note_source(self, lo: int, hi: int, frame: Any) -> None:
+        self._src_lo.append(lo)
+        self._src_hi.append(hi)
+        self._src.append(user_frame(frame))
+
+    def source_of(self, seq: int) -> str | None:
+        i = bisect.bisect_right(self._src_lo, seq) - 1
+        if i >= 0 and seq < self._src_hi[i]:
+            return self._src[i]
+        return None
+
+
+_BACKWARD_FUNCS = {torch.Tensor.backward: "Tensor.backward",
+                   torch.autograd.backward: "autograd.backward",
+                   torch.autograd.grad: "autograd.grad"}
+
+
+class _StepMode(TorchFunctionMode):
+    def __init__(self, recorder: ForwardRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        api = _BACKWARD_FUNCS.get(func)
+        if api is not None:
+            return self.recorder.on_backward(api, func, args, kwargs)
+        before = _seqnr()
+        out = func(*args, **kwargs)
+        after = _seqnr()
+        if after != before and not _is_compiling():
+            self.recorder.note_source(before, after, sys._getframe(1))
+        return out

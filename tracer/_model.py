@@ -1,0 +1,173 @@
+"""The one data model that flows end to end: tracer → sinks → store → UI.
+
+A `StepTrace` is complete when the `with tr.step(i)` block exits. Everything in it is plain Python
+and numpy (no torch objects), so it can be serialised (see `tracer._codec`) and compared.
+
+NOTE [Slot order]
+    `NodeTrace.grad_inputs[j]` is what the node sent along `next_functions[j]`: the gradient w.r.t.
+    its forward input j (the j-th differentiable argument of the forward op). `grad_outputs[i]` is
+    what arrived for its forward output i, already summed over every consumer by the engine. Both
+    lists follow PyTorch's Node-hook order, and `StepTrace.edges` index `grad_inputs` by `slot`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+STAT_NAMES = ("min", "max", "mean", "std", "norm", "nan", "inf", "zeros")
+
+
+@dataclass
+class TensorTrace:
+    """A gradient tensor, summarised: shape, dtype, statistics, a 2-D thumbnail, and values if kept.
+
+    `stats` holds `min max mean std norm` (over the finite elements) and the counts `nan inf zeros`.
+    `thumb` is a float32 array of at most `thumb`×`thumb`; `thumb_view` says which 2-D view of the
+    tensor it shows (see `tracer._summary.thumbnail_view`). `values` is the full array when the
+    tracer runs with `tensors="full"`, else None.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    stats: dict[str, float] = field(default_factory=dict)
+    thumb: np.ndarray | None = None
+    thumb_view: str = ""
+    values: np.ndarray | None = None
+    device: str = "cpu"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass
+class NodeRun:
+    """One execution of a node (a node runs again under `retain_graph=True` or a second pass)."""
+
+    pass_index: int
+    order: int
+    grad_outputs: list[TensorTrace | None]
+    grad_inputs: list[TensorTrace | None] | None
+    time_us: float | None = None
+
+
+@dataclass
+class NodeTrace:
+    """One autograd graph node (`grad_fn`), with the gradients it saw in this step.
+
+    `id` is issued by the tracer (walk order, deterministic for the same model and inputs), never
+    `id()`. `order` is the position of its first execution in the step's backward execution order,
+    None if it did not run. See NOTE [Slot order] for `grad_inputs` / `grad_outputs`.
+    """
+
+    id: int
+    name: str
+    kind: str = "op"  # op | leaf | param | compiled | checkpoint | custom | hook | root
+    module: str | None = None
+    param: str | None = None
+    source: str | None = None
+    schema: str | None = None
+    order: int | None = None
+    input_labels: list[str] = field(default_factory=list)
+    input_args: list[str] = field(default_factory=list)
+    input_shapes: list[tuple[int, ...] | None] = field(default_factory=list)
+    output_shapes: list[tuple[int, ...] | None] = field(default_factory=list)
+    output_dtypes: list[str | None] = field(default_factory=list)
+    grad_inputs: list[TensorTrace | None] | None = None
+    grad_outputs: list[TensorTrace | None] | None = None
+    time_us: float | None = None
+    runs: list[NodeRun] = field(default_factory=list)
+
+
+@dataclass
+class ModuleCall:
+    """One call of a module's forward: full-backward-hook semantics, without full hooks.
+
+    `grad_input[k]`: ∂L/∂(k-th positional tensor argument) through this module only (None for
+    non-tensors and inputs that need no grad). `grad_output[k]`: ∂L/∂(k-th tensor output).
+    """
+
+    grad_input: list[TensorTrace | None]
+    grad_output: list[TensorTrace | None]
+    input_nodes: list[int | None] = field(default_factory=list)
+    output_nodes: list[int | None] = field(default_factory=list)
+    last_op: int | None = None
+
+
+@dataclass
+class ModuleTrace:
+    """A module of the user's model. `grad_input`/`grad_output` are those of its first call;
+    every call (a module may be called more than once per step) is in `calls`."""
+
+    name: str
+    type: str
+    calls: list[ModuleCall] = field(default_factory=list)
+    params: list[str] = field(default_factory=list)
+
+    @property
+    def grad_input(self) -> list[TensorTrace | None]:
+        return self.calls[0].grad_input if self.calls else []
+
+    @property
+    def grad_output(self) -> list[TensorTrace | None]:
+        return self.calls[0].grad_output if self.calls else []
+
+
+@dataclass
+class BackwardPass:
+    """One call of `backward` / `autograd.grad` inside the step."""
+
+    index: int
+    api: str  # "Tensor.backward" | "autograd.backward" | "autograd.grad"
+    roots: list[int]
+    root_grads: list[TensorTrace | None]
+    retain_graph: bool = False
+    create_graph: bool = False
+    start: int = 0  # index into StepTrace.execution
+    end: int = 0
+
+
+@dataclass
+class StepTrace:
+    """Everything recorded for one traced training step."""
+
+    run: str
+    step: int
+    nodes: list[NodeTrace] = field(default_factory=list)
+    edges: list[tuple[int, int, int]] = field(default_factory=list)
+    modules: dict[str, ModuleTrace] = field(default_factory=dict)
+    params: dict[str, TensorTrace] = field(default_factory=dict)
+    passes: list[BackwardPass] = field(default_factory=list)
+    execution: list[tuple[int, int]] = field(default_factory=list)  # (node id, run index)
+    meta: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def node(self, node_id: int) -> NodeTrace:
+        return self.nodes[node_id]
+
+    def by_name(self, name: str) -> list[NodeTrace]:
+        return [n for n in self.nodes if n.name == name]
+
+    @property
+    def order(self) -> list[int]:
+        """Node ids in the order autograd ran them (first execution of each)."""
+        ran = [n for n in self.nodes if n.order is not None]
+        return [n.id for n in sorted(ran, key=lambda n: n.order or 0)]
+
+    def param_node(self, name: str) -> NodeTrace | None:
+        for n in self.nodes:
+            if n.param == name:
+                return n
+        return None
+
+    def summary(self) -> str:
+        """A readable text summary (what `make run` prints before the UI exists)."""
+        from tracer._report import format_step
+
+        return format_step(self)

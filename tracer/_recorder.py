@@ -1,0 +1,458 @@
+"""Recording one traced step: graph walk, node hooks, and assembly of the `StepTrace`.
+
+NOTE [Hook lifetime]
+    Node hooks are installed on the graph of each backward when it starts (see NOTE [Source lines]
+    in `tracer._attrib` for how the start is seen) and removed when the step ends, also when it
+    raises. The recorder holds strong references to the nodes for the step only (node wrappers are
+    not weak-referenceable, and `id()` is recycled once a graph is freed), and drops them at the end
+    so the graph can be freed. Nothing is written on the user's tensors, modules or nodes.
+
+NOTE [Dedupe]
+    The tensor a node sends along an edge is the very tensor its child receives when that child
+    output has a single producer. The post-hook leaves its summary under (child, input_nr); the
+    child's pre-hook takes it if the tensor (pointer, shape, strides, dtype) is the same. The entry
+    lives only while the tensor sits in the engine's input buffer, so memory reuse cannot fake a
+    match. View-like nodes (`VIEW_NODES`) send on the same elements in another shape: their
+    `grad_inputs[0]` reuses the statistics and computes only the thumbnail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tracer._attrib import ForwardRecorder, ModuleCallRecord
+from tracer._labels import ACCUMULATE, VIEW_NODES, SlotInfo, label_slots, schema_of, slot_args
+from tracer._model import BackwardPass, ModuleCall, ModuleTrace, NodeRun, NodeTrace, StepTrace, TensorTrace
+from tracer._summary import Summariser, dtype_name
+
+log = logging.getLogger(__name__)
+
+_ACC_SEQ = (1 << 64) - 1
+
+
+def _kind_of(node: Any, name: str, param: str | None) -> str:
+    if name == ACCUMULATE:
+        return "param" if param else "leaf"
+    if name == "CompiledFunctionBackward":
+        return "compiled"
+    if name == "CheckpointFunctionBackward":
+        return "checkpoint"
+    if name == "BackwardHookFunctionBackward":
+        return "hook"
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
+        return "custom"
+    return "op"
+
+
+def _shape(meta: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(s) for s in meta.shape)
+    except Exception:  # nested tensors and symbolic shapes have no plain shape
+        return None
+
+
+def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+
+
+@dataclass
+class _Run:
+    pass_index: int
+    order: int
+    grad_outputs: list[TensorTrace | None]
+    grad_inputs: list[TensorTrace | None] | None = None
+    t0: int = 0
+    time_us: float | None = None
+
+
+@dataclass
+class _Rec:
+    id: int
+    node: Any
+    name: str
+    kind: str
+    seq: int
+    param: str | None
+    children: list[tuple[int, int] | None]  # (child id, input_nr) per slot
+    runs: list[_Run] = field(default_factory=list)
+
+
+class StepRecorder:
+    """Everything about one traced step that needs live torch objects; `finish()` returns the
+    plain `StepTrace` and lets go of them."""
+
+    def __init__(self, run: str, step: int, model: Any, summariser: Summariser) -> None:
+        self.run, self.step = run, step
+        self.summ = summariser
+        self.module_names: dict[Any, str] = {}
+        self.module_types: dict[str, str] = {}
+        self.module_params: dict[str, list[str]] = {}
+        self.param_names: dict[Any, str] = {}
+        if model is not None:
+            for name, mod in model.named_modules(remove_duplicate=False):
+                qual = name or "<root>"
+                self.module_names.setdefault(mod, qual)
+            for mod, qual in self.module_names.items():
+                self.module_types[qual] = type(mod).__name__
+            for name, p in model.named_parameters(remove_duplicate=False):
+                self.param_names.setdefault(p, name)
+            for mod, qual in self.module_names.items():
+                prefix = "" if qual == "<root>" else qual + "."
+                self.module_params[qual] = [prefix + n for n, _ in mod.named_parameters(recurse=False)]
+        self.forward = ForwardRecorder(self.module_names, self._on_backward)
+        self.recs: list[_Rec] = []
+        self.ids: dict[Any, int] = {}
+        self.in_count: dict[tuple[int, int], int] = {}
+        self.passes: list[BackwardPass] = []
+        self.execution: list[tuple[int, int]] = []
+        self._handles: list[Any] = []
+        self._pending: dict[tuple[int, int], tuple[tuple[Any, ...], TensorTrace]] = {}
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._pass_index = 0
+        self._param_sum: dict[str, torch.Tensor] = {}
+        self._param_trace: dict[str, TensorTrace] = {}
+        self._param_count: dict[str, int] = {}
+        self._keep_param_copies = False
+        self._calls: list[ModuleCallRecord] = []
+        self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
+        self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.forward.start()
+
+    def stop_hooks(self) -> None:
+        """Remove every hook and mode of ours. Idempotent."""
+        self.forward.stop()
+        handles, self._handles = self._handles, []
+        for h in handles:
+            h.remove()
+
+    # ------------------------------------------------------------------ backward entry
+    def _on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        roots, retain, create = self._roots_of(api, args, kwargs)
+        try:
+            root_ids = [self._walk_from(node) for node, _ in roots]
+            index = self._pass_index
+            self._pass_index += 1
+            self._keep_param_copies = self._keep_param_copies or bool(retain) or index > 0
+            bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
+                              retain_graph=bool(retain), create_graph=bool(create), start=len(self.execution))
+            self.passes.append(bp)
+            self._plan_module_sums()
+        except Exception as exc:  # never let the tracer break the user's backward
+            log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
+            return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            bp.end = len(self.execution)
+            for (node, nr), rid in zip(roots, root_ids):
+                runs = [r for r in self.recs[rid].runs if r.pass_index == index]
+                bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
+                                     else None)
+
+    @staticmethod
+    def _roots_of(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Any, int]],
+                                                                                    Any, Any]:
+        if api == "Tensor.backward":
+            tensors: Any = [args[0]]
+            retain = kwargs.get("retain_graph", args[2] if len(args) > 2 else None)
+            create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
+        else:
+            first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+            tensors = [first] if isinstance(first, (torch.Tensor, torch.autograd.graph.GradientEdge)) \
+                else list(first)
+            if api == "autograd.grad":
+                retain = kwargs.get("retain_graph", args[3] if len(args) > 3 else None)
+                create = kwargs.get("create_graph", args[4] if len(args) > 4 else False)
+            else:
+                retain = kwargs.get("retain_graph", args[2] if len(args) > 2 else None)
+                create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
+        if retain is None:
+            retain = create
+        roots: list[tuple[Any, int]] = []
+        for t in tensors:
+            if isinstance(t, torch.autograd.graph.GradientEdge):
+                roots.append((t.node, t.output_nr))
+            elif isinstance(t, torch.Tensor) and t.requires_grad:
+                e = torch.autograd.graph.get_gradient_edge(t)
+                roots.append((e.node, e.output_nr))
+        return roots, retain, create
+
+    # ------------------------------------------------------------------ graph walk
+    def _walk_from(self, root: Any) -> int:
+        """Iterative DFS from `root`; new nodes get ids in visit order and hooks. Returns root's id."""
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n is None or n in self.ids:
+                continue
+            self._add_node(n)
+            nexts = n.next_functions
+            for child, _ in reversed(nexts):
+                if child is not None and child not in self.ids:
+                    stack.append(child)
+        # children ids are known only once every node of the walk has an id
+        for rec in self.recs:
+            if rec.children and rec.children[0] == (-1, -1):
+                self._link(rec)
+        return self.ids[root]
+
+    def _add_node(self, n: Any) -> None:
+        name = n.name()
+        param = None
+        if name == ACCUMULATE:
+            param = self.param_names.get(n.variable)
+        rec = _Rec(id=len(self.recs), node=n, name=name, kind=_kind_of(n, name, param),
+                   seq=n._sequence_nr(), param=param,
+                   children=[(-1, -1)] * len(n.next_functions))
+        self.ids[n] = rec.id
+        self.recs.append(rec)
+        self._handles.append(n.register_prehook(self._make_pre(rec)))
+        self._handles.append(n.register_hook(self._make_post(rec)))
+
+    def _link(self, rec: _Rec) -> None:
+        kids: list[tuple[int, int] | None] = []
+        for child, nr in rec.node.next_functions:
+            if child is None:
+                kids.append(None)
+                continue
+            cid = self.ids[child]
+            kids.append((cid, nr))
+            self.in_count[(cid, nr)] = self.in_count.get((cid, nr), 0) + 1
+        rec.children = kids
+
+    # ------------------------------------------------------------------ hooks
+    def _make_pre(self, rec: _Rec) -> Any:
+        def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            with self._lock:
+                order = next(self._counter)
+                run = _Run(self._pass_index - 1, order, [])
+                rec.runs.append(run)
+                self.execution.append((rec.id, len(rec.runs) - 1))
+            run.grad_outputs = [None if g is None else self._summarise_arriving(rec, i, g)
+                                for i, g in enumerate(grad_outputs)]
+            if rec.kind == "param" and rec.param is not None and grad_outputs and grad_outputs[0] is not None:
+                self._note_param(rec.param, grad_outputs[0], run.grad_outputs[0])
+            run.t0 = time.perf_counter_ns()
+            return None
+
+        return pre
+
+    def _make_post(self, rec: _Rec) -> Any:
+        def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: Any) -> None:
+            t1 = time.perf_counter_ns()
+            run = rec.runs[-1]
+            run.time_us = (t1 - run.t0) / 1e3
+            view_of = run.grad_outputs[0] if rec.name in VIEW_NODES and run.grad_outputs else None
+            out: list[TensorTrace | None] = []
+            for j, g in enumerate(grad_inputs):
+                if g is None:
+                    out.append(None)
+                    continue
+                same = view_of is not None and j == 0 and g.numel() == view_of.numel
+                tr = self.summ.summarise(g, stats_of=view_of if same else None)
+                out.append(tr)
+                child = rec.children[j] if j < len(rec.children) else None
+                if child is not None and self.in_count.get(child) == 1:
+                    self._pending[child] = (_tensor_key(g), tr)
+                key = self._sum_slots.get((rec.id, j)) if self._sum_slots else None
+                if key is not None:
+                    self._add_to_module_sum(key, g)
+            run.grad_inputs = out
+            return None
+
+        return post
+
+    def _summarise_arriving(self, rec: _Rec, i: int, g: torch.Tensor) -> TensorTrace:
+        hit = self._pending.pop((rec.id, i), None)
+        if hit is not None and hit[0] == _tensor_key(g):
+            return hit[1]
+        return self.summ.summarise(g)
+
+    def _note_param(self, name: str, g: torch.Tensor, tr: TensorTrace | None) -> None:
+        count = self._param_count.get(name, 0) + 1
+        self._param_count[name] = count
+        with torch.no_grad():
+            if count == 1:
+                if tr is not None:
+                    self._param_trace[name] = tr
+                if self._keep_param_copies:
+                    self._param_sum[name] = g.detach().clone()
+            elif name in self._param_sum:
+                self._param_sum[name] = self._param_sum[name] + g.detach()
+            else:
+                log.info("gradscape: %s got a second gradient in this step but its first was not kept; "
+                         "st.params shows the latest arrival", name)
+                if tr is not None:
+                    self._param_trace[name] = tr
+
+    # ------------------------------------------------------------------ assembly
+    def finish(self, error: BaseException | None = None) -> StepTrace:
+        """Stop hooks, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
+        self.stop_hooks()
+        for name, total in self._param_sum.items():
+            if self._param_count.get(name, 0) > 1:
+                self._param_trace[name] = self.summ.summarise(total)
+        module_grad_sums = self._module_sums()
+        self.summ.finalize()
+        st = StepTrace(run=self.run, step=self.step)
+        st.nodes = self._node_traces()
+        st.edges = [(r.id, c[0], j) for r in self.recs for j, c in enumerate(r.children) if c is not None]
+        st.passes = self.passes
+        st.execution = list(self.execution)
+        st.params = dict(self._param_trace)
+        st.modules = self._module_traces(st, module_grad_sums)
+        st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
+        if error is not None:
+            st.error = f"{type(error).__name__}: {error}"
+        self._release()
+        return st
+
+    def _release(self) -> None:
+        self.recs = []
+        self.ids = {}
+        self._pending = {}
+        self._param_sum = {}
+        self._module_acc = {}
+        self._sum_slots = {}
+        self._calls = []
+        self.forward.node_module = {}
+        self.forward.calls = []
+        self.module_names = {}
+        self.param_names = {}
+
+    def _slot_infos(self) -> list[SlotInfo]:
+        mods = self.forward.node_module
+        infos = []
+        for r in self.recs:
+            leaf_shape = None
+            if r.name == ACCUMULATE:
+                leaf_shape = tuple(r.node.variable.shape)
+            infos.append(SlotInfo(r.name, r.kind, mods.get(r.node), r.param, leaf_shape,
+                                  [None if c is None else c[0] for c in r.children]))
+        return infos
+
+    def _node_traces(self) -> list[NodeTrace]:
+        infos = self._slot_infos()
+        out = []
+        for r, info in zip(self.recs, infos):
+            n = r.node
+            metas = list(n._input_metadata)
+            child_params = [infos[c[0]].param if c is not None else None for c in r.children]
+            fwd_cls = getattr(type(n), "_forward_cls", None)
+            args = slot_args(r.name, r.kind, len(r.children), fwd_cls, child_params)
+            in_shapes: list[tuple[int, ...] | None] = []
+            for c in r.children:
+                if c is None:
+                    in_shapes.append(None)
+                    continue
+                cm = list(self.recs[c[0]].node._input_metadata)
+                in_shapes.append(_shape(cm[c[1]]) if c[1] < len(cm) else None)
+            seq = r.seq
+            first = r.runs[0] if r.runs else None
+            nt = NodeTrace(
+                id=r.id, name=r.name, kind=r.kind, module=info.module, param=r.param,
+                source=None if seq == _ACC_SEQ else self.forward.source_of(seq),
+                schema=schema_of(r.name) if r.kind == "op" else None,
+                order=first.order if first else None,
+                input_labels=label_slots(infos, r.id, args), input_args=args,
+                input_shapes=in_shapes,
+                output_shapes=[_shape(m) for m in metas],
+                output_dtypes=[dtype_name(m.dtype) for m in metas],
+                grad_inputs=first.grad_inputs if first else None,
+                grad_outputs=first.grad_outputs if first else None,
+                time_us=first.time_us if first else None,
+                runs=[NodeRun(x.pass_index, x.order, x.grad_outputs, x.grad_inputs, x.time_us) for x in r.runs],
+            )
+            if r.kind == "compiled" and info.module:
+                nt.input_labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in
+                                   nt.input_labels]
+            out.append(nt)
+        return out
+
+    # ---- module-level gradients, derived from node hooks (see AUTOGRAD.md §9.4)
+    def _producer_index(self) -> dict[tuple[int, int], list[tuple[int, int]]]:
+        index: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for r in self.recs:
+            for j, c in enumerate(r.children):
+                if c is not None:
+                    index.setdefault(c, []).append((r.id, j))
+        return index
+
+    def _producers(self, call: ModuleCallRecord, edge: tuple[Any, int],
+                   index: dict[tuple[int, int], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+        """The (node, slot) pairs inside this module call that send a gradient to `edge`."""
+        target = self.ids.get(edge[0])
+        if target is None:
+            return []
+        return [(rid, j) for rid, j in index.get((target, edge[1]), ())
+                if call.lo <= self.recs[rid].seq < call.hi]
+
+    def _plan_module_sums(self) -> None:
+        """A module input used by several ops inside the module: its grad_input (through this module)
+        is the sum of those slots. Mark them, so the post-hooks add them up on the device."""
+        index = self._producer_index()
+        self._calls = sorted(self.forward.calls, key=lambda c: c.lo)
+        for ci, call in enumerate(self._calls):
+            for k, edge in enumerate(call.inputs):
+                if edge is None:
+                    continue
+                prods = self._producers(call, edge, index)
+                if len(prods) > 1:
+                    for p in prods:
+                        self._sum_slots[p] = (ci, k)
+
+    def _add_to_module_sum(self, key: tuple[int, int], g: torch.Tensor) -> None:
+        with torch.no_grad():
+            prev = self._module_acc.get(key)
+            self._module_acc[key] = g.detach().clone() if prev is None else prev + g.detach()
+
+    def _module_sums(self) -> dict[tuple[int, int], TensorTrace]:
+        return {key: self.summ.summarise(t) for key, t in self._module_acc.items()}
+
+    def _module_traces(self, st: StepTrace, sums: dict[tuple[int, int], TensorTrace]) -> dict[str, ModuleTrace]:
+        mods: dict[str, ModuleTrace] = {}
+        for qual, typ in self.module_types.items():
+            mods[qual] = ModuleTrace(name=qual, type=typ, params=self.module_params.get(qual, []))
+        # forward post-hooks run innermost first; present calls in forward-start order
+        index = self._producer_index()
+        calls = self._calls or sorted(self.forward.calls, key=lambda c: c.lo)
+        for ci, call in enumerate(calls):
+            gi: list[TensorTrace | None] = []
+            in_nodes: list[int | None] = []
+            for k, edge in enumerate(call.inputs):
+                if edge is None:
+                    gi.append(None)
+                    in_nodes.append(None)
+                    continue
+                in_nodes.append(self.ids.get(edge[0]))
+                prods = self._producers(call, edge, index)
+                if len(prods) == 1:
+                    nid, j = prods[0]
+                    g = st.nodes[nid].grad_inputs
+                    gi.append(g[j] if g is not None and j < len(g) else None)
+                else:
+                    gi.append(sums.get((ci, k)))
+            go: list[TensorTrace | None] = []
+            out_nodes: list[int | None] = []
+            for edge in call.outputs:
+                nid = None if edge is None else self.ids.get(edge[0])
+                out_nodes.append(nid)
+                gos = st.nodes[nid].grad_outputs if nid is not None else None
+                go.append(gos[edge[1]] if gos is not None and edge is not None and edge[1] < len(gos) else None)
+            mc = ModuleCall(grad_input=gi, grad_output=go, input_nodes=in_nodes, output_nodes=out_nodes,
+                            last_op=out_nodes[0] if out_nodes else None)
+            if call.name in mods:
+                mods[call.name].calls.append(mc)
+        return mods
+

@@ -1,0 +1,185 @@
+"""The SQLite trace file: written by the tracer's file sink and by the server, read by both.
+
+Schema (version `SCHEMA_VERSION`, in `meta`), WAL mode so readers see complete steps while a writer
+appends. A step is written in one transaction: it is visible whole or not at all.
+
+    meta(key TEXT PRIMARY KEY, value TEXT)                      schema_version, created_by
+    runs(run TEXT PRIMARY KEY, created REAL, updated REAL)
+    steps(run, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, step)
+    tensors(run, step, idx, arrays BLOB)                        PRIMARY KEY (run, step, idx)
+
+`graph` is the step's wire form (`tracer._codec`) with every tensor's arrays taken out; `arrays`
+is the msgpack map `{"thumb": A|None, "values": A|None}` of tensor `idx`, so a view that needs one
+node's heatmaps reads only those rows. Arrays are raw little-endian bytes with dtype and shape.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tracer._codec import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
+from tracer._model import StepTrace
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs(run TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS steps(
+    run TEXT NOT NULL, step INTEGER NOT NULL, created REAL NOT NULL,
+    n_nodes INTEGER NOT NULL, n_edges INTEGER NOT NULL, error TEXT, graph BLOB NOT NULL,
+    PRIMARY KEY(run, step));
+CREATE TABLE IF NOT EXISTS tensors(
+    run TEXT NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT NULL, arrays BLOB NOT NULL,
+    PRIMARY KEY(run, step, idx));
+"""
+
+
+class StoreError(RuntimeError):
+    """The trace file cannot be used (wrong schema version, not a trace file, missing step)."""
+
+
+class TraceStore:
+    """Thread-safe access to one trace file. Open several (one per process) on the same file freely."""
+
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
+        self.path = str(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        if readonly:
+            if not Path(self.path).exists():
+                raise StoreError(f"no trace file at {self.path}")
+            uri = f"file:{Path(self.path).resolve()}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+        else:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            with self._db:
+                self._db.executescript(_SCHEMA)
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
+        self._check_version()
+
+    def _check_version(self) -> None:
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path} is not a gradscape trace file: {exc}") from exc
+        if row is None or row[0] != str(SCHEMA_VERSION):
+            raise StoreError(f"{self.path}: trace schema version {row[0] if row else None!r}, "
+                             f"this gradscape reads version {SCHEMA_VERSION}")
+
+    # ------------------------------------------------------------------ writing
+    def write_step(self, st: StepTrace) -> None:
+        self.write_wire(step_to_wire(st))
+
+    def write_wire(self, wire: dict[str, Any]) -> None:
+        """Store a step given in wire form (already validated), in one transaction."""
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only")
+        graph = dict(wire)
+        tensors = []
+        stripped = []
+        for t in wire["tensors"]:
+            tensors.append({"thumb": t.get("thumb"), "values": t.get("values")})
+            stripped.append({k: v for k, v in t.items() if k not in ("thumb", "values")})
+        graph["tensors"] = stripped
+        now = time.time()
+        run, step = wire["run"], int(wire["step"])
+        with self._lock, self._db:
+            self._db.execute("INSERT INTO runs VALUES(?,?,?) ON CONFLICT(run) DO UPDATE SET updated=excluded.updated",
+                             (run, now, now))
+            self._db.execute("DELETE FROM tensors WHERE run=? AND step=?", (run, step))
+            self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?)",
+                             (run, step, now, len(wire["nodes"]), len(wire["edges"]), wire.get("error"),
+                              pack(graph)))
+            self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?)",
+                                 [(run, step, i, pack(a)) for i, a in enumerate(tensors)])
+
+    # ------------------------------------------------------------------ reading
+    def runs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT r.run, r.created, r.updated, COUNT(s.step), MAX(s.step) FROM runs r "
+                "LEFT JOIN steps s ON s.run = r.run GROUP BY r.run ORDER BY r.created").fetchall()
+        return [{"run": r, "created": c, "updated": u, "steps": n, "last_step": last} for r, c, u, n, last in rows]
+
+    def steps(self, run: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT step, created, n_nodes, n_edges, error FROM steps WHERE run=? "
+                                    "ORDER BY step", (run,)).fetchall()
+        return [{"step": s, "created": c, "nodes": n, "edges": e, "error": err} for s, c, n, e, err in rows]
+
+    def latest_step(self, run: str | None = None) -> tuple[str, int] | None:
+        with self._lock:
+            if run is None:
+                row = self._db.execute("SELECT run, step FROM steps ORDER BY created DESC LIMIT 1").fetchone()
+            else:
+                row = self._db.execute("SELECT run, step FROM steps WHERE run=? ORDER BY step DESC LIMIT 1",
+                                       (run,)).fetchone()
+        return None if row is None else (row[0], int(row[1]))
+
+    def read_graph(self, run: str, step: int) -> dict[str, Any]:
+        """The step's wire form without arrays (tensors carry stats, shape and dtype only)."""
+        with self._lock:
+            row = self._db.execute("SELECT graph FROM steps WHERE run=? AND step=?", (run, int(step))).fetchone()
+        if row is None:
+            raise StoreError(f"no step {step} of run {run!r} in {self.path}")
+        return dict(unpack(row[0]))
+
+    def read_arrays(self, run: str, step: int, indices: Iterable[int]) -> dict[int, dict[str, Any]]:
+        idx = sorted({int(i) for i in indices})
+        if not idx:
+            return {}
+        out: dict[int, dict[str, Any]] = {}
+        with self._lock:
+            for chunk in (idx[i:i + 500] for i in range(0, len(idx), 500)):
+                q = f"SELECT idx, arrays FROM tensors WHERE run=? AND step=? AND idx IN ({','.join('?' * len(chunk))})"
+                for i, blob in self._db.execute(q, (run, int(step), *chunk)):
+                    out[int(i)] = dict(unpack(blob))
+        return out
+
+    def read_wire(self, run: str, step: int) -> dict[str, Any]:
+        graph = self.read_graph(run, step)
+        arrays = self.read_arrays(run, step, range(len(graph["tensors"])))
+        graph["tensors"] = [{**t, **arrays.get(i, {"thumb": None, "values": None})}
+                            for i, t in enumerate(graph["tensors"])]
+        return graph
+
+    def read_step(self, run: str, step: int) -> StepTrace:
+        try:
+            return step_from_wire(self.read_wire(run, step))
+        except TraceFormatError as exc:
+            raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load(path: str | Path, run: str | None = None, step: int | None = None) -> StepTrace:
+    """Read one step back from a trace file. Defaults: the only run (or the newest), its last step."""
+    with TraceStore(path, readonly=True) as store:
+        if run is None:
+            runs = store.runs()
+            if not runs:
+                raise StoreError(f"{path} holds no runs")
+            run = runs[-1]["run"]
+        if step is None:
+            latest = store.latest_step(run)
+            if latest is None:
+                raise StoreError(f"run {run!r} in {path} has no steps")
+            step = latest[1]
+        return store.read_step(run, int(step))
