@@ -1,0 +1,223 @@
+"""Overhead of gradscape's tracer on a full training step, per workload.
+
+    python bench/overhead.py                      # W1..W4, 5 rounds, CPU, 1 thread
+    python bench/overhead.py --quick              # W1..W3, 2 rounds
+    python bench/overhead.py --workloads W3 --rounds 9 --device cuda
+
+Modes, measured interleaved in the same process (one warm-up round, then every round runs every mode
+once, rotating which mode goes first):
+
+    plain     forward + loss + backward + SGD step + zero_grad
+    traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
+    untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10), i % 10 != 0
+
+Ratios are taken per round (traced_r / plain_r) and the median of those is reported, which holds up
+better than a ratio of medians when the machine drifts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for p in (str(BENCH_DIR), str(REPO_ROOT)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import torch  # noqa: E402
+from workloads import WORKLOADS, Workload, build  # noqa: E402
+
+import tracer  # noqa: E402
+
+MODES = ("plain", "traced", "untraced")
+QUICK_WORKLOADS = "W1,W2,W3"
+QUICK_ROUNDS = 2
+
+
+@dataclass
+class Result:
+    key: str
+    name: str
+    nodes: int
+    times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in MODES})
+    ratios: dict[str, list[float]] = field(default_factory=lambda: {"traced": [], "untraced": []})
+
+    def median(self, mode: str) -> float:
+        return statistics.median(self.times[mode])
+
+    def ratio(self, mode: str) -> float:
+        return statistics.median(self.ratios[mode])
+
+
+class Runner:
+    """Runs one workload's training step in each mode and times it."""
+
+    def __init__(self, wl: Workload, device: str) -> None:
+        self.wl = wl
+        self.device = device
+        self.model = wl.model
+        self.batch = wl.batch()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        self.tr = tracer.Tracer(self.model, run=f"bench-{wl.name}", every=1, tensors="summary")
+        self.tr10 = tracer.Tracer(self.model, run=f"bench-{wl.name}-every10", every=10)
+        self.traced_i = 0
+        self.untraced_i = 0
+        self.last_nodes = 0
+
+    def close(self) -> None:
+        self.tr.close()
+        self.tr10.close()
+
+    def _train_step(self) -> None:
+        loss = self.wl.loss(self.model, self.batch)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+
+    def plain(self) -> None:
+        self._train_step()
+
+    def traced(self) -> None:
+        i = self.traced_i
+        self.traced_i += 1
+        with self.tr.step(i) as st:
+            self._train_step()
+        if st is None:
+            raise RuntimeError(f"every=1 tracer did not trace step {i}")
+        self.last_nodes = int(st.meta.get("nodes", len(st.nodes)))
+
+    def untraced(self) -> None:
+        self.untraced_i += 1
+        if self.untraced_i % 10 == 0:
+            self.untraced_i += 1
+        i = self.untraced_i
+        with self.tr10.step(i) as st:
+            self._train_step()
+        if st is not None:
+            raise RuntimeError(f"every=10 tracer traced step {i}")
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def time(self, mode: str) -> float:
+        fn: Callable[[], None] = getattr(self, mode)
+        self._sync()
+        t0 = time.perf_counter()
+        fn()
+        self._sync()
+        return time.perf_counter() - t0
+
+
+def run_workload(key: str, rounds: int, device: str) -> Result:
+    wl = build(key, device)
+    runner = Runner(wl, device)
+    try:
+        for mode in MODES:  # warm-up round, not recorded
+            runner.time(mode)
+        res = Result(key, wl.name, runner.last_nodes)
+        for r in range(rounds):
+            k = r % len(MODES)
+            order = MODES[k:] + MODES[:k]
+            t = {mode: runner.time(mode) for mode in order}
+            for mode in MODES:
+                res.times[mode].append(t[mode])
+            res.ratios["traced"].append(t["traced"] / t["plain"])
+            res.ratios["untraced"].append(t["untraced"] / t["plain"])
+        res.nodes = runner.last_nodes
+        return res
+    finally:
+        runner.close()
+
+
+def context_lines(device: str, threads: int, rounds: int, keys: list[str]) -> list[str]:
+    dev = device
+    if device == "cuda":
+        dev = f"cuda ({torch.cuda.get_device_name(0)})"
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        f"gradscape tracer overhead  (tracer {tracer.__version__})",
+        f"torch {torch.__version__}  python {platform.python_version()}  {platform.machine()}  "
+        f"cpus {os.cpu_count()}",
+        f"device {dev}  threads {threads} (torch.get_num_threads()={torch.get_num_threads()})",
+        f"loadavg {load}",
+        f"workloads {','.join(keys)}  rounds {rounds} (+1 warm-up), modes interleaved & rotated",
+    ]
+
+
+HEADER = (f"{'workload':<12} {'nodes':>6} {'plain s':>10} {'traced s':>10} {'untraced s':>11} "
+          f"{'traced/plain':>13} {'untraced/plain':>15}")
+
+
+def table_row(res: Result) -> str:
+    return (f"{res.key + ' ' + res.name:<12} {res.nodes:>6} {res.median('plain'):>10.5f} "
+            f"{res.median('traced'):>10.5f} {res.median('untraced'):>11.5f} "
+            f"{res.ratio('traced'):>12.2f}x {res.ratio('untraced'):>14.2f}x")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default=None,
+                    help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all; "
+                         f"{QUICK_WORKLOADS} with --quick)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help=f"timed rounds per workload (default 5; {QUICK_ROUNDS} with --quick)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"{QUICK_ROUNDS} rounds of {QUICK_WORKLOADS} unless given explicitly")
+    args = ap.parse_args(argv)
+    if args.workloads is None:
+        args.workloads = QUICK_WORKLOADS if args.quick else ",".join(WORKLOADS)
+    if args.rounds is None:
+        args.rounds = QUICK_ROUNDS if args.quick else 5
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
+    if args.threads < 1:
+        ap.error("--threads must be >= 1")
+    keys = [k.strip().upper() for k in args.workloads.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in WORKLOADS]
+    if unknown or not keys:
+        ap.error(f"unknown workloads {unknown}; choose from {','.join(WORKLOADS)}")
+    args.keys = keys
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda but torch.cuda.is_available() is False")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    # A tracer that cannot assemble a step only warns; in a benchmark that must be loud.
+    warnings.filterwarnings("error", message="gradscape", category=RuntimeWarning)
+
+    for line in context_lines(args.device, args.threads, args.rounds, args.keys):
+        print(line)
+    print()
+    print(HEADER)
+    print("-" * len(HEADER), flush=True)
+    results = []
+    for key in args.keys:
+        res = run_workload(key, args.rounds, args.device)
+        results.append(res)
+        print(table_row(res), flush=True)
+    print()
+    for res in results:
+        print(f"{res.key} {res.name}: traced/plain {res.ratio('traced'):.2f}x  "
+              f"every10-untraced/plain {res.ratio('untraced'):.2f}x")
+    print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

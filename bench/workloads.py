@@ -1,0 +1,196 @@
+"""Benchmark workloads for gradscape's overhead measurements.
+
+Each builder returns a `Workload` with `.name`, `.model`, `.batch()` (inputs/targets made once with a
+fixed seed and reused) and `.loss(model, batch)` (a scalar loss). Models are built under
+`torch.manual_seed` so every run sees the same weights.
+
+    W1 mlp    3-20-30-2 MLP, batch 64, cross-entropy on random {0,1} labels
+    W2 lenet  LeNet-like CNN on [64,1,28,28], cross-entropy over 10 classes
+    W3 gpt6   6-layer GPT-like decoder, d=384, 6 heads, seq 128, batch 8
+    W4 gpt12  12-layer GPT-like decoder, d=768, 12 heads, seq 128, batch 4
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SEED = 0
+
+
+@dataclass
+class Workload:
+    name: str
+    model: nn.Module
+    make_batch: Callable[[], Any]
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor]
+    _batch: Any = field(default=None, repr=False)
+
+    def batch(self) -> Any:
+        """The workload's inputs/targets: created once (fixed seed), then reused."""
+        if self._batch is None:
+            self._batch = self.make_batch()
+        return self._batch
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        return self.loss_fn(model, batch)
+
+
+def _generator(seed: int) -> torch.Generator:
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    return g
+
+
+def _classification_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return F.cross_entropy(model(x), y)
+
+
+# --------------------------------------------------------------------------- W1, W2
+
+
+def mlp(device: str | torch.device = "cpu") -> Workload:
+    """W1: the 3-20-30-2 MLP, batch 64."""
+    torch.manual_seed(SEED)
+    model = nn.Sequential(
+        nn.Linear(3, 20), nn.ReLU(),
+        nn.Linear(20, 30), nn.ReLU(),
+        nn.Linear(30, 2),
+    ).to(device)
+
+    def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        g = _generator(SEED + 1)
+        x = torch.randn(64, 3, generator=g)
+        y = torch.randint(0, 2, (64,), generator=g)
+        return x.to(device), y.to(device)
+
+    return Workload("mlp", model, make_batch, _classification_loss)
+
+
+def lenet(device: str | torch.device = "cpu") -> Workload:
+    """W2: a LeNet-like CNN on [64,1,28,28], 10 classes."""
+    torch.manual_seed(SEED)
+    model = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120), nn.ReLU(),
+        nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, 10),
+    ).to(device)
+
+    def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        g = _generator(SEED + 2)
+        x = torch.randn(64, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (64,), generator=g)
+        return x.to(device), y.to(device)
+
+    return Workload("lenet", model, make_batch, _classification_loss)
+
+
+# --------------------------------------------------------------------------- W3, W4: GPT-like decoder
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model {d_model} is not a multiple of n_heads {n_heads}")
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        # [B, T, C] -> [B, heads, T, C/heads]
+        q = q.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        k = k.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        v = v.view(b, t, self.n_heads, c // self.n_heads).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int, seq_len: int, n_layers: int, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.seq_len = seq_len
+        self.tok_emb = nn.Embedding(vocab, d_model)
+        self.pos_emb = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        if t > self.seq_len:
+            raise ValueError(f"sequence length {t} exceeds the model's {self.seq_len}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def _next_token_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    inputs, targets = batch
+    logits = model(inputs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def _gpt(name: str, n_layers: int, d_model: int, n_heads: int, batch: int,
+         device: str | torch.device, seq_len: int = 128, vocab: int = 1000) -> Workload:
+    torch.manual_seed(SEED)
+    model = GPT(vocab, seq_len, n_layers, d_model, n_heads).to(device)
+
+    def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        g = _generator(SEED + 3)
+        tokens = torch.randint(0, vocab, (batch, seq_len + 1), generator=g).to(device)
+        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    return Workload(name, model, make_batch, _next_token_loss)
+
+
+def gpt6(device: str | torch.device = "cpu") -> Workload:
+    """W3: 6 layers, d=384, 6 heads, seq 128, batch 8."""
+    return _gpt("gpt6", n_layers=6, d_model=384, n_heads=6, batch=8, device=device)
+
+
+def gpt12(device: str | torch.device = "cpu") -> Workload:
+    """W4: 12 layers, d=768, 12 heads, seq 128, batch 4."""
+    return _gpt("gpt12", n_layers=12, d_model=768, n_heads=12, batch=4, device=device)
+
+
+WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12}
+
+
+def build(key: str, device: str | torch.device = "cpu") -> Workload:
+    """Build workload `key` ("W1".."W4", or its name such as "gpt6") on `device`."""
+    if key in WORKLOADS:
+        return WORKLOADS[key](device)
+    for fn in WORKLOADS.values():
+        if fn.__name__ == key:
+            return fn(device)
+    raise KeyError(f"unknown workload {key!r}; choose from {', '.join(WORKLOADS)}")

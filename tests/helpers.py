@@ -1,0 +1,62 @@
+"""Independent references for tests: torch's own engine, never the tracer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.autograd.graph import GradientEdge
+
+
+def graph_nodes(*roots: Any) -> list[Any]:
+    """Preorder DFS over next_functions from the roots' grad_fn (slot 0 first), the order in which the
+    tracer promises to number nodes. Used only to pair tracer ids with torch nodes."""
+    order: list[Any] = []
+    seen: set[Any] = set()
+    for r in roots:
+        stack = [r.grad_fn if isinstance(r, torch.Tensor) else r]
+        while stack:
+            n = stack.pop()
+            if n is None or n in seen:
+                continue
+            seen.add(n)
+            order.append(n)
+            stack.extend(c for c, _ in reversed(n.next_functions) if c is not None and c not in seen)
+    return order
+
+
+def grad_wrt_outputs(loss: torch.Tensor, node: Any) -> list[torch.Tensor | None]:
+    """∂loss/∂(each forward output of node), from the engine."""
+    outs = []
+    for i in range(len(node._input_metadata)):
+        (g,) = torch.autograd.grad(loss, [GradientEdge(node, i)], retain_graph=True, allow_unused=True)
+        outs.append(g)
+    return outs
+
+
+def vjp_of_node(node: Any, grad_outputs: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    """What node sends along each of its slots, given what arrived: the node's own backward formula
+    called directly (a vector-Jacobian product), outside any hook. Needs the graph retained."""
+    args = [g if g is not None else torch.zeros(tuple(m.shape), dtype=m.dtype, device=m.device)
+            for g, m in zip(grad_outputs, node._input_metadata)]
+    with torch.no_grad():
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            # a custom Function's backward returns one value per forward argument; slots exist only
+            # for the tensor ones (the None entries of the zoo's Functions are the non-tensor args)
+            res = tuple(r for r in node.apply(*args) if r is not None)
+        else:
+            res = node(*args)
+    if isinstance(res, torch.Tensor) or res is None:
+        res = (res,)
+    out: list[torch.Tensor | None] = []
+    for g, (child, nr) in zip(res, node.next_functions):
+        if g is not None and child is not None:  # the engine reduces broadcast grads to the input's shape
+            g = g.sum_to_size(tuple(child._input_metadata[nr].shape))
+        out.append(g)
+    return out
+
+
+def close(a: np.ndarray, b: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
+    ref = b.detach().float().cpu().numpy()
+    return a.shape == ref.shape and np.allclose(a, ref, rtol=rtol, atol=atol, equal_nan=True)

@@ -1,0 +1,70 @@
+"""Every recorded gradient of every node equals the engine's own answer (tensors="full")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import close, graph_nodes, grad_wrt_outputs, vjp_of_node
+from zoo import ZOO, build
+
+import tracer
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_every_gradient_matches_autograd(name: str) -> None:
+    case = build(name)
+    tr = tracer.Tracer(case.model, tensors="full")
+    with tr.step(0) as st:
+        loss = case.loss(case.model, case.batch)
+        loss.backward(retain_graph=True)
+    nodes = graph_nodes(loss)
+    assert [n.name() for n in nodes] == [n.name for n in st.nodes]
+    checked_out = checked_in = 0
+    for torch_node, nt in zip(nodes, st.nodes):
+        assert nt.order is not None, f"{nt.name} #{nt.id} did not run"
+        ref_out = grad_wrt_outputs(loss, torch_node)
+        for i, (got, ref) in enumerate(zip(nt.grad_outputs, ref_out)):
+            if ref is None:
+                assert got is None
+                continue
+            assert got is not None and got.values is not None
+            assert close(got.values, ref), f"{name}: {nt.name}#{nt.id} grad_outputs[{i}]"
+            checked_out += 1
+        if nt.grad_inputs is None:
+            continue
+        if nt.kind in ("param", "leaf"):
+            assert nt.grad_inputs == []  # AccumulateGrad sends nothing on
+            continue
+        ref_in = vjp_of_node(torch_node, ref_out)
+        for j, (got, ref) in enumerate(zip(nt.grad_inputs, ref_in)):
+            if got is None or ref is None:
+                continue
+            assert close(got.values, ref), f"{name}: {nt.name}#{nt.id} grad_inputs[{j}] ({nt.input_labels[j]})"
+            checked_in += 1
+    assert checked_out >= len(st.nodes) and checked_in > 0
+    for pname, p in case.model.named_parameters():
+        if p.grad is not None and pname in st.params:
+            assert close(st.params[pname].values, p.grad), pname
+
+
+def test_summary_stats_match_values() -> None:
+    case = build("cnn")
+    tr = tracer.Tracer(case.model, tensors="full")
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    n = 0
+    for nt in st.nodes:
+        for t in (nt.grad_outputs or []) + (nt.grad_inputs or []):
+            if t is None:
+                continue
+            v = torch.from_numpy(t.values).double()
+            assert t.stats["min"] == pytest.approx(v.min().item(), rel=1e-5, abs=1e-7)
+            assert t.stats["max"] == pytest.approx(v.max().item(), rel=1e-5, abs=1e-7)
+            assert t.stats["mean"] == pytest.approx(v.mean().item(), rel=1e-3, abs=1e-6)
+            assert t.stats["norm"] == pytest.approx(v.norm().item(), rel=1e-4, abs=1e-7)
+            if v.numel() > 1:
+                assert t.stats["std"] == pytest.approx(v.std().item(), rel=1e-3, abs=1e-6)
+            assert t.stats["zeros"] == (v == 0).sum().item()
+            assert t.stats["nan"] == 0 and t.stats["inf"] == 0
+            n += 1
+    assert n > 20
