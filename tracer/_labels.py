@@ -114,8 +114,8 @@ def destination(nodes: Sequence[SlotInfo], owner: SlotInfo, child: int | None) -
     if c.name == ACCUMULATE:
         if c.param:
             return f"{c.param}{how}"
-        shape = "×".join(map(str, c.leaf_shape or ()))
-        return f"leaf tensor [{shape}]{how}"
+        leaf = f"leaf tensor [{'×'.join(map(str, c.leaf_shape or ()))}]{how}"
+        return f"input of {owner.module} ({leaf})" if owner.module else leaf
     direct = nodes[child]
     if owner.module and direct.module != owner.module and not _inside(direct.module, owner.module):
         return f"input of {owner.module}"
