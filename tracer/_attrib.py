@@ -178,12 +178,14 @@ class _StepMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        if _is_compiling():  # dynamo traces this handler: keep it trivially traceable
+            return func(*args, **kwargs)
         api = _BACKWARD_FUNCS.get(func)
         if api is not None:
             return self.recorder.on_backward(api, func, args, kwargs)
         before = _seqnr()
         out = func(*args, **kwargs)
         after = _seqnr()
-        if after != before and not _is_compiling():
+        if after != before:
             self.recorder.note_source(before, after, sys._getframe(1))
         return out

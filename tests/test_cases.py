@@ -1,0 +1,244 @@
+"""Each awkward situation a real training loop produces, traced without breaking it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+from zoo import SmallCNN, Tied, TinyTransformer, build
+
+import tracer
+
+
+def _vals(t: tracer.TensorTrace | None) -> np.ndarray:
+    assert t is not None and t.values is not None
+    return t.values
+
+
+def _names(st: tracer.StepTrace) -> list[str]:
+    return [n.name for n in st.nodes]
+
+
+def test_inplace_relu_batchnorm_conv() -> None:
+    case = build("cnn")
+    tr = tracer.Tracer(case.model)
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    names = _names(st)
+    assert "NativeBatchNormBackward0" in names and "ReluBackward0" in names
+    assert "BackwardHookFunctionBackward" not in names  # no full hooks were put on the model
+    bn = st.modules["bn1"]
+    assert bn.grad_output[0] is not None and bn.grad_output[0].shape == (4, 4, 8, 8)
+    relu = st.by_name("ReluBackward0")
+    assert any(n.module == "relu" for n in relu)
+    assert all(n.order is not None for n in st.nodes)
+    (bnode,) = st.by_name("NativeBatchNormBackward0")
+    assert bnode.input_labels[1:] == ["weight → bn1.weight", "bias → bn1.bias"]
+
+
+def test_layernorm_embedding_attention_are_attributed() -> None:
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    tok = torch.randint(0, 11, (2, 5))
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        out = model(tok)
+        F.cross_entropy(out.reshape(-1, 11), tok.reshape(-1)).backward()
+    mods = {n.module for n in st.nodes}
+    assert {"emb", "attn", "ln1", "ln2", "ff.0", "ff.1", "ff.2", "head"} <= mods
+    (emb,) = st.by_name("EmbeddingBackward0")
+    assert emb.input_labels == ["weight → emb.weight"]
+    assert any(n.name == "NativeLayerNormBackward0" and n.module == "ln1" for n in st.nodes)
+    assert all(n.source and n.source.startswith(("zoo.py:", "test_cases.py:"))
+               for n in st.nodes if n.kind == "op")
+    assert set(st.params) == {n for n, _ in model.named_parameters()}
+    assert st.modules["attn"].grad_input[0] is not None  # through the attention only
+
+
+def test_shared_weights_are_named_and_summed() -> None:
+    torch.manual_seed(0)
+    model = Tied()
+    tok = torch.randint(0, 7, (3, 4))
+    tr = tracer.Tracer(model, tensors="full")
+    with tr.step(0) as st:
+        model(tok).pow(2).mean().backward()
+    emb_nodes = [n for n in st.nodes if n.param == "emb.weight"]
+    assert len(emb_nodes) == 1  # one AccumulateGrad, fed by two paths
+    producers = [e for e in st.edges if e[1] == emb_nodes[0].id]
+    assert len(producers) == 2
+    assert np.allclose(_vals(st.params["emb.weight"]), model.emb.weight.grad.numpy(), atol=1e-7)
+    assert len(st.modules["mix"].calls) == 2  # the Linear is called twice
+
+
+def test_two_losses_two_backward_calls() -> None:
+    case = build("two_heads")
+    model = case.model
+    x, y = case.batch
+    tr = tracer.Tracer(model, tensors="full")
+    with tr.step(0) as st:
+        a, b = model(x)
+        F.cross_entropy(a, y).backward(retain_graph=True)
+        b.pow(2).mean().backward()
+    assert len(st.passes) == 2
+    body_w = st.param_node("body.weight")
+    assert body_w is not None and len(body_w.runs) == 2  # reached by both losses
+    assert np.allclose(_vals(st.params["body.weight"]), model.body.weight.grad.numpy(), atol=1e-6)
+    # each node of the first pass ran before any node of the second
+    first, second = st.passes
+    assert first.end == second.start and second.end == len(st.execution)
+
+
+def test_detached_branch_has_no_edge_back() -> None:
+    case = build("detached")
+    tr = tracer.Tracer(case.model)
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    gate_mm = [n for n in st.nodes if n.module == "gate" and n.name == "AddmmBackward0"]
+    assert len(gate_mm) == 1
+    assert gate_mm[0].grad_inputs[1] is None and gate_mm[0].input_labels[1] == "mat1 → no gradient needed"
+
+
+def test_retain_graph_twice_records_two_runs() -> None:
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, tensors="full")
+    with tr.step(0) as st:
+        loss = case.loss(case.model, case.batch)
+        loss.backward(retain_graph=True)
+        loss.backward()
+    assert len(st.passes) == 2 and st.passes[0].retain_graph and not st.passes[1].retain_graph
+    assert all(len(n.runs) == 2 for n in st.nodes)
+    w = case.model.fc1.weight.grad
+    assert np.allclose(_vals(st.params["fc1.weight"]), w.numpy(), atol=1e-7)  # the sum of both passes
+    n0 = st.nodes[2]
+    assert np.array_equal(_vals(n0.runs[0].grad_outputs[0]), _vals(n0.runs[1].grad_outputs[0]))
+
+
+def test_create_graph_double_backward() -> None:
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    tr = tracer.Tracer(tensors="full")
+    with tr.step(0) as st:
+        y = (x ** 3).sum()
+        (g,) = torch.autograd.grad(y, x, create_graph=True)
+        g.sum().backward()
+    assert x.grad is not None and x.grad.tolist() == [6.0, 12.0, 18.0]
+    assert len(st.passes) == 2 and st.passes[0].create_graph
+    first = {st.nodes[i].name for i in st.passes[0].roots}
+    assert first == {"SumBackward0"}
+    second_nodes = {n.name for n in st.nodes if any(r.pass_index == 1 for r in n.runs)}
+    assert "MulBackward0" in second_nodes  # the backward-of-backward graph is new nodes
+    (pow_node,) = [n for n in st.by_name("PowBackward0") if n.runs[0].pass_index == 0]
+    assert _vals(pow_node.grad_inputs[0]).tolist() == [3.0, 12.0, 27.0]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpoint(reentrant: bool) -> None:
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    head = nn.Linear(4, 1)
+    model = nn.ModuleDict({"block": block, "head": head})
+    x = torch.randn(3, 4, requires_grad=True)
+    ref = [p.detach().clone() for p in model.parameters()]
+    del ref
+    tr = tracer.Tracer(model, tensors="full")
+    with tr.step(0) as st:
+        h = checkpoint(block, x, use_reentrant=reentrant)
+        head(h).sum().backward()
+    names = _names(st)
+    if reentrant:
+        assert "CheckpointFunctionBackward" in names and "TanhBackward0" not in names
+        (ck,) = [n for n in st.nodes if n.kind == "checkpoint"]
+        assert ck.input_labels[0].startswith("checkpointed fn arg 0")
+        assert np.allclose(_vals(ck.grad_inputs[0]), x.grad.numpy(), atol=1e-6)
+    else:
+        assert "TanhBackward0" in names and "CheckpointFunctionBackward" not in names
+        tanh = st.by_name("TanhBackward0")[0]
+        assert tanh.module == "block.1"
+        assert np.allclose(_vals(st.params["block.0.weight"]), block[0].weight.grad.numpy(), atol=1e-6)
+    assert x.grad is not None
+
+
+def test_custom_function_slots_are_its_tensor_args() -> None:
+    case = build("custom")
+    tr = tracer.Tracer(case.model, tensors="full")
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    (node,) = [n for n in st.nodes if n.kind == "custom"]
+    assert node.name == "ScaledSquareBackward"
+    assert node.input_args == ["a", "b"] or node.input_args == ["input 0", "input 1"]
+    assert node.input_labels[1].endswith("→ w")
+
+
+def test_bf16_autocast_on_cpu() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st, torch.autocast("cpu", dtype=torch.bfloat16):
+        model(x).float().pow(2).mean().backward()
+    assert "ToCopyBackward0" in _names(st)
+    dtypes = {g.dtype for n in st.nodes for g in (n.grad_outputs or []) if g is not None}
+    assert {"bfloat16", "float32"} <= dtypes
+    assert all(st.params[k].dtype == "float32" for k in st.params)
+    (first_addmm,) = [n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "0"]
+    assert first_addmm.input_labels[2] == "mat2 → 0.weight (transposed, cast)"
+    for t in st.params.values():
+        assert np.isfinite(t.stats["norm"]) and t.thumb is not None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_compiled_submodule_is_one_opaque_node() -> None:
+    torch.manual_seed(0)
+    inner = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+    model = nn.Module()
+    model.block = torch.compile(inner, backend="aot_eager")
+    model.head = nn.Linear(4, 2)
+    x = torch.randn(5, 4)
+    model.head(model.block(x)).sum().backward()  # compile once, outside the tracer
+    for p in model.parameters():
+        p.grad = None
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        model.head(model.block(x)).sum().backward()
+    compiled = [n for n in st.nodes if n.kind == "compiled"]
+    assert len(compiled) == 1
+    node = compiled[0]
+    assert node.name == "CompiledFunctionBackward" and node.module == "block"
+    assert not st.by_name("ReluBackward0")  # no per-op nodes inside it
+    params = {st.nodes[d].param for s, d, _ in st.edges if s == node.id}
+    assert params == {"block._orig_mod.0.weight", "block._orig_mod.0.bias", "block._orig_mod.2.weight",
+                      "block._orig_mod.2.bias"}
+    assert all("compiled block" in lab for lab in node.input_labels)
+
+
+def test_ten_thousand_op_chain() -> None:
+    x = torch.ones(3, requires_grad=True)
+    tr = tracer.Tracer(thumb=0)
+    with tr.step(0) as st:
+        h = x
+        for _ in range(10_000):
+            h = h * 1.0001
+        h.sum().backward()
+    assert len(st.nodes) == 10_002
+    assert st.nodes[-1].order == 10_001
+    assert x.grad is not None
+
+
+def test_forward_of_a_module_called_outside_any_model() -> None:
+    """model=None still records ops and gradients; nodes just carry no module names."""
+    tr = tracer.Tracer()
+    cnn = SmallCNN()
+    with tr.step(0) as st:
+        cnn(torch.randn(2, 1, 8, 8)).sum().backward()
+    assert st.nodes and all(n.module is None for n in st.nodes)
+    assert all(n.param is None for n in st.nodes)
+
+
+def test_trace_one_call() -> None:
+    case = build("mlp")
+    loss = case.loss(case.model, case.batch)
+    st = tracer.trace(loss, case.model)
+    assert st.nodes[0].name == "NllLossBackward0"
+    assert set(st.params) == {n for n, _ in case.model.named_parameters()}

@@ -1,0 +1,152 @@
+"""Tracing changes nothing: same gradients bit for bit, no hook left anywhere, nothing stored on the
+user's objects, nothing installed on untraced steps, no memory kept across steps."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import weakref
+
+import psutil
+import pytest
+import torch
+import torch.nn as nn
+from zoo import ZOO, build
+
+import tracer
+from tracer import _recorder
+
+
+def _global_hook_state() -> tuple[int, ...]:
+    mm = torch.nn.modules.module
+    return (len(mm._global_forward_hooks), len(mm._global_forward_pre_hooks), len(mm._global_backward_hooks),
+            len(mm._global_backward_pre_hooks), torch._C._len_torch_function_stack())
+
+
+def _module_state(model: nn.Module) -> list[tuple[str, int, int, int, int, frozenset[str]]]:
+    return [(n, len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks),
+             len(m._backward_pre_hooks), frozenset(vars(m))) for n, m in model.named_modules()]
+
+
+def _param_state(model: nn.Module) -> list[tuple[str, object, object, frozenset[str]]]:
+    return [(n, p._backward_hooks, getattr(p, "_post_accumulate_grad_hooks", None), frozenset(vars(p)))
+            for n, p in model.named_parameters()]
+
+
+@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("mode", ["summary", "full"])
+def test_gradients_bitwise_equal(name: str, mode: str) -> None:
+    case = build(name)
+    twin = copy.deepcopy(case.model)
+    case.loss(twin, case.batch).backward()
+    tr = tracer.Tracer(case.model, tensors=mode)
+    with tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    for (n, p), (_, q) in zip(case.model.named_parameters(), twin.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), n
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), n
+
+
+def _track_recorders(monkeypatch: pytest.MonkeyPatch) -> list[weakref.ref[object]]:
+    refs: list[weakref.ref[object]] = []
+    orig = _recorder.StepRecorder.__init__
+
+    def init(self: object, *a: object, **k: object) -> None:
+        orig(self, *a, **k)  # type: ignore[arg-type]
+        refs.append(weakref.ref(self))
+
+    monkeypatch.setattr(_recorder.StepRecorder, "__init__", init)
+    return refs
+
+
+def test_no_hook_left_after_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    refs = _track_recorders(monkeypatch)
+    case = build("cnn")
+    before = (_global_hook_state(), _module_state(case.model), _param_state(case.model))
+    tr = tracer.Tracer(case.model)
+    with tr.step(0):
+        loss = case.loss(case.model, case.batch)
+        loss.backward(retain_graph=True)  # keep the graph (and its nodes) alive after the step
+    assert (_global_hook_state(), _module_state(case.model), _param_state(case.model)) == before
+    graph = [loss.grad_fn]
+    while graph:  # nothing written into node metadata either
+        n = graph.pop()
+        assert n.metadata == {}
+        graph.extend(c for c, _ in n.next_functions if c is not None)
+    del tr
+    gc.collect()
+    # a node hook left behind would keep its recorder alive through the closure
+    assert refs and all(r() is None for r in refs)
+    loss.backward()  # the retained graph still works without us
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_no_hook_left_when_the_step_raises(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    refs = _track_recorders(monkeypatch)
+    case = build("mlp")
+    before = (_global_hook_state(), _module_state(case.model), _param_state(case.model))
+    tr = tracer.Tracer(case.model)
+
+    def boom(grad: torch.Tensor) -> None:
+        raise RuntimeError("user hook failed")
+
+    with pytest.raises(RuntimeError, match="user hook failed" if where == "backward" else "in forward"):
+        with tr.step(0):
+            out = case.model(case.batch[0])
+            if where == "forward":
+                raise RuntimeError("error in forward")
+            out.register_hook(boom)
+            out.sum().backward()
+    assert (_global_hook_state(), _module_state(case.model), _param_state(case.model)) == before
+    assert tr.last is not None and tr.last.error is not None
+    del tr
+    gc.collect()
+    assert refs and all(r() is None for r in refs)
+
+
+def test_every_n_installs_nothing_on_untraced_steps() -> None:
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, every=3)
+    base = _global_hook_state()
+    traced = []
+    for i in range(7):
+        with tr.step(i) as st:
+            if st is None:
+                assert _global_hook_state() == base  # nothing at all while an untraced step runs
+            else:
+                assert _global_hook_state() != base
+            case.loss(case.model, case.batch).backward()
+        traced.append(st is not None)
+    assert traced == [True, False, False, True, False, False, True]
+
+
+def test_graph_freed_after_each_step() -> None:
+    """200 traced steps: memory must not grow with the number of steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr = tracer.Tracer(model, keep=1)
+    x = torch.randn(128, 64)
+    proc = psutil.Process()
+    rss = []
+    for i in range(200):
+        with tr.step(i):
+            model(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        if i in (50, 199):
+            gc.collect()
+            rss.append(proc.memory_info().rss)
+    assert rss[1] - rss[0] < 16 * 1024 * 1024, f"grew by {(rss[1] - rss[0]) / 1e6:.1f} MB over 150 steps"
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="every"):
+        tracer.Tracer(every=0)
+    with pytest.raises(ValueError, match="tensors"):
+        tracer.Tracer(tensors="all")
+    with pytest.raises(TypeError, match="model"):
+        tracer.Tracer(model="net")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sink"):
+        tracer.Tracer(sink="out.txt")
