@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import close, graph_nodes, grad_wrt_outputs, vjp_of_node
+from helpers import close, grad_wrt_outputs, graph_nodes, vjp_of_node
 from zoo import ZOO, build
 
 import tracer

@@ -91,13 +91,12 @@ def test_no_hook_left_when_the_step_raises(where: str, monkeypatch: pytest.Monke
     def boom(grad: torch.Tensor) -> None:
         raise RuntimeError("user hook failed")
 
-    with pytest.raises(RuntimeError, match="user hook failed" if where == "backward" else "in forward"):
-        with tr.step(0):
-            out = case.model(case.batch[0])
-            if where == "forward":
-                raise RuntimeError("error in forward")
-            out.register_hook(boom)
-            out.sum().backward()
+    with pytest.raises(RuntimeError, match="user hook failed" if where == "backward" else "in forward"), tr.step(0):
+        out = case.model(case.batch[0])
+        if where == "forward":
+            raise RuntimeError("error in forward")
+        out.register_hook(boom)
+        out.sum().backward()
     assert (_global_hook_state(), _module_state(case.model), _param_state(case.model)) == before
     assert tr.last is not None and tr.last.error is not None
     del tr

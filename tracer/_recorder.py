@@ -30,7 +30,7 @@ import torch
 from tracer._attrib import ForwardRecorder, ModuleCallRecord
 from tracer._labels import ACCUMULATE, VIEW_NODES, SlotInfo, label_slots, schema_of, slot_args
 from tracer._model import BackwardPass, ModuleCall, ModuleTrace, NodeRun, NodeTrace, StepTrace, TensorTrace
-from tracer._summary import Summariser, dtype_name
+from tracer._summary import Summariser, dtype_name, grad_off
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class StepRecorder:
             return func(*args, **kwargs)
         finally:
             bp.end = len(self.execution)
-            for (node, nr), rid in zip(roots, root_ids):
+            for (_node, nr), rid in zip(roots, root_ids):
                 runs = [r for r in self.recs[rid].runs if r.pass_index == index]
                 bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
                                      else None)
@@ -282,7 +282,7 @@ class StepRecorder:
     def _note_param(self, name: str, g: torch.Tensor, tr: TensorTrace | None) -> None:
         count = self._param_count.get(name, 0) + 1
         self._param_count[name] = count
-        with torch.no_grad():
+        with grad_off():
             if count == 1:
                 if tr is not None:
                     self._param_trace[name] = tr
@@ -413,7 +413,7 @@ class StepRecorder:
                         self._sum_slots[p] = (ci, k)
 
     def _add_to_module_sum(self, key: tuple[int, int], g: torch.Tensor) -> None:
-        with torch.no_grad():
+        with grad_off():
             prev = self._module_acc.get(key)
             self._module_acc[key] = g.detach().clone() if prev is None else prev + g.detach()
 

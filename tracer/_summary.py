@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from tracer._model import TensorTrace
 
@@ -41,7 +41,6 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-@torch.no_grad()
 def _flat_float(t: torch.Tensor) -> torch.Tensor:
     flat = t.detach().reshape(-1)
     if flat.is_complex():
@@ -51,36 +50,50 @@ def _flat_float(t: torch.Tensor) -> torch.Tensor:
     return flat
 
 
-@torch.no_grad()
+_CHUNK = 1 << 18  # elements per pass of the non-zero count (1 MB of float32: stays in cache)
+_scratch: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
 def _count_nonzero(flat: torch.Tensor) -> torch.Tensor:
-    if flat.numel() <= _EXACT_FLOAT32_COUNT or flat.dtype == torch.float64:
+    """Σ sign(x)² over chunks through a reused scratch buffer: no allocation the size of the gradient
+    (fresh multi-MB allocations inside backward cost page faults that measured more than the pass)."""
+    n = flat.numel()
+    if n > _EXACT_FLOAT32_COUNT and flat.dtype != torch.float64:
+        return torch.count_nonzero(flat)
+    if n <= _CHUNK:
         s = torch.sign(flat)
         return torch.dot(s, s)
-    return torch.count_nonzero(flat)
+    key = (flat.device, flat.dtype)
+    buf = _scratch.get(key)
+    if buf is None:
+        buf = _scratch[key] = torch.empty(_CHUNK, dtype=flat.dtype, device=flat.device)
+    total = flat.new_zeros(())
+    for start in range(0, n, _CHUNK):
+        part = flat[start:start + _CHUNK]
+        b = buf[:part.numel()]
+        torch.sign(part, out=b)
+        total += torch.dot(b, b)
+    return total
 
 
-@torch.no_grad()
-def raw_stats(t: torch.Tensor) -> torch.Tensor:
-    """[min, max, sum, sumsq, nonzero, nan, inf, finite] over the finite elements, on t's device.
+def raw_stats(t: torch.Tensor) -> torch.Tensor | tuple[float, ...]:
+    """[min, max, sum, sumsq, nonzero, nan, inf, finite] over the finite elements.
 
-    See NOTE [Summary cost]. The result is a float64 tensor of 8 that stays on the device.
+    See NOTE [Summary cost]. On CPU the result is a tuple of floats (reading a CPU scalar is no
+    sync); elsewhere a float64 tensor of 8 that stays on the device until `finalize`.
     """
     flat = _flat_float(t)
     n = flat.numel()
-    dev = flat.device
     if n == 0:
-        return torch.tensor([math.nan] * 5 + [0.0, 0.0, 0.0], dtype=torch.float64, device=dev)
-    if dev.type == "cpu":
-        s = flat.sum()
-        ss = torch.dot(flat, flat)
-        mn, mx = torch.aminmax(flat)
-        if math.isfinite(float(s)) and math.isfinite(float(ss)) and math.isfinite(float(mn)) and \
-                math.isfinite(float(mx)):
-            nz = _count_nonzero(flat)
-            head = torch.stack([mn, mx, s, ss, nz.to(flat.dtype)]).double()
-            tail = torch.tensor([0.0, 0.0, float(n)], dtype=torch.float64)
-            return torch.cat([head, tail])
-        flat = flat.double()  # overflowing sums, or non-finite values: recompute exactly below
+        return (math.nan, math.nan, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    if flat.device.type == "cpu":
+        s = flat.sum().item()
+        ss = torch.dot(flat, flat).item()
+        if math.isfinite(s) and math.isfinite(ss):  # a NaN or ±Inf element would have propagated here
+            mn, mx = torch.aminmax(flat)
+            return (mn.item(), mx.item(), s, ss, _count_nonzero(flat).item(), 0.0, 0.0, float(n))
+        flat = flat.double()  # non-finite values, or a sum of squares past float32: recompute exactly
+    dev = flat.device
     fin = torch.isfinite(flat)
     nan = torch.isnan(flat).sum()
     n_fin = fin.sum()
@@ -89,14 +102,14 @@ def raw_stats(t: torch.Tensor) -> torch.Tensor:
     pos_inf = torch.full((), math.inf, dtype=flat.dtype, device=dev)
     mn = torch.where(fin, flat, pos_inf).min()
     mx = torch.where(fin, flat, -pos_inf).max()
-    s = f.sum()
-    ss = torch.dot(f, f)
-    nz = torch.count_nonzero(f)
-    return torch.stack([mn.double(), mx.double(), s.double(), ss.double(), nz.double(), nan.double(),
-                        inf.double(), n_fin.double()])
+    out = torch.stack([mn.double(), mx.double(), f.sum().double(), torch.dot(f, f).double(),
+                       torch.count_nonzero(f).double(), nan.double(), inf.double(), n_fin.double()])
+    if dev.type == "cpu":
+        return tuple(out.tolist())
+    return out
 
 
-def stats_from_raw(raw: np.ndarray) -> dict[str, float]:
+def stats_from_raw(raw: Any) -> dict[str, float]:
     """Host-side: turn `raw_stats` output into `min max mean std norm nan inf zeros`."""
     mn, mx, s, ss, nz, nan, inf, n = (float(v) for v in raw)
     if n <= 0:
@@ -106,6 +119,30 @@ def stats_from_raw(raw: np.ndarray) -> dict[str, float]:
     var = max(ss - s * mean, 0.0) / max(n - 1.0, 1.0)
     return {"min": mn, "max": mx, "mean": mean, "std": math.sqrt(var), "norm": math.sqrt(max(ss, 0.0)),
             "nan": nan, "inf": inf, "zeros": n - nz}
+
+
+def stats_from_array(a: np.ndarray) -> dict[str, float]:
+    """Host-side statistics of a small array (see `_Pending.host_stats`)."""
+    v = np.asarray(a, dtype=np.float64).ravel()
+    nan = int(np.isnan(v).sum())
+    inf = int(np.isinf(v).sum())
+    f = v[np.isfinite(v)] if nan or inf else v
+    if f.size == 0:
+        raw = np.array([math.nan, math.nan, 0.0, 0.0, 0.0, nan, inf, 0.0])
+    else:
+        raw = np.array([f.min(), f.max(), f.sum(), float(np.dot(f, f)), float(np.count_nonzero(f)), nan, inf,
+                        float(f.size)])
+    return stats_from_raw(raw)
+
+
+def _fits(shape: tuple[int, ...], size: int) -> bool:
+    """True when the thumbnail is the whole tensor, uncompressed (see NOTE [Thumbnail views])."""
+    r = len(shape)
+    if r == 4:
+        return False
+    rows = 1 if r <= 1 else math.prod(shape[:-1])
+    cols = 1 if r == 0 else shape[-1]
+    return rows <= size and cols <= size
 
 
 def thumbnail_view(shape: tuple[int, ...]) -> str:
@@ -124,9 +161,26 @@ def thumbnail_view(shape: tuple[int, ...]) -> str:
     return f"rows {'·'.join(map(str, shape[:-1]))} × cols {shape[-1]}"
 
 
-@torch.no_grad()
+def _block_mean(v: torch.Tensor, dim: int, out: int) -> torch.Tensor:
+    """Mean over consecutive blocks of `dim` so that at most `out` remain; the last block may be
+    shorter. One pass over `v`, no window overlap (cheaper than adaptive pooling by 2-3x on CPU)."""
+    n = v.shape[dim]
+    if n <= out:
+        return v
+    k = math.ceil(n / out)
+    full = (n // k) * k
+    head = v.narrow(dim, 0, full)
+    shape = list(v.shape)
+    shape[dim:dim + 1] = [n // k, k]
+    parts = [head.reshape(shape).mean(dim + 1)]
+    if full < n:
+        parts.append(v.narrow(dim, full, n - full).mean(dim, keepdim=True))
+    return torch.cat(parts, dim) if len(parts) > 1 else parts[0]
+
+
 def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
-    """A float32 2-D block-mean thumbnail of at most size×size, on t's device."""
+    """A float32 2-D block-mean thumbnail of at most size×size, on t's device. Always a new tensor
+    (never a view of a gradient: autograd may reuse that memory)."""
     x = t.detach()
     if x.is_complex():
         x = x.abs()
@@ -137,7 +191,8 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
         gc = math.ceil(math.sqrt(c))
         gr = math.ceil(c / gc)
         th, tw = max(1, min(h, size // gr)), max(1, min(w, size // gc))
-        tiles = F.adaptive_avg_pool2d(x[0:1], (th, tw))[0] if (th, tw) != (h, w) else x[0]
+        tiles = _block_mean(_block_mean(x[0], 1, th), 2, tw)
+        th, tw = tiles.shape[1], tiles.shape[2]
         pad = gr * gc - c
         if pad:
             tiles = torch.cat([tiles, tiles.new_full((pad, th, tw), math.nan)])
@@ -148,22 +203,36 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
         v = x.reshape(1, -1)
     else:
         v = x.reshape(-1, x.shape[-1])
-    rows, cols = v.shape
-    if rows == 0 or cols == 0:
+    if v.shape[0] == 0 or v.shape[1] == 0:
         return v.new_zeros((0, 0))
-    out_r, out_c = min(size, rows), min(size, cols)
-    if (out_r, out_c) == (rows, cols):
-        return v.clone()  # never keep a view of a gradient: autograd may reuse its memory
-    return F.adaptive_avg_pool2d(v.unsqueeze(0), (out_r, out_c))[0]
+    out = _block_mean(_block_mean(v, 0, size), 1, size)
+    return out.clone() if out.data_ptr() == v.data_ptr() or out.data_ptr() == t.data_ptr() else out
 
 
 @dataclass
 class _Pending:
     trace: TensorTrace
-    raw: torch.Tensor | None  # stats on device; None when stats come from `stats_of`
+    raw: torch.Tensor | tuple[float, ...] | None  # see raw_stats; None when stats come from elsewhere
     thumb: torch.Tensor | None
     values: torch.Tensor | None
     stats_of: TensorTrace | None = None
+    host_stats: bool = False  # small tensor: its thumbnail holds every value; stats computed from it
+
+
+class grad_off:
+    """`torch.no_grad()` for hot paths: the decorator form costs ~50 µs a call on CPU (it clones its
+    context each time); this only flips the flag when it is on (it is off in a plain backward)."""
+
+    __slots__ = ("prev",)
+
+    def __enter__(self) -> None:
+        self.prev = torch.is_grad_enabled()
+        if self.prev:
+            torch._C._set_grad_enabled(False)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.prev:
+            torch._C._set_grad_enabled(True)
 
 
 class Summariser:
@@ -174,20 +243,26 @@ class Summariser:
         self.keep_values = keep_values
         self._pending: list[_Pending] = []
 
-    @torch.no_grad()
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
         shape (a view node's output), whose statistics are reused; only the thumbnail is computed."""
+        with grad_off():
+            return self._summarise(t, stats_of)
+
+    def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
         shape = tuple(t.shape)
         tr = TensorTrace(shape=shape, dtype=dtype_name(t.dtype), thumb_view=thumbnail_view(shape),
                          device=str(t.device))
-        raw = None if stats_of is not None else raw_stats(t)
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
+        # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
+        # thumbnail is an exact copy, so its statistics are computed on the host at finalize.
+        host = stats_of is None and th is not None and t.dtype != torch.float64 and _fits(shape, self.thumb)
+        raw = None if stats_of is not None or host else raw_stats(t)
         vals = None
         if self.keep_values:
             v = t.detach()
             vals = (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v).clone()
-        self._pending.append(_Pending(tr, raw, th, vals, stats_of))
+        self._pending.append(_Pending(tr, raw, th, vals, stats_of, host))
         return tr
 
     def finalize(self) -> None:
@@ -196,14 +271,14 @@ class Summariser:
         pending, self._pending = self._pending, []
         by_dev: dict[torch.device, list[_Pending]] = {}
         for p in pending:
-            dev = p.raw.device if p.raw is not None else (p.thumb.device if p.thumb is not None else None)
+            dev = p.raw.device if isinstance(p.raw, torch.Tensor) else (p.thumb.device if p.thumb is not None else None)
             if dev is not None:
                 by_dev.setdefault(dev, []).append(p)
         for _dev, items in by_dev.items():
-            with_raw = [p for p in items if p.raw is not None]
-            if with_raw:
-                host = torch.stack([p.raw for p in with_raw]).cpu().numpy()  # type: ignore[misc]
-                for p, row in zip(with_raw, host):
+            on_device = [p for p in items if isinstance(p.raw, torch.Tensor)]
+            if on_device:
+                host = torch.stack([p.raw for p in on_device]).cpu().numpy()  # type: ignore[misc]
+                for p, row in zip(on_device, host):
                     p.trace.stats = stats_from_raw(row)
             with_thumb = [p for p in items if p.thumb is not None and p.thumb.numel() > 0]
             if with_thumb:
@@ -215,8 +290,12 @@ class Summariser:
                     p.trace.thumb = flat[off:off + k].reshape(shp).copy()
                     off += k
         for p in pending:
+            if isinstance(p.raw, tuple):
+                p.trace.stats = stats_from_raw(p.raw)
             if p.thumb is not None and p.thumb.numel() == 0:
                 p.trace.thumb = np.zeros((0, 0), dtype=np.float32)
+            if p.host_stats and p.trace.thumb is not None:
+                p.trace.stats = stats_from_array(p.trace.thumb)
             if p.stats_of is not None:
                 p.trace.stats = dict(p.stats_of.stats)
             if p.values is not None:
