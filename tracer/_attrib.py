@@ -35,38 +35,51 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 _seqnr = torch._C._autograd._get_sequence_nr
+_NoTorchFunction = torch._C.DisableTorchFunction
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OUR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
 
 
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
 def _is_compiling() -> bool:
-    try:
-        return bool(torch.compiler.is_compiling())
-    except AttributeError:  # torch < 2.3
-        return False
+    return bool(_compiling())
 
 
 def _in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
+_is_user_code: dict[Any, str | None] = {}  # code object → basename if it is the user's code, else None
+
+
 def user_frame(start: Any) -> str | None:
     """`file.py:LINE` of the first frame outside torch and gradscape, walking outwards."""
     f = start
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<frozen"):
-            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        code = f.f_code
+        base = _is_user_code.get(code, False)
+        if base is False:
+            fn = code.co_filename
+            user = not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<frozen")
+            base = _is_user_code[code] = os.path.basename(fn) if user else None
+        if base is not None:
+            return f"{base}:{f.f_lineno}"
         f = f.f_back
     return None
 
 
 def gradient_edge(t: Any) -> tuple[Any, int] | None:
-    """(node, output_nr) that will receive ∂L/∂t, or None when t needs no gradient."""
+    """(node, output_nr) that will receive ∂L/∂t, or None when t needs no gradient.
+    Call with torch functions disabled (property reads would otherwise go through our own mode)."""
     if not isinstance(t, torch.Tensor) or not t.requires_grad:
         return None
-    edge = torch.autograd.graph.get_gradient_edge(t)
+    fn = t.grad_fn
+    if fn is not None:
+        return (fn, t.output_nr)
+    edge = torch.autograd.graph.get_gradient_edge(t)  # a leaf: its AccumulateGrad node
     return (edge.node, edge.output_nr)
 
 
@@ -118,7 +131,8 @@ class ForwardRecorder:
         name = self.module_names.get(mod)
         if name is None:
             return None
-        self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
+        with _NoTorchFunction():
+            self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
         return None
 
     def _post(self, mod: Any, args: Any, out: Any) -> None:
@@ -135,8 +149,9 @@ class ForwardRecorder:
         _, lo, inputs = self._stack.pop()
         hi = _seqnr()
         outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
-        self.calls.append(ModuleCallRecord(name, lo, hi, inputs, [gradient_edge(o) for o in outs]))
-        self._tag(out, lo, hi, name)
+        with _NoTorchFunction():
+            self.calls.append(ModuleCallRecord(name, lo, hi, inputs, [gradient_edge(o) for o in outs]))
+            self._tag(out, lo, hi, name)
         return None
 
     def _tag(self, outputs: Any, lo: int, hi: int, name: str) -> None:
@@ -178,7 +193,7 @@ class _StepMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        if _is_compiling():  # dynamo traces this handler: keep it trivially traceable
+        if _compiling():  # dynamo traces this handler: keep it trivially traceable
             return func(*args, **kwargs)
         api = _BACKWARD_FUNCS.get(func)
         if api is not None:
