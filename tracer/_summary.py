@@ -24,6 +24,7 @@ NOTE [Thumbnail views]
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from tracer._model import TensorTrace
+from tracer._native import native
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _EXACT_FLOAT32_COUNT = 1 << 24  # a float32 dot of ±1/0 counts exactly up to 2**24 elements
@@ -209,6 +211,39 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
     return out.clone() if out.data_ptr() == v.data_ptr() or out.data_ptr() == t.data_ptr() else out
 
 
+_NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
+
+
+def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], torch.Tensor | None] | None:
+    """Statistics and block-mean thumbnail in one pass with the C kernel (`tracer._native`), for CPU
+    float32/bfloat16 tensors; None when the kernel is unavailable or does not apply. Rank-4 tensors
+    get statistics only here (their thumbnail is a grid of tiles, made by `thumbnail`)."""
+    fname = _NATIVE_DTYPES.get(t.dtype)
+    if fname is None or t.device.type != "cpu" or t.numel() == 0:
+        return None
+    lib = native()
+    if lib is None:
+        return None
+    x = t.detach()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    r = x.dim()
+    with_thumb = size > 0 and r != 4
+    if not with_thumb:
+        rows, cols = 1, x.numel()
+    else:
+        rows = 1 if r <= 1 else math.prod(x.shape[:-1])
+        cols = 1 if r == 0 else x.shape[-1]
+    kr, kc = max(1, math.ceil(rows / size)) if with_thumb else 1, max(1, math.ceil(cols / size)) if with_thumb else 1
+    trows, tcols = math.ceil(rows / kr), math.ceil(cols / kc)
+    thumb = torch.empty((trows, tcols), dtype=torch.float32) if with_thumb else None
+    scratch = torch.empty(cols, dtype=torch.float32) if with_thumb else None
+    out8 = (ctypes.c_double * 8)()
+    getattr(lib, fname)(x.data_ptr(), rows, cols, kr, kc, thumb.data_ptr() if thumb is not None else None,
+                        trows, tcols, scratch.data_ptr() if scratch is not None else None, out8)
+    return tuple(out8), thumb
+
+
 @dataclass
 class _Pending:
     trace: TensorTrace
@@ -253,17 +288,27 @@ class Summariser:
         shape = tuple(t.shape)
         tr = TensorTrace(shape=shape, dtype=dtype_name(t.dtype), thumb_view=thumbnail_view(shape),
                          device=str(t.device))
+        fast = native_summary(t, self.thumb)
+        if fast is not None:
+            raw, th = fast
+            if th is None and self.thumb > 0:
+                th = thumbnail(t, self.thumb)
+            vals = self._values(t)
+            self._pending.append(_Pending(tr, raw, th, vals, None, False))
+            return tr
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
         # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
         # thumbnail is an exact copy, so its statistics are computed on the host at finalize.
         host = stats_of is None and th is not None and t.dtype != torch.float64 and _fits(shape, self.thumb)
         raw = None if stats_of is not None or host else raw_stats(t)
-        vals = None
-        if self.keep_values:
-            v = t.detach()
-            vals = (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v).clone()
-        self._pending.append(_Pending(tr, raw, th, vals, stats_of, host))
+        self._pending.append(_Pending(tr, raw, th, self._values(t), stats_of, host))
         return tr
+
+    def _values(self, t: torch.Tensor) -> torch.Tensor | None:
+        if not self.keep_values:
+            return None
+        v = t.detach()
+        return (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v).clone()
 
     def finalize(self) -> None:
         """Copy every pending summary to the host: one stacked transfer per device for the stats and
