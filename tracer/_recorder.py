@@ -124,6 +124,7 @@ class StepRecorder:
         self._calls: list[ModuleCallRecord] = []
         self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
+        self._hidden: dict[Any, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -148,6 +149,7 @@ class StepRecorder:
                               retain_graph=bool(retain), create_graph=bool(create), start=len(self.execution))
             self.passes.append(bp)
             self._plan_module_sums()
+            self._watch_hidden_params()
         except Exception as exc:  # never let the tracer break the user's backward
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
@@ -219,6 +221,31 @@ class StepRecorder:
         self.recs.append(rec)
         self._handles.append(n.register_prehook(self._make_pre(rec)))
         self._handles.append(n.register_hook(self._make_post(rec)))
+
+    def _watch_hidden_params(self) -> None:
+        """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
+        gradients in a graph the walk cannot see. Holding the parameter's AccumulateGrad node makes
+        that inner graph use it, so a pre-hook there still records the arriving gradient in
+        `st.params` (the node itself is not part of the drawn graph)."""
+        if not any(r.kind in ("checkpoint", "custom") for r in self.recs):
+            return
+        for p, name in self.param_names.items():
+            if not p.requires_grad:
+                continue
+            node = torch.autograd.graph.get_gradient_edge(p).node
+            if node in self.ids or node in self._hidden:
+                continue
+            self._hidden[node] = name
+            self._handles.append(node.register_prehook(self._make_hidden_pre(name)))
+
+    def _make_hidden_pre(self, name: str) -> Any:
+        def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            g = grad_outputs[0] if grad_outputs else None
+            if g is not None:
+                self._note_param(name, g, self.summ.summarise(g))
+            return None
+
+        return pre
 
     def _link(self, rec: _Rec) -> None:
         kids: list[tuple[int, int] | None] = []
@@ -324,6 +351,7 @@ class StepRecorder:
         self._pending = {}
         self._param_sum = {}
         self._module_acc = {}
+        self._hidden = {}
         self._sum_slots = {}
         self._calls = []
         self.forward.node_module = {}

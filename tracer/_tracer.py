@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -60,39 +60,17 @@ class Tracer:
     def should_trace(self, i: int) -> bool:
         return i % self.every == 0
 
-    @contextmanager
-    def step(self, i: int) -> Iterator[StepTrace | None]:
+    def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
         """Trace step `i` (when `i % every == 0`): forward attribution and every backward inside the
-        block. Yields the `StepTrace`, complete once the block exits; yields None when untraced."""
+        block. The context yields the `StepTrace`, complete once the block exits, or None on an
+        untraced step, for which nothing at all is installed (the context is a shared no-op)."""
         if self._closed:
             raise RuntimeError("this Tracer is closed")
-        if not self.should_trace(i):
-            yield None
-            return
+        if i % self.every != 0:
+            return _UNTRACED
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
-        st = StepTrace(run=self.run, step=int(i))
-        rec = StepRecorder(self.run, int(i), self.model, Summariser(self.thumb, self.tensors == "full"))
-        self._active = True
-        error: BaseException | None = None
-        try:
-            rec.start()
-            yield st
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            self._active = False
-            try:
-                done = rec.finish(error)
-            except Exception as exc:  # never hide the user's exception behind ours
-                rec.stop_hooks()
-                warnings.warn(f"gradscape: could not assemble step {i}: {exc}", RuntimeWarning, stacklevel=3)
-                done = None
-            if done is not None:
-                _fill(st, done)
-                self.last = st
-                self._emit(st)
+        return _TracedStep(self, int(i))
 
     def _emit(self, st: StepTrace) -> None:
         for sink in self.sinks:
@@ -136,6 +114,54 @@ class Tracer:
             if kept is not None:
                 return list(kept)
         return []
+
+
+class _Untraced:
+    """The context of an untraced step: does nothing, costs nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+_UNTRACED = _Untraced()
+
+
+class _TracedStep:
+    """The context of a traced step: installs the recorder on enter, assembles and emits on exit."""
+
+    def __init__(self, tracer: Tracer, i: int) -> None:
+        self.tracer = tracer
+        self.st = StepTrace(run=tracer.run, step=i)
+        self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"))
+
+    def __enter__(self) -> StepTrace:
+        self.tracer._active = True
+        try:
+            self.rec.start()
+        except BaseException:
+            self.rec.stop_hooks()
+            self.tracer._active = False
+            raise
+        return self.st
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        tr = self.tracer
+        tr._active = False
+        try:
+            done = self.rec.finish(exc)
+        except Exception as err:  # never hide the user's exception behind ours
+            self.rec.stop_hooks()
+            warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning, stacklevel=2)
+            return False
+        _fill(self.st, done)
+        tr.last = self.st
+        tr._emit(self.st)
+        return False
 
 
 def _fill(target: StepTrace, src: StepTrace) -> None:
