@@ -46,10 +46,12 @@ class TraceFormatError(ValueError):
 
 # ---------------------------------------------------------------------- arrays
 def encode_array(a: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.tobytes()}
+    if a.dtype.str not in _ALLOWED_DTYPES:
+        raise TraceFormatError(f"array dtype {a.dtype} cannot be stored (allowed: {sorted(_ALLOWED_DTYPES)})")
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.tobytes(order="C")}
 
 
 def decode_array(d: Any, where: str = "array") -> np.ndarray:

@@ -1,0 +1,168 @@
+"""The SQLite trace file: versioned, WAL, raw arrays, readable while written, exact round trip."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+from zoo import build
+
+import tracer
+from tracer import TraceFormatError, TraceStore, load
+from tracer._codec import step_from_wire, step_to_wire
+
+
+def _traced(name: str = "transformer", mode: str = "full", run: str = "r1", steps: int = 2,
+            sink: object = None) -> list[tracer.StepTrace]:
+    case = build(name)
+    tr = tracer.Tracer(case.model, run=run, tensors=mode, sink=sink, keep=steps)
+    out = []
+    for i in range(steps):
+        with tr.step(i) as st:
+            case.loss(case.model, case.batch).backward()
+        out.append(st)
+    tr.close()
+    return out
+
+
+def _same_tensor(a: tracer.TensorTrace | None, b: tracer.TensorTrace | None) -> None:
+    assert (a is None) == (b is None)
+    if a is None or b is None:
+        return
+    assert a.shape == b.shape and a.dtype == b.dtype and a.thumb_view == b.thumb_view
+    assert a.stats.keys() == b.stats.keys()
+    for k in a.stats:
+        assert a.stats[k] == b.stats[k] or (np.isnan(a.stats[k]) and np.isnan(b.stats[k]))
+    for x, y in ((a.thumb, b.thumb), (a.values, b.values)):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
+
+
+def assert_same_step(a: tracer.StepTrace, b: tracer.StepTrace) -> None:
+    assert (a.run, a.step, a.edges, a.execution, a.error) == (b.run, b.step, b.edges, b.execution, b.error)
+    assert len(a.nodes) == len(b.nodes)
+    for x, y in zip(a.nodes, b.nodes):
+        for f in ("id", "name", "kind", "module", "param", "source", "schema", "order", "input_labels",
+                  "input_args", "input_shapes", "output_shapes", "output_dtypes", "time_us"):
+            assert getattr(x, f) == getattr(y, f), f
+        for ga, gb in ((x.grad_inputs or [], y.grad_inputs or []), (x.grad_outputs or [], y.grad_outputs or [])):
+            assert len(ga) == len(gb)
+            for ta, tb in zip(ga, gb):
+                _same_tensor(ta, tb)
+    assert a.params.keys() == b.params.keys()
+    for k in a.params:
+        _same_tensor(a.params[k], b.params[k])
+    assert a.modules.keys() == b.modules.keys()
+    for k in a.modules:
+        assert len(a.modules[k].calls) == len(b.modules[k].calls)
+        for ca, cb in zip(a.modules[k].calls, b.modules[k].calls):
+            for ta, tb in zip(ca.grad_input + ca.grad_output, cb.grad_input + cb.grad_output):
+                _same_tensor(ta, tb)
+
+
+@pytest.mark.parametrize("mode", ["summary", "full"])
+def test_file_sink_round_trip(tmp_path: Path, mode: str) -> None:
+    path = tmp_path / "run.sqlite"
+    steps = _traced(mode=mode, sink=str(path))
+    for st in steps:
+        assert_same_step(st, load(path, "r1", st.step))
+    assert_same_step(steps[-1], load(path))  # defaults: the newest run, its last step
+
+
+def test_wire_form_shares_tensors_once() -> None:
+    (st,) = _traced(name="mlp", steps=1)
+    wire = step_to_wire(st)
+    back = step_from_wire(msgpack.unpackb(msgpack.packb(wire, use_bin_type=True), raw=False))
+    assert_same_step(st, back)
+    # a tensor on both ends of an edge is one entry, referenced twice
+    n_refs = sum(len([i for i in (n["gi"] or []) + (n["go"] or []) if i is not None]) for n in wire["nodes"])
+    assert len(wire["tensors"]) < n_refs
+
+
+def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite"
+    _traced(name="mlp", steps=1, sink=str(path))
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+    blob = db.execute("SELECT arrays FROM tensors LIMIT 1").fetchone()[0]
+    arrays = msgpack.unpackb(blob, raw=False)  # plain msgpack maps with raw bytes: no pickle
+    assert set(arrays) == {"thumb", "values"} and isinstance(arrays["thumb"]["data"], bytes)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(tracer.StoreError, match="version '99'"):
+        TraceStore(path)
+
+
+def test_not_a_trace_file(tmp_path: Path) -> None:
+    bad = tmp_path / "x.sqlite"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(tracer.StoreError, match="not a gradscape trace file"):
+        load(bad)
+    with pytest.raises(tracer.StoreError, match="no trace file"):
+        load(tmp_path / "missing.sqlite")
+
+
+def test_missing_step_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite"
+    _traced(name="mlp", steps=1, sink=str(path))
+    with pytest.raises(tracer.StoreError, match="no step 7 of run 'r1'"):
+        load(path, "r1", 7)
+
+
+def test_readable_while_a_training_process_writes(tmp_path: Path) -> None:
+    """Another process appends steps; this one reads complete steps while it does."""
+    path = tmp_path / "live.sqlite"
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import tracer
+        from zoo import build
+        case = build("transformer")
+        tr = tracer.Tracer(case.model, run="live", sink={str(path)!r})
+        for i in range(30):
+            with tr.step(i):
+                case.loss(case.model, case.batch).backward()
+            print(i, flush=True)
+        tr.close()
+    """)
+    seen = set()
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            step = int(line)
+            if step % 3 == 0:
+                st = load(path, "live", step)  # complete, while later steps are being written
+                assert st.step == step and st.nodes and all(n.order is not None for n in st.nodes)
+                seen.add(step)
+        assert proc.wait(60) == 0
+    assert len(seen) == 10
+    with TraceStore(path, readonly=True) as store:
+        assert [s["step"] for s in store.steps("live")] == list(range(30))
+        assert store.runs()[0]["steps"] == 30
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda w: w.update(v=2), "wire version 2"),
+    (lambda w: w.pop("nodes"), "missing field 'nodes'"),
+    (lambda w: w["tensors"][0].update(shape=[-1, 3]), "shape"),
+    (lambda w: w["tensors"][0]["thumb"].update(data=b"\\x00" * 3), "bytes of data"),
+    (lambda w: w["tensors"][0]["thumb"].update(dtype="object"), "dtype 'object'"),
+    (lambda w: w["nodes"][0].update(gi=[10_000]), "out of range"),
+    (lambda w: w["edges"].append([0, 999, 0]), "edges"),
+    (lambda w: w["tensors"][0].update(stats=[1.0, 2.0]), "stats"),
+])
+def test_malformed_traces_get_clear_errors(mutate: object, message: str) -> None:
+    (st,) = _traced(name="mlp", steps=1)
+    wire = step_to_wire(st)
+    mutate(wire)  # type: ignore[operator]
+    with pytest.raises(TraceFormatError, match=message):
+        step_from_wire(wire)
