@@ -115,7 +115,7 @@ def stats_from_raw(raw: Any) -> dict[str, float]:
     """Host-side: turn `raw_stats` output into `min max mean std norm nan inf zeros`."""
     mn, mx, s, ss, nz, nan, inf, n = (float(v) for v in raw)
     if n <= 0:
-        return {"min": math.nan, "max": math.nan, "mean": math.nan, "std": math.nan, "norm": math.nan,
+        return {"min": math.nan, "max": math.nan, "mean": math.nan, "std": math.nan, "norm": 0.0,
                 "nan": nan, "inf": inf, "zeros": 0.0}
     mean = s / n
     var = max(ss - s * mean, 0.0) / max(n - 1.0, 1.0)
@@ -241,6 +241,8 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], torch
     out8 = (ctypes.c_double * 8)()
     getattr(lib, fname)(x.data_ptr(), rows, cols, kr, kc, thumb.data_ptr() if thumb is not None else None,
                         trows, tcols, scratch.data_ptr() if scratch is not None else None, out8)
+    if not (math.isfinite(out8[2]) and math.isfinite(out8[3])):
+        return None  # float32 partial sums overflowed (|g| > ~1e19): the torch path recomputes in float64
     return tuple(out8), thumb
 
 
