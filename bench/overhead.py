@@ -18,6 +18,7 @@ better than a ratio of medians when the machine drifts.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -110,13 +111,15 @@ class Runner:
         if self.device == "cuda":
             torch.cuda.synchronize()
 
-    def time(self, mode: str) -> float:
+    def time(self, mode: str, reps: int = 1) -> float:
+        """Mean seconds per step over `reps` consecutive steps of one mode."""
         fn: Callable[[], None] = getattr(self, mode)
         self._sync()
         t0 = time.perf_counter()
-        fn()
+        for _ in range(reps):
+            fn()
         self._sync()
-        return time.perf_counter() - t0
+        return (time.perf_counter() - t0) / reps
 
 
 def run_workload(key: str, rounds: int, device: str) -> Result:
@@ -125,11 +128,13 @@ def run_workload(key: str, rounds: int, device: str) -> Result:
     try:
         for mode in MODES:  # warm-up round, not recorded
             runner.time(mode)
+        # small steps are repeated within a round, so each measurement spans >= ~50 ms of work
+        reps = max(1, min(200, math.ceil(0.05 / max(runner.time("plain"), 1e-6))))
         res = Result(key, wl.name, runner.last_nodes)
         for r in range(rounds):
             k = r % len(MODES)
             order = MODES[k:] + MODES[:k]
-            t = {mode: runner.time(mode) for mode in order}
+            t = {mode: runner.time(mode, reps) for mode in order}
             for mode in MODES:
                 res.times[mode].append(t[mode])
             res.ratios["traced"].append(t["traced"] / t["plain"])

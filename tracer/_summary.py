@@ -24,7 +24,6 @@ NOTE [Thumbnail views]
 
 from __future__ import annotations
 
-import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -212,45 +211,57 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
 
 
 _NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
+_native_fns: dict[torch.dtype, Any] = {}
 
 
-def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], torch.Tensor | None] | None:
+def _native_fn(dtype: torch.dtype) -> Any:
+    fn = _native_fns.get(dtype)
+    if fn is None:
+        lib = native()
+        name = _NATIVE_DTYPES.get(dtype)
+        if lib is None or name is None:
+            return None
+        fn = _native_fns[dtype] = getattr(lib, name)
+    return fn
+
+
+def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.ndarray | None] | None:
     """Statistics and block-mean thumbnail in one pass with the C kernel (`tracer._native`), for CPU
     float32/bfloat16 tensors; None when the kernel is unavailable or does not apply. Rank-4 tensors
-    get statistics only here (their thumbnail is a grid of tiles, made by `thumbnail`)."""
-    fname = _NATIVE_DTYPES.get(t.dtype)
-    if fname is None or t.device.type != "cpu" or t.numel() == 0:
+    get statistics only here (their thumbnail is a grid of tiles, made by `thumbnail`). The
+    thumbnail comes back as a host array: this path never leaves the CPU."""
+    if t.device.type != "cpu" or t.dtype not in _NATIVE_DTYPES or t.numel() == 0:
         return None
-    lib = native()
-    if lib is None:
+    fn = _native_fn(t.dtype)
+    if fn is None:
         return None
     x = t.detach()
     if not x.is_contiguous():
         x = x.contiguous()
     r = x.dim()
-    with_thumb = size > 0 and r != 4
-    if not with_thumb:
-        rows, cols = 1, x.numel()
+    if size <= 0 or r == 4:
+        rows, cols, kr, kc = 1, x.numel(), 1, 1
+        thumb = scratch = None
     else:
         rows = 1 if r <= 1 else math.prod(x.shape[:-1])
         cols = 1 if r == 0 else x.shape[-1]
-    kr, kc = max(1, math.ceil(rows / size)) if with_thumb else 1, max(1, math.ceil(cols / size)) if with_thumb else 1
-    trows, tcols = math.ceil(rows / kr), math.ceil(cols / kc)
-    thumb = torch.empty((trows, tcols), dtype=torch.float32) if with_thumb else None
-    scratch = torch.empty(cols, dtype=torch.float32) if with_thumb else None
-    out8 = (ctypes.c_double * 8)()
-    getattr(lib, fname)(x.data_ptr(), rows, cols, kr, kc, thumb.data_ptr() if thumb is not None else None,
-                        trows, tcols, scratch.data_ptr() if scratch is not None else None, out8)
+        kr, kc = -(-rows // size), -(-cols // size)
+        thumb = np.empty((-(-rows // kr), -(-cols // kc)), dtype=np.float32)
+        scratch = np.empty(cols, dtype=np.float32)
+    out8 = np.empty(8, dtype=np.float64)
+    fn(x.data_ptr(), rows, cols, kr, kc, None if thumb is None else thumb.ctypes.data,
+       0 if thumb is None else thumb.shape[0], 0 if thumb is None else thumb.shape[1],
+       None if scratch is None else scratch.ctypes.data, out8.ctypes.data)
     if not (math.isfinite(out8[2]) and math.isfinite(out8[3])):
         return None  # float32 partial sums overflowed (|g| > ~1e19): the torch path recomputes in float64
-    return tuple(out8), thumb
+    return tuple(out8.tolist()), thumb
 
 
 @dataclass
 class _Pending:
     trace: TensorTrace
     raw: torch.Tensor | tuple[float, ...] | None  # see raw_stats; None when stats come from elsewhere
-    thumb: torch.Tensor | None
+    thumb: torch.Tensor | np.ndarray | None  # an ndarray when already on the host
     values: torch.Tensor | None
     stats_of: TensorTrace | None = None
     host_stats: bool = False  # small tensor: its thumbnail holds every value; stats computed from it
@@ -313,34 +324,38 @@ class Summariser:
         return (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v).clone()
 
     def finalize(self) -> None:
-        """Copy every pending summary to the host: one stacked transfer per device for the stats and
-        one for the thumbnails; values (full mode only) are copied one by one."""
+        """Bring every pending summary to the host: CPU results are used in place; for each other
+        device, one stacked transfer for the statistics and one for the thumbnails. Values (full
+        mode only) are copied one by one."""
         pending, self._pending = self._pending, []
-        by_dev: dict[torch.device, list[_Pending]] = {}
+        remote: dict[torch.device, list[_Pending]] = {}
         for p in pending:
+            if isinstance(p.thumb, torch.Tensor) and p.thumb.device.type == "cpu":
+                p.thumb = p.thumb.numpy()
+            if isinstance(p.thumb, np.ndarray):
+                p.trace.thumb = p.thumb if p.thumb.size else np.zeros((0, 0), dtype=np.float32)
+                p.thumb = None
             dev = p.raw.device if isinstance(p.raw, torch.Tensor) else (p.thumb.device if p.thumb is not None else None)
             if dev is not None:
-                by_dev.setdefault(dev, []).append(p)
-        for _dev, items in by_dev.items():
+                remote.setdefault(dev, []).append(p)
+        for items in remote.values():
             on_device = [p for p in items if isinstance(p.raw, torch.Tensor)]
             if on_device:
                 host = torch.stack([p.raw for p in on_device]).cpu().numpy()  # type: ignore[misc]
                 for p, row in zip(on_device, host):
                     p.trace.stats = stats_from_raw(row)
-            with_thumb = [p for p in items if p.thumb is not None and p.thumb.numel() > 0]
+            with_thumb = [p for p in items if p.thumb is not None]
             if with_thumb:
                 flat = torch.cat([p.thumb.reshape(-1) for p in with_thumb]).cpu().numpy()  # type: ignore[union-attr]
                 off = 0
                 for p in with_thumb:
                     shp = tuple(p.thumb.shape)  # type: ignore[union-attr]
                     k = int(np.prod(shp))
-                    p.trace.thumb = flat[off:off + k].reshape(shp).copy()
+                    p.trace.thumb = flat[off:off + k].reshape(shp)
                     off += k
         for p in pending:
             if isinstance(p.raw, tuple):
                 p.trace.stats = stats_from_raw(p.raw)
-            if p.thumb is not None and p.thumb.numel() == 0:
-                p.trace.thumb = np.zeros((0, 0), dtype=np.float32)
             if p.host_stats and p.trace.thumb is not None:
                 p.trace.stats = stats_from_array(p.trace.thumb)
             if p.stats_of is not None:
