@@ -28,7 +28,7 @@ test: venv chromium lint
 	$(VENV)/bin/python -m pytest -q
 
 run: venv
-	$(PY) examples/mlp_seed001.py
+	$(VENV)/bin/gradscape demo
 
 bench: venv
 	$(PY) bench/overhead.py

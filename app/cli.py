@@ -1,17 +1,39 @@
-"""`gradscape` command line. The web server and the demo arrive with the server issue; until then
-`gradscape show FILE` prints a recorded step."""
+"""`gradscape` command line (also `python -m app`).
+
+    gradscape serve [--store FILE] [--host 127.0.0.1] [--port 8050] [--token T]
+    gradscape demo  [--port 8050] [--model mlp|cnn|transformer] [--every 5]
+    gradscape show FILE [--run R] [--step S]      print one recorded step
+    gradscape runs FILE                           list runs and steps
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import tracer
+
+
+def _server_args(p: argparse.ArgumentParser, store: str) -> None:
+    p.add_argument("--store", default=store, help="SQLite trace file to write and read (default: %(default)s)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--token", default=None, help="require this token (generated when --host is not loopback)")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gradscape", description="A visual debugger for the PyTorch backward pass.")
     sub = ap.add_subparsers(dest="command", required=True)
+    _server_args(sub.add_parser("serve", help="run the web app and the tracer endpoint"), "gradscape.sqlite")
+    demo = sub.add_parser("demo", help="the server plus a bundled training loop streaming into it")
+    _server_args(demo, "runs/demo.sqlite")
+    demo.add_argument("--model", choices=["mlp", "cnn", "transformer"], default="mlp")
+    demo.add_argument("--every", type=int, default=5, help="trace every Nth training step")
+    demo.add_argument("--steps", type=int, default=100_000)
     show = sub.add_parser("show", help="print one recorded step of a trace file")
     show.add_argument("path", help="a .sqlite trace file written by tracer.Tracer(sink=...)")
     show.add_argument("--run", default=None, help="run name (default: the newest run)")
@@ -20,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("runs", help="list the runs and steps of a trace file").add_argument("path")
     args = ap.parse_args(argv)
     try:
+        if args.command == "serve":
+            return serve(args.store, args.host, args.port, args.token)
+        if args.command == "demo":
+            return demo_main(args)
         if args.command == "show":
             from tracer._report import format_step
 
@@ -32,3 +58,55 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gradscape: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def serve(store: str, host: str, port: int, token: str | None, ready: object = None) -> int:
+    from app.server import ServerConfig, create_app, resolve_token
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)  # WS close frames read as bad requests
+    Path(store).parent.mkdir(parents=True, exist_ok=True)
+    config = ServerConfig(host=host, port=port, token=resolve_token(host, token))
+    app, socketio = create_app(store, config)
+    print(f"gradscape serving {store} at {config.url()}", flush=True)
+    socketio.run(app.server, host=host, port=port, allow_unsafe_werkzeug=True, log_output=False)
+    return 0
+
+
+def demo_main(args: argparse.Namespace) -> int:
+    """Start the server, then a training loop in a child process that streams into it."""
+    import threading
+
+    from app.server import resolve_token
+
+    token = resolve_token(args.host, args.token)
+    url = f"http://127.0.0.1:{args.port}" + (f"?token={token}" if token else "")
+    server = threading.Thread(target=serve, args=(args.store, args.host, args.port, token), daemon=True)
+    server.start()
+    _wait_http(f"http://127.0.0.1:{args.port}/api/runs", token)
+    child = subprocess.Popen([sys.executable, "-m", "app.demo", "--url", url, "--model", args.model,
+                              "--every", str(args.every), "--steps", str(args.steps)])
+    print(f"demo: training a {args.model} and streaming every {args.every}th step; open {url}", flush=True)
+    try:
+        while server.is_alive():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        child.terminate()
+        child.wait(10)
+    return 0
+
+
+def _wait_http(url: str, token: str | None, timeout: float = 30.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+            with urllib.request.urlopen(req, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the server did not answer at {url} within {timeout:.0f} s")

@@ -30,11 +30,10 @@ class MemorySink:
 
     def __init__(self, keep: int = 8) -> None:
         self.steps: deque[StepTrace] = deque(maxlen=max(1, keep))
-        self.stats = {"sent": 0, "spilled": 0, "dropped": 0}
+        self.stats: dict[str, int] = {}  # nothing is sent anywhere: it does not count in tr.stats
 
     def write(self, st: StepTrace) -> None:
         self.steps.append(st)
-        self.stats["sent"] += 1
 
     def close(self, timeout: float = 10.0) -> None:
         return None
@@ -48,12 +47,12 @@ class FileSink:
 
         self.path = str(path)
         self.store = TraceStore(self.path)
-        self.stats = {"sent": 0, "spilled": 0, "dropped": 0}
+        self.stats = {"written": 0, "dropped": 0}
 
     def write(self, st: StepTrace) -> None:
         try:
             self.store.write_step(st)
-            self.stats["sent"] += 1
+            self.stats["written"] += 1
         except Exception:
             self.stats["dropped"] += 1
             raise
@@ -62,7 +61,7 @@ class FileSink:
         self.store.close()
 
 
-def resolve_sinks(sink: Any, keep: int = 8) -> list[Sink]:
+def resolve_sinks(sink: Any, keep: int = 8, run: str = "run") -> list[Sink]:
     """Turn the `sink=` argument into sink objects; a memory sink is always first."""
     items = sink if isinstance(sink, (list, tuple)) else [] if sink is None else [sink]
     out: list[Sink] = [MemorySink(keep)]
@@ -70,7 +69,10 @@ def resolve_sinks(sink: Any, keep: int = 8) -> list[Sink]:
         if isinstance(s, (str, Path)):
             text = str(s)
             if text.startswith(("http://", "https://")):
-                raise NotImplementedError(f"sink {text!r}: the live socket sink is not available yet")
+                from tracer._socket_sink import SocketSink
+
+                out.append(SocketSink(text, run))
+                continue
             if text.endswith((".sqlite", ".db", ".sqlite3")):
                 out.append(FileSink(text))
                 continue

@@ -51,7 +51,7 @@ class Tracer:
         self.every = every
         self.tensors = tensors
         self.thumb = thumb
-        self.sinks: list[Sink] = resolve_sinks(sink, keep=keep)
+        self.sinks: list[Sink] = resolve_sinks(sink, keep=keep, run=self.run)
         self.last: StepTrace | None = None
         self._closed = False
         self._active = False

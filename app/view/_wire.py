@@ -1,0 +1,149 @@
+"""Small readers over a step's wire form (see `tracer._codec`), shared by the view modules.
+
+The UI never rebuilds a `StepTrace`: the server's store hands out the wire dict (without arrays),
+and everything here reads it as plain data. Node ids are positions in `wire["nodes"]`; tensors are
+referred to by index into `wire["tensors"]`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tracer._model import STAT_NAMES
+
+Wire = dict[str, Any]
+
+ROOT_MODULE = "<root>"
+ACCUMULATE = "torch::autograd::AccumulateGrad"
+_STAT = {name: i for i, name in enumerate(STAT_NAMES)}
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+
+
+def tensor(wire: Wire, index: int | None) -> dict[str, Any] | None:
+    """Tensor `index` of the step, or None for a missing slot (no gradient, or out of range)."""
+    if index is None:
+        return None
+    tensors = wire.get("tensors") or []
+    return tensors[index] if 0 <= index < len(tensors) else None
+
+
+def stat(t: dict[str, Any] | None, name: str) -> float | None:
+    """One statistic (`min max mean std norm nan inf zeros`) of a wire tensor; None when absent."""
+    if t is None:
+        return None
+    stats = t.get("stats") or []
+    i = _STAT[name]
+    return float(stats[i]) if i < len(stats) else None
+
+
+def numel(shape: Sequence[int] | None) -> int:
+    n = 1
+    for s in shape or ():
+        n *= int(s)
+    return n
+
+
+def max_abs(t: dict[str, Any] | None) -> float | None:
+    """max |g| = max(|min|, |max|) over the finite elements (NaN when the tensor has none)."""
+    lo, hi = stat(t, "min"), stat(t, "max")
+    if lo is None or hi is None:
+        return None
+    return max(abs(lo), abs(hi))
+
+
+def zero_fraction(t: dict[str, Any] | None) -> float | None:
+    zeros = stat(t, "zeros")
+    if t is None or zeros is None:
+        return None
+    n = numel(t.get("shape"))
+    return zeros / n if n else None
+
+
+def nonfinite(t: dict[str, Any] | None) -> tuple[int, int]:
+    """(NaN count, Inf count) of a wire tensor: a debugger shows these, never hides them."""
+    nan, inf = stat(t, "nan"), stat(t, "inf")
+    return int(nan or 0), int(inf or 0)
+
+
+def fmt_shape(shape: Sequence[int] | None) -> str:
+    """`[64×84]`; a 0-D tensor is `[scalar]`; unknown is `[?]`."""
+    if shape is None:
+        return "[?]"
+    return "[" + "×".join(str(int(s)) for s in shape) + "]" if len(shape) else "[scalar]"
+
+
+def fmt_num(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "nan"
+    if v == 0 or (1e-3 <= abs(v) < 1e4):
+        return f"{v:.4g}"
+    return f"{v:.3e}"
+
+
+def short_name(name: str) -> str:
+    """`AddmmBackward0` → `Addmm`, `torch::autograd::CopySlices` → `CopySlices`: op names as drawn."""
+    base = name.rsplit("::", 1)[-1]
+    short = _BACKWARD_SUFFIX.sub("", base)
+    return short or base
+
+
+def param_owner(param: str) -> str:
+    """The module that owns a parameter: `blocks.3.attn.qkv.weight` → `blocks.3.attn.qkv`."""
+    return param.rsplit(".", 1)[0] if "." in param else ROOT_MODULE
+
+
+def node_module(node: dict[str, Any]) -> str | None:
+    """The module a node is drawn inside, or None for the top level.
+
+    AccumulateGrad nodes carry no module (they run outside any forward) but belong with the module
+    that owns their parameter, so collapsing a layer also hides its parameters. Ops that ran in the
+    model's own forward (`<root>`) are top level: a box around the whole model says nothing.
+    """
+    module = node.get("module")
+    if module is None and node.get("param"):
+        module = param_owner(node["param"])
+    return None if module in (None, ROOT_MODULE) else module
+
+
+def prefixes(module: str | None) -> list[str]:
+    """`blocks.3.attn` → `["blocks", "blocks.3", "blocks.3.attn"]` (outermost first)."""
+    if not module:
+        return []
+    parts = module.split(".")
+    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
+def parent_prefix(module: str) -> str | None:
+    return module.rsplit(".", 1)[0] if "." in module else None
+
+
+def inside(module: str | None, prefix: str) -> bool:
+    """True when `module` is `prefix` or nested in it (`blocks.1` does not contain `blocks.10`)."""
+    return module is not None and (module == prefix or module.startswith(prefix + "."))
+
+
+def node_index(ref: str | int) -> int:
+    """`"n12"` or `12` → 12."""
+    if isinstance(ref, int):
+        return ref
+    if ref.startswith("n") and ref[1:].isdigit():
+        return int(ref[1:])
+    if ref.isdigit():
+        return int(ref)
+    raise ValueError(f"{ref!r} is not a node id (expected 'n<int>')")
+
+
+def node_label(node: dict[str, Any], wire: Wire) -> str:
+    """What a node is called on the graph: the op's short name, or a parameter's name and shape."""
+    if node.get("name") == ACCUMULATE:
+        shape = (node.get("out_shapes") or [None])[0]
+        if shape is None:
+            go = node.get("go") or [None]
+            t = tensor(wire, go[0])
+            shape = None if t is None else t.get("shape")
+        who = node.get("param") or "leaf"
+        return f"{who} {fmt_shape(shape)}"
+    return short_name(str(node.get("name", "?")))

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from serving import Server, free_port
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    srv = Server(tmp_path / "store.sqlite", free_port()).start()
+    yield srv
+    srv.stop()

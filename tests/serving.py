@@ -1,0 +1,89 @@
+"""Real servers for the server tests: `gradscape serve` in a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def wait_http(url: str, timeout: float = 30.0, headers: dict[str, str] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            get_json(url, headers, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing answered at {url}")
+
+
+class Server:
+    def __init__(self, store: Path, port: int, *extra: str) -> None:
+        self.store, self.port, self.extra = store, port, extra
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[str] | None = None
+        self.log = store.with_suffix(f".{port}.log")
+
+    def start(self) -> Server:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--store", str(self.store), "--port",
+                                          str(self.port), *self.extra], stdout=log, stderr=subprocess.STDOUT,
+                                         text=True, cwd=ROOT, env=env)
+        wait_http(self.url + "/api/runs")
+        return self
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def api(self, path: str, **kw: Any) -> Any:
+        return get_json(self.url + path, **kw)
+
+
+def worker(url: str, run: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(TESTS / "stream_worker.py"), "--url", url, "--run", run, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    return json.loads(out.strip().splitlines()[-1])

@@ -1,0 +1,275 @@
+"""The live sink: streams steps to a gradscape server, and never disturbs training.
+
+NOTE [Socket sink]
+    `write()` runs in the training loop and only appends the finished `StepTrace` to a queue
+    bounded in bytes: no encoding, no I/O, no lock held for long. A daemon sender thread is the only
+    thread that touches the Socket.IO client (binary emits from several threads corrupt frames,
+    STACK.md §2.5): it connects with backoff, says hello, encodes each step (msgpack), splits it
+    into chunks of `protocol.CHUNK_BYTES` and sends them with acknowledged calls. A step the server
+    cannot take (down, too slow, refused) goes to a second queue drained by a spill thread into a
+    local SQLite trace file (`gradscape serve --store <spill>` shows it later). When both queues
+    are full the step is dropped. Every outcome is counted in `stats`; the first problem warns
+    once, never raises. `close(timeout)` flushes what it can in time and spills the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import warnings
+from collections import deque
+from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from tracer import protocol
+from tracer._codec import pack, step_to_wire
+from tracer._model import StepTrace
+
+log = logging.getLogger(__name__)
+
+
+def estimate_bytes(st: StepTrace) -> int:
+    """Cheap size estimate for the queue bound (the exact size is known only once encoded)."""
+    n = 600 * len(st.nodes)
+    seen: set[int] = set()
+    for node in st.nodes:
+        for t in (node.grad_inputs or []) + (node.grad_outputs or []):
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            n += 120 + (t.thumb.nbytes if t.thumb is not None else 0) + (t.values.nbytes if t.values is not None else 0)
+    return n
+
+
+class _ByteQueue:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: deque[tuple[StepTrace, int]] = deque()
+        self.bytes = 0
+        self.cond = threading.Condition()
+
+    def offer(self, st: StepTrace, size: int, force: bool = False) -> bool:
+        with self.cond:
+            if not force and self.items and self.bytes + size > self.limit:
+                return False
+            self.items.append((st, size))
+            self.bytes += size
+            self.cond.notify_all()
+            return True
+
+    def take(self, timeout: float) -> StepTrace | None:
+        with self.cond:
+            if not self.items:
+                self.cond.wait(timeout)
+            if not self.items:
+                return None
+            st, size = self.items.popleft()
+            self.bytes -= size
+            self.cond.notify_all()
+            return st
+
+    def wait_empty(self, deadline: float) -> bool:
+        with self.cond:
+            while self.items and time.monotonic() < deadline:
+                self.cond.wait(max(0.0, min(0.05, deadline - time.monotonic())))
+            return not self.items
+
+    def drain(self) -> list[StepTrace]:
+        with self.cond:
+            out = [st for st, _ in self.items]
+            self.items.clear()
+            self.bytes = 0
+            return out
+
+
+class SocketSink:
+    """`Tracer(sink="http://127.0.0.1:8050")`. See NOTE [Socket sink]."""
+
+    def __init__(self, url: str, run: str, *, token: str | None = None, spill: str | None = None,
+                 queue_bytes: int = 512 << 20, spill_bytes: int = 1 << 30, connect_timeout: float = 5.0,
+                 call_timeout: float = 60.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"sink {url!r}: expected http://host:port")
+        self.token = token or parse_qs(parts.query).get("token", [None])[0] or os.environ.get("GRADSCAPE_TOKEN")
+        self.url = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+        self.run = run
+        self.spill_path = spill or os.path.abspath(f"gradscape-spill-{run}.sqlite")
+        self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        self.stats: dict[str, int] = {"sent": 0, "spilled": 0, "dropped": 0}
+        self.acked: list[int] = []  # steps the server confirmed stored
+        self.max_write_ms = 0.0
+        self._net = _ByteQueue(queue_bytes)
+        self._spill = _ByteQueue(spill_bytes)
+        self._stop = threading.Event()
+        self._warned = False
+        self._client: Any = None
+        self._seq = 0
+        self._next_try = 0.0
+        self._backoff = 0.2
+        self._busy = threading.Event()
+        self._file: Any = None
+        self._sender = threading.Thread(target=self._send_loop, name="gradscape-sender", daemon=True)
+        self._spiller = threading.Thread(target=self._spill_loop, name="gradscape-spill", daemon=True)
+        self._sender.start()
+        self._spiller.start()
+
+    # ------------------------------------------------------------------ training-loop side
+    def write(self, st: StepTrace) -> None:
+        t0 = time.perf_counter()
+        size = estimate_bytes(st)
+        if not self._net.offer(st, size):
+            self._to_spill(st, size, "the send queue is full")
+        self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)
+
+    def close(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        self._net.wait_empty(deadline)
+        while self._busy.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._stop.set()
+        for st in self._net.drain():  # not sent in time: keep them on disk
+            self._to_spill(st, 0, "the server did not take them before close()", force=True)
+        self._spill.wait_empty(deadline + 5.0)
+        self._sender.join(max(0.1, deadline - time.monotonic()))
+        self._spiller.join(5.0)
+        for st in self._spill.drain():
+            self._write_spill(st)
+        if self._file is not None:
+            self._file.close()
+        client, self._client = self._client, None
+        if client is not None:  # python-socketio's disconnect waits ~3 s for its threads: not our caller's problem
+            threading.Thread(target=_quiet_disconnect, args=(client,), name="gradscape-disconnect", daemon=True).start()
+
+    # ------------------------------------------------------------------ shared
+    def _warn(self, why: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"gradscape: steps of run {self.run!r} go to {self.spill_path} ({why}); training is "
+                          f"not affected. Counts: tr.stats.", RuntimeWarning, stacklevel=2)
+
+    def _to_spill(self, st: StepTrace, size: int, why: str, force: bool = False) -> None:
+        if self._spill.offer(st, size, force=force):
+            self._warn(why)
+        else:
+            self.stats["dropped"] += 1
+            self._warn("both the send queue and the spill queue are full; steps are dropped")
+
+    # ------------------------------------------------------------------ spill thread
+    def _spill_loop(self) -> None:
+        while not self._stop.is_set() or self._spill.items:
+            st = self._spill.take(0.2)
+            if st is not None:
+                self._write_spill(st)
+
+    def _write_spill(self, st: StepTrace) -> None:
+        try:
+            if self._file is None:
+                from tracer.store import TraceStore
+
+                self._file = TraceStore(self.spill_path)
+            self._file.write_step(st)
+            self.stats["spilled"] += 1
+        except Exception as exc:
+            self.stats["dropped"] += 1
+            log.warning("gradscape: could not spill step %s to %s: %s", st.step, self.spill_path, exc)
+
+    # ------------------------------------------------------------------ sender thread
+    def _send_loop(self) -> None:
+        while not self._stop.is_set():
+            st = self._net.take(0.2)
+            if st is None:
+                if self._client is None and time.monotonic() >= self._next_try:
+                    self._connect()
+                continue
+            self._busy.set()
+            try:
+                self._deliver(st)
+            finally:
+                self._busy.clear()
+
+    def _deliver(self, st: StepTrace) -> None:
+        if self._client is None and (time.monotonic() < self._next_try or not self._connect()):
+            self._to_spill(st, 0, "the server is unreachable", force=True)
+            return
+        try:
+            data = pack(step_to_wire(st))
+            chunks = [data[i:i + protocol.CHUNK_BYTES] for i in range(0, len(data), protocol.CHUNK_BYTES)] or [b""]
+            ack: Any = None
+            for k, part in enumerate(chunks):
+                ack = self._call("step_chunk", {"step": st.step, "chunk": k, "chunks": len(chunks), "data": part})
+                if not isinstance(ack, dict) or not ack.get("ok"):
+                    raise _Refused(ack.get("error") if isinstance(ack, dict) else repr(ack))
+            self.stats["sent"] += 1
+            self.acked.append(st.step)
+            if self.stats["sent"] % 10 == 1 or self.stats["spilled"] or self.stats["dropped"]:
+                self._call("status", dict(self.stats))
+        except _Refused as exc:
+            log.warning("gradscape: the server refused step %s: %s", st.step, exc)
+            self._to_spill(st, 0, f"the server refused a step: {exc}", force=True)
+        except Exception as exc:  # connection lost mid-step: the server stored nothing of it
+            log.info("gradscape: lost the server while sending step %s: %s", st.step, exc)
+            self._drop_client()
+            self._to_spill(st, 0, "the connection to the server was lost", force=True)
+
+    def _call(self, event: str, payload: dict[str, Any]) -> Any:
+        """An acknowledged emit that gives up as soon as the connection is known to be gone (the
+        client's own `call` would wait out its whole timeout after the server died)."""
+        msg = protocol.envelope(event, self.run, self._seq, payload)
+        self._seq += 1
+        client = self._client
+        done = threading.Event()
+        box: list[Any] = []
+
+        def on_ack(*args: Any) -> None:
+            box.append(args[0] if args else None)
+            done.set()
+
+        client.emit(event, msg, namespace="/tracer", callback=on_ack)
+        deadline = time.monotonic() + self.call_timeout
+        while not done.wait(0.05):
+            if not client.connected or time.monotonic() > deadline:
+                raise ConnectionError(f"no acknowledgement for {event} (connection lost or timed out)")
+        return box[0]
+
+    def _connect(self) -> bool:
+        import socketio
+
+        client = socketio.Client(reconnection=False, logger=False, engineio_logger=False)
+        try:
+            client.connect(self.url, namespaces=["/tracer"], auth={"token": self.token} if self.token else None,
+                           transports=["websocket"], wait_timeout=self.connect_timeout)
+            self._client, self._seq = client, 0
+            ack = self._call("hello", {"client": "gradscape-tracer/0.1.0", "accepts": list(protocol.ACCEPTED_VERSIONS),
+                                       "pid": os.getpid(), "host": socket.gethostname()})
+            if not isinstance(ack, dict) or not ack.get("ok"):
+                raise _Refused(ack.get("error") if isinstance(ack, dict) else repr(ack))
+            self._backoff = 0.2
+            return True
+        except Exception as exc:
+            log.info("gradscape: cannot reach %s: %s", self.url, exc)
+            self._drop_client(client)
+            self._next_try = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, 5.0)
+            return False
+
+    def _drop_client(self, client: Any = None) -> None:
+        c = client or self._client
+        self._client = None
+        if c is not None:
+            with contextlib.suppress(Exception):
+                c.disconnect()
+
+
+class _Refused(Exception):
+    pass
+
+
+def _quiet_disconnect(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        client.disconnect()

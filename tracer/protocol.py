@@ -1,0 +1,127 @@
+"""The tracer ↔ server protocol: one module, used by both sides. Versioned apart from the code.
+
+Every message, both ways, is one map (one Socket.IO event argument):
+
+    {"v": 1, "type": "step_chunk", "run": "my-run", "seq": 12, "time": 1763750000.5, "payload": {...}}
+
+`v` is the protocol version, `seq` counts the messages of one connection (0, 1, 2, …), `time` is the
+sender's wall clock (seconds). Events on the `/tracer` namespace, sent with `call` (acknowledged):
+
+    hello       payload {"client": "gradscape-tracer/0.1.0", "accepts": [1], "pid": 4242, "host": "gpu-3"}
+                ack     {"ok": true, "protocol": 1, "max_message": 16777216, "chunk": 4194304}
+    step_chunk  payload {"step": 7, "chunk": 0, "chunks": 3, "data": <bytes>}
+                `data` of all chunks, concatenated, is the msgpack-packed wire form of one StepTrace
+                (`tracer._codec`); the server validates and stores it in one transaction after the
+                last chunk, so a step is visible whole or not at all.
+                ack     {"ok": true, "step": 7, "chunk": 2, "stored": true}
+    status      payload {"sent": 10, "spilled": 2, "dropped": 0}      (tracer counters, for the UI)
+                ack     {"ok": true}
+
+Any failure is acknowledged as `{"ok": false, "error": "<what was wrong>"}` and changes nothing.
+The server pushes light notifications on `/ui` (never data: the page reads the store):
+
+    run     payload {"run": "my-run"}
+    step    payload {"run": "my-run", "step": 7}
+    tracer  payload {"run": "my-run", "state": "connected"|"gone", "sent": 10, "spilled": 2, "dropped": 0}
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+PROTOCOL_VERSION = 1
+ACCEPTED_VERSIONS = (1,)
+MAX_MESSAGE = 16 * 1024 * 1024  # the server's max_http_buffer_size; nothing bigger is ever sent
+CHUNK_BYTES = 4 * 1024 * 1024  # step data per message, well under MAX_MESSAGE
+MAX_STEP_BYTES = 1024 * 1024 * 1024  # a reassembled step larger than this is refused
+MAX_CHUNKS = MAX_STEP_BYTES // CHUNK_BYTES + 1
+MAX_NAME = 200
+
+TRACER_EVENTS = ("hello", "step_chunk", "status")
+
+
+class ProtocolError(ValueError):
+    """A message does not follow the protocol; the text names the field and what was wrong."""
+
+
+def envelope(type_: str, run: str, seq: int, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"v": PROTOCOL_VERSION, "type": type_, "run": run, "seq": seq, "time": time.time(), "payload": payload}
+
+
+def _need(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise ProtocolError(f"{where}: missing field {key!r}")
+    v = d[key]
+    if isinstance(v, bool) and kind is not bool or not isinstance(v, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ProtocolError(f"{where}.{key}: expected {names}, got {type(v).__name__}")
+    return v
+
+
+def check_name(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise ProtocolError(f"{where}: expected a string, got {type(v).__name__}")
+    if not v or len(v) > MAX_NAME:
+        raise ProtocolError(f"{where}: must be 1..{MAX_NAME} characters, got {len(v)}")
+    if any(ord(c) < 32 or 0xD800 <= ord(c) <= 0xDFFF for c in v):
+        raise ProtocolError(f"{where}: control characters or unpaired surrogates in {v!r}")
+    return v
+
+
+def check_envelope(msg: Any, expected_type: str) -> dict[str, Any]:
+    """Validate the common fields; returns the payload. Raises ProtocolError naming the problem."""
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"{expected_type}: expected one map (the message), got {type(msg).__name__}")
+    v = msg.get("v")
+    if v not in ACCEPTED_VERSIONS:
+        raise ProtocolError(f"{expected_type}: protocol version {v!r} is not accepted; this server accepts "
+                            f"{list(ACCEPTED_VERSIONS)}")
+    t = _need(msg, "type", str, expected_type)
+    if t != expected_type:
+        raise ProtocolError(f"{expected_type}: message type {t!r} sent as event {expected_type!r}")
+    check_name(msg.get("run"), f"{expected_type}.run")
+    seq = _need(msg, "seq", int, expected_type)
+    if seq < 0:
+        raise ProtocolError(f"{expected_type}.seq: must be >= 0, got {seq}")
+    ts = _need(msg, "time", (int, float), expected_type)
+    if not math.isfinite(ts):
+        raise ProtocolError(f"{expected_type}.time: must be a finite number, got {ts!r}")
+    return dict(_need(msg, "payload", dict, expected_type))
+
+
+def check_hello(payload: dict[str, Any]) -> list[int]:
+    accepts = _need(payload, "accepts", list, "hello.payload")
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in accepts):
+        raise ProtocolError("hello.payload.accepts: expected a list of ints")
+    if not set(accepts) & set(ACCEPTED_VERSIONS):
+        raise ProtocolError(f"hello: the tracer speaks protocol {accepts}, this server accepts "
+                            f"{list(ACCEPTED_VERSIONS)}; upgrade the older side")
+    return accepts
+
+
+def check_chunk(payload: dict[str, Any]) -> tuple[int, int, int, bytes]:
+    step = _need(payload, "step", int, "step_chunk.payload")
+    chunk = _need(payload, "chunk", int, "step_chunk.payload")
+    chunks = _need(payload, "chunks", int, "step_chunk.payload")
+    data = _need(payload, "data", (bytes, bytearray), "step_chunk.payload")
+    if step < 0:
+        raise ProtocolError(f"step_chunk.payload.step: must be >= 0, got {step}")
+    if not 1 <= chunks <= MAX_CHUNKS:
+        raise ProtocolError(f"step_chunk.payload.chunks: must be 1..{MAX_CHUNKS}, got {chunks}")
+    if not 0 <= chunk < chunks:
+        raise ProtocolError(f"step_chunk.payload.chunk: must be 0..{chunks - 1}, got {chunk}")
+    if len(data) > CHUNK_BYTES:
+        raise ProtocolError(f"step_chunk.payload.data: {len(data)} bytes, more than {CHUNK_BYTES} per chunk")
+    return step, chunk, chunks, bytes(data)
+
+
+def check_status(payload: dict[str, Any]) -> dict[str, int]:
+    out = {}
+    for k in ("sent", "spilled", "dropped"):
+        v = _need(payload, k, int, "status.payload")
+        if v < 0:
+            raise ProtocolError(f"status.payload.{k}: must be >= 0, got {v}")
+        out[k] = v
+    return out
