@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 

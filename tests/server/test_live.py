@@ -8,10 +8,10 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+from serving import Server, finish, free_port, get_json, worker
 
 import tracer
 from app.api import graph_json, node_json, node_tensor_indices
-from serving import Server, finish, free_port, get_json, worker
 from tracer._codec import step_to_wire
 
 
@@ -90,7 +90,7 @@ def test_sigkill_mid_run_then_restart(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "Traceback" not in err, err
     import json
 
-    res = json.loads((lines[-1] if lines[-1].startswith("{") else rest.strip().splitlines()[-1]))
+    res = json.loads(lines[-1] if lines[-1].startswith("{") else rest.strip().splitlines()[-1])
     assert res["max_write_ms"] < 50 and res["max_step_ms"] < 2000  # no stall
     stored = {s["step"] for s in srv.api("/api/runs/crash/steps")["steps"]}
     assert max(stored) > 40  # it reconnected after the restart and later steps arrived
