@@ -170,36 +170,32 @@ def _layers(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- order
-def _order(rows: list[list[int]], above: list[list[int]], below: list[list[int]], groups: list[Group],
-           layer: list[int], pairs: Sequence[tuple[int, int]], sweeps: int) -> list[list[int]]:
+def _order(rows: list[list[int]], g: _Proper, sweeps: int) -> list[list[int]]:
     """Barycenter sweeps, alternating down and up; returns the order with the fewest crossings."""
-    pos = [0.0] * len(layer)
+    pos = [0.0] * len(g.layer)
 
-    def index_positions(rs: list[list[int]]) -> list[float]:
-        for row in rs:
-            mid = (len(row) - 1) / 2
-            for i, v in enumerate(row):
-                pos[v] = i - mid
-        return pos
+    def set_positions(row: list[int]) -> None:
+        mid = (len(row) - 1) / 2
+        for i, v in enumerate(row):
+            pos[v] = i - mid
 
-    rows = [_group_sort(row, {v: float(i) for i, v in enumerate(row)}, groups) for row in rows]
+    rows = [_group_sort(row, {v: float(i) for i, v in enumerate(row)}, g.groups) for row in rows]
     if sweeps <= 0:
         return rows
+    for row in rows:
+        set_positions(row)
     best = [list(r) for r in rows]
-    best_cross = count_crossings(layer, index_positions(rows), pairs)
+    best_cross = count_crossings(g.layer, pos, g.pairs)
     for s in range(sweeps):
         down = s % 2 == 0
         for k in (range(len(rows)) if down else range(len(rows) - 1, -1, -1)):
-            row = rows[k]
             bary: dict[int, float] = {}
-            for v in row:
-                nb = above[v] if down else below[v]
+            for v in rows[k]:
+                nb = g.above[v] if down else g.below[v]
                 bary[v] = sum(pos[u] for u in nb) / len(nb) if nb else pos[v]
-            rows[k] = _group_sort(row, bary, groups)
-            mid = (len(row) - 1) / 2
-            for i, v in enumerate(rows[k]):
-                pos[v] = i - mid
-        cross = count_crossings(layer, pos, pairs)
+            rows[k] = _group_sort(rows[k], bary, g.groups)
+            set_positions(rows[k])
+        cross = count_crossings(g.layer, pos, g.pairs)
         if cross < best_cross:
             best, best_cross = [list(r) for r in rows], cross
         if best_cross == 0:
@@ -211,8 +207,8 @@ def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group], dep
     """Sort a layer by barycenter, keeping the elements of one module contiguous (recursively)."""
     units: dict[Any, list[int]] = {}
     for v in row:
-        g = groups[v]
-        units.setdefault(g[depth] if len(g) > depth else (v,), []).append(v)
+        grp = groups[v]
+        units.setdefault(grp[depth] if len(grp) > depth else (v,), []).append(v)
     scored = []
     for rank, (key, vs) in enumerate(units.items()):
         scored.append((sum(bary[v] for v in vs) / len(vs), rank, key, vs))
@@ -224,50 +220,79 @@ def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group], dep
 
 
 # ---------------------------------------------------------------------------- x
-def _place_x(rows: list[list[int]], above: list[list[int]], below: list[list[int]], groups: list[Group],
-             dx: float, extra: float, passes: int = 4) -> list[float]:
-    """Pull each element towards its neighbours' mean x, keeping order and minimum gaps."""
-    n = sum(len(r) for r in rows)
-    x = [0.0] * n
+def _place_x(rows: list[list[int]], g: _Proper, dx: float, extra: float, passes: int = 4) -> list[float]:
+    """Pull each vertex towards its neighbours' mean x, keeping the order and minimum gaps.
+
+    Each layer is placed by weighted least squares under the gap constraints (`_pack`). Heavy
+    vertices hold their place and light ones move around them: a parameter leaf (weight 1) slides
+    aside instead of bending the chain of ops it hangs from; dummies (lanes of long edges) are
+    heaviest, so residual connections run straight.
+    """
+    n_real = sum(1 for v in range(len(g.layer)) if not g.is_dummy(v, len(g.layer) - _dummies(g)))
+    weight = [(_DUMMY_WEIGHT if v >= n_real else 1.0 + (len(g.above[v]) + len(g.below[v]) - 1) * _LINK_WEIGHT)
+              for v in range(len(g.layer))]
+    x = [0.0] * len(g.layer)
     gaps: list[list[float]] = []
     for row in rows:
-        gaps.append([dx + (extra if groups[row[i]] != groups[row[i - 1]] else 0.0) for i in range(1, len(row))])
+        gaps.append([_gap(g, row[i - 1], row[i], n_real, dx, extra) for i in range(1, len(row))])
         acc = 0.0
         for i, v in enumerate(row):
             acc += gaps[-1][i - 1] if i else 0.0
             x[v] = acc
-        shift = acc / 2
         for v in row:
-            x[v] -= shift
+            x[v] -= acc / 2
     for p in range(passes):
         down = p % 2 == 0
         for k in (range(len(rows)) if down else range(len(rows) - 1, -1, -1)):
             row = rows[k]
             want = []
             for v in row:
-                nb = above[v] if down else below[v]
+                nb = (g.above[v] if down else g.below[v]) if p == 0 else g.above[v] + g.below[v]
                 want.append(sum(x[u] for u in nb) / len(nb) if nb else x[v])
-            for v, xv in zip(row, _pack(want, gaps[k])):
+            for v, xv in zip(row, _pack(want, gaps[k], [weight[v] for v in row])):
                 x[v] = xv
     return x
 
 
-def _pack(want: list[float], gaps: list[float]) -> list[float]:
-    """Positions as close to `want` as a left and a right packing allow, in order, gaps kept.
+_DUMMY_WEIGHT = 64.0
+_LINK_WEIGHT = 8.0
 
-    The mean of a left-to-right and a right-to-left packing keeps every gap (both do) and does not
-    drift to one side.
+
+def _dummies(g: _Proper) -> int:
+    return sum(len(r) - 2 for r in g.routes if len(r) > 2)
+
+
+def _gap(g: _Proper, a: int, b: int, n_real: int, dx: float, extra: float) -> float:
+    """Minimum distance between neighbours in a layer: lanes pack tighter than nodes, and
+    different modules keep an extra margin so their boxes do not touch."""
+    base = dx / 2 if a >= n_real or b >= n_real else dx
+    return base + (extra if g.groups[a] != g.groups[b] else 0.0)
+
+
+def _pack(want: list[float], gaps: list[float], weight: list[float]) -> list[float]:
+    """Positions minimising Σ weight·(x − want)² with x[i+1] − x[i] ≥ gaps[i], exactly.
+
+    With y[i] = x[i] − (sum of the gaps before i) the constraints become y non-decreasing, which is
+    weighted isotonic regression: pool adjacent violators, O(m).
     """
     m = len(want)
-    if m == 0:
-        return []
-    left = list(want)
+    offset = [0.0] * m
     for i in range(1, m):
-        left[i] = max(want[i], left[i - 1] + gaps[i - 1])
-    right = list(want)
-    for i in range(m - 2, -1, -1):
-        right[i] = min(want[i], right[i + 1] - gaps[i])
-    return [(a + b) / 2 for a, b in zip(left, right)]
+        offset[i] = offset[i - 1] + gaps[i - 1]
+    blocks: list[list[float]] = []  # [Σ w·y, Σ w, count]
+    for i in range(m):
+        blocks.append([weight[i] * (want[i] - offset[i]), weight[i], 1])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            top = blocks.pop()
+            blocks[-1][0] += top[0]
+            blocks[-1][1] += top[1]
+            blocks[-1][2] += top[2]
+    out: list[float] = []
+    for total, w, count in blocks:
+        y = total / w
+        for _ in range(int(count)):
+            out.append(y + offset[len(out)])
+    return out
 
 
 # ---------------------------------------------------------------------------- crossings
