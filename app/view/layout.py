@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from app.view._bk import bk_coordinates
 from app.view._wire import Wire, prefixes
 from app.view.collapse import collapse_graph, default_collapse, normalise
 
@@ -59,7 +60,7 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     for v in range(len(proper.layer)):
         rows[proper.layer[v]].append(v)
     rows = _order(rows, proper, sweeps)
-    x = _place_x(rows, proper, dx, dx * module_gap)
+    x = _place_x(rows, proper, n, dx, dx * module_gap)
     lo = min(x, default=0.0)
     nodes: dict[str, dict[str, Any]] = {}
     for v, eid in enumerate(vg.elements):
@@ -118,9 +119,6 @@ class _Proper:
         self.above.append([])
         self.below.append([])
         return len(self.layer) - 1
-
-    def is_dummy(self, v: int, n_real: int) -> bool:
-        return v >= n_real
 
 
 def _common(a: Group, b: Group) -> Group:
@@ -220,79 +218,16 @@ def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group], dep
 
 
 # ---------------------------------------------------------------------------- x
-def _place_x(rows: list[list[int]], g: _Proper, dx: float, extra: float, passes: int = 4) -> list[float]:
-    """Pull each vertex towards its neighbours' mean x, keeping the order and minimum gaps.
+def _place_x(rows: list[list[int]], g: _Proper, n_real: int, dx: float, extra: float) -> list[float]:
+    """Brandes–Köpf coordinates (see `app.view._bk`) with the gaps of `_gap`."""
+    dummy = [v >= n_real for v in range(len(g.layer))]
 
-    Each layer is placed by weighted least squares under the gap constraints (`_pack`). Heavy
-    vertices hold their place and light ones move around them: a parameter leaf (weight 1) slides
-    aside instead of bending the chain of ops it hangs from; dummies (lanes of long edges) are
-    heaviest, so residual connections run straight.
-    """
-    n_real = sum(1 for v in range(len(g.layer)) if not g.is_dummy(v, len(g.layer) - _dummies(g)))
-    weight = [(_DUMMY_WEIGHT if v >= n_real else 1.0 + (len(g.above[v]) + len(g.below[v]) - 1) * _LINK_WEIGHT)
-              for v in range(len(g.layer))]
-    x = [0.0] * len(g.layer)
-    gaps: list[list[float]] = []
-    for row in rows:
-        gaps.append([_gap(g, row[i - 1], row[i], n_real, dx, extra) for i in range(1, len(row))])
-        acc = 0.0
-        for i, v in enumerate(row):
-            acc += gaps[-1][i - 1] if i else 0.0
-            x[v] = acc
-        for v in row:
-            x[v] -= acc / 2
-    for p in range(passes):
-        down = p % 2 == 0
-        for k in (range(len(rows)) if down else range(len(rows) - 1, -1, -1)):
-            row = rows[k]
-            want = []
-            for v in row:
-                nb = (g.above[v] if down else g.below[v]) if p == 0 else g.above[v] + g.below[v]
-                want.append(sum(x[u] for u in nb) / len(nb) if nb else x[v])
-            for v, xv in zip(row, _pack(want, gaps[k], [weight[v] for v in row])):
-                x[v] = xv
-    return x
+    def gap(a: int, b: int) -> float:
+        # lanes of long edges pack tighter than nodes; modules keep a margin so boxes do not touch
+        base = dx / 2 if dummy[a] or dummy[b] else dx
+        return base + (extra if g.groups[a] != g.groups[b] else 0.0)
 
-
-_DUMMY_WEIGHT = 64.0
-_LINK_WEIGHT = 8.0
-
-
-def _dummies(g: _Proper) -> int:
-    return sum(len(r) - 2 for r in g.routes if len(r) > 2)
-
-
-def _gap(g: _Proper, a: int, b: int, n_real: int, dx: float, extra: float) -> float:
-    """Minimum distance between neighbours in a layer: lanes pack tighter than nodes, and
-    different modules keep an extra margin so their boxes do not touch."""
-    base = dx / 2 if a >= n_real or b >= n_real else dx
-    return base + (extra if g.groups[a] != g.groups[b] else 0.0)
-
-
-def _pack(want: list[float], gaps: list[float], weight: list[float]) -> list[float]:
-    """Positions minimising Σ weight·(x − want)² with x[i+1] − x[i] ≥ gaps[i], exactly.
-
-    With y[i] = x[i] − (sum of the gaps before i) the constraints become y non-decreasing, which is
-    weighted isotonic regression: pool adjacent violators, O(m).
-    """
-    m = len(want)
-    offset = [0.0] * m
-    for i in range(1, m):
-        offset[i] = offset[i - 1] + gaps[i - 1]
-    blocks: list[list[float]] = []  # [Σ w·y, Σ w, count]
-    for i in range(m):
-        blocks.append([weight[i] * (want[i] - offset[i]), weight[i], 1])
-        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
-            top = blocks.pop()
-            blocks[-1][0] += top[0]
-            blocks[-1][1] += top[1]
-            blocks[-1][2] += top[2]
-    out: list[float] = []
-    for total, w, count in blocks:
-        y = total / w
-        for _ in range(int(count)):
-            out.append(y + offset[len(out)])
-    return out
+    return bk_coordinates(rows, g.above, g.below, dummy, gap)
 
 
 # ---------------------------------------------------------------------------- crossings

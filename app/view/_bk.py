@@ -1,0 +1,135 @@
+"""Horizontal coordinates for a layered drawing: Brandes & Köpf, "Fast and Simple Horizontal
+Coordinate Assignment" (GD 2001), the method dagre and ELK use.
+
+Each vertex is aligned with the median of its neighbours in the layer above, so chains and the
+lanes of long edges become vertical blocks; blocks are then packed as tightly as the minimum gaps
+allow. Done four times (aligning up or down, packing from the left or the right) and balanced by
+taking, per vertex, the mean of the two middle candidates. That balancing is what keeps a deep
+network from drifting sideways block after block, which a local "move towards your neighbours"
+placement does (measured: a 12-layer GPT leaned by 30 node widths).
+
+O(vertices + edges) per pass; iterative throughout (a 10,000-layer chain is fine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+Gap = Callable[[int, int], float]
+
+
+def bk_coordinates(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int]], below: Sequence[Sequence[int]],
+                   dummy: Sequence[bool], gap: Gap) -> list[float]:
+    """x of every vertex. `rows`: the vertices of each layer in order (top layer first);
+    `above`/`below`: neighbours in the adjacent layers; `dummy`: True for the inner vertices of
+    long edges; `gap(a, b)`: the minimum distance between neighbours `a`, `b` in a layer."""
+    n = len(dummy)
+    if n == 0:
+        return []
+    conflicts = _type1_conflicts(rows, above, dummy)
+    candidates: list[list[float]] = []
+    for upward in (False, True):
+        layers = list(rows) if not upward else list(rows)[::-1]
+        neighbours = above if not upward else below
+        for right in (False, True):
+            ordered = [list(r)[::-1] for r in layers] if right else [list(r) for r in layers]
+            root, align = _vertical_alignment(ordered, neighbours, conflicts, n)
+            xs = _compact(ordered, root, align, gap, n)
+            candidates.append([-x for x in xs] if right else xs)
+    narrowest = min(candidates, key=lambda xs: max(xs) - min(xs))
+    lo, hi = min(narrowest), max(narrowest)
+    for k, xs in enumerate(candidates):  # left packings share the left edge, right ones the right edge
+        delta = (lo - min(xs)) if k % 2 == 0 else (hi - max(xs))
+        candidates[k] = [x + delta for x in xs]
+    out = []
+    for v in range(n):
+        c = sorted(xs[v] for xs in candidates)
+        out.append((c[1] + c[2]) / 2)
+    return out
+
+
+def _type1_conflicts(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int]],
+                     dummy: Sequence[bool]) -> set[tuple[int, int]]:
+    """Edges that cross a dummy-dummy segment (part of a long edge's lane): they may not be aligned,
+    so lanes stay straight and ordinary edges bend instead."""
+    conflicts: set[tuple[int, int]] = set()
+    for k in range(1, len(rows)):
+        prev, layer = rows[k - 1], rows[k]
+        pos = {u: i for i, u in enumerate(prev)}
+        k0, scan = 0, 0
+        for i, v in enumerate(layer):
+            inner = next((u for u in above[v] if dummy[u]), None) if dummy[v] else None
+            if inner is None and i != len(layer) - 1:
+                continue
+            k1 = pos[inner] if inner is not None else len(prev)
+            for w in layer[scan:i + 1]:
+                for u in above[w]:
+                    p = pos[u]
+                    if (p < k0 or k1 < p) and not (dummy[u] and dummy[w]):
+                        conflicts.add((min(u, w), max(u, w)))
+            scan, k0 = i + 1, k1
+    return conflicts
+
+
+def _vertical_alignment(layers: list[list[int]], neighbours: Sequence[Sequence[int]],
+                        conflicts: set[tuple[int, int]], n: int) -> tuple[list[int], list[int]]:
+    """Align each vertex with a median neighbour in the previous layer, without crossings."""
+    root = list(range(n))
+    align = list(range(n))
+    pos = [0] * n
+    for layer in layers:
+        for i, v in enumerate(layer):
+            pos[v] = i
+    for layer in layers:
+        last = -1
+        for v in layer:
+            ws = sorted(neighbours[v], key=pos.__getitem__)
+            if not ws:
+                continue
+            mid = (len(ws) - 1) / 2
+            for m in range(int(mid), int(mid + 0.5) + 1):
+                w = ws[m]
+                if align[v] == v and last < pos[w] and (min(v, w), max(v, w)) not in conflicts:
+                    align[w] = v
+                    root[v] = root[w]
+                    align[v] = root[v]
+                    last = pos[w]
+    return root, align
+
+
+def _compact(layers: list[list[int]], root: list[int], align: list[int], gap: Gap, n: int) -> list[float]:
+    """Pack the aligned blocks from the left: the longest path in the block separation graph, then
+    each block pulled right as far as its right neighbours allow (no space left unused)."""
+    succ: dict[int, dict[int, float]] = {}
+    pred: dict[int, dict[int, float]] = {}
+    blocks: list[int] = []
+    seen: set[int] = set()
+    for layer in layers:
+        for i, v in enumerate(layer):
+            r = root[v]
+            if r not in seen:
+                seen.add(r)
+                blocks.append(r)
+            if i:
+                ru = root[layer[i - 1]]
+                s = gap(layer[i - 1], v)
+                if succ.setdefault(ru, {}).get(r, -1.0) < s:
+                    succ[ru][r] = s
+                    pred.setdefault(r, {})[ru] = s
+    indeg = {b: len(pred.get(b, ())) for b in blocks}
+    order = [b for b in blocks if indeg[b] == 0]
+    for b in order:  # Kahn's algorithm; the list grows while it is read
+        for c in succ.get(b, ()):
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                order.append(c)
+    if len(order) != len(blocks):  # cannot happen for a valid alignment; keep every block anyway
+        order += [b for b in blocks if indeg[b] > 0]
+    xs: dict[int, float] = {}
+    for b in order:
+        xs[b] = max((xs[p] + s for p, s in pred.get(b, {}).items() if p in xs), default=0.0)
+    for b in reversed(order):
+        right = succ.get(b)
+        if right:
+            xs[b] = max(xs[b], min(xs[c] - s for c, s in right.items()))
+    return [xs[root[v]] for v in range(n)]
