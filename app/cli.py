@@ -27,7 +27,7 @@ def _server_args(p: argparse.ArgumentParser, store: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gradscape", description="A visual debugger for the PyTorch backward pass.")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command")
     _server_args(sub.add_parser("serve", help="run the web app and the tracer endpoint"), "gradscape.sqlite")
     demo = sub.add_parser("demo", help="the server plus a bundled training loop streaming into it")
     _server_args(demo, "runs/demo.sqlite")
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--step", type=int, default=None, help="step number (default: the last step)")
     show.add_argument("--nodes", type=int, default=60, help="at most this many nodes")
     sub.add_parser("runs", help="list the runs and steps of a trace file").add_argument("path")
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = ap.parse_args(argv or ["serve"])  # bare `gradscape` / `python -m app`: serve
     try:
         if args.command == "serve":
             return serve(args.store, args.host, args.port, args.token)
@@ -75,10 +76,12 @@ def serve(store: str, host: str, port: int, token: str | None, ready: object = N
 
 def demo_main(args: argparse.Namespace) -> int:
     """Start the server, then a training loop in a child process that streams into it."""
+    import signal
     import threading
 
     from app.server import resolve_token
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the child too when we are terminated
     token = resolve_token(args.host, args.token)
     url = f"http://127.0.0.1:{args.port}" + (f"?token={token}" if token else "")
     server = threading.Thread(target=serve, args=(args.store, args.host, args.port, token), daemon=True)

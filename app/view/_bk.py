@@ -13,6 +13,7 @@ O(vertices + edges) per pass; iterative throughout (a 10,000-layer chain is fine
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 
 Gap = Callable[[int, int], float]
@@ -73,27 +74,49 @@ def _type1_conflicts(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int
 
 def _vertical_alignment(layers: list[list[int]], neighbours: Sequence[Sequence[int]],
                         conflicts: set[tuple[int, int]], n: int) -> tuple[list[int], list[int]]:
-    """Align each vertex with a median neighbour in the previous layer, without crossings."""
+    """Align vertices with a median neighbour in the previous layer, without crossing alignments.
+
+    Unlike the paper's left-to-right scan, the vertex that continues furthest (the longest path
+    onwards) gets its median first: the chain of ops under an `Addmm` is aligned with it, not the
+    bias's AccumulateGrad leaf that happens to sit left of it, so chains stay straight and a deep
+    network does not lean. Ties go to the leftmost vertex, as in the paper.
+    """
     root = list(range(n))
     align = list(range(n))
     pos = [0] * n
     for layer in layers:
         for i, v in enumerate(layer):
             pos[v] = i
+    ahead = [0] * n  # longest path onwards, away from the layer a vertex aligns with
+    for layer in reversed(layers):
+        for v in layer:
+            for w in neighbours[v]:
+                ahead[w] = max(ahead[w], ahead[v] + 1)
+    taken = [False] * n  # already aligned with a vertex of the next layer
     for layer in layers:
-        last = -1
+        wanted = []
         for v in layer:
             ws = sorted(neighbours[v], key=pos.__getitem__)
-            if not ws:
+            if ws:
+                mid = (len(ws) - 1) / 2
+                for m in range(int(mid), int(mid + 0.5) + 1):
+                    wanted.append((-ahead[v], pos[v], m, v, ws[m]))
+        wanted.sort()
+        chosen_v: list[int] = []  # positions (in this layer) of aligned vertices, sorted
+        chosen_w: list[int] = []  # the positions they are aligned with, in the same order
+        for _, pv, _, v, w in wanted:
+            if align[v] != v or taken[w] or (min(v, w), max(v, w)) in conflicts:
                 continue
-            mid = (len(ws) - 1) / 2
-            for m in range(int(mid), int(mid + 0.5) + 1):
-                w = ws[m]
-                if align[v] == v and last < pos[w] and (min(v, w), max(v, w)) not in conflicts:
-                    align[w] = v
-                    root[v] = root[w]
-                    align[v] = root[v]
-                    last = pos[w]
+            i = bisect.bisect_left(chosen_v, pv)
+            pw = pos[w]
+            if (i and chosen_w[i - 1] >= pw) or (i < len(chosen_w) and chosen_w[i] <= pw):
+                continue  # would cross an alignment already made
+            chosen_v.insert(i, pv)
+            chosen_w.insert(i, pw)
+            taken[w] = True
+            align[w] = v
+            root[v] = root[w]
+            align[v] = root[v]
     return root, align
 
 

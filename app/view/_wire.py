@@ -7,6 +7,7 @@ referred to by index into `wire["tensors"]`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -108,12 +109,14 @@ def node_module(node: dict[str, Any]) -> str | None:
     return None if module in (None, ROOT_MODULE) else module
 
 
-def prefixes(module: str | None) -> list[str]:
-    """`blocks.3.attn` → `["blocks", "blocks.3", "blocks.3.attn"]` (outermost first)."""
+@functools.lru_cache(maxsize=65536)
+def prefixes(module: str | None) -> tuple[str, ...]:
+    """`blocks.3.attn` → `("blocks", "blocks.3", "blocks.3.attn")` (outermost first); cached, since
+    every node of a module asks for the same answer."""
     if not module:
-        return []
+        return ()
     parts = module.split(".")
-    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+    return tuple(".".join(parts[:k]) for k in range(1, len(parts) + 1))
 
 
 def parent_prefix(module: str) -> str | None:

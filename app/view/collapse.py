@@ -57,9 +57,10 @@ def normalise(wire: Wire, collapsed: Iterable[str]) -> set[str]:
     return {p for p in wanted if not any(q in wanted for q in prefixes(parent_prefix(p)))}
 
 
-def collapse_graph(wire: Wire, collapsed: Iterable[str]) -> VisibleGraph:
-    """The drawn graph when the modules in `collapsed` are folded: O(nodes × depth + edges)."""
-    folded = normalise(wire, collapsed)
+def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = False) -> VisibleGraph:
+    """The drawn graph when the modules in `collapsed` are folded: O(nodes × depth + edges).
+    `normalised=True` skips `normalise` when the caller already did it."""
+    folded = set(collapsed) if normalised else normalise(wire, collapsed)
     elements: list[str] = []
     rep: list[str] = []
     members: dict[str, list[int]] = {}

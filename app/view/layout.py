@@ -49,12 +49,12 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
     """
     folded = default_collapse(wire, max_visible) if collapsed is None else normalise(wire, collapsed)
-    vg = collapse_graph(wire, folded)
+    vg = collapse_graph(wire, folded, normalised=True)
     index = {e: i for i, e in enumerate(vg.elements)}
     n = len(vg.elements)
     pairs = [(index[a], index[b]) for a, b in vg.edges]
     layer = _layers(n, pairs)
-    groups: list[Group] = [tuple(prefixes(vg.parent[e])) for e in vg.elements]
+    groups: list[Group] = [prefixes(vg.parent[e]) for e in vg.elements]
     proper = _Proper(layer, groups, pairs)
     rows: list[list[int]] = [[] for _ in range(max(layer, default=-1) + 1)]
     for v in range(len(proper.layer)):
@@ -203,6 +203,10 @@ def _order(rows: list[list[int]], g: _Proper, sweeps: int) -> list[list[int]]:
 
 def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group], depth: int = 0) -> list[int]:
     """Sort a layer by barycenter, keeping the elements of one module contiguous (recursively)."""
+    if len(row) < 2:
+        return list(row)
+    if all(len(groups[v]) <= depth for v in row):  # no module left to keep together
+        return sorted(row, key=bary.__getitem__)
     units: dict[Any, list[int]] = {}
     for v in row:
         grp = groups[v]
