@@ -24,10 +24,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ApiError(Exception):
+    """An HTTP error answer, read and closed (an unread HTTPError keeps its socket open)."""
+
+    def __init__(self, code: int, body: str) -> None:
+        super().__init__(f"{code}: {body}")
+        self.code, self.body = code, body
+
+
 def get_json(url: str, headers: dict[str, str] | None = None, timeout: float = 10.0) -> Any:
     req = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace")
+        exc.close()
+        raise ApiError(exc.code, body) from None
 
 
 def wait_http(url: str, timeout: float = 30.0, headers: dict[str, str] | None = None) -> None:
@@ -36,7 +49,7 @@ def wait_http(url: str, timeout: float = 30.0, headers: dict[str, str] | None = 
         try:
             get_json(url, headers, timeout=2)
             return
-        except urllib.error.HTTPError:
+        except ApiError:
             return
         except OSError:
             time.sleep(0.1)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import urllib.error
 from pathlib import Path
 
 import pytest
-from serving import Server, finish, free_port, get_json, worker
+from serving import ApiError, Server, finish, free_port, get_json, worker
 
 import tracer
 from app.api import graph_json, node_json, node_tensor_indices
@@ -46,10 +45,10 @@ def test_api_errors_are_named(server: Server) -> None:
                                ("/api/runs/r/steps/9", 404, "no step 9 of run 'r'"),
                                ("/api/runs/r/steps/x", 400, "'x' is not an integer"),
                                ("/api/runs/r/steps/0/nodes/999", 404, "no node 999")]:
-        with pytest.raises(urllib.error.HTTPError) as err:
+        with pytest.raises(ApiError) as err:
             server.api(path)
         assert err.value.code == status
-        assert text in err.value.read().decode()
+        assert text in err.value.body
 
 
 def test_server_absent_at_start_spills_and_serve_shows_them(tmp_path: Path) -> None:
@@ -112,10 +111,10 @@ def test_four_tracers_at_once(server: Server) -> None:
 
 
 def test_foreign_host_header_is_refused(server: Server) -> None:
-    with pytest.raises(urllib.error.HTTPError) as err:
+    with pytest.raises(ApiError) as err:
         get_json(server.url + "/api/runs", headers={"Host": f"evil.example:{server.port}"})
-    assert err.value.code == 403 and "DNS rebinding" in err.value.read().decode()
-    with pytest.raises(urllib.error.HTTPError):
+    assert err.value.code == 403 and "DNS rebinding" in err.value.body
+    with pytest.raises(ApiError):
         get_json(server.url + "/", headers={"Host": "attacker.test"})
     assert get_json(server.url + "/api/runs", headers={"Host": f"localhost:{server.port}"}) == {"runs": []}
 
@@ -124,7 +123,7 @@ def test_token_is_required_when_set(tmp_path: Path) -> None:
     srv = Server(tmp_path / "s.sqlite", free_port(), "--token", "s3cret").start()
     try:
         assert f"http://127.0.0.1:{srv.port}/?token=s3cret" in srv.log.read_text()  # the URL carries the token
-        with pytest.raises(urllib.error.HTTPError) as err:
+        with pytest.raises(ApiError) as err:
             srv.api("/api/runs")
         assert err.value.code == 401
         assert srv.api("/api/runs", headers={"Authorization": "Bearer s3cret"}) == {"runs": []}

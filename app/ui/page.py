@@ -1,0 +1,96 @@
+"""The page layout: a header (run, step, colour, search, connection), the graph with the backward
+player under it, and the inspector beside it. Styles live in assets/gradscape.css."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash_cytoscape as cyto
+from dash import dcc, html
+from dash_socketio import DashSocketIO
+
+from app.ui import ids
+
+STYLESHEET: list[dict[str, Any]] = [
+    {"selector": "node", "style": {
+        "label": "data(label)", "font-size": 9, "text-valign": "center", "text-halign": "center",
+        "width": 92, "height": 26, "shape": "round-rectangle", "background-color": "data(color)",
+        "border-width": 1, "border-color": "#555", "color": "#111", "text-wrap": "ellipsis",
+        "text-max-width": 88, "min-zoomed-font-size": 6}},
+    {"selector": "node.param, node.leaf", "style": {"shape": "ellipse", "width": 110, "border-style": "dashed"}},
+    {"selector": "node.root", "style": {"border-width": 3, "border-color": "#000", "font-weight": "bold"}},
+    {"selector": "node.collapsed", "style": {"shape": "round-hexagon", "width": 130, "height": 34,
+                                             "border-width": 2, "border-color": "#2b5d9c"}},
+    {"selector": "node.box", "style": {"background-opacity": 0.06, "background-color": "#2b5d9c",
+                                       "border-color": "#2b5d9c", "border-width": 1, "label": "data(label)",
+                                       "text-valign": "top", "text-halign": "center", "font-size": 10,
+                                       "shape": "round-rectangle"}},
+    {"selector": "node.nan", "style": {"border-color": "#d00", "border-width": 3, "background-color": "#f33"}},
+    {"selector": "node.compiled, node.checkpoint, node.custom", "style": {"shape": "rectangle",
+                                                                         "border-style": "double"}},
+    {"selector": "edge", "style": {"width": 1.2, "line-color": "#999", "target-arrow-color": "#999",
+                                   "target-arrow-shape": "triangle", "curve-style": "bezier",
+                                   "arrow-scale": 0.7}},
+    {"selector": ".pending", "style": {"opacity": 0.25}},
+    {"selector": "node.executed", "style": {"opacity": 1}},
+    {"selector": "node.current", "style": {"border-color": "#ff8c00", "border-width": 5, "opacity": 1,
+                                           "z-index": 10}},
+    {"selector": "edge.incoming", "style": {"line-color": "#ff8c00", "target-arrow-color": "#ff8c00",
+                                            "width": 3, "opacity": 1}},
+    {"selector": "edge.outgoing", "style": {"line-color": "#1f77b4", "target-arrow-color": "#1f77b4",
+                                            "width": 3, "opacity": 1}},
+    {"selector": "node:selected", "style": {"border-color": "#7b2cbf", "border-width": 4}},
+]
+
+
+def layout(token: str | None = None) -> Any:
+    options = {"auth": {"token": token}} if token else {}
+    header = html.Div(className="gs-header", children=[
+        html.Div("gradscape", className="gs-title"),
+        html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet")],
+                   className="gs-field gs-run"),
+        html.Label(["step", dcc.Dropdown(id=ids.STEP_SELECT, clearable=False, placeholder="—")],
+                   className="gs-field gs-step"),
+        dcc.Checklist(id=ids.FOLLOW, options=[{"label": " follow live", "value": "follow"}], value=["follow"],
+                      className="gs-follow"),
+        html.Label(["colour", dcc.Dropdown(id=ids.COLOR_BY, clearable=False, value="norm", options=[
+            {"label": "‖grad‖ (log)", "value": "norm"}, {"label": "max |grad|", "value": "maxabs"},
+            {"label": "fraction of zeros", "value": "zeros"}])], className="gs-field gs-color"),
+        html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module or parameter…",
+                                         searchable=True)], className="gs-field gs-search"),
+        html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…"),
+    ])
+    player = html.Div(id=ids.PLAYER, className="gs-player", children=[
+        html.Button("⏮", id=ids.PREV, title="step back", className="gs-btn"),
+        html.Button("▶", id=ids.PLAY, title="play / pause", className="gs-btn", n_clicks=0),
+        html.Button("⏭", id=ids.NEXT, title="step forward", className="gs-btn"),
+        html.Div(dcc.Slider(id=ids.SLIDER, min=0, max=0, step=1, value=0, marks=None,
+                            tooltip={"placement": "top", "always_visible": False}, updatemode="drag"),
+                 className="gs-slider"),
+        dcc.Dropdown(id=ids.SPEED, clearable=False, value=400, className="gs-speed", options=[
+            {"label": "slow", "value": 1000}, {"label": "normal", "value": 400}, {"label": "fast", "value": 100}]),
+        html.Div(id=ids.PLAYER_INFO, className="gs-player-info"),
+        dcc.Interval(id=ids.TICKER, interval=400, disabled=True),
+    ])
+    graph = cyto.Cytoscape(id=ids.GRAPH, elements=[], layout={"name": "preset", "fit": True, "padding": 20},
+                           stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
+                           boxSelectionEnabled=False, className="gs-graph",
+                           style={"width": "100%", "height": "100%"})
+    return html.Div(className="gs-page", children=[
+        dcc.Location(id=ids.URL, refresh=False),
+        DashSocketIO(id=ids.SOCKET, url="/ui", options=options, eventNames=["run", "step", "tracer"]),
+        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED), dcc.Store(id=ids.COLLAPSED),
+        dcc.Store(id=ids.EXEC_ORDER),
+        header,
+        html.Div(className="gs-main", children=[
+            html.Div(className="gs-left", children=[
+                html.Div(className="gs-graph-wrap", children=[graph]),
+                html.Div(id=ids.LEGEND, className="gs-legend"),
+                html.Div(id=ids.GRAPH_INFO, className="gs-graph-info"),
+                player,
+            ]),
+            html.Div(id=ids.INSPECTOR, className="gs-inspector", children=[
+                html.P("Click a node of the graph (or step through the backward pass) to see what arrived "
+                       "at it and what it sent on.", className="gs-hint")]),
+        ]),
+    ])

@@ -1,0 +1,80 @@
+"""Browser tests: a real gradscape server in this process (werkzeug thread on a free loopback port)
+and real headless Chromium driven by Playwright (STACK.md §4)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+from werkzeug.serving import make_server
+
+from app.server import ServerConfig, create_app
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@dataclass
+class LiveServer:
+    url: str
+    store_path: Path
+    state: Any
+    console_errors: list[str] = field(default_factory=list)
+
+
+def _wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(url)
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    store = tmp_path / "ui.sqlite"
+    app, sio = create_app(str(store), ServerConfig(notify_interval=0.05))
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    url = f"http://127.0.0.1:{srv.server_port}"
+    _wait_http(url + "/api/runs")
+    yield LiveServer(url, store, app._gradscape_state)
+    app._gradscape_state.notifier.stop()
+    sio.server.eio.disconnect()  # drop Engine.IO clients first, or their threads outlive the server
+    sio.server.shutdown()
+    srv.shutdown()
+    srv.server_close()
+    th.join(5)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    ctx = browser.new_context(viewport={"width": 1500, "height": 950})
+    pg = ctx.new_page()
+    pg.set_default_timeout(45_000)
+    errors: list[str] = []
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.console_errors = errors  # type: ignore[attr-defined]
+    yield pg
+    ctx.close()
