@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dash
-from dash import dcc, html
 from flask import Flask, Response, jsonify, request
 from flask_socketio import Namespace, SocketIO
 
@@ -286,7 +285,13 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     socketio.on_namespace(TracerNamespace("/tracer", state))
     socketio.on_namespace(UINamespace("/ui", state))
     register_api(server, store, state)
-    app.layout = layout or _placeholder_layout
+    if layout is not None:
+        app.layout = layout
+    else:
+        from app.ui import callbacks, page
+
+        app.layout = page.layout(config.token)
+        callbacks.register(app, store)
 
     @server.before_request
     def _token_gate() -> Response | None:
@@ -321,16 +326,6 @@ def _assets_folder() -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parent.parent / "assets")
-
-
-def _placeholder_layout() -> Any:
-    return html.Div([
-        html.H1("gradscape"),
-        html.P("The backward-pass debugger page arrives with the UI issue; the JSON API is live at /api/runs."),
-        dcc.Dropdown(id="run-select"), dcc.Dropdown(id="step-select"),
-        html.Div(id="connection-status"), html.Div(id="graph"), html.Div(id="inspector"),
-        html.Div(id="backward-player"),
-    ])
 
 
 def json_error(message: str, status: int) -> Response:

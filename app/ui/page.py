@@ -21,7 +21,7 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node.root", "style": {"border-width": 3, "border-color": "#000", "font-weight": "bold"}},
     {"selector": "node.collapsed", "style": {"shape": "round-hexagon", "width": 130, "height": 34,
                                              "border-width": 2, "border-color": "#2b5d9c"}},
-    {"selector": "node.box", "style": {"background-opacity": 0.06, "background-color": "#2b5d9c",
+    {"selector": "node.module", "style": {"background-opacity": 0.06, "background-color": "#2b5d9c",
                                        "border-color": "#2b5d9c", "border-width": 1, "label": "data(label)",
                                        "text-valign": "top", "text-halign": "center", "font-size": 10,
                                        "shape": "round-rectangle"}},
@@ -31,6 +31,9 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "edge", "style": {"width": 1.2, "line-color": "#999", "target-arrow-color": "#999",
                                    "target-arrow-shape": "triangle", "curve-style": "bezier",
                                    "arrow-scale": 0.7}},
+    {"selector": "edge.bent", "style": {"curve-style": "segments", "edge-distances": "node-position",
+                                        "segment-distances": "data(bend_d)", "segment-weights": "data(bend_w)"}},
+    {"selector": "node.notrun", "style": {"border-style": "dotted", "opacity": 0.6}},
     {"selector": ".pending", "style": {"opacity": 0.25}},
     {"selector": "node.executed", "style": {"opacity": 1}},
     {"selector": "node.current", "style": {"border-color": "#ff8c00", "border-width": 5, "opacity": 1,
@@ -89,8 +92,12 @@ def layout(token: str | None = None) -> Any:
                 html.Div(id=ids.GRAPH_INFO, className="gs-graph-info"),
                 player,
             ]),
-            html.Div(id=ids.INSPECTOR, className="gs-inspector", children=[
-                html.P("Click a node of the graph (or step through the backward pass) to see what arrived "
-                       "at it and what it sent on.", className="gs-hint")]),
+            html.Div(className="gs-right", children=[
+                dcc.Dropdown(id=ids.SAMPLE, value=0, clearable=False, options=[], style={"display": "none"},
+                             placeholder="sample"),
+                html.Div(id=ids.INSPECTOR, className="gs-inspector", children=[
+                    html.P("Click a node of the graph (or step through the backward pass) to see what arrived "
+                           "at it and what it sent on.", className="gs-hint")]),
+            ]),
         ]),
     ])

@@ -4,17 +4,22 @@ Coordinate Assignment" (GD 2001), the method dagre and ELK use.
 Each vertex is aligned with the median of its neighbours in the layer above, so chains and the
 lanes of long edges become vertical blocks; blocks are then packed as tightly as the minimum gaps
 allow. Done four times (aligning up or down, packing from the left or the right) and balanced by
-taking, per vertex, the mean of the two middle candidates. That balancing is what keeps a deep
-network from drifting sideways block after block, which a local "move towards your neighbours"
-placement does (measured: a 12-layer GPT leaned by 30 node widths).
+taking, per vertex, the mean of the two middle candidates.
 
-O(vertices + edges) per pass; iterative throughout (a 10,000-layer chain is fine).
+The point is a deep network that does not lean: measured on the expanded 12-block GPT (W4, 286
+layers), a local "move towards your neighbours" placement drew it 42 node widths wide (each block
+shifted sideways), the paper's left-to-right alignment 33, and this module, which gives each
+median to the vertex with the longest path onwards (`_vertical_alignment`), 10.
+
+Near-linear: a sort per layer; iterative throughout (a 10,000-layer chain is fine).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 Gap = Callable[[int, int], float]
 
@@ -28,25 +33,33 @@ def bk_coordinates(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int]]
     if n == 0:
         return []
     conflicts = _type1_conflicts(rows, above, dummy)
-    candidates: list[list[float]] = []
+    candidates: list[np.ndarray] = []
     for upward in (False, True):
-        layers = list(rows) if not upward else list(rows)[::-1]
-        neighbours = above if not upward else below
+        layers = [list(r) for r in (rows[::-1] if upward else rows)]
+        neighbours = below if upward else above
+        ahead = _onward(layers, neighbours, n)
         for right in (False, True):
-            ordered = [list(r)[::-1] for r in layers] if right else [list(r) for r in layers]
-            root, align = _vertical_alignment(ordered, neighbours, conflicts, n)
-            xs = _compact(ordered, root, align, gap, n)
-            candidates.append([-x for x in xs] if right else xs)
-    narrowest = min(candidates, key=lambda xs: max(xs) - min(xs))
-    lo, hi = min(narrowest), max(narrowest)
-    for k, xs in enumerate(candidates):  # left packings share the left edge, right ones the right edge
-        delta = (lo - min(xs)) if k % 2 == 0 else (hi - max(xs))
-        candidates[k] = [x + delta for x in xs]
-    out = []
-    for v in range(n):
-        c = sorted(xs[v] for xs in candidates)
-        out.append((c[1] + c[2]) / 2)
-    return out
+            ordered = [r[::-1] for r in layers] if right else layers
+            root, align = _vertical_alignment(ordered, neighbours, ahead, conflicts, n)
+            xs = np.asarray(_compact(ordered, root, align, gap, n))
+            candidates.append(-xs if right else xs)
+    narrowest = min(candidates, key=lambda xs: float(xs.max() - xs.min()))
+    lo, hi = narrowest.min(), narrowest.max()
+    # left packings share the narrowest one's left edge, right packings its right edge
+    stacked = np.sort(np.stack([xs + ((lo - xs.min()) if k % 2 == 0 else (hi - xs.max()))
+                                for k, xs in enumerate(candidates)]), axis=0)
+    return ((stacked[1] + stacked[2]) / 2).tolist()
+
+
+def _onward(layers: list[list[int]], neighbours: Sequence[Sequence[int]], n: int) -> list[int]:
+    """Longest path from each vertex onwards, away from the layer it aligns with."""
+    ahead = [0] * n
+    for layer in reversed(layers):
+        for v in layer:
+            for w in neighbours[v]:
+                if ahead[w] <= ahead[v]:
+                    ahead[w] = ahead[v] + 1
+    return ahead
 
 
 def _type1_conflicts(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int]],
@@ -72,7 +85,7 @@ def _type1_conflicts(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int
     return conflicts
 
 
-def _vertical_alignment(layers: list[list[int]], neighbours: Sequence[Sequence[int]],
+def _vertical_alignment(layers: list[list[int]], neighbours: Sequence[Sequence[int]], ahead: list[int],
                         conflicts: set[tuple[int, int]], n: int) -> tuple[list[int], list[int]]:
     """Align vertices with a median neighbour in the previous layer, without crossing alignments.
 
@@ -87,16 +100,13 @@ def _vertical_alignment(layers: list[list[int]], neighbours: Sequence[Sequence[i
     for layer in layers:
         for i, v in enumerate(layer):
             pos[v] = i
-    ahead = [0] * n  # longest path onwards, away from the layer a vertex aligns with
-    for layer in reversed(layers):
-        for v in layer:
-            for w in neighbours[v]:
-                ahead[w] = max(ahead[w], ahead[v] + 1)
     taken = [False] * n  # already aligned with a vertex of the next layer
     for layer in layers:
         wanted = []
         for v in layer:
-            ws = sorted(neighbours[v], key=pos.__getitem__)
+            ws = neighbours[v]
+            if len(ws) > 1:
+                ws = sorted(ws, key=pos.__getitem__)
             if ws:
                 mid = (len(ws) - 1) / 2
                 for m in range(int(mid), int(mid + 0.5) + 1):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.view._wire import Wire, inside, node_module, parent_prefix, prefixes
 
@@ -93,17 +94,33 @@ def visible_count(wire: Wire, collapsed: Iterable[str]) -> int:
     return collapse_graph(wire, collapsed).count()
 
 
-def _module_sizes(wire: Wire) -> tuple[dict[str, int], dict[str | None, list[str]]]:
-    """Nodes inside each module prefix, and the module tree (None is the top level)."""
-    size: dict[str, int] = {}
-    children: dict[str | None, list[str]] = {}
-    for n in wire["nodes"]:
-        for p in prefixes(node_module(n)):
-            if p not in size:
-                size[p] = 0
-                children.setdefault(parent_prefix(p), []).append(p)
-            size[p] += 1
-    return size, children
+class _ModuleTree:
+    """The module prefixes that hold nodes: their sizes, children, and which ran a forward."""
+
+    def __init__(self, wire: Wire) -> None:
+        self.size: dict[str, int] = {}
+        self.children: dict[str | None, list[str]] = {}  # None: the top level
+        for n in wire["nodes"]:
+            for p in prefixes(node_module(n)):
+                if p not in self.size:
+                    self.size[p] = 0
+                    self.children.setdefault(parent_prefix(p), []).append(p)
+                self.size[p] += 1
+        self.called = {name for name, m in (wire.get("modules") or {}).items() if m.get("calls")}
+
+    def coarsest(self, roots: list[str]) -> set[str]:
+        """The outermost called modules at or below `roots`, to fold. Containers that never ran
+        (`nn.ModuleList`) are looked into instead; a module of a single node is left drawn."""
+        out: set[str] = set()
+        stack = list(reversed(roots))
+        while stack:
+            p = stack.pop()
+            kids = self.children.get(p, [])
+            if (p in self.called or not kids) and self.size[p] >= 2:
+                out.add(p)
+            else:
+                stack.extend(reversed(kids))
+        return out
 
 
 def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) -> set[str]:
@@ -117,28 +134,13 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
     """
     if visible_count(wire, ()) <= max_visible:
         return set()
-    size, children = _module_sizes(wire)
-    modules = wire.get("modules") or {}
-    called = {name for name, m in modules.items() if m.get("calls")}
-
-    def cut(roots: list[str]) -> set[str]:
-        out: set[str] = set()
-        stack = list(reversed(roots))
-        while stack:
-            p = stack.pop()
-            kids = children.get(p, [])
-            if (p in called or not kids) and size[p] >= 2:
-                out.add(p)
-            else:
-                stack.extend(reversed(kids))
-        return out
-
-    current = cut(children.get(None, []))
+    tree = _ModuleTree(wire)
+    current = tree.coarsest(tree.children.get(None, []))
     graph = collapse_graph(wire, current)
     while len(graph.elements) < min_nodes:
         finer: set[str] = set()
         for p in current:
-            finer |= cut(children.get(p, []))
+            finer |= tree.coarsest(tree.children.get(p, []))
         if finer == current:
             break
         finer_graph = collapse_graph(wire, finer)
@@ -146,10 +148,17 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
             break
         current, graph = finer, finer_graph
     if graph.count() > max_visible:
-        top = {p for p in children.get(None, []) if size[p] >= 2}
+        top = {p for p in tree.children.get(None, []) if tree.size[p] >= 2}
         if visible_count(wire, top) < graph.count():
             current = top
     return current
+
+
+def expand_one_level(wire: Wire, collapsed: Iterable[str], prefix: str) -> set[str]:
+    """Unfold `prefix` but keep its own submodules folded: opening a 200-block `nn.ModuleList`
+    shows 200 block nodes, not every op of every block."""
+    tree = _ModuleTree(wire)
+    return expand_module(collapsed, prefix) | tree.coarsest(tree.children.get(prefix, []))
 
 
 def expand_module(collapsed: Iterable[str], prefix: str) -> set[str]:
@@ -166,3 +175,21 @@ def reveal(wire: Wire, collapsed: Iterable[str], node_id: int) -> set[str]:
     """Unfold whatever hides node `node_id` (a search hit or a deep link inside a folded module)."""
     module = node_module(wire["nodes"][node_id])
     return {p for p in collapsed if not inside(module, p)}
+
+
+def visible_element(layout: dict[str, Any], ref: str) -> str | None:
+    """The drawn element that shows `ref` (`n<id>` or `m:<module>`) in a layout from
+    `layout_graph`: the node itself, the folded module hiding it, or an expanded module's box.
+    None when nothing of it is drawn."""
+    nodes = layout["nodes"]
+    if ref in nodes:
+        return ref
+    if ref.startswith(MODULE_PREFIX):
+        prefix = ref[len(MODULE_PREFIX):]
+        if prefix in layout["boxes"]:
+            return box_element(prefix)
+        hiding = next((p for p in layout["collapsed"] if inside(prefix, p)), None)
+        return None if hiding is None else module_element(hiding)
+    if ref.startswith("n") and ref[1:].isdigit():
+        return layout["hidden"].get(ref[1:])
+    return None

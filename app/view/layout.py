@@ -10,11 +10,15 @@ so positions are computed on the server, on the (possibly collapsed) graph, in a
 2. Order within layers: barycenter sweeps (down, up, …) that keep the order with the fewest edge
    crossings. Elements of one module stay side by side in every layer (sorted by module first, then
    by barycenter), so a transformer block reads as a block and module boxes do not interleave.
-3. x: each element moves towards the mean x of its neighbours while keeping its order and a
-   minimum gap (wider between modules), so chains run straight down.
+   Long edges (a residual connection skips a whole attention or MLP branch) get a dummy vertex
+   in every layer they pass, so they are ordered too and get a lane beside the branch; the lane's
+   corners come back as the edge's `bends`.
+3. x: Brandes–Köpf (`app.view._bk`): chains and lanes become straight vertical runs, packed with a
+   minimum gap that is wider between modules, so module boxes do not touch.
 
-Everything is deterministic (no randomness, ties broken by node id order) and linear-ish: a
-10,000-node graph lays out in a fraction of a second.
+Everything is deterministic (no randomness; ties are broken by node id order) and near-linear:
+measured on this 2-core box, 16 ms for a 533-node GPT step, 0.15 s for 3,900 nodes and 0.4 s
+for 9,700 nodes, all expanded.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from app.view._bk import bk_coordinates
+from app.view._gcpause import gc_paused
 from app.view._wire import Wire, prefixes
 from app.view.collapse import collapse_graph, default_collapse, normalise
 
@@ -48,6 +53,12 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     An edge's `slots` are the `[src, dst, slot]` wire edges it stands for; `bends` are the points
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
     """
+    with gc_paused():
+        return _layout(wire, collapsed, sweeps, dx, dy, module_gap, max_visible)
+
+
+def _layout(wire: Wire, collapsed: Iterable[str] | None, sweeps: int, dx: float, dy: float, module_gap: float,
+            max_visible: int) -> dict[str, Any]:
     folded = default_collapse(wire, max_visible) if collapsed is None else normalise(wire, collapsed)
     vg = collapse_graph(wire, folded, normalised=True)
     index = {e: i for i, e in enumerate(vg.elements)}
@@ -73,6 +84,8 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     for k, ((a, b), slots) in enumerate(vg.edges.items()):
         route = proper.routes[k]
         bends = [[round(x[d] - lo, 2), proper.layer[d] * dy] for d in _corners(route, x)]
+        if route[0] != index[a]:  # an edge that points up runs its route backwards
+            bends.reverse()
         edges.append({"id": f"e:{a}>{b}", "source": a, "target": b, "slots": [list(s) for s in slots],
                       "up": layer[index[a]] >= layer[index[b]], "bends": bends})
     hidden = {str(i): e for e, ids in vg.members.items() for i in ids}
@@ -169,7 +182,33 @@ def _layers(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
 
 # ---------------------------------------------------------------------------- order
 def _order(rows: list[list[int]], g: _Proper, sweeps: int) -> list[list[int]]:
-    """Barycenter sweeps, alternating down and up; returns the order with the fewest crossings."""
+    """The order of every layer with the fewest crossings found.
+
+    Barycenter sweeps (alternating down and up) then neighbour swaps, from two starting orders:
+    depth-first in slot order, and node id order (only for graphs below `_TWO_STARTS` vertices,
+    where it is cheap). `sweeps=0` returns node id order untouched: the baseline.
+    """
+    if sweeps <= 0:
+        return rows
+    rank = _dfs_rank(g)
+    starts = [[_group_sort(r, {v: float(rank[v]) for v in r}, g.groups) if len(r) > 1 else r for r in rows]]
+    if len(g.layer) < _TWO_STARTS:
+        starts.append([_group_sort(r, {v: float(i) for i, v in enumerate(r)}, g.groups) for r in rows])
+    best: list[list[int]] = []
+    best_cross = -1
+    for start in starts:
+        order, cross = _sweep(start, g, sweeps)
+        if best_cross < 0 or cross < best_cross:
+            best, best_cross = order, cross
+        if best_cross == 0:
+            break
+    return best
+
+
+_TWO_STARTS = 3000
+
+
+def _sweep(rows: list[list[int]], g: _Proper, sweeps: int) -> tuple[list[list[int]], int]:
     pos = [0.0] * len(g.layer)
 
     def set_positions(row: list[int]) -> None:
@@ -177,48 +216,133 @@ def _order(rows: list[list[int]], g: _Proper, sweeps: int) -> list[list[int]]:
         for i, v in enumerate(row):
             pos[v] = i - mid
 
-    rows = [_group_sort(row, {v: float(i) for i, v in enumerate(row)}, g.groups) for row in rows]
-    if sweeps <= 0:
-        return rows
     for row in rows:
         set_positions(row)
     best = [list(r) for r in rows]
     best_cross = count_crossings(g.layer, pos, g.pairs)
     for s in range(sweeps):
+        if best_cross == 0:
+            return best, 0
         down = s % 2 == 0
+        near = g.above if down else g.below
         for k in (range(len(rows)) if down else range(len(rows) - 1, -1, -1)):
+            row = rows[k]
+            if len(row) < 2:
+                continue
             bary: dict[int, float] = {}
-            for v in rows[k]:
-                nb = g.above[v] if down else g.below[v]
-                bary[v] = sum(pos[u] for u in nb) / len(nb) if nb else pos[v]
-            rows[k] = _group_sort(rows[k], bary, g.groups)
+            for v in row:
+                nb = near[v]
+                bary[v] = sum([pos[u] for u in nb]) / len(nb) if nb else pos[v]
+            rows[k] = _group_sort(row, bary, g.groups)
             set_positions(rows[k])
         cross = count_crossings(g.layer, pos, g.pairs)
         if cross < best_cross:
             best, best_cross = [list(r) for r in rows], cross
-        if best_cross == 0:
+    if best_cross:
+        for row in best:
+            set_positions(row)
+        if _transpose(best, g, pos):
+            best_cross = count_crossings(g.layer, pos, g.pairs)
+    return best, best_cross
+
+
+def _transpose(rows: list[list[int]], g: _Proper, pos: list[float], rounds: int = 4) -> bool:
+    """Swap neighbours in a layer while that removes crossings (Graphviz dot's `transpose`): the
+    local fix-up barycenters miss, e.g. a parameter leaf on the wrong side of a residual lane.
+    A swap may not split a module: two vertices of different modules are swapped only when each is
+    alone of its module in the layer. True when anything moved."""
+    swapped = False
+    for _ in range(rounds):
+        improved = False
+        for row in rows:
+            for i in range(len(row) - 1):
+                u, v = row[i], row[i + 1]
+                if not _swappable(row, i, g.groups):
+                    continue
+                if _pair_crossings(v, u, g, pos) < _pair_crossings(u, v, g, pos):
+                    row[i], row[i + 1] = v, u
+                    pos[u], pos[v] = pos[v], pos[u]
+                    improved = swapped = True
+        if not improved:
             break
-    return best
+    return swapped
 
 
-def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group], depth: int = 0) -> list[int]:
-    """Sort a layer by barycenter, keeping the elements of one module contiguous (recursively)."""
+def _swappable(row: list[int], i: int, groups: list[Group]) -> bool:
+    gu, gv = groups[row[i]], groups[row[i + 1]]
+    if gu == gv:
+        return True
+    c = len(_common(gu, gv))
+    left_joins = i > 0 and len(gu) > c and groups[row[i - 1]][:c + 1] == gu[:c + 1]
+    right_joins = i + 2 < len(row) and len(gv) > c and groups[row[i + 2]][:c + 1] == gv[:c + 1]
+    return not left_joins and not right_joins
+
+
+def _pair_crossings(u: int, v: int, g: _Proper, pos: list[float]) -> int:
+    """Crossings between the edges of u and of v when u is left of v."""
+    n = 0
+    for side in (g.above, g.below):
+        for a in side[u]:
+            pa = pos[a]
+            for b in side[v]:
+                if pa > pos[b]:
+                    n += 1
+    return n
+
+
+def _dfs_rank(g: _Proper) -> list[int]:
+    """Depth-first preorder from the roots, children in slot order: the starting order for the
+    sweeps. Unlike node ids it puts each long edge's lane where its slot is (a residual `h + f(h)`
+    has the skip lane left of the branch), which the sweeps alone do not move."""
+    n = len(g.layer)
+    rank = [-1] * n
+    k = 0
+    for start in range(n):
+        if rank[start] != -1 or g.above[start]:
+            continue
+        stack = [start]
+        while stack:
+            v = stack.pop()
+            if rank[v] != -1:
+                continue
+            rank[v] = k
+            k += 1
+            stack.extend(w for w in reversed(g.below[v]) if rank[w] == -1)
+    for v in range(n):  # vertices only reachable through a cycle that folding made
+        if rank[v] == -1:
+            rank[v] = k
+            k += 1
+    return rank
+
+
+def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group]) -> list[int]:
+    """Sort a layer by barycenter, keeping the elements of one module contiguous, at every depth.
+
+    Modules are ordered by their members' mean barycenter, then elements inside each; ties keep
+    the current order. Done as one sort on a key per element: at each depth, the (mean barycenter,
+    first position) of the module it is in there, or its own when it is in no module that deep.
+    """
     if len(row) < 2:
         return list(row)
-    if all(len(groups[v]) <= depth for v in row):  # no module left to keep together
+    first = groups[row[0]]
+    if all(groups[v] == first for v in row):  # one module (or none): a plain sort
         return sorted(row, key=bary.__getitem__)
-    units: dict[Any, list[int]] = {}
-    for v in row:
-        grp = groups[v]
-        units.setdefault(grp[depth] if len(grp) > depth else (v,), []).append(v)
-    scored = []
-    for rank, (key, vs) in enumerate(units.items()):
-        scored.append((sum(bary[v] for v in vs) / len(vs), rank, key, vs))
-    scored.sort(key=lambda t: (t[0], t[1]))
-    out: list[int] = []
-    for _, _, key, vs in scored:
-        out.extend(vs if isinstance(key, tuple) else _group_sort(vs, bary, groups, depth + 1))
-    return out
+    total: dict[str, float] = {}
+    count: dict[str, int] = {}
+    rank: dict[str, int] = {}
+    for i, v in enumerate(row):
+        b = bary[v]
+        for p in groups[v]:
+            if p not in rank:
+                rank[p] = i
+                total[p] = 0.0
+                count[p] = 0
+            total[p] += b
+            count[p] += 1
+    keys: dict[int, list[tuple[float, int]]] = {}
+    for i, v in enumerate(row):
+        keys[v] = [(total[p] / count[p], rank[p]) for p in groups[v]] + [(bary[v], i)]
+    return sorted(row, key=keys.__getitem__)
 
 
 # ---------------------------------------------------------------------------- x

@@ -1,0 +1,317 @@
+"""Dash callbacks: each a few lines over `app.view` (which imports no Dash) and the trace store.
+
+Live data: the /ui socket (dash-socketio) only says *what changed* ("run r has step 12"); the
+callbacks then read the current state from the store, so merged notifications lose nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import dash
+from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
+
+from app import view
+from app.ui import ids
+from tracer.store import StoreError, TraceStore
+
+MAX_STEPS_OVER_TIME = 30
+
+
+class UIData:
+    """Reads for the page, with a small LRU of decoded step graphs and their layouts."""
+
+    def __init__(self, store: TraceStore, size: int = 6) -> None:
+        self.store = store
+        self.size = size
+        self._graphs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._layouts: OrderedDict[tuple[str, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any) -> Any:
+        with self._lock:
+            if key in cache:
+                cache.move_to_end(key)
+                return cache[key]
+        value = make()
+        with self._lock:
+            cache[key] = value
+            while len(cache) > self.size:
+                cache.popitem(last=False)
+        return value
+
+    def graph(self, run: str, step: int) -> dict[str, Any]:
+        return self._lru(self._graphs, (run, int(step)), lambda: self.store.read_graph(run, int(step)))
+
+    def layout(self, run: str, step: int, collapsed: list[str] | None) -> dict[str, Any]:
+        key = (run, int(step), None if collapsed is None else tuple(sorted(collapsed)))
+        return self._lru(self._layouts, key, lambda: view.layout_graph(self.graph(run, step), collapsed))
+
+
+def _deep_link(search: str | None) -> dict[str, Any]:
+    q = parse_qs((search or "").lstrip("?"))
+    out: dict[str, Any] = {}
+    if q.get("run"):
+        out["run"] = q["run"][0]
+    for key in ("step", "node"):
+        if q.get(key) and q[key][0].lstrip("-").isdigit():
+            out[key] = int(q[key][0])
+    return out
+
+
+def _exec_order(wire: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
+    """Per execution index: the node id and the drawn element that shows it (itself or its folded
+    module), so the player highlights what is on screen."""
+    elements, nodes = [], []
+    for nid, _run in wire.get("execution") or []:
+        el = view.visible_element(layout, f"n{nid}")
+        elements.append(el)
+        nodes.append(nid)
+    names = [wire["nodes"][n]["name"] for n in nodes]
+    return {"run": wire["run"], "step": wire["step"], "elements": elements, "nodes": nodes, "names": names}
+
+
+def register(app: dash.Dash, store: TraceStore) -> UIData:
+    data = UIData(store)
+
+    @app.callback(Output(ids.DEEP_LINK, "data"), Input(ids.URL, "search"))
+    def parse_link(search: str | None) -> dict[str, Any]:
+        return _deep_link(search)
+
+    @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
+                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"))
+    def sync_runs(link: dict[str, Any] | None, _note: Any, current: str | None) -> tuple[Any, Any]:
+        runs = sorted(store.runs(), key=lambda r: r["updated"])
+        names = [r["run"] for r in runs]
+        options = [{"label": f"{r['run']} ({r['steps']} steps)", "value": r["run"]} for r in runs]
+        if link and link.get("run") in names and ctx.triggered_id == ids.DEEP_LINK:
+            return options, link["run"]
+        if current in names:
+            return options, current
+        return options, names[-1] if names else None
+
+    @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
+                  Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"),
+                  State(ids.DEEP_LINK, "data"), State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"))
+    def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, current: int | None,
+                   follow: list[str] | None) -> tuple[Any, Any]:
+        if not run:
+            return [], None
+        if ctx.triggered_id == ids.SOCKET and isinstance(note, dict) and note.get("run") != run:
+            return no_update, no_update  # another run moved on
+        steps = [s["step"] for s in store.steps(run)]
+        options = [{"label": f"step {s}", "value": s} for s in steps]
+        if not steps:
+            return options, None
+        if link and link.get("run") == run and link.get("step") in steps and current is None:
+            return options, link["step"]
+        if (follow and ctx.triggered_id == ids.SOCKET) or current not in steps:
+            return options, steps[-1]
+        return options, current
+
+    @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
+                  Output(ids.SLIDER, "value", allow_duplicate=True),
+                  Output(ids.LEGEND, "children"), Output(ids.GRAPH_INFO, "children"), Output(ids.SEARCH, "options"),
+                  Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.COLOR_BY, "value"),
+                  Input(ids.COLLAPSED, "data"), prevent_initial_call="initial_duplicate")
+    def load_graph(run: str | None, step: int | None, color_by: str, collapsed: dict[str, Any] | None) -> Any:
+        if not run or step is None:
+            return [], None, 0, 0, None, "no step selected", []
+        try:
+            wire = data.graph(run, step)
+        except StoreError as exc:
+            return [], None, 0, 0, None, str(exc), []
+        folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
+        layout = data.layout(run, step, folded)
+        elements = view.cytoscape_elements(wire, layout, color_by or "norm")
+        order = _exec_order(wire, layout)
+        drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
+        info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
+                + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"]
+                   else ""))
+        last = max(len(order["nodes"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
+        return (elements, order, last, last, _legend(view.legend(wire, color_by or "norm")), info,
+                view.search_index(wire))
+
+    @app.callback(Output(ids.SELECTED, "data"), Output(ids.COLLAPSED, "data"), Output(ids.URL, "search"),
+                  Input(ids.GRAPH, "tapNodeData"), Input(ids.SEARCH, "value"),
+                  Input(ids.DEEP_LINK, "data"), Input(ids.STEP_SELECT, "value"),
+                  State(ids.RUN_SELECT, "value"), State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"))
+    def select(tap: dict[str, Any] | None, found: str | None, link: dict[str, Any] | None,
+               step: int | None, run: str | None, selected: dict[str, Any] | None,
+               collapsed: dict[str, Any] | None) -> Any:
+        """Node selection from a click, a search hit, a deep link or a step change; the player selects
+        its current node in the browser (assets/player.js)."""
+        trigger = ctx.triggered_id
+        if not run or step is None:
+            return no_update, no_update, no_update
+        wire = data.graph(run, step)
+        folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
+        current = data.layout(run, step, folded)["collapsed"]
+        node: int | None = None
+        new_folded: list[str] | None = None
+        if trigger == ids.GRAPH and tap:
+            el = str(tap.get("id", ""))
+            if el.startswith("m:"):
+                return no_update, {"run": run, "collapsed": sorted(view.expand_one_level(wire, current, el[2:]))}, \
+                    no_update
+            if el.startswith("g:"):
+                return no_update, {"run": run, "collapsed": sorted(view.collapse_module(current, el[2:]))}, no_update
+            if el.startswith("n") and el[1:].isdigit():
+                node = int(el[1:])
+        elif trigger == ids.SEARCH and found:
+            if found.startswith("n") and found[1:].isdigit():
+                node = int(found[1:])
+                new_folded = sorted(view.reveal(wire, current, node))
+            elif found.startswith("m:"):
+                new_folded = sorted(view.expand_module(current, found[2:]))
+        elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT) and not selected and link and link.get("run") == run \
+                and link.get("step") == step and link.get("node") is not None:
+            node = link["node"]  # the page was opened from a deep link: once run and step are in place
+            new_folded = sorted(view.reveal(wire, current, node)) if 0 <= node < len(wire["nodes"]) else None
+        elif trigger == ids.STEP_SELECT and selected and selected.get("run") == run:
+            node = selected.get("node")  # same node, new step (ids are stable for the same model)
+        if node is None or not 0 <= node < len(wire["nodes"]):
+            return no_update, ({"run": run, "collapsed": new_folded} if new_folded is not None else no_update), \
+                no_update
+        sel = {"run": run, "step": step, "node": node}
+        folded_out = {"run": run, "collapsed": new_folded} if new_folded is not None and new_folded != current \
+            else no_update
+        return sel, folded_out, "?" + urlencode(sel)
+
+    @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
+                  Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
+    def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
+        hidden = {"display": "none"}
+        if not selected:
+            return no_update, no_update, no_update
+        run, step, node = selected["run"], selected["step"], selected["node"]
+        try:
+            wire = data.graph(run, step)
+        except StoreError as exc:
+            return html.P(str(exc), className="gs-hint"), [], hidden
+        if not 0 <= node < len(wire["nodes"]):
+            return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
+        arrays = store.read_arrays(run, step, view.node_tensors(wire, node))
+        panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
+        slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
+        full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
+        options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
+            if full_4d else []
+        return (_inspector(wire, node, panel, _recent(data, run, step)), options,
+                {"width": "160px"} if full_4d else hidden)
+
+    @app.callback(Output(ids.CONNECTION, "children"), Output(ids.CONNECTION, "className"),
+                  Input(ids.SOCKET, "connected"), Input(ids.SOCKET, "data-tracer"))
+    def connection(connected: bool | None, tracer: dict[str, Any] | None) -> tuple[str, str]:
+        if not connected:
+            return "offline: no connection to the server", "gs-connection offline"
+        text = "live"
+        if isinstance(tracer, dict):
+            text += (f" · tracer {tracer.get('run')} {tracer.get('state')} · sent {tracer.get('sent', 0)}, "
+                     f"spilled {tracer.get('spilled', 0)}, dropped {tracer.get('dropped', 0)}")
+        return text, "gs-connection live"
+
+    @app.callback(Output(ids.TICKER, "disabled"), Output(ids.PLAY, "children"), Output(ids.TICKER, "interval"),
+                  Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"), State(ids.TICKER, "disabled"))
+    def play(n: int | None, speed: int | None, disabled: bool) -> tuple[bool, str, int]:
+        if ctx.triggered_id == ids.PLAY:
+            disabled = not disabled
+        return disabled, ("▶" if disabled else "⏸"), int(speed or 400)
+
+    app.clientside_callback(ClientsideFunction("gradscape", "advance"), Output(ids.SLIDER, "value"),
+                            Input(ids.TICKER, "n_intervals"), Input(ids.PREV, "n_clicks"),
+                            Input(ids.NEXT, "n_clicks"), State(ids.SLIDER, "value"), State(ids.SLIDER, "max"),
+                            prevent_initial_call=True)
+    app.clientside_callback(ClientsideFunction("gradscape", "player"), Output(ids.PLAYER_INFO, "children"),
+                            Input(ids.SLIDER, "value"), Input(ids.EXEC_ORDER, "data"), Input(ids.GRAPH, "elements"),
+                            State(ids.SLIDER, "max"))
+    app.clientside_callback(ClientsideFunction("gradscape", "focus"), Output(ids.GRAPH, "className"),
+                            Input(ids.SELECTED, "data"), State(ids.EXEC_ORDER, "data"))
+    return data
+
+
+def _recent(data: UIData, run: str, step: int) -> list[dict[str, Any]]:
+    steps = [s["step"] for s in data.store.steps(run) if s["step"] <= step][-MAX_STEPS_OVER_TIME:]
+    return [data.store.read_graph(run, s) for s in steps]
+
+
+def _legend(info: dict[str, Any]) -> Any:
+    return [html.Span(info.get("title", "")), html.Span(info.get("min_label", "")),
+            html.Div(className="bar", style={"background": info.get("css_gradient", "#ccc")}),
+            html.Span(info.get("max_label", "")), html.Span("red border: NaN/Inf", className="gs-nan")]
+
+
+def _stats_table(rows: list[dict[str, Any]]) -> Any:
+    if not rows:
+        return None
+    return html.Table(className="gs-stats", children=[
+        html.Tr([html.Th(r["stat"]) for r in rows]), html.Tr([html.Td(r["text"]) for r in rows])])
+
+
+def _slot(slot: dict[str, Any], kind: str, index: int) -> Any:
+    fig = slot.get("figure")
+    body: list[Any] = [html.Div(f"{kind}[{index}] · {slot.get('title', '')}", className="gs-slot-title")]
+    if slot.get("source"):
+        body.append(html.Div(f"{slot.get('view', '')} · {slot['source']}", className="gs-slot-note"))
+    if slot.get("note"):
+        body.append(html.Div(slot["note"], className="gs-slot-note"))
+    if fig is not None:
+        body.append(dcc.Graph(figure=fig, config={"displayModeBar": False, "responsive": True},
+                              className="gs-heatmap", style={"height": "230px"}))
+    body.append(_stats_table(slot.get("stats") or []))
+    return html.Div(body, className="gs-slot", id={"type": "slot", "kind": kind, "index": index})
+
+
+def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], history: list[dict[str, Any]]) -> Any:
+    n = wire["nodes"][node_id]
+    shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("in_shapes") or []) or "—"
+    shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("out_shapes") or []) or "—"
+    meta = html.Div(className="gs-meta", children=[
+        html.Div([html.B(n["name"]), f"  (node n{node_id}, {n.get('kind')})",
+                  f", ran #{n['order']}" if n.get("order") is not None else ", did not run in this backward"]),
+        html.Div(["schema: ", html.Code(n.get("schema") or "—")]),
+        html.Div(f"module: {n.get('module') or '—'} · source: {n.get('source') or '—'}"
+                 + (f" · parameter: {n['param']}" if n.get("param") else "")),
+        html.Div(f"forward inputs: {shapes_in} → forward outputs: {shapes_out}"),
+    ])
+    slots_out = [_slot(s, "grad_outputs", i) for i, s in enumerate(panel["grad_outputs"]["slots"])]
+    slots_in = [_slot(s, "grad_inputs", j) for j, s in enumerate(panel["grad_inputs"]["slots"])]
+    node_tab = [meta, html.Div(panel["explain"], className="gs-explain"),
+                html.H3(panel["grad_outputs"]["title"]), *slots_out,
+                html.H3(panel["grad_inputs"]["title"]), *slots_in]
+    tabs = [dcc.Tab(label="Node", value="node", children=node_tab)]
+    module = n.get("module")
+    if module and module in (wire.get("modules") or {}):
+        tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module)))
+    tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
+        dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
+                  style={"height": "320px"}),
+        dcc.Graph(id=ids.FLOW_STEPS, figure=view.norm_over_steps(history), config={"displayModeBar": False},
+                  style={"height": "320px"})]))
+    return dcc.Tabs(id=ids.TABS, value="node", children=tabs)
+
+
+def _module_tab(wire: dict[str, Any], module: str) -> list[Any]:
+    d = view.module_detail(wire, module)
+    out: list[Any] = [html.Div(f"{module} ({d.get('type')})", className="gs-meta"),
+                      html.Div(d["backward_hook"]["text"], className="gs-explain")]
+    for call in d["calls"]:
+        out.append(html.H3(f"call {call['call']}: grad_output (∂L/∂ output) and grad_input (∂L/∂ input, "
+                           "through this module only)"))
+        out.append(_rows_table(call["grad_output"] + call["grad_input"]))
+    if d["params"]:
+        out.append(html.H3("parameter gradients"))
+        out.append(_rows_table(d["params"]))
+    return out
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> Any:
+    if not rows:
+        return html.Div("—", className="gs-slot-note")
+    keys = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
+    return html.Table(className="gs-table", children=[
+        html.Tr([html.Th(k) for k in keys]), *[html.Tr([html.Td(str(r.get(k, ""))) for k in keys]) for r in rows]])

@@ -1,0 +1,57 @@
+"""The UI's data layer: pure functions from a step's wire form to what the Dash views draw.
+
+No Dash here (only numpy, and plain dicts that plotly and dash-cytoscape accept), so each callback
+is a few lines over these functions and everything is testable on real traces without a browser:
+
+    wire = store.read_graph(run, step)
+    layout = layout_graph(wire, collapsed)             # positions; None → default_collapse(wire)
+    elements = cytoscape_elements(wire, layout, "norm")
+    panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
+
+Ids used throughout: `n12` (node 12), `m:blocks.3` (a folded module), `g:blocks.3` (an expanded
+module's box).
+"""
+
+from app.view.collapse import (
+    collapse_module,
+    default_collapse,
+    expand_module,
+    expand_one_level,
+    reveal,
+    visible_count,
+    visible_element,
+)
+from app.view.elements import COLOR_BY, cytoscape_elements, find, legend, search, search_index
+from app.view.flow import flow_rows, gradient_flow, norm_over_steps
+from app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
+from app.view.layout import count_crossings, layout_graph
+from app.view.modules import backward_hook_note, module_detail, module_table, param_rows
+
+__all__ = [
+    "COLOR_BY",
+    "backward_hook_note",
+    "collapse_module",
+    "count_crossings",
+    "cytoscape_elements",
+    "default_collapse",
+    "expand_module",
+    "expand_one_level",
+    "explain",
+    "find",
+    "flow_rows",
+    "gradient_flow",
+    "layout_graph",
+    "legend",
+    "module_detail",
+    "module_table",
+    "node_tensors",
+    "norm_over_steps",
+    "param_rows",
+    "reveal",
+    "search",
+    "search_index",
+    "slot_figures",
+    "stats_rows",
+    "visible_count",
+    "visible_element",
+]

@@ -1,0 +1,139 @@
+"""The module tab: gradients at the level of layers, as the module hooks would have shown them.
+
+For each module (`wire["modules"]`), every forward call has `grad_input` (∂L/∂ each positional
+tensor argument, through this module only) and `grad_output` (∂L/∂ each tensor output): the
+semantics of `register_full_backward_hook`. Its parameters' gradients come from `wire["params"]`.
+
+The deprecated `register_backward_hook` reported something else: the grad_inputs of the module's
+LAST op in forward (for `nn.Linear`, `AddmmBackward0`: bias grad, input grad, weight-ᵀ grad),
+which people read as "the data, the weights and the bias". `backward_hook_note` spells that out
+for the user's own module, with the slots' labels and shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from app.view._wire import (
+    ROOT_MODULE,
+    Wire,
+    fmt_num,
+    fmt_shape,
+    max_abs,
+    nonfinite,
+    numel,
+    stat,
+    tensor,
+)
+from app.view.heatmaps import stats_rows
+
+
+def _tensor_row(wire: Wire, k: int, index: int | None, what: str) -> dict[str, Any]:
+    """One gradient as a table row: shape, dtype and the statistics that matter for debugging."""
+    t = tensor(wire, index)
+    if t is None:
+        return {"index": k, "what": what, "tensor": None, "shape": None, "text": f"{what}: None (no gradient)"}
+    shape = list(t.get("shape") or [])
+    nan, inf = nonfinite(t)
+    n = numel(shape)
+    zeros = stat(t, "zeros") or 0.0
+    return {"index": k, "what": what, "tensor": index, "shape": shape, "dtype": t.get("dtype"),
+            "norm": stat(t, "norm"), "min": stat(t, "min"), "max": stat(t, "max"), "mean": stat(t, "mean"),
+            "std": stat(t, "std"), "nan": nan, "inf": inf, "zeros%": 100.0 * zeros / n if n else None,
+            "text": f"{what} {fmt_shape(shape)} {t.get('dtype', '')}, norm {fmt_num(stat(t, 'norm'))}"}
+
+
+def param_rows(wire: Wire, module: str) -> list[dict[str, Any]]:
+    """The module's own parameters' gradients from this backward: `.grad` contributions."""
+    mod = (wire.get("modules") or {}).get(module) or {}
+    params = wire.get("params") or {}
+    nodes_by_param = {n["param"]: n["id"] for n in wire["nodes"] if n.get("param")}
+    rows = []
+    for name in mod.get("params") or []:
+        index = params.get(name)
+        t = tensor(wire, index)
+        row: dict[str, Any] = {"name": name, "tensor": index, "node": None, "shape": None, "stats": []}
+        if name in nodes_by_param:
+            row["node"] = f"n{nodes_by_param[name]}"
+        if t is not None:
+            n = numel(t.get("shape"))
+            norm = stat(t, "norm") or 0.0
+            row.update(shape=list(t.get("shape") or []), dtype=t.get("dtype"), norm=norm,
+                       rms=norm / math.sqrt(n) if n else None, maxabs=max_abs(t), stats=stats_rows(t))
+        rows.append(row)
+    return rows
+
+
+def _last_op_slots(wire: Wire, node_id: int) -> list[dict[str, Any]]:
+    node = wire["nodes"][node_id]
+    labels = node.get("labels") or []
+    out = []
+    for j, index in enumerate(node.get("gi") or []):
+        t = tensor(wire, index)
+        out.append({"slot": j, "label": labels[j] if j < len(labels) else f"input {j}", "tensor": index,
+                    "shape": None if t is None else list(t.get("shape") or [])})
+    return out
+
+
+def backward_hook_note(wire: Wire, module: str) -> dict[str, Any]:
+    """What the deprecated `Module.register_backward_hook` would have reported for this module:
+    the grad_inputs of `calls[0].last`, the last op its forward ran, slot by slot."""
+    mod = (wire.get("modules") or {}).get(module) or {}
+    calls = mod.get("calls") or []
+    if not calls:
+        return {"node": None, "slots": [], "text": (
+            f"{module} was never called in forward (its parameters were used directly), so no module hook "
+            "of either kind would have fired")}
+    last = calls[0].get("last")
+    if last is None:
+        return {"node": None, "slots": [], "text": f"{module}'s forward ran no op that needs a gradient"}
+    node = wire["nodes"][last]
+    slots = _last_op_slots(wire, last)
+    listed = ", ".join(f"{s['label']} {fmt_shape(s['shape']) if s['tensor'] is not None else '(None)'}"
+                       for s in slots)
+    inputs = [tensor(wire, i) for i in calls[0].get("gi") or []]
+    full = ", ".join("None" if t is None else fmt_shape(t.get("shape")) for t in inputs) or "nothing"
+    text = (f"register_backward_hook (deprecated) would have shown grad_input = the grad_inputs of "
+            f"{node['name']} (n{last}), the last op of {module}'s forward: ({listed}). That is not the "
+            f"gradient w.r.t. the module's input; register_full_backward_hook gives grad_input = ({full}).")
+    return {"node": f"n{last}", "name": node["name"], "slots": slots, "text": text}
+
+
+def module_detail(wire: Wire, module: str) -> dict[str, Any]:
+    """Everything the module tab shows for one module: per call, its grad_input and grad_output
+    rows; its parameters' gradients; and the `register_backward_hook` note."""
+    modules = wire.get("modules") or {}
+    if module not in modules:
+        raise KeyError(f"no module {module!r} in this step (modules: {', '.join(list(modules)[:8])}…)")
+    mod = modules[module]
+    calls = []
+    for c, call in enumerate(mod.get("calls") or []):
+        calls.append({
+            "call": c, "last": None if call.get("last") is None else f"n{call['last']}",
+            "grad_output": [_tensor_row(wire, k, i, f"∂L/∂output {k}") for k, i in enumerate(call.get("go") or [])],
+            "grad_input": [_tensor_row(wire, k, i, f"∂L/∂input {k}") for k, i in enumerate(call.get("gi") or [])],
+        })
+    return {"module": module, "type": mod.get("type"), "calls": calls, "params": param_rows(wire, module),
+            "backward_hook": backward_hook_note(wire, module)}
+
+
+def module_table(wire: Wire) -> list[dict[str, Any]]:
+    """One summary row per module (the tab's list): type, calls, parameters and the norms of the
+    gradient at its output and input (first call)."""
+    rows = []
+    for name, mod in (wire.get("modules") or {}).items():
+        calls = mod.get("calls") or []
+        first = calls[0] if calls else {}
+        go = [tensor(wire, i) for i in first.get("go") or []]
+        gi = [tensor(wire, i) for i in first.get("gi") or []]
+        nan = sum(sum(nonfinite(t)) for t in go + gi)
+        rows.append({
+            "module": name, "type": mod.get("type"), "calls": len(calls), "params": len(mod.get("params") or []),
+            "grad_output": ", ".join(fmt_shape(t.get("shape")) if t else "None" for t in go),
+            "grad_output_norm": max((stat(t, "norm") or 0.0 for t in go if t), default=None),
+            "grad_input": ", ".join(fmt_shape(t.get("shape")) if t else "None" for t in gi),
+            "grad_input_norm": max((stat(t, "norm") or 0.0 for t in gi if t), default=None),
+            "nonfinite": nan, "root": name == ROOT_MODULE,
+        })
+    return rows

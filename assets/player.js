@@ -1,0 +1,62 @@
+/* gradscape: the backward player and focus, run in the browser (clientside callbacks).
+ * The graph is dash-cytoscape's, reachable as window.cy; classes change in place, so stepping
+ * through thousands of elements never round-trips through Python. */
+window.dash_clientside = Object.assign({}, window.dash_clientside, {
+  gradscape: {
+    advance: function (ticks, prev, next, value, max) {
+      const trig = (dash_clientside.callback_context.triggered[0] || {}).prop_id || "";
+      let v = value || 0;
+      if (trig.startsWith("player-prev")) v = Math.max(0, v - 1);
+      else if (trig.startsWith("player-next")) v = Math.min(max || 0, v + 1);
+      else if (trig.startsWith("player-ticker")) v = v >= (max || 0) ? 0 : v + 1;
+      return v;
+    },
+    player: function (value, order, _elements, max) {
+      const cy = window.cy;
+      if (!order || !order.nodes || !order.nodes.length) return "";
+      const v = Math.min(value || 0, order.nodes.length - 1);
+      const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
+      const moved = trig.indexOf("player-slider.value") >= 0 && trig.indexOf("exec-order.data") < 0;
+      if (cy && trig.indexOf("exec-order.data") >= 0) cy.fit(undefined, 20);  // a new graph: show all of it
+      if (moved) {  // the user moved the player: the inspector follows its current node
+        dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
+      }
+      if (cy) {
+        cy.batch(function () {
+          cy.elements().removeClass("executed current pending incoming outgoing");
+          const done = new Set();
+          for (let k = 0; k <= v; k++) if (order.elements[k]) done.add(order.elements[k]);
+          cy.nodes().forEach(function (n) {
+            if (n.isParent() || n.hasClass("module")) return;
+            n.addClass(done.has(n.id()) ? "executed" : "pending");
+          });
+          const cur = order.elements[v] ? cy.getElementById(order.elements[v]) : null;
+          if (cur && cur.length) {
+            cur.removeClass("pending").addClass("current");
+            cur.incomers("edge").addClass("incoming");
+            cur.outgoers("edge").addClass("outgoing");
+          }
+        });
+      }
+      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v]};
+      return "#" + v + " of " + order.nodes.length + ": " + order.names[v] + " (n" + order.nodes[v] + ")";
+    },
+    focus: function (selected, order) {
+      const cy = window.cy;
+      if (cy && selected) {
+        let el = cy.getElementById("n" + selected.node);
+        if (!el.length && order) {
+          const k = order.nodes.indexOf(selected.node);
+          if (k >= 0 && order.elements[k]) el = cy.getElementById(order.elements[k]);
+        }
+        if (el.length) {
+          cy.elements(":selected").unselect();
+          el.select();
+          const ext = cy.extent(), p = el.position();
+          if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+        }
+      }
+      return "gs-graph";
+    },
+  },
+});

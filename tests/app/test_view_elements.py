@@ -1,0 +1,188 @@
+"""Cytoscape elements, colours, legend and search (`app.view.elements`) on real traces."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+from zoo import build
+
+import tracer
+from app.view import COLOR_BY, cytoscape_elements, find, layout_graph, legend, search, search_index
+from tracer._codec import step_to_wire
+
+
+def zoo_wire(name: str) -> dict[str, Any]:
+    case = build(name)
+    tr = tracer.Tracer(case.model, tensors="summary")
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    return step_to_wire(st)
+
+
+class SqrtOfZero(nn.Module):
+    """√ of an all-zero layer output: its derivative is +Inf, and Inf · 0 weights makes NaN further
+    down, in the input and weight gradients of `fc`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.out = nn.Linear(4, 1)
+        nn.init.zeros_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.sqrt(self.fc(x)))
+
+
+@pytest.fixture(scope="module")
+def mlp() -> dict[str, Any]:
+    return zoo_wire("mlp")
+
+
+@pytest.fixture(scope="module")
+def nan_wire() -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = SqrtOfZero()
+    x = torch.randn(5, 3, requires_grad=True)
+    tr = tracer.Tracer(model, tensors="summary")
+    with tr.step(0) as st:
+        model(x).sum().backward()
+    assert torch.isnan(model.fc.weight.grad).any()  # the model really produced a NaN gradient
+    return step_to_wire(st)
+
+
+def by_id(elements: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["data"]["id"]: e for e in elements}
+
+
+def arrived(wire: dict[str, Any], node_id: int) -> dict[str, Any]:
+    return wire["tensors"][wire["nodes"][node_id]["go"][0]]
+
+
+# ---------------------------------------------------------------------------- elements
+def test_elements_cover_the_layout(mlp: dict[str, Any]) -> None:
+    layout = layout_graph(mlp, set())
+    elements = cytoscape_elements(mlp, layout)
+    json.dumps(elements)  # what dash-cytoscape receives must be plain JSON
+    els = by_id(elements)
+    for eid, info in layout["nodes"].items():
+        assert els[eid]["position"] == {"x": info["x"], "y": info["y"]}
+    assert {e["data"]["id"] for e in elements if e["group"] == "edges"} == {e["id"] for e in layout["edges"]}
+    assert all("source" not in e["data"] for e in elements if e["group"] == "nodes")
+    seen: set[str] = set()
+    for e in elements:  # a compound parent comes before what it contains
+        parent = e["data"].get("parent")
+        assert parent is None or parent in seen
+        seen.add(e["data"]["id"])
+    assert els["n5"]["data"]["parent"] == "g:fc2"
+    assert els["g:fc2"]["classes"] == "module"
+
+
+def test_labels_and_classes(mlp: dict[str, Any]) -> None:
+    els = by_id(cytoscape_elements(mlp, layout_graph(mlp, set())))
+    for n in mlp["nodes"]:
+        e = els[f"n{n['id']}"]
+        assert n["kind"] in e["classes"].split()
+        if n["name"] == "AddmmBackward0":
+            assert e["data"]["label"] == "Addmm"
+        if n["param"] == "fc2.weight":
+            assert e["data"]["label"] == "fc2.weight [30×20]"
+    assert "root" in els["n0"]["classes"].split()  # NllLoss: where backward started
+    assert not any("nan" in e["classes"].split() for e in els.values() if "classes" in e)
+
+
+def test_collapsed_module_element(mlp: dict[str, Any]) -> None:
+    layout = layout_graph(mlp, {"fc2"})
+    els = by_id(cytoscape_elements(mlp, layout))
+    m = els["m:fc2"]
+    assert "collapsed" in m["classes"].split()
+    assert m["data"]["count"] == 4  # Addmm, T and the two AccumulateGrad of fc2
+    go = mlp["modules"]["fc2"]["calls"][0]["go"][0]
+    assert m["data"]["value"] == pytest.approx(mlp["tensors"][go]["stats"][4])
+    assert "n5" not in els and "g:fc2" not in els
+
+
+# ---------------------------------------------------------------------------- colour
+@pytest.mark.parametrize("color_by", COLOR_BY)
+def test_colour_is_the_statistic_of_grad_outputs_0(mlp: dict[str, Any], color_by: str) -> None:
+    els = by_id(cytoscape_elements(mlp, layout_graph(mlp, set()), color_by=color_by))
+    for n in mlp["nodes"]:
+        mn, mx, _, _, norm, _, _, zeros = arrived(mlp, n["id"])["stats"]
+        numel = math.prod(arrived(mlp, n["id"])["shape"])
+        expected = {"norm": norm, "maxabs": max(abs(mn), abs(mx)), "zeros": zeros / numel}[color_by]
+        assert els[f"n{n['id']}"]["data"]["value"] == pytest.approx(expected)
+        assert els[f"n{n['id']}"]["data"]["color"].startswith("#")
+
+
+def test_colour_scale_is_ordered_and_the_legend_spans_the_nodes(mlp: dict[str, Any]) -> None:
+    els = by_id(cytoscape_elements(mlp, layout_graph(mlp, set()), color_by="norm"))
+    lg = legend(mlp, "norm")
+    norms = [arrived(mlp, n["id"])["stats"][4] for n in mlp["nodes"]]
+    assert lg["min"] == pytest.approx(math.log10(min(norms)))
+    assert lg["max"] == pytest.approx(math.log10(max(norms)))
+    assert lg["log"] and all(t["label"].startswith("1e") for t in lg["ticks"])
+    smallest = min(mlp["nodes"], key=lambda n: arrived(mlp, n["id"])["stats"][4])
+    largest = max(mlp["nodes"], key=lambda n: arrived(mlp, n["id"])["stats"][4])
+    assert els[f"n{smallest['id']}"]["data"]["color"] == lg["colorscale"][0][1]
+    assert els[f"n{largest['id']}"]["data"]["color"] == lg["colorscale"][-1][1]
+    zeros = legend(mlp, "zeros")
+    assert (zeros["min"], zeros["max"], zeros["log"]) == (0.0, 1.0, False)
+    with pytest.raises(ValueError, match="color_by"):
+        legend(mlp, "mean")
+
+
+def test_nan_nodes_are_badged(nan_wire: dict[str, Any]) -> None:
+    els = by_id(cytoscape_elements(nan_wire, layout_graph(nan_wire, set())))
+    flagged = {e for e, el in els.items() if "nan" in el.get("classes", "").split()}
+    expected = set()
+    for n in nan_wire["nodes"]:
+        ts = [nan_wire["tensors"][i] for i in (n["go"] or []) + (n["gi"] or []) if i is not None]
+        if any(t["stats"][5] or t["stats"][6] for t in ts):
+            expected.add(f"n{n['id']}")
+    assert flagged == expected and expected
+    weight = next(n["id"] for n in nan_wire["nodes"] if n["param"] == "fc.weight")
+    assert els[f"n{weight}"]["data"]["badge"] == "NaN"
+    sqrt = next(n["id"] for n in nan_wire["nodes"] if n["name"] == "SqrtBackward0")
+    assert els[f"n{sqrt}"]["data"]["badge"] == "Inf"  # d√x/dx at 0
+    folded = by_id(cytoscape_elements(nan_wire, layout_graph(nan_wire, {"fc"})))
+    assert "nan" in folded["m:fc"]["classes"].split() and folded["m:fc"]["data"]["badge"] == "NaN/Inf"
+
+
+def test_long_edges_carry_their_bends() -> None:
+    wire = zoo_wire("transformer")
+    layout = layout_graph(wire, set())
+    els = by_id(cytoscape_elements(wire, layout))
+    bent = [e for e in layout["edges"] if e["bends"]]
+    assert bent  # the residual connections skip a branch
+    for e in bent:
+        data = els[e["id"]]["data"]
+        s, t = layout["nodes"][e["source"]], layout["nodes"][e["target"]]
+        vx, vy = t["x"] - s["x"], t["y"] - s["y"]
+        length = math.hypot(vx, vy)
+        for (px, py), d, w in zip(e["bends"], data["bend_d"], data["bend_w"]):
+            # cytoscape's segments: P = S + w·(T−S) + d·(−vy, vx)/|T−S|
+            assert s["x"] + w * vx - d * vy / length == pytest.approx(px, abs=0.05)
+            assert s["y"] + w * vy + d * vx / length == pytest.approx(py, abs=0.05)
+
+
+# ---------------------------------------------------------------------------- search
+def test_search_index_and_find(mlp: dict[str, Any]) -> None:
+    index = search_index(mlp)
+    values = {o["value"] for o in index}
+    assert {"m:fc1", "m:fc2", "m:fc3"} <= values
+    assert {f"n{n['id']}" for n in mlp["nodes"]} <= values
+    assert all(set(o) == {"label", "value"} for o in index)
+    weight = next(n["id"] for n in mlp["nodes"] if n["param"] == "fc2.weight")
+    assert find(mlp, "fc2") == "m:fc2"
+    assert find(mlp, "fc2.weight") == f"n{weight}"
+    assert find(mlp, "n7") == "n7" and find(mlp, "7") == "n7"
+    first_addmm = min((n for n in mlp["nodes"] if n["name"] == "AddmmBackward0"), key=lambda n: n["order"])
+    assert find(mlp, "Addmm") == find(mlp, "AddmmBackward0") == f"n{first_addmm['id']}"
+    assert find(mlp, "relu") is not None and find(mlp, "no such thing") is None
+    assert find(mlp, "n999") is None
+    assert all("fc1" in o["label"] for o in search(mlp, "fc1"))

@@ -1,0 +1,72 @@
+"""Gradient-flow charts (`app.view.flow`) against the gradients PyTorch left in `.grad`."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import plotly.graph_objects as go
+import pytest
+import torch
+from zoo import build
+
+import tracer
+from app.view import flow_rows, gradient_flow, norm_over_steps
+from tracer._codec import step_to_wire
+
+
+def layer_grads(model: torch.nn.Module, layer: str) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.get_submodule(layer).parameters(recurse=False)])
+
+
+def train(name: str, steps: int) -> tuple[list[dict[str, Any]], list[dict[str, torch.Tensor]], torch.nn.Module]:
+    case = build(name)
+    opt = torch.optim.SGD(case.model.parameters(), lr=0.5)
+    tr = tracer.Tracer(case.model, tensors="summary")
+    wires, grads = [], []
+    for i in range(steps):
+        with tr.step(i) as st:
+            case.loss(case.model, case.batch).backward()
+        wires.append(step_to_wire(st))
+        grads.append({m: layer_grads(case.model, m) for m in ("fc1", "fc2", "fc3")})
+        opt.step()
+        opt.zero_grad()
+    return wires, grads, case.model
+
+
+def test_gradient_flow_bars_are_rms_and_max_per_layer() -> None:
+    (wire,), (grads,), _ = train("mlp", 1)
+    fig = gradient_flow(wire)
+    go.Figure(fig)
+    max_bar, rms_bar = fig["data"]
+    assert max_bar["x"] == rms_bar["x"] == ["fc1", "fc2", "fc3"]  # forward order
+    for k, layer in enumerate(max_bar["x"]):
+        g = grads[layer].double()
+        assert rms_bar["y"][k] == pytest.approx(g.pow(2).mean().sqrt().item(), rel=1e-5)
+        assert max_bar["y"][k] == pytest.approx(g.abs().max().item(), rel=1e-6)
+    title = fig["layout"]["yaxis"]["title"]["text"]
+    assert "RMS" in title and "not recorded" in title and fig["layout"]["yaxis"]["type"] == "log"
+
+
+def test_forward_order_follows_execution_not_registration() -> None:
+    case = build("transformer")
+    tr = tracer.Tracer(case.model, tensors="summary")
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    layers = [r["layer"] for r in flow_rows(step_to_wire(st))]
+    assert layers[0] == "emb" and layers[-1] == "head"
+    assert layers.index("attn") < layers.index("attn.out_proj") < layers.index("ln1")
+    assert layers.index("ln1") < layers.index("ff.0") < layers.index("ff.2") < layers.index("ln2")
+
+
+def test_norm_over_steps_tracks_each_layer() -> None:
+    wires, grads, _ = train("mlp", 3)
+    fig = norm_over_steps(list(reversed(wires)))  # any order in, steps sorted out
+    go.Figure(fig)
+    lines = {t["name"]: t for t in fig["data"]}
+    assert list(lines) == ["fc1", "fc2", "fc3"]
+    for layer, line in lines.items():
+        assert line["x"] == [0, 1, 2]
+        expected = [g[layer].double().norm().item() for g in grads]
+        assert line["y"] == pytest.approx(expected, rel=1e-5)
+    assert not math.isclose(lines["fc3"]["y"][0], lines["fc3"]["y"][2])  # training moved them
