@@ -94,8 +94,8 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         return options, names[-1] if names else None
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
-                  Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"),
-                  State(ids.DEEP_LINK, "data"), State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"))
+                  Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"), Input(ids.DEEP_LINK, "data"),
+                  State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"))
     def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, current: int | None,
                    follow: list[str] | None) -> tuple[Any, Any]:
         if not run:
@@ -106,7 +106,8 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         options = [{"label": f"step {s}", "value": s} for s in steps]
         if not steps:
             return options, None
-        if link and link.get("run") == run and link.get("step") in steps and current is None:
+        if link and link.get("run") == run and link.get("step") in steps and \
+                (current is None or ctx.triggered_id == ids.DEEP_LINK):
             return options, link["step"]
         if (follow and ctx.triggered_id == ids.SOCKET) or current not in steps:
             return options, steps[-1]
@@ -230,7 +231,7 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                             Input(ids.SLIDER, "value"), Input(ids.EXEC_ORDER, "data"), Input(ids.GRAPH, "elements"),
                             State(ids.SLIDER, "max"))
     app.clientside_callback(ClientsideFunction("gradscape", "focus"), Output(ids.GRAPH, "className"),
-                            Input(ids.SELECTED, "data"), State(ids.EXEC_ORDER, "data"))
+                            Input(ids.SELECTED, "data"), Input(ids.EXEC_ORDER, "data"))
     return data
 
 

@@ -3,6 +3,7 @@ and real headless Chromium driven by Playwright (STACK.md §4)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import urllib.request
@@ -16,6 +17,8 @@ from playwright.sync_api import Browser, Page, sync_playwright
 from werkzeug.serving import make_server
 
 from app.server import ServerConfig, create_app
+
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -52,7 +55,8 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     _wait_http(url + "/api/runs")
     yield LiveServer(url, store, app._gradscape_state)
     app._gradscape_state.notifier.stop()
-    sio.server.eio.disconnect()  # drop Engine.IO clients first, or their threads outlive the server
+    for sock in list(sio.server.eio.sockets.values()):  # drop Engine.IO clients first (without waiting for a
+        sock.close(wait=False, abort=True)              # closed page to drain its queue), or their threads linger
     sio.server.shutdown()
     srv.shutdown()
     srv.server_close()

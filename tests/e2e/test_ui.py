@@ -1,0 +1,186 @@
+"""The debugger page in real headless Chromium against a real server and a real trace file."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+from playwright.sync_api import Page
+from zoo import build
+
+import tracer
+from app import view
+from tracer.store import TraceStore
+
+
+def _record(store: Path, name: str = "mlp", run: str = "r", steps: int = 2, mode: str = "full") -> None:
+    case = build(name)
+    tr = tracer.Tracer(case.model, run=run, sink=str(store), tensors=mode)
+    for i in range(steps):
+        with tr.step(i):
+            case.loss(case.model, case.batch).backward()
+    tr.close()
+
+
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    page.wait_for_function("document.querySelector('#backward-player').innerText.includes(' of ')")
+
+
+def _graph_counts(page: Page) -> tuple[int, int]:
+    n, e = page.evaluate("[window.cy.nodes().length, window.cy.edges().length]")
+    return int(n), int(e)
+
+
+def _no_errors(page: Page) -> None:
+    errors = [e for e in page.console_errors if "wheel sensitivity" not in e]  # type: ignore[attr-defined]
+    assert errors == []
+
+
+def test_page_loads_and_graph_matches_the_store(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "transformer")
+    _open(page, live_server.url)
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        wire = store.read_graph("r", 1)  # the newest step opens
+    expected = view.cytoscape_elements(wire, view.layout_graph(wire))
+    nodes = sum(1 for e in expected if e["group"] == "nodes")
+    edges = sum(1 for e in expected if e["group"] == "edges")
+    assert _graph_counts(page) == (nodes, edges)
+    ops = page.evaluate("window.cy.nodes().filter(n => n.id().startsWith('n')).length")
+    assert ops == len(wire["nodes"])  # a small graph: every autograd node is drawn
+    assert page.inner_text("#step-select").strip() == "step 1"
+    assert "live" in page.inner_text("#connection-status")
+    _no_errors(page)
+
+
+def test_deep_link_opens_the_inspector_with_the_stored_values(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "mlp")
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        st = store.read_step("r", 0)
+    addmm = next(n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "fc2")
+    page.goto(f"{live_server.url}/?run=r&step=0&node={addmm.id}")
+    page.wait_for_selector("#inspector .js-plotly-plot")
+    text = page.inner_text("#inspector")
+    assert "AddmmBackward0" in text and "mat2 → fc2.weight (transposed)" in text
+    assert "Arriving: grad_outputs" in text and "Sent on: grad_inputs" in text
+    # the heatmaps hold the stored gradients: grad_outputs[0], then the three grad_inputs
+    z = page.evaluate("Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))"
+                      ".map(gd => gd._fullData[0].z)")
+    want = [addmm.grad_outputs[0].values] + [g.values for g in addmm.grad_inputs]
+    assert len(z) == len(want)
+    for got, ref in zip(z, want):
+        ref2 = np.atleast_2d(ref)
+        assert np.allclose(np.array(got, dtype=float), ref2, atol=1e-6)
+    assert page.evaluate("window.cy.$(':selected').id()") == f"n{addmm.id}"
+    _no_errors(page)
+
+
+def test_player_steps_through_the_execution_order(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "mlp")
+    _open(page, live_server.url)
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        wire = store.read_graph("r", 1)
+    order = [f"n{n}" for n, _ in wire["execution"]]
+    assert page.evaluate("window.cy.$('.current').id()") == order[-1]
+    for k in range(3):  # step back three times: the highlight walks back along the order
+        page.click("#player-prev")
+        want = order[-2 - k]
+        page.wait_for_function(f"window.cy.$('.current').id() === '{want}'")
+        page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node {want}')")
+    executed = page.evaluate("window.cy.$('.executed').map(n => n.id())")
+    assert set(executed) == set(order[:-3])
+    pending = page.evaluate("window.cy.$('node.pending').map(n => n.id())")
+    assert set(pending) == set(order[-3:]) - {order[-4]}
+    incoming = page.evaluate("window.cy.$('edge.incoming').map(e => e.data('target'))")
+    assert incoming and set(incoming) == {order[-4]}
+    page.click("#player-play")
+    page.wait_for_function(f"window.cy.$('.current').id() !== '{order[-4]}'", timeout=10_000)
+    page.click("#player-play")
+    _no_errors(page)
+
+
+def test_a_streamed_step_appears_within_two_seconds(live_server: Any, page: Page) -> None:
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, run="live", sink=live_server.url)
+    with tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    tr.sinks[1]._net.wait_empty(time.monotonic() + 10)  # type: ignore[attr-defined]
+    _open(page, live_server.url)
+    for i in (1, 2):
+        with tr.step(i):
+            case.loss(case.model, case.batch).backward()
+        sink = tr.sinks[1]
+        deadline = time.monotonic() + 10
+        while i not in sink.acked and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.01)
+        t_stored = time.monotonic()
+        page.wait_for_function(f"document.querySelector('#step-select').innerText.includes('step {i}')",
+                               timeout=5_000)
+        assert time.monotonic() - t_stored < 2.0
+    tr.close()
+    _no_errors(page)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ff = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.ff(x)
+
+
+class _Deep(nn.Module):
+    def __init__(self, blocks: int = 700) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Block() for _ in range(blocks))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def test_a_four_thousand_node_trace_opens_collapsed(live_server: Any, page: Page) -> None:
+    torch.manual_seed(0)
+    model = _Deep()
+    tr = tracer.Tracer(model, run="deep", sink=str(live_server.store_path), thumb=8)
+    with tr.step(0):
+        model(torch.randn(2, 4)).sum().backward()
+    tr.close()
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        wire = store.read_graph("deep", 0)
+    assert len(wire["nodes"]) >= 4000
+    t0 = time.monotonic()
+    _open(page, live_server.url)
+    opened = time.monotonic() - t0
+    nodes, _ = _graph_counts(page)
+    assert nodes <= 300, f"{nodes} elements drawn for {len(wire['nodes'])} autograd nodes"
+    assert "folded" in page.inner_text("#graph-info")
+    before = nodes
+    first = page.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())[0]")
+    page.evaluate(f"window.cy.getElementById('{first}').emit('tap')")
+    page.wait_for_function(f"window.cy.nodes().length > {before}")
+    assert opened < 60
+    _no_errors(page)
+
+
+def test_screenshot_for_the_readme(live_server: Any, page: Page, tmp_path: Path) -> None:
+    _record(live_server.store_path, "transformer", mode="full")
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        wire = store.read_graph("r", 1)
+    node = next(n["id"] for n in wire["nodes"] if n["name"] == "AddmmBackward0")
+    page.goto(f"{live_server.url}/?run=r&step=1&node={node}")
+    page.wait_for_selector("#inspector .js-plotly-plot")
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    page.wait_for_timeout(800)
+    out = Path(os.environ.get("GRADSCAPE_SCREENSHOT", tmp_path / "page.png"))
+    page.screenshot(path=str(out))
+    assert out.stat().st_size > 20_000
+    _no_errors(page)
