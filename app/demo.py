@@ -4,6 +4,7 @@ toy task, every Nth step traced and streamed to the server."""
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -85,8 +86,11 @@ def main() -> None:
     torch.manual_seed(0)
     net, batch = make(args.model)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    parent = os.getppid()
     with tracer.Tracer(net, run=f"demo-{args.model}", sink=args.url, every=args.every) as tr:
         for i in range(args.steps):
+            if os.getppid() != parent:  # `gradscape demo` is gone: do not train on as an orphan
+                break
             x, y = batch()  # type: ignore[operator]
             with tr.step(i):
                 out = net(x)

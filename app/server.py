@@ -290,8 +290,8 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     else:
         from app.ui import callbacks, page
 
-        app.layout = page.layout(config.token)
-        callbacks.register(app, store)
+        ui_data = callbacks.register(app, store)
+        app.layout = lambda: page.layout(config.token, callbacks.initial_state(ui_data))
 
     @server.before_request
     def _token_gate() -> Response | None:

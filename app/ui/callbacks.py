@@ -78,64 +78,32 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     data = UIData(store)
 
     @app.callback(Output(ids.DEEP_LINK, "data"), Input(ids.URL, "search"))
-    def parse_link(search: str | None) -> dict[str, Any]:
-        return _deep_link(search)
+    def parse_link(search: str | None) -> Any:
+        link = _deep_link(search)
+        return link or no_update  # no link: the page was rendered with the newest step already
 
     @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
-                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"))
+                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
+                  prevent_initial_call=True)
     def sync_runs(link: dict[str, Any] | None, _note: Any, current: str | None) -> tuple[Any, Any]:
-        runs = sorted(store.runs(), key=lambda r: r["updated"])
-        names = [r["run"] for r in runs]
-        options = [{"label": f"{r['run']} ({r['steps']} steps)", "value": r["run"]} for r in runs]
-        if link and link.get("run") in names and ctx.triggered_id == ids.DEEP_LINK:
-            return options, link["run"]
-        if current in names:
-            return options, current
-        return options, names[-1] if names else None
+        return run_choices(store, link if ctx.triggered_id == ids.DEEP_LINK else None, current)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"), Input(ids.DEEP_LINK, "data"),
-                  State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"))
+                  State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"), prevent_initial_call=True)
     def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, current: int | None,
                    follow: list[str] | None) -> tuple[Any, Any]:
-        if not run:
-            return [], None
         if ctx.triggered_id == ids.SOCKET and isinstance(note, dict) and note.get("run") != run:
             return no_update, no_update  # another run moved on
-        steps = [s["step"] for s in store.steps(run)]
-        options = [{"label": f"step {s}", "value": s} for s in steps]
-        if not steps:
-            return options, None
-        if link and link.get("run") == run and link.get("step") in steps and \
-                (current is None or ctx.triggered_id == ids.DEEP_LINK):
-            return options, link["step"]
-        if (follow and ctx.triggered_id == ids.SOCKET) or current not in steps:
-            return options, steps[-1]
-        return options, current
+        return step_choices(store, run, link, current, bool(follow), ctx.triggered_id)
 
     @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
                   Output(ids.SLIDER, "value", allow_duplicate=True),
                   Output(ids.LEGEND, "children"), Output(ids.GRAPH_INFO, "children"), Output(ids.SEARCH, "options"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.COLOR_BY, "value"),
-                  Input(ids.COLLAPSED, "data"), prevent_initial_call="initial_duplicate")
+                  Input(ids.COLLAPSED, "data"), prevent_initial_call=True)
     def load_graph(run: str | None, step: int | None, color_by: str, collapsed: dict[str, Any] | None) -> Any:
-        if not run or step is None:
-            return [], None, 0, 0, None, "no step selected", []
-        try:
-            wire = data.graph(run, step)
-        except StoreError as exc:
-            return [], None, 0, 0, None, str(exc), []
-        folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
-        layout = data.layout(run, step, folded)
-        elements = view.cytoscape_elements(wire, layout, color_by or "norm")
-        order = _exec_order(wire, layout)
-        drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
-        info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
-                + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"]
-                   else ""))
-        last = max(len(order["nodes"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
-        return (elements, order, last, last, _legend(view.legend(wire, color_by or "norm")), info,
-                view.search_index(wire))
+        return graph_payload(data, run, step, color_by, collapsed)
 
     @app.callback(Output(ids.SELECTED, "data"), Output(ids.COLLAPSED, "data"), Output(ids.URL, "search"),
                   Input(ids.GRAPH, "tapNodeData"), Input(ids.SEARCH, "value"),
@@ -221,7 +189,7 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     def play(n: int | None, speed: int | None, disabled: bool) -> tuple[bool, str, int]:
         if ctx.triggered_id == ids.PLAY:
             disabled = not disabled
-        return disabled, ("▶" if disabled else "⏸"), int(speed or 400)
+        return disabled, ("▶" if disabled else "❚❚"), int(speed or 400)
 
     app.clientside_callback(ClientsideFunction("gradscape", "advance"), Output(ids.SLIDER, "value"),
                             Input(ids.TICKER, "n_intervals"), Input(ids.PREV, "n_clicks"),
@@ -233,6 +201,68 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     app.clientside_callback(ClientsideFunction("gradscape", "focus"), Output(ids.GRAPH, "className"),
                             Input(ids.SELECTED, "data"), Input(ids.EXEC_ORDER, "data"))
     return data
+
+
+def run_choices(store: TraceStore, link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:
+    runs = sorted(store.runs(), key=lambda r: r["updated"])
+    names = [r["run"] for r in runs]
+    options = [{"label": f"{r['run']} ({r['steps']} steps)", "value": r["run"]} for r in runs]
+    if link and link.get("run") in names:
+        return options, link["run"]
+    if current in names:
+        return options, current
+    return options, names[-1] if names else None
+
+
+def step_choices(store: TraceStore, run: str | None, link: dict[str, Any] | None, current: int | None,
+                 follow: bool, trigger: Any = None) -> tuple[Any, Any]:
+    if not run:
+        return [], None
+    steps = [s["step"] for s in store.steps(run)]
+    options = [{"label": f"step {s}", "value": s} for s in steps]
+    if not steps:
+        return options, None
+    if link and link.get("run") == run and link.get("step") in steps and \
+            (current is None or trigger == ids.DEEP_LINK):
+        return options, link["step"]
+    if (follow and trigger == ids.SOCKET) or current not in steps:
+        return options, steps[-1]
+    return options, current
+
+
+def graph_payload(data: UIData, run: str | None, step: int | None, color_by: str | None,
+                  collapsed: dict[str, Any] | None) -> tuple[Any, ...]:
+    """Everything the graph area shows for one step: elements, execution order, player range,
+    legend, a line of counts and the search options."""
+    if not run or step is None:
+        return [], None, 0, 0, None, "no step selected", []
+    try:
+        wire = data.graph(run, step)
+    except StoreError as exc:
+        return [], None, 0, 0, None, str(exc), []
+    folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
+    layout = data.layout(run, step, folded)
+    elements = view.cytoscape_elements(wire, layout, color_by or "norm")
+    order = _exec_order(wire, layout)
+    drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
+    info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
+            + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else ""))
+    last = max(len(order["nodes"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
+    return (elements, order, last, last, _legend(view.legend(wire, color_by or "norm")), info,
+            view.search_index(wire))
+
+
+def initial_state(data: UIData) -> dict[str, Any]:
+    """The page as first served: the newest run and step already drawn, so the first paint needs
+    no callback round trip (a deep link then moves it, in the browser)."""
+    run_options, run = run_choices(data.store, None, None)
+    step_options, step = step_choices(data.store, run, None, None, True)
+    elements, order, last, value, legend, info, search = graph_payload(data, run, step, "norm", None)
+    player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} (n{order['nodes'][value]})"
+              if order and order["nodes"] else "")
+    return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
+            "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
+            "info": info, "search": search, "player": player}
 
 
 def _recent(data: UIData, run: str, step: int) -> list[dict[str, Any]]:

@@ -46,13 +46,17 @@ STYLESHEET: list[dict[str, Any]] = [
 ]
 
 
-def layout(token: str | None = None) -> Any:
+def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any:
+    """The page; `state` (from `callbacks.initial_state`) pre-fills the newest step."""
+    st = state or {}
     options = {"auth": {"token": token}} if token else {}
     header = html.Div(className="gs-header", children=[
         html.Div("gradscape", className="gs-title"),
-        html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet")],
+        html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet",
+                                        options=st.get("run_options", []), value=st.get("run"))],
                    className="gs-field gs-run"),
-        html.Label(["step", dcc.Dropdown(id=ids.STEP_SELECT, clearable=False, placeholder="—")],
+        html.Label(["step", dcc.Dropdown(id=ids.STEP_SELECT, clearable=False, placeholder="—",
+                                         options=st.get("step_options", []), value=st.get("step"))],
                    className="gs-field gs-step"),
         dcc.Checklist(id=ids.FOLLOW, options=[{"label": " follow live", "value": "follow"}], value=["follow"],
                       className="gs-follow"),
@@ -60,22 +64,25 @@ def layout(token: str | None = None) -> Any:
             {"label": "‖grad‖ (log)", "value": "norm"}, {"label": "max |grad|", "value": "maxabs"},
             {"label": "fraction of zeros", "value": "zeros"}])], className="gs-field gs-color"),
         html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module or parameter…",
-                                         searchable=True)], className="gs-field gs-search"),
+                                         searchable=True, options=st.get("search", []))],
+                   className="gs-field gs-search"),
         html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…"),
     ])
     player = html.Div(id=ids.PLAYER, className="gs-player", children=[
-        html.Button("⏮", id=ids.PREV, title="step back", className="gs-btn"),
+        html.Button("‹", id=ids.PREV, title="step back", className="gs-btn"),
         html.Button("▶", id=ids.PLAY, title="play / pause", className="gs-btn", n_clicks=0),
-        html.Button("⏭", id=ids.NEXT, title="step forward", className="gs-btn"),
-        html.Div(dcc.Slider(id=ids.SLIDER, min=0, max=0, step=1, value=0, marks=None,
+        html.Button("›", id=ids.NEXT, title="step forward", className="gs-btn"),
+        html.Div(dcc.Slider(id=ids.SLIDER, min=0, max=st.get("slider_max", 0), step=1,
+                            value=st.get("slider_value", 0), marks=None,
                             tooltip={"placement": "top", "always_visible": False}, updatemode="drag"),
                  className="gs-slider"),
         dcc.Dropdown(id=ids.SPEED, clearable=False, value=400, className="gs-speed", options=[
             {"label": "slow", "value": 1000}, {"label": "normal", "value": 400}, {"label": "fast", "value": 100}]),
-        html.Div(id=ids.PLAYER_INFO, className="gs-player-info"),
+        html.Div(id=ids.PLAYER_INFO, className="gs-player-info", children=st.get("player", "")),
         dcc.Interval(id=ids.TICKER, interval=400, disabled=True),
     ])
-    graph = cyto.Cytoscape(id=ids.GRAPH, elements=[], layout={"name": "preset", "fit": True, "padding": 20},
+    graph = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
+                           layout={"name": "preset", "fit": True, "padding": 20},
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
                            boxSelectionEnabled=False, className="gs-graph",
                            style={"width": "100%", "height": "100%"})
@@ -83,13 +90,13 @@ def layout(token: str | None = None) -> Any:
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options, eventNames=["run", "step", "tracer"]),
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED), dcc.Store(id=ids.COLLAPSED),
-        dcc.Store(id=ids.EXEC_ORDER),
+        dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         header,
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=[
                 html.Div(className="gs-graph-wrap", children=[graph]),
-                html.Div(id=ids.LEGEND, className="gs-legend"),
-                html.Div(id=ids.GRAPH_INFO, className="gs-graph-info"),
+                html.Div(id=ids.LEGEND, className="gs-legend", children=st.get("legend")),
+                html.Div(id=ids.GRAPH_INFO, className="gs-graph-info", children=st.get("info")),
                 player,
             ]),
             html.Div(className="gs-right", children=[

@@ -1,0 +1,109 @@
+"""UI benchmark: navigation → interactive graph for a W4 step (12-layer GPT-like, ~530 autograd
+nodes) against an empty Dash page served the same way, in the same run, in headless Chromium; and
+the time to expand one folded module.
+
+    python bench/ui.py [--rounds 5] [--workload W4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import dash  # noqa: E402
+import torch  # noqa: E402
+from dash import html  # noqa: E402
+from playwright.sync_api import sync_playwright  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
+from workloads import build  # noqa: E402
+
+import tracer  # noqa: E402
+from app.server import ServerConfig, create_app  # noqa: E402
+
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+def serve(wsgi: object) -> tuple[str, object]:
+    srv = make_server("127.0.0.1", 0, wsgi, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{srv.server_port}", srv
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="W4")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    store = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "ui.sqlite"
+    wl = build(args.workload)
+    batch = wl.batch()
+    with tracer.Tracer(wl.model, run="bench", sink=str(store)) as tr, tr.step(0) as st:
+        wl.loss(wl.model, batch).backward()
+    nodes = len(st.nodes) if st else 0
+    app, _sio = create_app(str(store), ServerConfig())
+    url, _ = serve(app.server)
+    empty = dash.Dash("empty")
+    empty.layout = html.Div("empty page", id="ready")
+    empty_url, _ = serve(empty.server)
+    print(f"gradscape UI benchmark: {args.workload} {wl.name}, {nodes} autograd nodes, torch {torch.__version__}, "
+          f"loadavg {os.getloadavg()}")
+    t_page, t_empty, t_expand, ratios = [], [], [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
+        for r in range(args.rounds + 1):
+            times = {}
+            for name in (["empty", "page"] if r % 2 else ["page", "empty"]):
+                ctx = browser.new_context(viewport={"width": 1500, "height": 950})
+                pg = ctx.new_page()
+                pg.set_default_timeout(120_000)
+                t0 = time.perf_counter()
+                if name == "empty":
+                    pg.goto(empty_url)
+                    pg.wait_for_selector("#ready")
+                else:
+                    pg.goto(url)
+                    pg.wait_for_function("window.cy && window.cy.nodes().length > 0 && "
+                                         "document.querySelector('#backward-player').innerText.includes(' of ')")
+                times[name] = time.perf_counter() - t0
+                if name == "page" and r > 0:
+                    t_idle = time.perf_counter()
+                    before = pg.evaluate("window.cy.nodes().length")
+                    t_idle = time.perf_counter() - t_idle
+                    first = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())[0]")
+                    t1 = time.perf_counter()
+                    pg.evaluate(f"void window.cy.getElementById('{first}').emit('tap')")
+                    t_emit = time.perf_counter() - t1
+                    pg.wait_for_function(f"window.cy.nodes().length > {before}")
+                    t_expand.append(time.perf_counter() - t1)
+                    print(f"  round {r}: expanded {first} ({before} → {pg.evaluate('window.cy.nodes().length')} "
+                          f"nodes) in {t_expand[-1]:.2f} s (tap dispatched after {t_emit:.2f} s; page idle {t_idle:.2f} s "
+                          f"after interactive)")
+                ctx.close()
+            if r == 0:
+                continue  # warm-up: first Chromium start, caches
+            t_page.append(times["page"])
+            t_empty.append(times["empty"])
+            ratios.append(times["page"] / times["empty"])
+        browser.close()
+    med = statistics.median
+    print(f"navigation → interactive graph: {med(t_page):.2f} s (empty Dash page {med(t_empty):.2f} s), "
+          f"ratio {med(ratios):.2f}x over {args.rounds} rounds")
+    print(f"expand one folded module: median {med(t_expand):.2f} s, max {max(t_expand):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
