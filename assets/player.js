@@ -21,6 +21,18 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       if (moved) {  // the user moved the player: the inspector follows its current node
         dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
       }
+      window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
+      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v]};
+      return "#" + v + " of " + order.nodes.length + ": " + order.names[v] + " (n" + order.nodes[v] + ")";
+    },
+    paintWhenReady: function (v, order, tries) {
+      // on first paint this runs before dash-cytoscape has mounted the graph: wait for it
+      const self = window.dash_clientside.gradscape;
+      if (window.cy && window.cy.nodes().length) self.paint(v, order);
+      else if (tries > 0) setTimeout(function () { self.paintWhenReady(v, order, tries - 1); }, 50);
+    },
+    paint: function (v, order) {
+      const cy = window.cy;
       if (cy) {
         cy.batch(function () {
           cy.elements().removeClass("executed current pending incoming outgoing");
@@ -38,8 +50,6 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           }
         });
       }
-      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v]};
-      return "#" + v + " of " + order.nodes.length + ": " + order.names[v] + " (n" + order.nodes[v] + ")";
     },
     focus: function (selected, order) {
       const cy = window.cy;

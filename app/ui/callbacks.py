@@ -83,16 +83,19 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         return link or no_update  # no link: the page was rendered with the newest step already
 
     @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
-                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
-                  prevent_initial_call=True)
+                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"))
     def sync_runs(link: dict[str, Any] | None, _note: Any, current: str | None) -> tuple[Any, Any]:
+        if ctx.triggered_id is None:
+            return no_update, no_update  # first load: the layout already holds the runs
         return run_choices(store, link if ctx.triggered_id == ids.DEEP_LINK else None, current)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"), Input(ids.DEEP_LINK, "data"),
-                  State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"), prevent_initial_call=True)
+                  State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"))
     def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, current: int | None,
                    follow: list[str] | None) -> tuple[Any, Any]:
+        if ctx.triggered_id is None:
+            return no_update, no_update  # first load: the layout already holds the steps
         if ctx.triggered_id == ids.SOCKET and isinstance(note, dict) and note.get("run") != run:
             return no_update, no_update  # another run moved on
         return step_choices(store, run, link, current, bool(follow), ctx.triggered_id)

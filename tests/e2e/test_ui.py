@@ -30,7 +30,7 @@ def _record(store: Path, name: str = "mlp", run: str = "r", steps: int = 2, mode
 def _open(page: Page, url: str) -> None:
     page.goto(url)
     page.wait_for_function("window.cy && window.cy.nodes().length > 0")
-    page.wait_for_function("document.querySelector('#backward-player').innerText.includes(' of ')")
+    page.wait_for_function("(document.querySelector('#backward-player') || {innerText: ''}).innerText.includes(' of ')")
 
 
 def _graph_counts(page: Page) -> tuple[int, int]:
@@ -87,7 +87,7 @@ def test_player_steps_through_the_execution_order(live_server: Any, page: Page) 
     with TraceStore(live_server.store_path, readonly=True) as store:
         wire = store.read_graph("r", 1)
     order = [f"n{n}" for n, _ in wire["execution"]]
-    assert page.evaluate("window.cy.$('.current').id()") == order[-1]
+    page.wait_for_function(f"window.cy.$('.current').id() === '{order[-1]}'")  # opens at the last node
     for k in range(3):  # step back three times: the highlight walks back along the order
         page.click("#player-prev")
         want = order[-2 - k]
@@ -120,8 +120,9 @@ def test_a_streamed_step_appears_within_two_seconds(live_server: Any, page: Page
         while i not in sink.acked and time.monotonic() < deadline:  # type: ignore[attr-defined]
             time.sleep(0.01)
         t_stored = time.monotonic()
-        page.wait_for_function(f"document.querySelector('#step-select').innerText.includes('step {i}')",
-                               timeout=5_000)
+        # (null-safe: an async dcc component briefly swaps its placeholder for the loaded one)
+        page.wait_for_function(f"(document.querySelector('#step-select') || {{innerText: ''}})"
+                               f".innerText.includes('step {i}')", timeout=5_000)
         assert time.monotonic() - t_stored < 2.0
     tr.close()
     _no_errors(page)
