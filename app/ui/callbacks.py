@@ -108,6 +108,14 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     def load_graph(run: str | None, step: int | None, color_by: str, collapsed: dict[str, Any] | None) -> Any:
         return graph_payload(data, run, step, color_by, collapsed)
 
+    @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.EXEC_ORDER, "data"),
+                  State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
+                  prevent_initial_call="initial_duplicate")
+    def fill_search(_order: Any, run: str | None, step: int | None) -> Any:
+        if ctx.triggered_id is not None or not run or step is None:
+            return no_update  # load_graph fills them on every later change
+        return view.search_index(data.graph(run, step))
+
     @app.callback(Output(ids.SELECTED, "data"), Output(ids.COLLAPSED, "data"), Output(ids.URL, "search"),
                   Input(ids.GRAPH, "tapNodeData"), Input(ids.SEARCH, "value"),
                   Input(ids.DEEP_LINK, "data"), Input(ids.STEP_SELECT, "value"),
@@ -188,7 +196,8 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         return text, "gs-connection live"
 
     @app.callback(Output(ids.TICKER, "disabled"), Output(ids.PLAY, "children"), Output(ids.TICKER, "interval"),
-                  Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"), State(ids.TICKER, "disabled"))
+                  Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"), State(ids.TICKER, "disabled"),
+                  prevent_initial_call=True)
     def play(n: int | None, speed: int | None, disabled: bool) -> tuple[bool, str, int]:
         if ctx.triggered_id == ids.PLAY:
             disabled = not disabled
@@ -265,7 +274,7 @@ def initial_state(data: UIData) -> dict[str, Any]:
               if order and order["nodes"] else "")
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
             "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
-            "info": info, "search": search, "player": player}
+            "info": info, "player": player}  # search options follow in a callback: indexing them is not urgent
 
 
 def _recent(data: UIData, run: str, step: int) -> list[dict[str, Any]]:
