@@ -30,8 +30,10 @@ test: venv chromium lint
 run: venv
 	$(VENV)/bin/gradscape demo
 
-bench: venv
+bench: venv chromium
 	$(PY) bench/overhead.py
+	$(PY) bench/stream.py
+	$(PY) bench/ui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
