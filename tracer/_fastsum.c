@@ -78,9 +78,9 @@ static void gs_finish(const gs_acc_t *acc, int64_t n, double *out8) {
     out8[7] = (double)acc->fin;
 }
 
-static void gs_thumb_row(const float *restrict row, int64_t r, int64_t rows, int64_t cols, int64_t kr,
-                         int64_t kc, float *restrict thumb, int64_t tcols, float *restrict rowacc) {
-    for (int64_t c = 0; c < cols; c++) rowacc[c] += row[c];
+/* rowacc holds the sum of the rows of the current block: after its last row, turn it into block means */
+static void gs_fold_rows(int64_t r, int64_t rows, int64_t cols, int64_t kr, int64_t kc, float *restrict thumb,
+                         int64_t tcols, float *restrict rowacc) {
     if ((r + 1) % kr != 0 && r + 1 != rows) return;
     const int64_t br = r / kr;
     const int64_t nrows = r - br * kr + 1;
@@ -113,7 +113,10 @@ void gs_summarise_f32(const float *x, int64_t rows, int64_t cols, int64_t kr, in
             const int64_t n = cols - c0 < GS_CHUNK ? cols - c0 : GS_CHUNK;
             gs_chunk((const uint32_t *)(row + c0), (int32_t)n, &acc);
         }
-        if (thumb) gs_thumb_row(row, r, rows, cols, kr, kc, thumb, tcols, rowacc);
+        if (thumb) {
+            for (int64_t c = 0; c < cols; c++) rowacc[c] += row[c];
+            gs_fold_rows(r, rows, cols, kr, kc, thumb, tcols, rowacc);
+        }
     }
     gs_finish(&acc, rows * cols, out8);
 }
@@ -137,20 +140,7 @@ void gs_summarise_bf16(const uint16_t *x, int64_t rows, int64_t cols, int64_t kr
                 }
             }
         }
-        if (thumb) {
-            /* rowacc already holds this row: fold it without adding the row again */
-            if ((r + 1) % kr == 0 || r + 1 == rows) {
-                const int64_t br = r / kr;
-                const int64_t nrows = r - br * kr + 1;
-                float *out = thumb + br * tcols;
-                for (int64_t c = 0; c < cols; c++) out[c / kc] += rowacc[c];
-                for (int64_t b = 0; b < tcols; b++) {
-                    const int64_t ncols = (b + 1) * kc <= cols ? kc : cols - b * kc;
-                    out[b] /= (float)(nrows * ncols);
-                }
-                memset(rowacc, 0, sizeof(float) * (size_t)cols);
-            }
-        }
+        if (thumb) gs_fold_rows(r, rows, cols, kr, kc, thumb, tcols, rowacc);  /* rowacc has this row */
     }
     gs_finish(&acc, rows * cols, out8);
 }

@@ -30,6 +30,7 @@ from app.view._wire import (
     tensor,
 )
 from tracer._codec import decode_array
+from tracer._summary import thumbnail_view
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
 NONFINITE_COLORS = {1: "#000000", 2: "#ff00ff", 3: "#00c000"}  # NaN, +Inf, -Inf cells drawn over the map
@@ -103,16 +104,8 @@ def view_2d(values: np.ndarray, *, sample: int = 0, max_side: int = 128) -> tupl
 
 
 def _view_words(shape: tuple[int, ...]) -> str:
-    r = len(shape)
-    if r == 0:
-        return "scalar"
-    if r == 1:
-        return f"strip 1×{shape[0]}"
-    if r == 2:
-        return f"rows {shape[0]} × cols {shape[1]}"
-    if r == 3:
-        return f"rows {shape[0]}·{shape[1]} (dim0·dim1) × cols {shape[2]}"
-    return f"rows {'·'.join(map(str, shape[:-1]))} × cols {shape[-1]}"
+    """The same words the tracer gives its thumbnails (NOTE [Thumbnail views] in tracer/_summary.py)."""
+    return thumbnail_view(shape)
 
 
 def _thumb_blocks(shape: list[int], thumb: np.ndarray) -> str:
