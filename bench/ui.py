@@ -89,9 +89,9 @@ def main() -> None:
                     t_emit = time.perf_counter() - t1
                     pg.wait_for_function(f"window.cy.nodes().length > {before}")
                     t_expand.append(time.perf_counter() - t1)
-                    print(f"  round {r}: expanded {first} ({before} → {pg.evaluate('window.cy.nodes().length')} "
-                          f"nodes) in {t_expand[-1]:.2f} s (tap dispatched after {t_emit:.2f} s; page idle {t_idle:.2f} s "
-                          f"after interactive)")
+                    after = pg.evaluate("window.cy.nodes().length")
+                    print(f"  round {r}: expanded {first} ({before} → {after} nodes) in {t_expand[-1]:.2f} s "
+                          f"(tap dispatched after {t_emit:.2f} s; page idle {t_idle:.2f} s after interactive)")
                 ctx.close()
             if r == 0:
                 continue  # warm-up: first Chromium start, caches
