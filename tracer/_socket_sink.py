@@ -255,7 +255,7 @@ class SocketSink:
             log.info("gradscape: cannot reach %s: %s", self.url, exc)
             self._drop_client(client)
             self._next_try = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, 5.0)
+            self._backoff = min(self._backoff * 2, 2.0)
             return False
 
     def _drop_client(self, client: Any = None) -> None:
