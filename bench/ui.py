@@ -83,7 +83,8 @@ def main() -> None:
                     t_idle = time.perf_counter()
                     before = pg.evaluate("window.cy.nodes().length")
                     t_idle = time.perf_counter() - t_idle
-                    first = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())[0]")
+                    folded = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())")
+                    first = "m:blocks.0" if "m:blocks.0" in folded else folded[0]  # a whole transformer block
                     t1 = time.perf_counter()
                     pg.evaluate(f"void window.cy.getElementById('{first}').emit('tap')")
                     t_emit = time.perf_counter() - t1
