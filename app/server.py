@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dash
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, request
 from flask_socketio import Namespace, SocketIO
 
 from app.api import register_api
@@ -326,9 +326,3 @@ def _assets_folder() -> str:
     from pathlib import Path
 
     return str(Path(__file__).resolve().parent.parent / "assets")
-
-
-def json_error(message: str, status: int) -> Response:
-    resp = jsonify({"error": message})
-    resp.status_code = status
-    return resp

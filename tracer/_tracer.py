@@ -57,9 +57,6 @@ class Tracer:
         self._active = False
 
     # ------------------------------------------------------------------ steps
-    def should_trace(self, i: int) -> bool:
-        return i % self.every == 0
-
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
         """Trace step `i` (when `i % every == 0`): forward attribution and every backward inside the
         block. The context yields the `StepTrace`, complete once the block exits, or None on an
