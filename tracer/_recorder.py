@@ -220,7 +220,8 @@ class StepRecorder:
         self.ids[n] = rec.id
         self.recs.append(rec)
         self._handles.append(n.register_prehook(self._make_pre(rec)))
-        self._handles.append(n.register_hook(self._make_post(rec)))
+        if name != ACCUMULATE:  # AccumulateGrad sends nothing on: its post-hook would only cost time
+            self._handles.append(n.register_hook(self._make_post(rec)))
 
     def _watch_hidden_params(self) -> None:
         """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
@@ -268,8 +269,10 @@ class StepRecorder:
                 self.execution.append((rec.id, len(rec.runs) - 1))
             run.grad_outputs = [None if g is None else self._summarise_arriving(rec, i, g)
                                 for i, g in enumerate(grad_outputs)]
-            if rec.kind == "param" and rec.param is not None and grad_outputs and grad_outputs[0] is not None:
-                self._note_param(rec.param, grad_outputs[0], run.grad_outputs[0])
+            if rec.name == ACCUMULATE:
+                run.grad_inputs = []
+                if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
+                    self._note_param(rec.param, grad_outputs[0], run.grad_outputs[0])
             run.t0 = time.perf_counter_ns()
             return None
 
