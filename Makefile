@@ -23,6 +23,7 @@ chromium:
 
 lint: venv
 	$(VENV)/bin/ruff check tracer app tests bench examples
+	$(VENV)/bin/mypy tracer
 
 test: venv chromium lint
 	$(VENV)/bin/python -m pytest -q

@@ -155,8 +155,8 @@ class ForwardRecorder:
         return None
 
     def _tag(self, outputs: Any, lo: int, hi: int, name: str) -> None:
-        stack = [t.grad_fn for t in tree_leaves(outputs)
-                 if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        stack: list[Any] = [t.grad_fn for t in tree_leaves(outputs)
+                            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         seen: set[Any] = set()
         while stack:
             n = stack.pop()

@@ -172,7 +172,7 @@ class StepRecorder:
         else:
             first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
             tensors = [first] if isinstance(first, (torch.Tensor, torch.autograd.graph.GradientEdge)) \
-                else list(first)
+                else list(first or ())
             if api == "autograd.grad":
                 retain = kwargs.get("retain_graph", args[3] if len(args) > 3 else None)
                 create = kwargs.get("create_graph", args[4] if len(args) > 4 else False)
@@ -469,8 +469,8 @@ class StepRecorder:
                 in_nodes.append(self.ids.get(edge[0]))
                 prods = self._producers(call, edge, index)
                 if len(prods) == 1:
-                    nid, j = prods[0]
-                    g = st.nodes[nid].grad_inputs
+                    pid, j = prods[0]
+                    g = st.nodes[pid].grad_inputs
                     gi.append(g[j] if g is not None and j < len(g) else None)
                 else:
                     gi.append(sums.get((ci, k)))

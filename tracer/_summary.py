@@ -303,11 +303,11 @@ class Summariser:
                          device=str(t.device))
         fast = native_summary(t, self.thumb)
         if fast is not None:
-            raw, th = fast
-            if th is None and self.thumb > 0:
-                th = thumbnail(t, self.thumb)
-            vals = self._values(t)
-            self._pending.append(_Pending(tr, raw, th, vals, None, False))
+            fast_raw, fast_th = fast
+            picture: torch.Tensor | np.ndarray | None = fast_th
+            if picture is None and self.thumb > 0:
+                picture = thumbnail(t, self.thumb)
+            self._pending.append(_Pending(tr, fast_raw, picture, self._values(t), None, False))
             return tr
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
         # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
@@ -346,7 +346,8 @@ class Summariser:
                     p.trace.stats = stats_from_raw(row)
             with_thumb = [p for p in items if p.thumb is not None]
             if with_thumb:
-                flat = torch.cat([p.thumb.reshape(-1) for p in with_thumb]).cpu().numpy()  # type: ignore[union-attr]
+                flat = torch.cat([p.thumb.reshape(-1) for p in with_thumb  # type: ignore[misc]
+                                  if isinstance(p.thumb, torch.Tensor)]).cpu().numpy()
                 off = 0
                 for p in with_thumb:
                     shp = tuple(p.thumb.shape)  # type: ignore[union-attr]

@@ -121,8 +121,8 @@ class _Untraced:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, *exc: object) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 _UNTRACED = _Untraced()
@@ -146,7 +146,7 @@ class _TracedStep:
             raise
         return self.st
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tr = self.tracer
         tr._active = False
         try:
@@ -154,11 +154,11 @@ class _TracedStep:
         except Exception as err:  # never hide the user's exception behind ours
             self.rec.stop_hooks()
             warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning, stacklevel=2)
-            return False
+            return None
         _fill(self.st, done)
         tr.last = self.st
         tr._emit(self.st)
-        return False
+        return None  # never swallow the user's exception
 
 
 def _fill(target: StepTrace, src: StepTrace) -> None:
