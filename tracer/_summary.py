@@ -136,13 +136,20 @@ def stats_from_array(a: np.ndarray) -> dict[str, float]:
     return stats_from_raw(raw)
 
 
+def matrix_shape(shape: tuple[int, ...] | list[int]) -> tuple[int, int]:
+    """(rows, cols) of the 2-D view of every rank but 4 (NOTE [Thumbnail views]): a scalar is 1×1,
+    a vector a 1×n strip, anything else the leading dimensions flattened against the last."""
+    r = len(shape)
+    rows = 1 if r <= 1 else math.prod(shape[:-1])
+    cols = 1 if r == 0 else int(shape[-1])
+    return rows, cols
+
+
 def _fits(shape: tuple[int, ...], size: int) -> bool:
     """True when the thumbnail is the whole tensor, uncompressed (see NOTE [Thumbnail views])."""
-    r = len(shape)
-    if r == 4:
+    if len(shape) == 4:
         return False
-    rows = 1 if r <= 1 else math.prod(shape[:-1])
-    cols = 1 if r == 0 else shape[-1]
+    rows, cols = matrix_shape(shape)
     return rows <= size and cols <= size
 
 
@@ -198,12 +205,7 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
         if pad:
             tiles = torch.cat([tiles, tiles.new_full((pad, th, tw), math.nan)])
         return tiles.reshape(gr, gc, th, tw).permute(0, 2, 1, 3).reshape(gr * th, gc * tw).contiguous()
-    if r == 0:
-        v = x.reshape(1, 1)
-    elif r == 1:
-        v = x.reshape(1, -1)
-    else:
-        v = x.reshape(-1, x.shape[-1])
+    v = x.reshape(matrix_shape(tuple(x.shape)))
     if v.shape[0] == 0 or v.shape[1] == 0:
         return v.new_zeros((0, 0))
     out = _block_mean(_block_mean(v, 0, size), 1, size)
@@ -243,8 +245,7 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.nd
         rows, cols, kr, kc = 1, x.numel(), 1, 1
         thumb = scratch = None
     else:
-        rows = 1 if r <= 1 else math.prod(x.shape[:-1])
-        cols = 1 if r == 0 else x.shape[-1]
+        rows, cols = matrix_shape(tuple(x.shape))
         kr, kc = -(-rows // size), -(-cols // size)
         thumb = np.empty((-(-rows // kr), -(-cols // kc)), dtype=np.float32)
         scratch = np.empty(cols, dtype=np.float32)
@@ -299,8 +300,7 @@ class Summariser:
 
     def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
         shape = tuple(t.shape)
-        tr = TensorTrace(shape=shape, dtype=dtype_name(t.dtype), thumb_view=thumbnail_view(shape),
-                         device=str(t.device))
+        tr = TensorTrace(shape=shape, dtype=dtype_name(t.dtype), device=str(t.device))  # view: at finalize
         fast = native_summary(t, self.thumb)
         if fast is not None:
             fast_raw, fast_th = fast
@@ -330,6 +330,7 @@ class Summariser:
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[_Pending]] = {}
         for p in pending:
+            p.trace.thumb_view = thumbnail_view(p.trace.shape)
             if isinstance(p.thumb, torch.Tensor) and p.thumb.device.type == "cpu":
                 p.thumb = p.thumb.numpy()
             if isinstance(p.thumb, np.ndarray):

@@ -29,6 +29,7 @@ class UIData:
         self.size = size
         self._graphs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._layouts: OrderedDict[tuple[str, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
+        self._flows: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any) -> Any:
@@ -45,6 +46,14 @@ class UIData:
 
     def graph(self, run: str, step: int) -> dict[str, Any]:
         return self._lru(self._graphs, (run, int(step)), lambda: self.store.read_graph(run, int(step)))
+
+    def flow_over_steps(self, run: str, step: int) -> dict[str, Any]:
+        """Per-layer gradient norm over the last steps up to `step`: read once per (run, step), not
+        on every node click (it decodes up to MAX_STEPS_OVER_TIME stored steps)."""
+        def make() -> dict[str, Any]:
+            steps = [s["step"] for s in self.store.steps(run) if s["step"] <= step][-MAX_STEPS_OVER_TIME:]
+            return view.norm_over_steps([self.store.read_graph(run, s) for s in steps])
+        return self._lru(self._flows, (run, int(step)), make)
 
     def layout(self, run: str, step: int, collapsed: list[str] | None) -> dict[str, Any]:
         key = (run, int(step), None if collapsed is None else tuple(sorted(collapsed)))
@@ -181,7 +190,7 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
         options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
             if full_4d else []
-        return (_inspector(wire, node, panel, _recent(data, run, step)), options,
+        return (_inspector(wire, node, panel, data.flow_over_steps(run, step)), options,
                 {"width": "160px"} if full_4d else hidden)
 
     @app.callback(Output(ids.CONNECTION, "children"), Output(ids.CONNECTION, "className"),
@@ -277,11 +286,6 @@ def initial_state(data: UIData) -> dict[str, Any]:
             "info": info, "player": player}  # search options follow in a callback: indexing them is not urgent
 
 
-def _recent(data: UIData, run: str, step: int) -> list[dict[str, Any]]:
-    steps = [s["step"] for s in data.store.steps(run) if s["step"] <= step][-MAX_STEPS_OVER_TIME:]
-    return [data.store.read_graph(run, s) for s in steps]
-
-
 def _legend(info: dict[str, Any]) -> Any:
     return [html.Span(info.get("title", "")), html.Span(info.get("min_label", "")),
             html.Div(className="bar", style={"background": info.get("css_gradient", "#ccc")}),
@@ -309,7 +313,7 @@ def _slot(slot: dict[str, Any], kind: str, index: int) -> Any:
     return html.Div(body, className="gs-slot", id={"type": "slot", "kind": kind, "index": index})
 
 
-def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], history: list[dict[str, Any]]) -> Any:
+def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any]) -> Any:
     n = wire["nodes"][node_id]
     shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("in_shapes") or []) or "—"
     shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("out_shapes") or []) or "—"
@@ -333,7 +337,7 @@ def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], histor
     tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
         dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
                   style={"height": "320px"}),
-        dcc.Graph(id=ids.FLOW_STEPS, figure=view.norm_over_steps(history), config={"displayModeBar": False},
+        dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
                   style={"height": "320px"})]))
     return dcc.Tabs(id=ids.TABS, value="node", children=tabs)
 

@@ -30,7 +30,7 @@ from app.view._wire import (
     tensor,
 )
 from tracer._codec import decode_array
-from tracer._summary import thumbnail_view
+from tracer._summary import matrix_shape, thumbnail_view
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
 NONFINITE_COLORS = {1: "#000000", 2: "#ff00ff", 3: "#00c000"}  # NaN, +Inf, -Inf cells drawn over the map
@@ -89,12 +89,7 @@ def view_2d(values: np.ndarray, *, sample: int = 0, max_side: int = 128) -> tupl
         return grid, mask, words
     if x.size == 0:
         return np.zeros((0, 0)), np.zeros((0, 0), dtype=bool), _view_words(tuple(x.shape))
-    if r == 0:
-        v = x.reshape(1, 1)
-    elif r == 1:
-        v = x.reshape(1, -1)
-    else:
-        v = x.reshape(-1, x.shape[-1])
+    v = x.reshape(matrix_shape(x.shape))
     rows, cols = v.shape
     out = _block_mean(_block_mean(v, 0, max_side), 1, max_side)
     words = _view_words(tuple(x.shape))
@@ -115,8 +110,7 @@ def _thumb_blocks(shape: list[int], thumb: np.ndarray) -> str:
         gr, gc = _grid(shape[1])
         th, tw = max(1, thumb.shape[0] // gr), max(1, thumb.shape[1] // gc)
         return f"{math.ceil(shape[2] / th)}×{math.ceil(shape[3] / tw)}"
-    rows = 1 if r <= 1 else math.prod(shape[:-1])
-    cols = 1 if r == 0 else shape[-1]
+    rows, cols = matrix_shape(shape)
     tr, tc = max(thumb.shape[0], 1), max(thumb.shape[1], 1)
     return f"{math.ceil(rows / tr)}×{math.ceil(cols / tc)}"
 
