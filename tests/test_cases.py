@@ -58,6 +58,46 @@ def test_layernorm_embedding_attention_are_attributed() -> None:
     assert st.modules["attn"].grad_input[0] is not None  # through the attention only
 
 
+class _Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x)) * 2  # tanh and mul written in _Inner's own forward
+
+
+class _Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _Inner()
+        self.shared = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.shared(x)
+        h = h + self.inner(h)  # residual add: the root's own op, behind a child's output
+        return self.shared(h).sum()  # `shared` called a second time
+
+
+def test_every_node_is_attributed_to_the_innermost_module_call() -> None:
+    model = _Outer()
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        model(torch.randn(3, 4)).backward()
+    got = sorted((n.name, n.module) for n in st.nodes if n.kind == "op")
+    want = sorted([
+        ("AddmmBackward0", "shared"), ("TBackward0", "shared"),  # first call of shared
+        ("AddmmBackward0", "inner.fc"), ("TBackward0", "inner.fc"),
+        ("TanhBackward0", "inner"), ("MulBackward0", "inner"),
+        ("AddBackward0", "<root>"),
+        ("AddmmBackward0", "shared"), ("TBackward0", "shared"),  # second call of shared
+        ("SumBackward0", "<root>"),
+    ])
+    assert got == want
+    assert len(st.modules["shared"].calls) == 2
+    assert all(n.module is None for n in st.nodes if n.kind in ("param", "leaf"))
+
+
 def test_shared_weights_are_named_and_summed() -> None:
     torch.manual_seed(0)
     model = Tied()

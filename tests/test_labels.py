@@ -44,3 +44,57 @@ def test_in_place_write_into_a_view() -> None:
     (cs,) = st.by_name("torch::autograd::CopySlices")
     assert cs.input_args[0].startswith("self (base")
     assert x.grad is not None and x.grad[0].tolist() == [0.0, 0.0, 0.0]
+
+
+class _Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(3, 3)
+        self.b = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor, use_b: bool) -> torch.Tensor:
+        h = self.a(x)
+        return (self.b(h) if use_b else torch.relu(h)).sum()
+
+
+def _static_view(st: tracer.StepTrace) -> list[tuple[object, ...]]:
+    return [(n.name, n.module, n.param, n.schema, n.input_args, n.input_labels, n.input_shapes,
+             n.output_shapes, n.output_dtypes) for n in st.nodes]
+
+
+def test_labels_and_shapes_follow_each_steps_graph_with_one_tracer() -> None:
+    """One Tracer reuses what depends only on the graph's structure from step to step; a step with
+    another graph (a branch taken, a leaf of another shape) must get its own labels and shapes,
+    the same as a fresh Tracer gives for it."""
+    torch.manual_seed(0)
+    model = _Branchy()
+    plan = [(False, 2), (True, 2), (False, 2), (False, 5), (True, 5)]
+    tr = tracer.Tracer(model)
+    for i, (use_b, rows) in enumerate(plan):
+        x = torch.randn(rows, 3, requires_grad=True)
+        with tr.step(i) as st:
+            model(x, use_b).backward()
+        with tracer.Tracer(model).step(0) as fresh:
+            model(x, use_b).backward()
+        assert st is not None and fresh is not None
+        assert _static_view(st) == _static_view(fresh), (use_b, rows)
+        leaf = next(n for n in st.nodes if n.kind == "leaf")
+        assert leaf.output_shapes == [(rows, 3)]
+        assert any(lab.endswith(f"leaf tensor [{rows}×3])") for n in st.nodes for lab in n.input_labels)
+
+
+def test_steps_with_the_same_graph_share_their_static_lists() -> None:
+    """Fewer objects per kept step (the cyclic GC re-scans every one of them): the label and shape
+    lists of an unchanged graph are the previous step's objects."""
+    case = build("mlp")
+    tr = tracer.Tracer(case.model)
+    steps = []
+    for i in range(2):
+        with tr.step(i) as st:
+            case.loss(case.model, case.batch).backward()
+        steps.append(st)
+    a, b = steps
+    assert a is not None and b is not None
+    for na, nb in zip(a.nodes, b.nodes):
+        assert na.input_labels is nb.input_labels and na.output_shapes is nb.output_shapes
+        assert na.grad_outputs is not nb.grad_outputs

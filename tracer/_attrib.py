@@ -2,12 +2,12 @@
 
 NOTE [Attribution by sequence window]
     Autograd numbers nodes with a per-thread creation counter (`Node._sequence_nr()`). A global
-    module forward pre-hook notes the counter when a module starts; the post-hook walks back from
-    the module's outputs through every node created inside that window and tags it with the module's
-    qualified name (`setdefault`: inner modules finish first, so the innermost name wins; ops written
-    directly in a parent's forward get the parent's name). The walk goes *through* nodes that are
-    already tagged, otherwise a parent's residual add behind a tagged child would be missed.
-    AccumulateGrad nodes carry the largest counter value and stop the walk.
+    module forward pre-hook notes the counter when a module starts and the post-hook when it ends:
+    the call created exactly the nodes numbered in [lo, hi). Windows nest like the calls, so a node
+    belongs to the innermost window that holds its number (ops written directly in a parent's
+    forward get the parent's name). The hooks only note two integers and the gradient edges of the
+    call's inputs and outputs; names are given to nodes once, after the step (`modules_of`).
+    AccumulateGrad nodes carry the largest counter value and fall in no window.
 
 NOTE [Source lines]
     A `TorchFunctionMode`, active only inside `Tracer.step`, sees every top-level torch call of the
@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_leaves
 
 _seqnr = torch._C._autograd._get_sequence_nr
 _NoTorchFunction = torch._C.DisableTorchFunction
@@ -98,7 +97,6 @@ class ForwardRecorder:
 
     module_names: dict[Any, str]
     on_backward: Callable[..., Any]
-    node_module: dict[Any, str] = field(default_factory=dict)
     calls: list[ModuleCallRecord] = field(default_factory=list)
     _stack: list[tuple[Any, int, list[tuple[Any, int] | None]]] = field(default_factory=list)
     _src_lo: list[int] = field(default_factory=list)
@@ -151,22 +149,21 @@ class ForwardRecorder:
         outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
         with _NoTorchFunction():
             self.calls.append(ModuleCallRecord(name, lo, hi, inputs, [gradient_edge(o) for o in outs]))
-            self._tag(out, lo, hi, name)
         return None
 
-    def _tag(self, outputs: Any, lo: int, hi: int, name: str) -> None:
-        stack: list[Any] = [t.grad_fn for t in tree_leaves(outputs)
-                            if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        seen: set[Any] = set()
-        while stack:
-            n = stack.pop()
-            if n is None or n in seen:
-                continue
-            seen.add(n)
-            if not (lo <= n._sequence_nr() < hi):
-                continue
-            self.node_module.setdefault(n, name)
-            stack.extend(c for c, _ in n.next_functions)
+    def modules_of(self, seqs: list[int]) -> list[str | None]:
+        """The qualified name of the module whose forward created each node (by its sequence number),
+        None outside every module call. See NOTE [Attribution by sequence window]."""
+        order = sorted(range(len(seqs)), key=seqs.__getitem__)
+        ordered = [seqs[i] for i in order]
+        out: list[str | None] = [None] * len(seqs)
+        # outer calls first, so that the inner calls they contain overwrite them
+        for call in sorted(self.calls, key=lambda c: (c.lo, -c.hi)):
+            a = bisect.bisect_left(ordered, call.lo)
+            b = bisect.bisect_left(ordered, call.hi, a)
+            for k in range(a, b):
+                out[order[k]] = call.name
+        return out
 
     # ---- source lines ----
     def note_source(self, lo: int, hi: int, frame: Any) -> None:

@@ -84,28 +84,74 @@ class _Rec:
     runs: list[_Run] = field(default_factory=list)
 
 
+class _Static:
+    """What one node's trace takes from the graph's structure alone, shared by the steps that build
+    the same graph; also the node's last shape lists, so an unchanged one is shared too."""
+
+    __slots__ = ("args", "labels", "schema", "input_shapes", "output_shapes", "output_dtypes")
+
+    def __init__(self, args: list[str], labels: list[str], schema: str | None) -> None:
+        self.args, self.labels, self.schema = args, labels, schema
+        self.input_shapes: list[Any] | None = None
+        self.output_shapes: list[Any] | None = None
+        self.output_dtypes: list[Any] | None = None
+
+    def same(self, attr: str, value: list[Any]) -> list[Any]:
+        prev = getattr(self, attr)
+        if prev == value:
+            return prev  # type: ignore[no-any-return]
+        setattr(self, attr, value)
+        return value
+
+
+class StructureCache:
+    """Per-`Tracer` memo of what a step's traces take from the graph's structure alone (slot
+    arguments, labels, schemas), keyed by every node's type, name, kind, module, parameter and
+    edges in walk order. A training loop builds the same graph every step, so this is computed
+    once; the lists it holds are shared by the steps' `NodeTrace`s (read them, do not mutate them).
+    Sharing also matters for speed beyond the labelling itself: every list a kept step owns is one
+    more object for Python's cyclic garbage collector to re-scan.
+    """
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._entries: dict[Any, list[_Static]] = {}
+
+    def get(self, key: Any) -> list[_Static] | None:
+        return self._entries.get(key)
+
+    def put(self, key: Any, value: list[_Static]) -> list[_Static]:
+        if len(self._entries) >= self.size:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[key] = value
+        return value
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype_name(dtype)
+    return name
+
+
 class StepRecorder:
     """Everything about one traced step that needs live torch objects; `finish()` returns the
     plain `StepTrace` and lets go of them."""
 
-    def __init__(self, run: str, step: int, model: Any, summariser: Summariser) -> None:
+    def __init__(self, run: str, step: int, model: Any, summariser: Summariser,
+                 statics: StructureCache | None = None) -> None:
         self.run, self.step = run, step
         self.summ = summariser
+        self.statics = statics if statics is not None else StructureCache()
         self.module_names: dict[Any, str] = {}
         self.module_types: dict[str, str] = {}
         self.module_params: dict[str, list[str]] = {}
         self.param_names: dict[Any, str] = {}
         if model is not None:
-            for name, mod in model.named_modules(remove_duplicate=False):
-                qual = name or "<root>"
-                self.module_names.setdefault(mod, qual)
-            for mod, qual in self.module_names.items():
-                self.module_types[qual] = type(mod).__name__
-            for name, p in model.named_parameters(remove_duplicate=False):
-                self.param_names.setdefault(p, name)
-            for mod, qual in self.module_names.items():
-                prefix = "" if qual == "<root>" else qual + "."
-                self.module_params[qual] = [prefix + n for n, _ in mod.named_parameters(recurse=False)]
+            self._index_model(model)
         self.forward = ForwardRecorder(self.module_names, self._on_backward)
         self.recs: list[_Rec] = []
         self.ids: dict[Any, int] = {}
@@ -125,6 +171,26 @@ class StepRecorder:
         self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
         self._hidden: dict[Any, str] = {}
+
+    def _index_model(self, model: Any) -> None:
+        """Qualified names of modules and parameters, in one pass (a shared module or parameter keeps
+        its first name, as `named_modules()` / `named_parameters()` give it)."""
+        for name, mod in model.named_modules(remove_duplicate=False):
+            first = mod not in self.module_names
+            qual = name or "<root>"
+            prefix = name + "." if name else ""
+            plist: list[str] = []
+            if first:
+                self.module_names[mod] = qual
+                self.module_types[qual] = type(mod).__name__
+                self.module_params[qual] = plist
+            for pname, p in mod._parameters.items():
+                if p is None:
+                    continue
+                full = prefix + pname
+                self.param_names.setdefault(p, full)
+                if first:
+                    plist.append(full)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -357,59 +423,61 @@ class StepRecorder:
         self._hidden = {}
         self._sum_slots = {}
         self._calls = []
-        self.forward.node_module = {}
         self.forward.calls = []
         self.module_names = {}
         self.param_names = {}
 
-    def _slot_infos(self) -> list[SlotInfo]:
-        mods = self.forward.node_module
-        infos = []
-        for r in self.recs:
-            leaf_shape = None
-            if r.name == ACCUMULATE:
-                leaf_shape = tuple(r.node.variable.shape)
-            infos.append(SlotInfo(r.name, r.kind, mods.get(r.node), r.param, leaf_shape,
-                                  [None if c is None else c[0] for c in r.children]))
-        return infos
-
     def _node_traces(self) -> list[NodeTrace]:
-        infos = self._slot_infos()
+        recs = self.recs
+        mods = self.forward.modules_of([r.seq for r in recs])
+        # each node's forward outputs, read once: a node's input shapes are its children's outputs
+        outs = [[(_shape(m), m.dtype) for m in r.node._input_metadata] for r in recs]
+        key = tuple((type(r.node), r.name, r.kind, mod, r.param, tuple(r.children),
+                     tuple(r.node.variable.shape) if r.kind == "leaf" else None)  # labels name a leaf's shape
+                    for r, mod in zip(recs, mods))
+        statics = self.statics.get(key)
+        if statics is None:
+            statics = self.statics.put(key, self._statics(mods))
         out = []
-        for r, info in zip(self.recs, infos):
-            n = r.node
-            metas = list(n._input_metadata)
-            child_params = [infos[c[0]].param if c is not None else None for c in r.children]
-            fwd_cls = getattr(type(n), "_forward_cls", None)
-            args = slot_args(r.name, r.kind, len(r.children), fwd_cls, child_params)
-            in_shapes: list[tuple[int, ...] | None] = []
-            for c in r.children:
-                if c is None:
-                    in_shapes.append(None)
-                    continue
-                cm = list(self.recs[c[0]].node._input_metadata)
-                in_shapes.append(_shape(cm[c[1]]) if c[1] < len(cm) else None)
+        for r, st, mod, o in zip(recs, statics, mods, outs):
+            in_shapes = [None if c is None else (outs[c[0]][c[1]][0] if c[1] < len(outs[c[0]]) else None)
+                         for c in r.children]
             seq = r.seq
             first = r.runs[0] if r.runs else None
             nt = NodeTrace(
-                id=r.id, name=r.name, kind=r.kind, module=info.module, param=r.param,
+                id=r.id, name=r.name, kind=r.kind, module=mod, param=r.param,
                 source=None if seq == _ACC_SEQ else self.forward.source_of(seq),
-                schema=schema_of(r.name) if r.kind == "op" else None,
-                order=first.order if first else None,
-                input_labels=label_slots(infos, r.id, args), input_args=args,
-                input_shapes=in_shapes,
-                output_shapes=[_shape(m) for m in metas],
-                output_dtypes=[dtype_name(m.dtype) for m in metas],
+                schema=st.schema, order=first.order if first else None,
+                input_labels=st.labels, input_args=st.args,
+                input_shapes=st.same("input_shapes", in_shapes),
+                output_shapes=st.same("output_shapes", [m[0] for m in o]),
+                output_dtypes=st.same("output_dtypes", [_dtype_name(m[1]) for m in o]),
                 grad_inputs=first.grad_inputs if first else None,
                 grad_outputs=first.grad_outputs if first else None,
                 time_us=first.time_us if first else None,
                 runs=[NodeRun(x.pass_index, x.order, x.grad_outputs, x.grad_inputs, x.time_us) for x in r.runs],
             )
-            if r.kind == "compiled" and info.module:
-                nt.input_labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in
-                                   nt.input_labels]
             out.append(nt)
         return out
+
+    def _statics(self, mods: list[str | None]) -> list[_Static]:
+        """Slot arguments, labels and schema of every node: they depend only on the graph's structure
+        (see `StructureCache`)."""
+        infos = []
+        for r, mod in zip(self.recs, mods):
+            leaf_shape = tuple(r.node.variable.shape) if r.name == ACCUMULATE else None
+            infos.append(SlotInfo(r.name, r.kind, mod, r.param, leaf_shape,
+                                  [None if c is None else c[0] for c in r.children]))
+        statics = []
+        for r, info in zip(self.recs, infos):
+            child_params = [infos[c[0]].param if c is not None else None for c in r.children]
+            fwd_cls = getattr(type(r.node), "_forward_cls", None)
+            args = slot_args(r.name, r.kind, len(r.children), fwd_cls, child_params)
+            labels = label_slots(infos, r.id, args)
+            if r.kind == "compiled" and info.module:
+                labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in labels]
+            statics.append(_Static(args, labels, schema_of(r.name) if r.kind == "op" else None))
+        return statics
 
     # ---- module-level gradients, derived from node hooks (see AUTOGRAD.md §9.4)
     def _producer_index(self) -> dict[tuple[int, int], list[tuple[int, int]]]:

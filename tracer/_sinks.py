@@ -28,7 +28,7 @@ class Sink(Protocol):
 class MemorySink:
     """Keeps the most recent `keep` steps in memory (`steps`)."""
 
-    def __init__(self, keep: int = 8) -> None:
+    def __init__(self, keep: int = 2) -> None:
         self.steps: deque[StepTrace] = deque(maxlen=max(1, keep))
         self.stats: dict[str, int] = {}  # nothing is sent anywhere: it does not count in tr.stats
 
@@ -61,7 +61,7 @@ class FileSink:
         self.store.close()
 
 
-def resolve_sinks(sink: Any, keep: int = 8, run: str = "run") -> list[Sink]:
+def resolve_sinks(sink: Any, keep: int = 2, run: str = "run") -> list[Sink]:
     """Turn the `sink=` argument into sink objects; a memory sink is always first."""
     items = sink if isinstance(sink, (list, tuple)) else [] if sink is None else [sink]
     out: list[Sink] = [MemorySink(keep)]

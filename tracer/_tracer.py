@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from tracer._model import StepTrace
-from tracer._recorder import StepRecorder
+from tracer._recorder import StepRecorder, StructureCache
 from tracer._sinks import Sink, resolve_sinks
 from tracer._summary import Summariser
 
@@ -34,10 +34,13 @@ class Tracer:
     `sink`: None (memory only), a `.sqlite`/`.db` path, an object with `write(StepTrace)` and
     `close(timeout)`, or a list of those. `every=N` traces steps whose index is a multiple of N
     and installs nothing at all on the others. `tensors="full"` also keeps every gradient's values.
+    `keep`: how many recent steps the memory sink holds (`tr.steps`). Every kept step is a few hundred
+    Python objects per hundred nodes that the cyclic garbage collector re-scans until they are dropped:
+    at keep=8 that measured ~1 ms per traced step of a LeNet on CPU, at keep=2 ~0.2 ms.
     """
 
     def __init__(self, model: torch.nn.Module | None = None, *, sink: Any = None, run: str | None = None,
-                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 8) -> None:
+                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -55,6 +58,7 @@ class Tracer:
         self.last: StepTrace | None = None
         self._closed = False
         self._active = False
+        self._statics = StructureCache()
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
@@ -134,7 +138,8 @@ class _TracedStep:
     def __init__(self, tracer: Tracer, i: int) -> None:
         self.tracer = tracer
         self.st = StepTrace(run=tracer.run, step=i)
-        self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"))
+        self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"),
+                                tracer._statics)
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
