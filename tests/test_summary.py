@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tracer import _native
-from tracer._summary import Summariser, native_summary, thumbnail, thumbnail_view
+from tracer._summary import Summariser, native_summary, raw_stats, thumbnail, thumbnail_view
 
 
 def _reference(x: torch.Tensor) -> dict[str, float]:
@@ -119,3 +119,130 @@ def test_thumbnail_never_aliases_the_gradient() -> None:
     g.mul_(0)  # autograd may reuse or accumulate into gradient memory after the hook
     s.finalize()
     assert np.abs(tr.thumb).sum() > 0 and np.abs(tr.values).sum() > 0
+
+
+# ---- the C kernel against the torch reference (`thumbnail`, `raw_stats`), shape by shape ----
+
+KERNEL_SHAPES = [
+    (), (1,), (5,), (64,), (65,), (200,), (4097,), (70_000,),  # 1-D: a strip; past size; past GS_CHUNK
+    (1, 1), (3, 5), (64, 10), (10, 64), (64, 64), (65, 65), (127, 129), (64, 400), (400, 120), (130, 3),
+    (3, 130), (5000, 3), (9000, 1), (1, 9000), (100, 4100), (2, 8192),  # 2-D: below/at/above size, uneven
+    (2, 3, 4), (8, 16, 70), (4, 50, 130),  # 3-D
+    (2, 1, 5, 5), (2, 1, 100, 90), (3, 3, 5, 5), (2, 3, 40, 70), (1, 6, 28, 28), (3, 6, 28, 28),
+    (2, 16, 5, 5), (2, 16, 10, 10), (2, 16, 30, 17), (2, 17, 8, 8), (2, 17, 20, 3), (1, 6, 1, 1),
+    (2, 100, 3, 3), (1, 3, 200, 2),  # 4-D: C = 1, 3, 6, 16, 17, 100; H, W below and above the tile
+    (2, 3, 4, 5, 6), (2, 2, 2, 40, 70),  # 5-D
+]
+
+
+@pytest.fixture
+def kernel() -> None:
+    if _native.native() is None:
+        pytest.skip("no C compiler here: the summary kernel cannot be built")
+
+
+def _data(shape: tuple[int, ...], dtype: torch.dtype, contiguous: bool, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    n = math.prod(shape)
+    flat = torch.randn(max(n, 1) * 2, generator=g) * 3 + 0.5
+    flat[flat.abs() < 0.4] = 0.0  # zeros, for the non-zero count
+    if contiguous or len(shape) == 0:
+        x = flat[:n].reshape(shape)
+    elif len(shape) == 1:
+        x = flat[: 2 * n : 2]  # every other element
+    else:  # the same values, laid out transposed
+        x = flat[:n].reshape(shape[::-1]).permute(*reversed(range(len(shape))))
+        assert not x.is_contiguous() or 1 in shape
+    return x.to(dtype)
+
+
+def _check_stats(got: tuple[float, ...], x: torch.Tensor) -> None:
+    want = [float(v) for v in raw_stats(x)]
+    assert len(got) == 8 and all(isinstance(v, float) for v in got)
+    mn, mx, s, ss, nz, nan, inf, fin = got
+    if want[7] == 0:  # nothing finite: the kernel says NaN, torch ±inf; `stats_from_raw` shows NaN for both
+        assert math.isnan(mn) and math.isnan(mx)
+    else:
+        assert (mn, mx) == (want[0], want[1]), (got, want)  # the extremes are exact
+    scale = math.sqrt(max(fin, 1.0) * max(want[3], 0.0))  # bounds Σ|x|: float sums err relative to it
+    assert abs(s - want[2]) <= 1e-5 * scale + 1e-6, (s, want[2])
+    assert ss == pytest.approx(want[3], rel=1e-5, abs=1e-6)
+    assert (nz, nan, inf, fin) == tuple(want[4:]), (got, want)
+
+
+def _check_thumb(got: np.ndarray | None, x: torch.Tensor, size: int) -> None:
+    want = thumbnail(x, size).numpy()
+    assert got is not None and got.dtype == np.float32 and got.flags.c_contiguous
+    assert got.shape == want.shape, (got.shape, want.shape)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if x.dtype == torch.float32 else {"rtol": 1e-4, "atol": 1e-5}
+    np.testing.assert_allclose(got, want, equal_nan=True, **tol)  # NaN and ±Inf in the same cells too
+
+
+@pytest.mark.parametrize("contiguous", [True, False], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("size", [64, 8])
+@pytest.mark.parametrize("shape", KERNEL_SHAPES, ids=str)
+def test_kernel_matches_torch(shape: tuple[int, ...], size: int, dtype: torch.dtype, contiguous: bool,
+                              kernel: None) -> None:
+    x = _data(shape, dtype, contiguous)
+    got = native_summary(x, size)
+    assert got is not None
+    _check_stats(got[0], x)
+    _check_thumb(got[1], x, size)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("size", [64, 8])
+@pytest.mark.parametrize("shape", [(7,), (10_000,), (40, 30), (300, 500), (3, 70, 90), (2, 6, 28, 28),
+                                   (2, 17, 9, 9), (3, 2, 4, 100, 5)], ids=str)
+def test_kernel_nan_inf(shape: tuple[int, ...], size: int, dtype: torch.dtype, kernel: None) -> None:
+    x = _data(shape, torch.float32, True)
+    flat = x.view(-1)
+    n = flat.numel()
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randperm(n, generator=g)[:6]
+    flat[idx[:2]] = float("nan")
+    flat[idx[2:4]] = float("inf")
+    flat[idx[4]] = -float("inf")
+    if n > 8:  # +Inf and -Inf in one block make NaN, as in torch
+        flat[0], flat[1] = float("inf"), -float("inf")
+    x = x.to(dtype)
+    got = native_summary(x, size)
+    assert got is not None
+    _check_stats(got[0], x)
+    assert got[0][5] == torch.isnan(x).sum().item() and got[0][6] == torch.isinf(x).sum().item()
+    _check_thumb(got[1], x, size)
+    sample0 = x[0] if x.dim() == 4 else x
+    if not torch.isfinite(sample0).all():
+        assert not np.isfinite(got[1]).all()  # the picture shows them
+
+
+def test_kernel_all_non_finite_and_chunks(kernel: None) -> None:
+    x = torch.full((3, 5), float("nan"))
+    x[1, 2] = float("inf")
+    got = native_summary(x, 64)
+    assert got is not None
+    _check_stats(got[0], x)
+    _check_thumb(got[1], x, 64)
+    y = torch.randn(3 * 4096 + 17)
+    y[4096 + 5] = float("nan")  # one chunk of several needs the masked pass; the others do not
+    y[2 * 4096 - 1] = -float("inf")
+    y[100] = 1e3  # the extremes sit in chunks without NaN
+    y[3 * 4096 + 3] = -1e3
+    got = native_summary(y, 64)
+    assert got is not None
+    _check_stats(got[0], y)
+    assert got[0][:2] == (-1e3, 1e3)
+    _check_thumb(got[1], y, 64)
+
+
+def test_kernel_overflow_and_no_thumbnail(kernel: None) -> None:
+    assert native_summary(torch.full((1000,), 3e20), 64) is None  # float32 sums overflow: torch recomputes
+    x = torch.randn(2, 3, 4, 5)
+    got = native_summary(x, 0)
+    assert got is not None and got[1] is None
+    _check_stats(got[0], x)
+    a, b = native_summary(x, 8), native_summary(x, 8)
+    assert a is not None and b is not None and a[1] is not None and b[1] is not None
+    a[1][:] = 0  # each call returns its own picture
+    assert np.abs(b[1][np.isfinite(b[1])]).sum() > 0

@@ -72,9 +72,9 @@ def native() -> ctypes.CDLL | None:
     except (OSError, subprocess.SubprocessError) as exc:
         log.info("gradscape: summary kernel unavailable (%s); using torch reductions", exc)
         return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    for name in ("gs_summarise_f32", "gs_summarise_bf16"):
+    ptr = ctypes.c_void_p
+    for name in ("gs_summarise_f32", "gs_summarise_bf16"):  # (x, geometry, out) -> status
         fn = getattr(lib, name)
-        fn.argtypes = [ptr, i64, i64, i64, i64, ptr, i64, i64, ptr, ptr]
-        fn.restype = None
+        fn.argtypes = [ptr, ptr, ptr]  # few arguments: ctypes converts each one on every call
+        fn.restype = ctypes.c_int
     return lib

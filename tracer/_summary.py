@@ -24,7 +24,9 @@ NOTE [Thumbnail views]
 
 from __future__ import annotations
 
+import ctypes
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -213,49 +215,76 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
 
 
 _NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
-_native_fns: dict[torch.dtype, Any] = {}
+# per (shape, dtype, size): kernel, address of its geometry, ctypes type of its output buffer,
+# thumbnail shape, and the geometry array itself (kept alive here)
+_NativePlan = tuple[Any, int, Any, "tuple[int, int] | None", Any]
+_native_plans: dict[tuple[Any, ...], _NativePlan] = {}
+_MAX_PLANS = 4096  # distinct shapes remembered; past that the cache starts over
+_unpack_stats = struct.Struct("8d").unpack_from  # the 8 statistics at the head of the kernel's buffer
+_F32 = np.dtype(np.float32)
 
 
-def _native_fn(dtype: torch.dtype) -> Any:
-    fn = _native_fns.get(dtype)
-    if fn is None:
-        lib = native()
-        name = _NATIVE_DTYPES.get(dtype)
-        if lib is None or name is None:
-            return None
-        fn = _native_fns[dtype] = getattr(lib, name)
-    return fn
+def _native_geometry(shape: tuple[int, ...], size: int) -> tuple[list[int], tuple[int, int] | None]:
+    """The kernel's thumbnail geometry `[planes, R, C, kr, kc, grid columns]` (see `_fastsum.c`) and
+    the thumbnail's shape, laid out exactly as `thumbnail` does (NOTE [Thumbnail views])."""
+    if size <= 0:
+        return [0, 0, 0, 1, 1, 1], None
+    if len(shape) == 4:  # sample 0: C planes of H×W, as a grid of gr×gc tiles
+        c, h, w = shape[1], shape[2], shape[3]
+        gc = math.ceil(math.sqrt(c))
+        gr = math.ceil(c / gc)
+        th, tw = max(1, min(h, size // gr)), max(1, min(w, size // gc))
+        kr, kc = -(-h // th), -(-w // tw)
+        return [c, h, w, kr, kc, gc], (gr * -(-h // kr), gc * -(-w // kc))
+    rows, cols = matrix_shape(shape)
+    kr, kc = -(-rows // size), -(-cols // size)
+    return [1, rows, cols, kr, kc, 1], (-(-rows // kr), -(-cols // kc))
+
+
+def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:
+    """Everything about a `native_summary` call that depends only on (shape, dtype, size), made
+    once per shape; None when the kernel is unavailable or does not apply."""
+    lib = native()
+    name = _NATIVE_DTYPES.get(t.dtype)
+    n = t.numel()
+    if lib is None or name is None or n == 0:
+        return None
+    geometry, th_shape = _native_geometry(tuple(t.shape), size)
+    k = th_shape[0] * th_shape[1] if th_shape is not None else 0
+    geom = (ctypes.c_int64 * 7)(n, *geometry)
+    buf_type = ctypes.c_double * (8 + (k + 1) // 2)  # 8 statistics, then k float32 thumbnail cells
+    plan = (getattr(lib, name), ctypes.addressof(geom), buf_type, th_shape, geom)
+    if len(_native_plans) >= _MAX_PLANS:
+        _native_plans.clear()
+    _native_plans[(t.shape, t.dtype, size)] = plan
+    return plan
 
 
 def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.ndarray | None] | None:
-    """Statistics and block-mean thumbnail in one pass with the C kernel (`tracer._native`), for CPU
-    float32/bfloat16 tensors; None when the kernel is unavailable or does not apply. Rank-4 tensors
-    get statistics only here (their thumbnail is a grid of tiles, made by `thumbnail`). The
-    thumbnail comes back as a host array: this path never leaves the CPU."""
-    if t.device.type != "cpu" or t.dtype not in _NATIVE_DTYPES or t.numel() == 0:
+    """Statistics and block-mean thumbnail (every rank, the tile grid of rank 4 included) in one
+    pass with the C kernel (`tracer._native`), for CPU float32/bfloat16 tensors; None when the
+    kernel is unavailable or does not apply, or when float32 partial sums overflowed (|g| > ~1e19:
+    the torch path recomputes in float64). The thumbnail comes back as a host array: this path
+    never leaves the CPU.
+
+    This runs in every hook, so the Python around the kernel is kept short (each step measured):
+    the geometry is cached per shape, the kernel takes three arguments, and the statistics and the
+    thumbnail come back in one ctypes buffer that the thumbnail array views (`ndarray.ctypes.data`
+    alone costs more than the kernel on a small tensor)."""
+    if not t.is_cpu or native() is None:
         return None
-    fn = _native_fn(t.dtype)
-    if fn is None:
+    plan = _native_plans.get((t.shape, t.dtype, size))
+    if plan is None:
+        plan = _native_plan(t, size)
+        if plan is None:
+            return None
+    fn, geom, buf_type, th_shape, _ = plan
+    if not t.is_contiguous():
+        t = t.detach().contiguous()
+    buf = buf_type()
+    if fn(t.data_ptr(), geom, buf):
         return None
-    x = t.detach()
-    if not x.is_contiguous():
-        x = x.contiguous()
-    r = x.dim()
-    if size <= 0 or r == 4:
-        rows, cols, kr, kc = 1, x.numel(), 1, 1
-        thumb = scratch = None
-    else:
-        rows, cols = matrix_shape(tuple(x.shape))
-        kr, kc = -(-rows // size), -(-cols // size)
-        thumb = np.empty((-(-rows // kr), -(-cols // kc)), dtype=np.float32)
-        scratch = np.empty(cols, dtype=np.float32)
-    out8 = np.empty(8, dtype=np.float64)
-    fn(x.data_ptr(), rows, cols, kr, kc, None if thumb is None else thumb.ctypes.data,
-       0 if thumb is None else thumb.shape[0], 0 if thumb is None else thumb.shape[1],
-       None if scratch is None else scratch.ctypes.data, out8.ctypes.data)
-    if not (math.isfinite(out8[2]) and math.isfinite(out8[3])):
-        return None  # float32 partial sums overflowed (|g| > ~1e19): the torch path recomputes in float64
-    return tuple(out8.tolist()), thumb
+    return _unpack_stats(buf), None if th_shape is None else np.ndarray(th_shape, _F32, buf, 64)
 
 
 @dataclass
@@ -303,11 +332,7 @@ class Summariser:
         tr = TensorTrace(shape=shape, dtype=dtype_name(t.dtype), device=str(t.device))  # view: at finalize
         fast = native_summary(t, self.thumb)
         if fast is not None:
-            fast_raw, fast_th = fast
-            picture: torch.Tensor | np.ndarray | None = fast_th
-            if picture is None and self.thumb > 0:
-                picture = thumbnail(t, self.thumb)
-            self._pending.append(_Pending(tr, fast_raw, picture, self._values(t), None, False))
+            self._pending.append(_Pending(tr, fast[0], fast[1], self._values(t), None, False))
             return tr
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
         # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
