@@ -22,7 +22,6 @@ import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,26 +61,31 @@ def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
 
 
-@dataclass
 class _Run:
-    pass_index: int
-    order: int
-    grad_outputs: list[TensorTrace | None]
-    grad_inputs: list[TensorTrace | None] | None = None
-    t0: int = 0
-    time_us: float | None = None
+    """One execution of a node, while the step runs."""
+
+    __slots__ = ("pass_index", "order", "grad_outputs", "grad_inputs", "t0", "time_us")
+
+    def __init__(self, pass_index: int, order: int) -> None:
+        self.pass_index = pass_index
+        self.order = order
+        self.grad_outputs: list[TensorTrace | None] = []
+        self.grad_inputs: list[TensorTrace | None] | None = None
+        self.t0 = 0
+        self.time_us: float | None = None
 
 
-@dataclass
 class _Rec:
-    id: int
-    node: Any
-    name: str
-    kind: str
-    seq: int
-    param: str | None
-    children: list[tuple[int, int] | None]  # (child id, input_nr) per slot
-    runs: list[_Run] = field(default_factory=list)
+    """One node of the walked graph, while the step runs."""
+
+    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "runs")
+
+    def __init__(self, id: int, node: Any, name: str, kind: str, seq: int, param: str | None,
+                 nexts: tuple[tuple[Any, int], ...]) -> None:
+        self.id, self.node, self.name, self.kind, self.seq, self.param = id, node, name, kind, seq, param
+        self.nexts = nexts  # node.next_functions, read once (each read builds new tuples)
+        self.children: list[tuple[int, int] | None] = []  # (child id, input_nr) per slot, set by _link
+        self.runs: list[_Run] = []
 
 
 class _Static:
@@ -259,35 +263,35 @@ class StepRecorder:
     # ------------------------------------------------------------------ graph walk
     def _walk_from(self, root: Any) -> int:
         """Iterative DFS from `root`; new nodes get ids in visit order and hooks. Returns root's id."""
+        ids = self.ids
+        first_new = len(self.recs)
         stack = [root]
         while stack:
             n = stack.pop()
-            if n is None or n in self.ids:
+            if n is None or n in ids:
                 continue
-            self._add_node(n)
-            nexts = n.next_functions
+            nexts = self._add_node(n)
             for child, _ in reversed(nexts):
-                if child is not None and child not in self.ids:
+                if child is not None and child not in ids:
                     stack.append(child)
         # children ids are known only once every node of the walk has an id
-        for rec in self.recs:
-            if rec.children and rec.children[0] == (-1, -1):
-                self._link(rec)
-        return self.ids[root]
+        for rec in self.recs[first_new:]:
+            self._link(rec)
+        return ids[root]
 
-    def _add_node(self, n: Any) -> None:
+    def _add_node(self, n: Any) -> tuple[tuple[Any, int], ...]:
         name = n.name()
         param = None
         if name == ACCUMULATE:
             param = self.param_names.get(n.variable)
-        rec = _Rec(id=len(self.recs), node=n, name=name, kind=_kind_of(n, name, param),
-                   seq=n._sequence_nr(), param=param,
-                   children=[(-1, -1)] * len(n.next_functions))
+        nexts = n.next_functions
+        rec = _Rec(len(self.recs), n, name, _kind_of(n, name, param), n._sequence_nr(), param, nexts)
         self.ids[n] = rec.id
         self.recs.append(rec)
         self._handles.append(n.register_prehook(self._make_pre(rec)))
         if name != ACCUMULATE:  # AccumulateGrad sends nothing on: its post-hook would only cost time
             self._handles.append(n.register_hook(self._make_post(rec)))
+        return nexts
 
     def _watch_hidden_params(self) -> None:
         """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
@@ -316,7 +320,7 @@ class StepRecorder:
 
     def _link(self, rec: _Rec) -> None:
         kids: list[tuple[int, int] | None] = []
-        for child, nr in rec.node.next_functions:
+        for child, nr in rec.nexts:
             if child is None:
                 kids.append(None)
                 continue
@@ -330,7 +334,7 @@ class StepRecorder:
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             with self._lock:
                 order = next(self._counter)
-                run = _Run(self._pass_index - 1, order, [])
+                run = _Run(self._pass_index - 1, order)
                 rec.runs.append(run)
                 self.execution.append((rec.id, len(rec.runs) - 1))
             run.grad_outputs = [None if g is None else self._summarise_arriving(rec, i, g)
