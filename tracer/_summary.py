@@ -273,6 +273,15 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.nd
     alone costs more than the kernel on a small tensor)."""
     if not t.is_cpu or native() is None:
         return None
+    if t.dim() == 2 and t.numel() > 4096 and not t.is_contiguous() and t.t().is_contiguous():
+        # A transposed matrix (a Linear's weight gradient on its way through TBackward0): the same
+        # elements, so the same statistics, and its block means are those of t.T transposed (the
+        # blocks line up: ceil(rows/size) and ceil(cols/size) swap places). No copy needed (a small
+        # one is cheaper than this detour).
+        res = native_summary(t.t(), size)
+        if res is None or res[1] is None:
+            return res
+        return res[0], np.ascontiguousarray(res[1].T)
     plan = _native_plans.get((t.shape, t.dtype, size))
     if plan is None:
         plan = _native_plan(t, size)
