@@ -322,6 +322,10 @@ class grad_off:
             torch._C._set_grad_enabled(True)
 
 
+_words: dict[tuple[torch.dtype, torch.device], tuple[str, str]] = {}  # (dtype, device) → their names
+_views: dict[tuple[int, ...], str] = {}  # shape → thumbnail_view(shape); a model has few shapes
+
+
 class Summariser:
     """Summarises gradients inside hooks; `finalize()` fetches every result in one transfer per device."""
 
@@ -338,7 +342,11 @@ class Summariser:
 
     def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
         shape = tuple(t.shape)
-        tr = TensorTrace(shape=shape, dtype=dtype_name(t.dtype), device=str(t.device))  # view: at finalize
+        dt, dev = t.dtype, t.device
+        words = _words.get((dt, dev))
+        if words is None:
+            words = _words[(dt, dev)] = (dtype_name(dt), str(dev))
+        tr = TensorTrace(shape=shape, dtype=words[0], device=words[1])  # thumb_view: at finalize
         fast = native_summary(t, self.thumb)
         if fast is not None:
             self._pending.append(_Pending(tr, fast[0], fast[1], self._values(t), None, False))
@@ -364,7 +372,12 @@ class Summariser:
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[_Pending]] = {}
         for p in pending:
-            p.trace.thumb_view = thumbnail_view(p.trace.shape)
+            view = _views.get(p.trace.shape)
+            if view is None:
+                if len(_views) > 4096:  # shapes that keep changing (variable sequence lengths)
+                    _views.clear()
+                view = _views[p.trace.shape] = thumbnail_view(p.trace.shape)
+            p.trace.thumb_view = view
             if isinstance(p.thumb, torch.Tensor) and p.thumb.device.type == "cpu":
                 p.thumb = p.thumb.numpy()
             if isinstance(p.thumb, np.ndarray):
