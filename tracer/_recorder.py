@@ -52,8 +52,8 @@ def _kind_of(node: Any, name: str, param: str | None) -> str:
 
 def _shape(meta: Any) -> tuple[int, ...] | None:
     try:
-        return tuple(int(s) for s in meta.shape)
-    except Exception:  # nested tensors and symbolic shapes have no plain shape
+        return tuple(map(int, meta.shape))  # int(): a symbolic size with a value becomes that value
+    except Exception:  # nested tensors and unbacked symbolic shapes have no plain shape
         return None
 
 
@@ -61,31 +61,18 @@ def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
 
 
-class _Run:
-    """One execution of a node, while the step runs."""
-
-    __slots__ = ("pass_index", "order", "grad_outputs", "grad_inputs", "t0", "time_us")
-
-    def __init__(self, pass_index: int, order: int) -> None:
-        self.pass_index = pass_index
-        self.order = order
-        self.grad_outputs: list[TensorTrace | None] = []
-        self.grad_inputs: list[TensorTrace | None] | None = None
-        self.t0 = 0
-        self.time_us: float | None = None
-
-
 class _Rec:
     """One node of the walked graph, while the step runs."""
 
-    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "runs")
+    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "runs", "t0")
 
     def __init__(self, id: int, node: Any, name: str, kind: str, seq: int, param: str | None,
                  nexts: tuple[tuple[Any, int], ...]) -> None:
         self.id, self.node, self.name, self.kind, self.seq, self.param = id, node, name, kind, seq, param
         self.nexts = nexts  # node.next_functions, read once (each read builds new tuples)
         self.children: list[tuple[int, int] | None] = []  # (child id, input_nr) per slot, set by _link
-        self.runs: list[_Run] = []
+        self.runs: list[NodeRun] = []  # the step's NodeRuns themselves, filled in by the hooks
+        self.t0 = 0  # when the current run started (a node never runs concurrently with itself)
 
 
 class _Static:
@@ -334,7 +321,7 @@ class StepRecorder:
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             with self._lock:
                 order = next(self._counter)
-                run = _Run(self._pass_index - 1, order)
+                run = NodeRun(self._pass_index - 1, order, [], None)
                 rec.runs.append(run)
                 self.execution.append((rec.id, len(rec.runs) - 1))
             run.grad_outputs = [None if g is None else self._summarise_arriving(rec, i, g)
@@ -343,7 +330,7 @@ class StepRecorder:
                 run.grad_inputs = []
                 if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
                     self._note_param(rec.param, grad_outputs[0], run.grad_outputs[0])
-            run.t0 = time.perf_counter_ns()
+            rec.t0 = time.perf_counter_ns()
             return None
 
         return pre
@@ -352,7 +339,7 @@ class StepRecorder:
         def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: Any) -> None:
             t1 = time.perf_counter_ns()
             run = rec.runs[-1]
-            run.time_us = (t1 - run.t0) / 1e3
+            run.time_us = (t1 - rec.t0) / 1e3
             view_of = run.grad_outputs[0] if rec.name in VIEW_NODES and run.grad_outputs else None
             out: list[TensorTrace | None] = []
             for j, g in enumerate(grad_inputs):
@@ -459,7 +446,7 @@ class StepRecorder:
                 grad_inputs=first.grad_inputs if first else None,
                 grad_outputs=first.grad_outputs if first else None,
                 time_us=first.time_us if first else None,
-                runs=[NodeRun(x.pass_index, x.order, x.grad_outputs, x.grad_inputs, x.time_us) for x in r.runs],
+                runs=r.runs,
             )
             out.append(nt)
         return out
