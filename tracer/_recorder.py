@@ -128,6 +128,10 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
+def _after_step(*args: Any) -> Any:
+    raise RuntimeError("gradscape: this step's recorder has finished")
+
+
 class StepRecorder:
     """Everything about one traced step that needs live torch objects; `finish()` returns the
     plain `StepTrace` and lets go of them."""
@@ -415,6 +419,7 @@ class StepRecorder:
         self._sum_slots = {}
         self._calls = []
         self.forward.calls = []
+        self.forward.on_backward = _after_step  # the recorder ↔ forward recorder cycle, broken: freed by refcount
         self.module_names = {}
         self.param_names = {}
 
