@@ -1,8 +1,32 @@
-/* gradscape: the backward player and focus, run in the browser (clientside callbacks).
+/* gradscape: what runs in the browser (clientside callbacks): the backward player and focus, the
+ * deep-link parser and the connection badge.
  * The graph is dash-cytoscape's, reachable as window.cy; classes change in place, so stepping
  * through thousands of elements never round-trips through Python. */
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
+    deepLink: function (search) {
+      // "?run=r&step=3&node=12" → {run: "r", step: 3, node: 12}; nothing (no update) without a link
+      const q = new URLSearchParams(search || "");
+      const out = {};
+      if (q.get("run")) out.run = q.get("run");
+      ["step", "node"].forEach(function (key) {
+        const v = q.get(key);
+        if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
+      });
+      return Object.keys(out).length ? out : window.dash_clientside.no_update;
+    },
+    connection: function (connected, tracer) {
+      // the /ui socket's state, and the tracer's own counts when it reports them
+      if (connected === false) return ["offline: no connection to the server", "gs-connection offline"];
+      if (!connected) return ["connecting…", "gs-connection"];
+      let text = "live";
+      if (tracer && typeof tracer === "object" && !Array.isArray(tracer)) {
+        const get = function (k, d) { const v = k in tracer ? tracer[k] : d; return v === null || v === undefined ? "None" : v; };
+        text += " · tracer " + get("run") + " " + get("state") + " · sent " + get("sent", 0) + ", spilled " +
+          get("spilled", 0) + ", dropped " + get("dropped", 0);
+      }
+      return [text, "gs-connection live"];
+    },
     advance: function (ticks, prev, next, value, max) {
       const trig = (dash_clientside.callback_context.triggered[0] || {}).prop_id || "";
       let v = value || 0;

@@ -2,6 +2,14 @@
 
 Live data: the /ui socket (dash-socketio) only says *what changed* ("run r has step 12"); the
 callbacks then read the current state from the store, so merged notifications lose nothing.
+
+First load: the layout already holds the newest step (`initial_state`), so no server callback
+runs then except `fill_search` (the search options are not needed for the first paint) and,
+once the socket connects, `sync_steps` catching up on steps stored meanwhile (it answers with no
+update when there are none). The others are `prevent_initial_call`: they answer changes only,
+and a deep link arrives as one (the browser parses it, `gradscape.deepLink` in assets/player.js).
+Every server callback that fires during the page load competes with the first paint for the
+browser's main thread and the server's.
 """
 
 from __future__ import annotations
@@ -9,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 
 import dash
 from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
@@ -30,6 +38,7 @@ class UIData:
         self._graphs: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._layouts: OrderedDict[tuple[str, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
         self._flows: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
+        self._search: OrderedDict[tuple[str, int], list[dict[str, str]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any) -> Any:
@@ -47,6 +56,9 @@ class UIData:
     def graph(self, run: str, step: int) -> dict[str, Any]:
         return self._lru(self._graphs, (run, int(step)), lambda: self.store.read_graph(run, int(step)))
 
+    def search_index(self, run: str, step: int) -> list[dict[str, str]]:
+        return self._lru(self._search, (run, int(step)), lambda: view.search_index(self.graph(run, step)))
+
     def flow_over_steps(self, run: str, step: int) -> dict[str, Any]:
         """Per-layer gradient norm over the last steps up to `step`: read once per (run, step), not
         on every node click (it decodes up to MAX_STEPS_OVER_TIME stored steps)."""
@@ -58,17 +70,6 @@ class UIData:
     def layout(self, run: str, step: int, collapsed: list[str] | None) -> dict[str, Any]:
         key = (run, int(step), None if collapsed is None else tuple(sorted(collapsed)))
         return self._lru(self._layouts, key, lambda: view.layout_graph(self.graph(run, step), collapsed))
-
-
-def _deep_link(search: str | None) -> dict[str, Any]:
-    q = parse_qs((search or "").lstrip("?"))
-    out: dict[str, Any] = {}
-    if q.get("run"):
-        out["run"] = q["run"][0]
-    for key in ("step", "node"):
-        if q.get(key) and q[key][0].lstrip("-").isdigit():
-            out[key] = int(q[key][0])
-    return out
 
 
 def _exec_order(wire: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
@@ -86,28 +87,42 @@ def _exec_order(wire: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
 def register(app: dash.Dash, store: TraceStore) -> UIData:
     data = UIData(store)
 
-    @app.callback(Output(ids.DEEP_LINK, "data"), Input(ids.URL, "search"))
-    def parse_link(search: str | None) -> Any:
-        link = _deep_link(search)
-        return link or no_update  # no link: the page was rendered with the newest step already
+    # ?run=&step=&node= → {run, step, node}, or no update without a link (the page was rendered with
+    # the newest step already)
+    app.clientside_callback(ClientsideFunction("gradscape", "deepLink"), Output(ids.DEEP_LINK, "data"),
+                            Input(ids.URL, "search"))
 
     @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
-                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"))
+                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
+                  prevent_initial_call=True)  # first load: the layout already holds the runs
     def sync_runs(link: dict[str, Any] | None, _note: Any, current: str | None) -> tuple[Any, Any]:
         if ctx.triggered_id is None:
-            return no_update, no_update  # first load: the layout already holds the runs
+            return no_update, no_update
         return run_choices(store, link if ctx.triggered_id == ids.DEEP_LINK else None, current)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"), Input(ids.DEEP_LINK, "data"),
-                  State(ids.STEP_SELECT, "value"), State(ids.FOLLOW, "value"))
-    def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, current: int | None,
+                  Input(ids.SOCKET, "connected"), State(ids.STEP_SELECT, "value"), State(ids.STEP_SELECT, "options"),
+                  State(ids.FOLLOW, "value"),
+                  prevent_initial_call=True)  # first load: the layout already holds the steps
+    def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, connected: bool | None,
+                   current: int | None, shown: list[dict[str, Any]] | None,
                    follow: list[str] | None) -> tuple[Any, Any]:
-        if ctx.triggered_id is None:
-            return no_update, no_update  # first load: the layout already holds the steps
-        if ctx.triggered_id == ids.SOCKET and isinstance(note, dict) and note.get("run") != run:
-            return no_update, no_update  # another run moved on
-        return step_choices(store, run, link, current, bool(follow), ctx.triggered_id)
+        fired = ctx.triggered_prop_ids  # several inputs can change in one update: the most specific wins
+        if f"{ids.DEEP_LINK}.data" in fired or f"{ids.RUN_SELECT}.value" in fired:
+            trigger = ids.DEEP_LINK if f"{ids.DEEP_LINK}.data" in fired else ids.RUN_SELECT
+            return step_choices(store, run, link, current, bool(follow), trigger)
+        if f"{ids.SOCKET}.data-step" in fired:
+            if isinstance(note, dict) and note.get("run") != run:
+                return no_update, no_update  # another run moved on
+            return step_choices(store, run, link, current, bool(follow), ids.SOCKET)
+        if f"{ids.SOCKET}.connected" in fired and connected:
+            # (re)connected: catch up on steps stored while no notification could arrive (between the
+            # layout being served and the socket connecting, or while it was down); with none, the
+            # page stays where it is (a deep link may have moved it off the newest step)
+            options, value = step_choices(store, run, None, current, bool(follow), ids.SOCKET)
+            return (no_update, no_update) if options == (shown or []) else (options, value)
+        return no_update, no_update
 
     @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
                   Output(ids.SLIDER, "value", allow_duplicate=True),
@@ -115,20 +130,30 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                   Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.COLOR_BY, "value"),
                   Input(ids.COLLAPSED, "data"), prevent_initial_call=True)
     def load_graph(run: str | None, step: int | None, color_by: str, collapsed: dict[str, Any] | None) -> Any:
-        return graph_payload(data, run, step, color_by, collapsed)
+        # the search options belong to the step: a fold or a new colouring keeps them (the dropdown
+        # re-indexes every option it is given, ~0.1 s in the browser for a 500-node step)
+        new_step = any(p.split(".")[0] in (ids.RUN_SELECT, ids.STEP_SELECT) for p in ctx.triggered_prop_ids)
+        out = graph_payload(data, run, step, color_by, collapsed, with_search=new_step)
+        return out if new_step else (*out[:-1], no_update)
 
-    @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.EXEC_ORDER, "data"),
+    @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "id"),
                   State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
                   prevent_initial_call="initial_duplicate")
-    def fill_search(_order: Any, run: str | None, step: int | None) -> Any:
+    def fill_search(_id: Any, run: str | None, step: int | None) -> Any:
+        """The first load's search options (an `id` never changes, so this runs once per page;
+        load_graph fills them on every later change)."""
         if ctx.triggered_id is not None or not run or step is None:
-            return no_update  # load_graph fills them on every later change
-        return view.search_index(data.graph(run, step))
+            return no_update
+        try:
+            return data.search_index(run, step)
+        except StoreError:
+            return no_update
 
     @app.callback(Output(ids.SELECTED, "data"), Output(ids.COLLAPSED, "data"), Output(ids.URL, "search"),
                   Input(ids.GRAPH, "tapNodeData"), Input(ids.SEARCH, "value"),
                   Input(ids.DEEP_LINK, "data"), Input(ids.STEP_SELECT, "value"),
-                  State(ids.RUN_SELECT, "value"), State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"))
+                  State(ids.RUN_SELECT, "value"), State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"),
+                  prevent_initial_call=True)  # first load: nothing is selected yet
     def select(tap: dict[str, Any] | None, found: str | None, link: dict[str, Any] | None,
                step: int | None, run: str | None, selected: dict[str, Any] | None,
                collapsed: dict[str, Any] | None) -> Any:
@@ -193,16 +218,11 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         return (_inspector(wire, node, panel, data.flow_over_steps(run, step)), options,
                 {"width": "160px"} if full_4d else hidden)
 
-    @app.callback(Output(ids.CONNECTION, "children"), Output(ids.CONNECTION, "className"),
-                  Input(ids.SOCKET, "connected"), Input(ids.SOCKET, "data-tracer"))
-    def connection(connected: bool | None, tracer: dict[str, Any] | None) -> tuple[str, str]:
-        if not connected:
-            return "offline: no connection to the server", "gs-connection offline"
-        text = "live"
-        if isinstance(tracer, dict):
-            text += (f" · tracer {tracer.get('run')} {tracer.get('state')} · sent {tracer.get('sent', 0)}, "
-                     f"spilled {tracer.get('spilled', 0)}, dropped {tracer.get('dropped', 0)}")
-        return text, "gs-connection live"
+    # "live" (with the tracer's counts) / "offline" / "connecting…", in the browser: tracer status
+    # notifications arrive up to ten times a second
+    app.clientside_callback(ClientsideFunction("gradscape", "connection"), Output(ids.CONNECTION, "children"),
+                            Output(ids.CONNECTION, "className"), Input(ids.SOCKET, "connected"),
+                            Input(ids.SOCKET, "data-tracer"))
 
     @app.callback(Output(ids.TICKER, "disabled"), Output(ids.PLAY, "children"), Output(ids.TICKER, "interval"),
                   Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"), State(ids.TICKER, "disabled"),
@@ -252,9 +272,9 @@ def step_choices(store: TraceStore, run: str | None, link: dict[str, Any] | None
 
 
 def graph_payload(data: UIData, run: str | None, step: int | None, color_by: str | None,
-                  collapsed: dict[str, Any] | None) -> tuple[Any, ...]:
+                  collapsed: dict[str, Any] | None, with_search: bool = True) -> tuple[Any, ...]:
     """Everything the graph area shows for one step: elements, execution order, player range,
-    legend, a line of counts and the search options."""
+    legend, a line of counts and the search options (`[]` without `with_search`)."""
     if not run or step is None:
         return [], None, 0, 0, None, "no step selected", []
     try:
@@ -270,7 +290,7 @@ def graph_payload(data: UIData, run: str | None, step: int | None, color_by: str
             + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else ""))
     last = max(len(order["nodes"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
     return (elements, order, last, last, _legend(view.legend(wire, color_by or "norm")), info,
-            view.search_index(wire))
+            data.search_index(run, step) if with_search else [])
 
 
 def initial_state(data: UIData) -> dict[str, Any]:
@@ -278,7 +298,7 @@ def initial_state(data: UIData) -> dict[str, Any]:
     no callback round trip (a deep link then moves it, in the browser)."""
     run_options, run = run_choices(data.store, None, None)
     step_options, step = step_choices(data.store, run, None, None, True)
-    elements, order, last, value, legend, info, search = graph_payload(data, run, step, "norm", None)
+    elements, order, last, value, legend, info, _ = graph_payload(data, run, step, "norm", None, with_search=False)
     player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} (n{order['nodes'][value]})"
               if order and order["nodes"] else "")
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,

@@ -49,7 +49,9 @@ STYLESHEET: list[dict[str, Any]] = [
 def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any:
     """The page; `state` (from `callbacks.initial_state`) pre-fills the newest step."""
     st = state or {}
-    options = {"auth": {"token": token}} if token else {}
+    # WebSocket from the start (the tracer's own transport, so the server always has it): no
+    # long-polling handshake competing with the first paint, one connection instead of several
+    options: dict[str, Any] = {"transports": ["websocket"], **({"auth": {"token": token}} if token else {})}
     header = html.Div(className="gs-header", children=[
         html.Div("gradscape", className="gs-title"),
         html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet",
@@ -100,7 +102,9 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                 player,
             ]),
             html.Div(className="gs-right", children=[
-                dcc.Dropdown(id=ids.SAMPLE, value=0, clearable=False, options=[], style={"display": "none"},
+                # no value until there are options: a value missing from them is reset (to None) by the
+                # dropdown itself as it mounts, and that would fire the inspector's callback on load
+                dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=[], style={"display": "none"},
                              placeholder="sample"),
                 html.Div(id=ids.INSPECTOR, className="gs-inspector", children=[
                     html.P("Click a node of the graph (or step through the backward pass) to see what arrived "

@@ -46,14 +46,24 @@ def _wait_http(url: str, timeout: float = 30.0) -> None:
 
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    yield from _serve(tmp_path, ServerConfig(notify_interval=0.05))
+
+
+@pytest.fixture
+def token_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """A server that wants a token (as when bound beyond loopback); its `url` carries it."""
+    yield from _serve(tmp_path, ServerConfig(notify_interval=0.05, token="e2e-token"), "/?token=e2e-token")
+
+
+def _serve(tmp_path: Path, config: ServerConfig, entry: str = "") -> Iterator[LiveServer]:
     store = tmp_path / "ui.sqlite"
-    app, sio = create_app(str(store), ServerConfig(notify_interval=0.05))
+    app, sio = create_app(str(store), config)
     srv = make_server("127.0.0.1", 0, app.server, threaded=True)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     url = f"http://127.0.0.1:{srv.server_port}"
-    _wait_http(url + "/api/runs")
-    yield LiveServer(url, store, app._gradscape_state)
+    _wait_http(url + "/api/runs" + (f"?token={config.token}" if config.token else ""))
+    yield LiveServer(url + entry, store, app._gradscape_state)
     app._gradscape_state.notifier.stop()
     for sock in list(sio.server.eio.sockets.values()):  # drop Engine.IO clients first (without waiting for a
         sock.close(wait=False, abort=True)              # closed page to drain its queue), or their threads linger

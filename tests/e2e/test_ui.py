@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -184,4 +185,52 @@ def test_screenshot_for_the_readme(live_server: Any, page: Page, tmp_path: Path)
     out = Path(os.environ.get("GRADSCAPE_SCREENSHOT", tmp_path / "page.png"))
     page.screenshot(path=str(out))
     assert out.stat().st_size > 20_000
+    _no_errors(page)
+
+
+def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any, page: Page) -> None:
+    """The layout already holds the newest step, so no callback redoes it on load: the round trips are
+    the search index (kept out of the layout: the first paint does not need it) and, once the socket
+    is up, the step list catching up (nothing to catch up here: no update)."""
+    _record(live_server.store_path, "mlp")
+    posts: list[Any] = []
+    page.on("request", lambda r: posts.append(r) if "_dash-update-component" in r.url else None)
+    _open(page, live_server.url)
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                           ".innerText.includes('live')")
+    page.wait_for_timeout(800)
+    outputs = {json.loads(r.post_data)["output"].split("@")[0]: r for r in posts}
+    assert sorted(outputs) == ["..step-select.options...step-select.value..", "search.options"], list(outputs)
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        wire = store.read_graph("r", 1)
+    answer = outputs["search.options"].response()
+    assert answer is not None
+    assert answer.json()["response"]["search"]["options"] == view.search_index(wire)
+    caught_up = outputs["..step-select.options...step-select.value.."].response()
+    assert caught_up is not None and caught_up.json()["response"] == {}  # the page already shows step 1
+    assert len(posts) == 2
+    _no_errors(page)
+
+
+def test_a_token_page_goes_live_over_a_websocket(token_server: Any, page: Page) -> None:
+    _record(token_server.store_path, "mlp")
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    _open(page, token_server.url)
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                           ".innerText.includes('live')")
+    assert len(sockets) == 1 and "transport=websocket" in sockets[0]
+    _no_errors(page)
+
+
+def test_a_reconnecting_page_catches_up_on_steps_it_was_not_told_about(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "mlp", steps=1)
+    _open(page, live_server.url)
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                           ".innerText.includes('live')")
+    _record(live_server.store_path, "mlp", steps=2)  # written to the file directly: no notification
+    for sock in list(live_server.state.notifier.socketio.server.eio.sockets.values()):
+        sock.close(wait=False, abort=True)  # the page's socket drops and reconnects
+    page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText.includes('step 1')",
+                           timeout=15_000)
     _no_errors(page)

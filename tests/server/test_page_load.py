@@ -1,0 +1,63 @@
+"""What the page's first load costs the server: a cached layout, no dash_table bundle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zoo import build
+
+import tracer
+from app.server import ServerConfig, create_app
+
+
+def _record(store: Path, steps: int) -> None:
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, run="r", sink=str(store))
+    for i in range(steps):
+        with tr.step(i):
+            case.loss(case.model, case.batch).backward()
+    tr.close()
+
+
+def _newest_step(layout: dict) -> int:
+    found = []
+
+    def walk(c: object) -> None:
+        if isinstance(c, dict):
+            if c.get("props", {}).get("id") == "step-select":
+                found.append(c["props"]["value"])
+            for v in c.values():
+                walk(v)
+        elif isinstance(c, list):
+            for v in c:
+                walk(v)
+
+    walk(layout)
+    return found[0]
+
+
+def test_layout_is_cached_until_the_store_changes(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    _record(store, 1)
+    app, _ = create_app(str(store), ServerConfig())
+    try:
+        c = app.server.test_client()
+        first = c.get("/_dash-layout").data
+        cached = app._layout_cache
+        assert c.get("/_dash-layout").data == first and app._layout_cache is cached  # served, not rebuilt
+        assert _newest_step(json.loads(first)) == 0
+        _record(store, 2)  # the same run again: steps 0 and 1, so the key changes
+        assert _newest_step(json.loads(c.get("/_dash-layout").data)) == 1
+    finally:
+        app._gradscape_state.notifier.stop()
+
+
+def test_index_leaves_out_dash_table(tmp_path: Path) -> None:
+    app, _ = create_app(str(tmp_path / "s.sqlite"), ServerConfig())
+    try:
+        html = app.server.test_client().get("/").data.decode()
+        assert "/dash_table/" not in html
+        assert "dash_cytoscape" in html and "dash_renderer" in html
+    finally:
+        app._gradscape_state.notifier.stop()
