@@ -118,16 +118,6 @@ class StructureCache:
         return value
 
 
-_DTYPE_NAMES: dict[Any, str] = {}
-
-
-def _dtype_name(dtype: Any) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = dtype_name(dtype)
-    return name
-
-
 def _after_step(*args: Any) -> Any:
     raise RuntimeError("gradscape: this step's recorder has finished")
 
@@ -447,7 +437,7 @@ class StepRecorder:
                 input_labels=st.labels, input_args=st.args,
                 input_shapes=st.same("input_shapes", in_shapes),
                 output_shapes=st.same("output_shapes", [m[0] for m in o]),
-                output_dtypes=st.same("output_dtypes", [_dtype_name(m[1]) for m in o]),
+                output_dtypes=st.same("output_dtypes", [dtype_name(m[1]) for m in o]),
                 grad_inputs=first.grad_inputs if first else None,
                 grad_outputs=first.grad_outputs if first else None,
                 time_us=first.time_us if first else None,

@@ -25,6 +25,7 @@ NOTE [Thumbnail views]
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ _FLOAT_DTYPES = (torch.float32, torch.float64)
 _EXACT_FLOAT32_COUNT = 1 << 24  # a float32 dot of ±1/0 counts exactly up to 2**24 elements
 
 
+@functools.cache  # a handful of dtypes; called for every tensor and node output
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
