@@ -82,7 +82,7 @@ def gradient_edge(t: Any) -> tuple[Any, int] | None:
     return (edge.node, edge.output_nr)
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleCallRecord:
     name: str
     lo: int  # sequence window [lo, hi) of the nodes this call created

@@ -20,7 +20,7 @@ import numpy as np
 STAT_NAMES = ("min", "max", "mean", "std", "norm", "nan", "inf", "zeros")
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorTrace:
     """A gradient tensor, summarised: shape, dtype, statistics, a 2-D thumbnail, and values if kept.
 
@@ -46,7 +46,7 @@ class TensorTrace:
         return n
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeRun:
     """One execution of a node (a node runs again under `retain_graph=True` or a second pass)."""
 
@@ -57,7 +57,7 @@ class NodeRun:
     time_us: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeTrace:
     """One autograd graph node (`grad_fn`), with the gradients it saw in this step.
 
@@ -85,7 +85,7 @@ class NodeTrace:
     runs: list[NodeRun] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleCall:
     """One call of a module's forward: full-backward-hook semantics, without full hooks.
 
@@ -100,7 +100,7 @@ class ModuleCall:
     last_op: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class ModuleTrace:
     """A module of the user's model. `grad_input`/`grad_output` are those of its first call;
     every call (a module may be called more than once per step) is in `calls`."""
@@ -119,7 +119,7 @@ class ModuleTrace:
         return self.calls[0].grad_output if self.calls else []
 
 
-@dataclass
+@dataclass(slots=True)
 class BackwardPass:
     """One call of `backward` / `autograd.grad` inside the step."""
 
@@ -133,7 +133,7 @@ class BackwardPass:
     end: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class StepTrace:
     """Everything recorded for one traced training step."""
 

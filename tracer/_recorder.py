@@ -7,10 +7,20 @@ NOTE [Hook lifetime]
     not weak-referenceable, and `id()` is recycled once a graph is freed), and drops them at the end
     so the graph can be freed. Nothing is written on the user's tensors, modules or nodes.
 
+NOTE [One hook per node]
+    A node post-hook `fn(grad_inputs, grad_outputs)` sees both ends of the node: what arrived (the
+    engine keeps the inputs for it, after every tensor pre-hook ran) and what the node sent on. So
+    each node gets that one hook, and no pre-hook: every hook is a registration, a removal and a
+    call out of the engine per node per step. The exception is AccumulateGrad, which gets a pre-hook
+    only: it sends nothing on, and after it ran `.grad` may already be rewritten in place (DDP).
+    A node's `time_us` is therefore the time on its engine thread from the return of our previous
+    hook there (or the start of the backward) to its post-hook: the node's own work plus the
+    engine's scheduling around it, never our summaries.
+
 NOTE [Dedupe]
     The tensor a node sends along an edge is the very tensor its child receives when that child
     output has a single producer. The post-hook leaves its summary under (child, input_nr); the
-    child's pre-hook takes it if the tensor (pointer, shape, strides, dtype) is the same. The entry
+    child's hook takes it if the tensor (pointer, shape, strides, dtype) is the same. The entry
     lives only while the tensor sits in the engine's input buffer, so memory reuse cannot fake a
     match. View-like nodes (`VIEW_NODES`) send on the same elements in another shape: their
     `grad_inputs[0]` reuses the statistics and computes only the thumbnail.
@@ -64,7 +74,7 @@ def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
 class _Rec:
     """One node of the walked graph, while the step runs."""
 
-    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "runs", "t0")
+    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "runs")
 
     def __init__(self, id: int, node: Any, name: str, kind: str, seq: int, param: str | None,
                  nexts: tuple[tuple[Any, int], ...]) -> None:
@@ -72,7 +82,6 @@ class _Rec:
         self.nexts = nexts  # node.next_functions, read once (each read builds new tuples)
         self.children: list[tuple[int, int] | None] = []  # (child id, input_nr) per slot, set by _link
         self.runs: list[NodeRun] = []  # the step's NodeRuns themselves, filled in by the hooks
-        self.t0 = 0  # when the current run started (a node never runs concurrently with itself)
 
 
 class _Static:
@@ -156,6 +165,8 @@ class StepRecorder:
         self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
         self._hidden: dict[Any, str] = {}
+        self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
+        self._pass_t0 = 0
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pass (a shared module or parameter keeps
@@ -205,6 +216,7 @@ class StepRecorder:
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
         try:
+            self._pass_t0 = time.perf_counter_ns()
             return func(*args, **kwargs)
         finally:
             bp.end = len(self.execution)
@@ -269,8 +281,10 @@ class StepRecorder:
         rec = _Rec(len(self.recs), n, name, _kind_of(n, name, param), n._sequence_nr(), param, nexts)
         self.ids[n] = rec.id
         self.recs.append(rec)
-        self._handles.append(n.register_prehook(self._make_pre(rec)))
-        if name != ACCUMULATE:  # AccumulateGrad sends nothing on: its post-hook would only cost time
+        # one hook per node (see NOTE [One hook per node])
+        if name == ACCUMULATE:
+            self._handles.append(n.register_prehook(self._make_acc(rec)))
+        else:
             self._handles.append(n.register_hook(self._make_post(rec)))
         return nexts
 
@@ -311,30 +325,36 @@ class StepRecorder:
         rec.children = kids
 
     # ------------------------------------------------------------------ hooks
-    def _make_pre(self, rec: _Rec) -> Any:
+    def _start_run(self, rec: _Rec) -> NodeRun:
+        with self._lock:
+            run = NodeRun(self._pass_index - 1, next(self._counter), [], None)
+            rec.runs.append(run)
+            self.execution.append((rec.id, len(rec.runs) - 1))
+        return run
+
+    def _make_acc(self, rec: _Rec) -> Any:
+        """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
+        could see it already rewritten in place, e.g. by DDP's reducer)."""
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            with self._lock:
-                order = next(self._counter)
-                run = NodeRun(self._pass_index - 1, order, [], None)
-                rec.runs.append(run)
-                self.execution.append((rec.id, len(rec.runs) - 1))
-            run.grad_outputs = [None if g is None else self._summarise_arriving(rec, i, g)
-                                for i, g in enumerate(grad_outputs)]
-            if rec.name == ACCUMULATE:
-                run.grad_inputs = []
-                if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
-                    self._note_param(rec.param, grad_outputs[0], run.grad_outputs[0])
-            rec.t0 = time.perf_counter_ns()
+            run = self._start_run(rec)
+            run.grad_outputs = gos = [None if g is None else self._summarise_arriving(rec, i, g)
+                                      for i, g in enumerate(grad_outputs)]
+            if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
+                self._note_param(rec.param, grad_outputs[0], gos[0])
+            self._last_end[threading.get_ident()] = time.perf_counter_ns()
             return None
 
         return pre
 
     def _make_post(self, rec: _Rec) -> Any:
-        def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: Any) -> None:
+        def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t1 = time.perf_counter_ns()
-            run = rec.runs[-1]
-            run.time_us = (t1 - rec.t0) / 1e3
-            view_of = run.grad_outputs[0] if rec.name in VIEW_NODES and run.grad_outputs else None
+            tid = threading.get_ident()
+            run = self._start_run(rec)
+            run.time_us = (t1 - max(self._last_end.get(tid, 0), self._pass_t0)) / 1e3
+            run.grad_outputs = gos = [None if g is None else self._summarise_arriving(rec, i, g)
+                                      for i, g in enumerate(grad_outputs)]
+            view_of = gos[0] if gos and rec.name in VIEW_NODES else None
             out: list[TensorTrace | None] = []
             for j, g in enumerate(grad_inputs):
                 if g is None:
@@ -350,6 +370,7 @@ class StepRecorder:
                 if key is not None:
                     self._add_to_module_sum(key, g)
             run.grad_inputs = out
+            self._last_end[tid] = time.perf_counter_ns()
             return None
 
         return post

@@ -298,7 +298,7 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.nd
     return _unpack_stats(buf), None if th_shape is None else np.ndarray(th_shape, _F32, buf, 64)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     trace: TensorTrace
     raw: torch.Tensor | tuple[float, ...] | None  # see raw_stats; None when stats come from elsewhere
