@@ -67,6 +67,19 @@ def _shape(meta: Any) -> tuple[int, ...] | None:
         return None
 
 
+def _outputs_of(rec: _Rec) -> tuple[list[Any], list[str | None]]:
+    """Shapes and dtype names of a node's forward outputs. The engine gave every gradient that
+    arrived at a node its output's shape and dtype (it checks and casts them against the node's
+    `_input_metadata`), so a node that ran with all its gradients answers from their summaries;
+    the others read the metadata."""
+    if rec.runs:
+        gos = rec.runs[0].grad_outputs
+        if None not in gos:
+            return [g.shape for g in gos], [g.dtype for g in gos]  # type: ignore[union-attr]
+    meta = rec.node._input_metadata
+    return [_shape(m) for m in meta], [dtype_name(m.dtype) for m in meta]
+
+
 def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
 
@@ -95,13 +108,6 @@ class _Static:
         self.input_shapes: list[Any] | None = None
         self.output_shapes: list[Any] | None = None
         self.output_dtypes: list[Any] | None = None
-
-    def same(self, attr: str, value: list[Any]) -> list[Any]:
-        prev = getattr(self, attr)
-        if prev == value:
-            return prev  # type: ignore[no-any-return]
-        setattr(self, attr, value)
-        return value
 
 
 class StructureCache:
@@ -165,6 +171,7 @@ class StepRecorder:
         self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
         self._hidden: dict[Any, str] = {}
+        self._index: dict[tuple[int, int], list[tuple[int, int]]] = {}  # see _producer_index
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
 
@@ -429,6 +436,7 @@ class StepRecorder:
         self._hidden = {}
         self._sum_slots = {}
         self._calls = []
+        self._index = {}
         self.forward.calls = []
         self.forward.on_backward = _after_step  # the recorder ↔ forward recorder cycle, broken: freed by refcount
         self.module_names = {}
@@ -437,34 +445,42 @@ class StepRecorder:
     def _node_traces(self) -> list[NodeTrace]:
         recs = self.recs
         mods = self.forward.modules_of([r.seq for r in recs])
-        # each node's forward outputs, read once: a node's input shapes are its children's outputs
-        outs = [[(_shape(m), m.dtype) for m in r.node._input_metadata] for r in recs]
+        outs = [_outputs_of(r) for r in recs]  # a node's input shapes are its children's output shapes
         key = tuple((type(r.node), r.name, r.kind, mod, r.param, tuple(r.children),
                      tuple(r.node.variable.shape) if r.kind == "leaf" else None)  # labels name a leaf's shape
                     for r, mod in zip(recs, mods))
         statics = self.statics.get(key)
         if statics is None:
             statics = self.statics.put(key, self._statics(mods))
+        source_of = self.forward.source_of
         out = []
-        for r, st, mod, o in zip(recs, statics, mods, outs):
-            in_shapes = [None if c is None else (outs[c[0]][c[1]][0] if c[1] < len(outs[c[0]]) else None)
-                         for c in r.children]
+        for r, st, mod, (o_shapes, o_dtypes) in zip(recs, statics, mods, outs):
+            in_shapes: list[Any] = []
+            for c in r.children:
+                if c is None:
+                    in_shapes.append(None)
+                else:
+                    shapes = outs[c[0]][0]
+                    in_shapes.append(shapes[c[1]] if c[1] < len(shapes) else None)
+            # an unchanged list is the one the previous step's trace holds (StructureCache)
+            if in_shapes != st.input_shapes:
+                st.input_shapes = in_shapes
+            if o_shapes != st.output_shapes:
+                st.output_shapes = o_shapes
+            if o_dtypes != st.output_dtypes:
+                st.output_dtypes = o_dtypes
             seq = r.seq
-            first = r.runs[0] if r.runs else None
-            nt = NodeTrace(
-                id=r.id, name=r.name, kind=r.kind, module=mod, param=r.param,
-                source=None if seq == _ACC_SEQ else self.forward.source_of(seq),
-                schema=st.schema, order=first.order if first else None,
-                input_labels=st.labels, input_args=st.args,
-                input_shapes=st.same("input_shapes", in_shapes),
-                output_shapes=st.same("output_shapes", [m[0] for m in o]),
-                output_dtypes=st.same("output_dtypes", [dtype_name(m[1]) for m in o]),
-                grad_inputs=first.grad_inputs if first else None,
-                grad_outputs=first.grad_outputs if first else None,
-                time_us=first.time_us if first else None,
-                runs=r.runs,
-            )
-            out.append(nt)
+            runs = r.runs
+            order: int | None = None
+            gi: list[TensorTrace | None] | None = None
+            go: list[TensorTrace | None] | None = None
+            time_us: float | None = None
+            if runs:
+                first = runs[0]
+                order, gi, go, time_us = first.order, first.grad_inputs, first.grad_outputs, first.time_us
+            out.append(NodeTrace(r.id, r.name, r.kind, mod, r.param, None if seq == _ACC_SEQ else source_of(seq),
+                                 st.schema, order, st.labels, st.args, st.input_shapes, st.output_shapes,
+                                 st.output_dtypes, gi, go, time_us, runs))
         return out
 
     def _statics(self, mods: list[str | None]) -> list[_Static]:
@@ -507,7 +523,7 @@ class StepRecorder:
     def _plan_module_sums(self) -> None:
         """A module input used by several ops inside the module: its grad_input (through this module)
         is the sum of those slots. Mark them, so the post-hooks add them up on the device."""
-        index = self._producer_index()
+        index = self._index = self._producer_index()
         self._calls = sorted(self.forward.calls, key=lambda c: c.lo)
         for ci, call in enumerate(self._calls):
             for k, edge in enumerate(call.inputs):
@@ -528,10 +544,13 @@ class StepRecorder:
 
     def _module_traces(self, st: StepTrace, sums: dict[tuple[int, int], TensorTrace]) -> dict[str, ModuleTrace]:
         mods: dict[str, ModuleTrace] = {}
+        params = self.module_params
         for qual, typ in self.module_types.items():
-            mods[qual] = ModuleTrace(name=qual, type=typ, params=self.module_params.get(qual, []))
+            mods[qual] = ModuleTrace(qual, typ, [], params.get(qual, []))
         # forward post-hooks run innermost first; present calls in forward-start order
-        index = self._producer_index()
+        index = self._index
+        if sum(map(len, index.values())) != len(st.edges):  # the graph grew after the last backward began
+            index = self._producer_index()
         calls = self._calls or sorted(self.forward.calls, key=lambda c: c.lo)
         for ci, call in enumerate(calls):
             gi: list[TensorTrace | None] = []
@@ -556,8 +575,7 @@ class StepRecorder:
                 out_nodes.append(nid)
                 gos = st.nodes[nid].grad_outputs if nid is not None else None
                 go.append(gos[edge[1]] if gos is not None and edge is not None and edge[1] < len(gos) else None)
-            mc = ModuleCall(grad_input=gi, grad_output=go, input_nodes=in_nodes, output_nodes=out_nodes,
-                            last_op=out_nodes[0] if out_nodes else None)
+            mc = ModuleCall(gi, go, in_nodes, out_nodes, out_nodes[0] if out_nodes else None)
             if call.name in mods:
                 mods[call.name].calls.append(mc)
         return mods

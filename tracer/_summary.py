@@ -116,7 +116,7 @@ def raw_stats(t: torch.Tensor) -> torch.Tensor | tuple[float, ...]:
 
 def stats_from_raw(raw: Any) -> dict[str, float]:
     """Host-side: turn `raw_stats` output into `min max mean std norm nan inf zeros`."""
-    mn, mx, s, ss, nz, nan, inf, n = (float(v) for v in raw)
+    mn, mx, s, ss, nz, nan, inf, n = raw if type(raw) is tuple else map(float, raw)
     if n <= 0:
         return {"min": math.nan, "max": math.nan, "mean": math.nan, "std": math.nan, "norm": 0.0,
                 "nan": nan, "inf": inf, "zeros": 0.0}
@@ -335,6 +335,7 @@ class Summariser:
         self.thumb = thumb
         self.keep_values = keep_values
         self._pending: list[_Pending] = []
+        self._native: list[tuple[TensorTrace, tuple[float, ...], np.ndarray | None]] = []
 
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
@@ -348,10 +349,13 @@ class Summariser:
         words = _words.get((dt, dev))
         if words is None:
             words = _words[(dt, dev)] = (dtype_name(dt), str(dev))
-        tr = TensorTrace(shape=shape, dtype=words[0], device=words[1])  # thumb_view: at finalize
+        tr = TensorTrace(shape, words[0], {}, None, "", None, words[1])  # thumb_view: at finalize
         fast = native_summary(t, self.thumb)
         if fast is not None:
-            self._pending.append(_Pending(tr, fast[0], fast[1], self._values(t), None, False))
+            if self.keep_values:
+                self._pending.append(_Pending(tr, fast[0], fast[1], self._values(t), None, False))
+            else:  # the common case, finalized in a loop of its own
+                self._native.append((tr, fast[0], fast[1]))
             return tr
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
         # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
@@ -371,15 +375,15 @@ class Summariser:
         """Bring every pending summary to the host: CPU results are used in place; for each other
         device, one stacked transfer for the statistics and one for the thumbnails. Values (full
         mode only) are copied one by one."""
+        native, self._native = self._native, []
+        for tr, raw, th in native:  # CPU statistics and thumbnail already on the host
+            tr.thumb_view = _view_of(tr.shape)
+            tr.thumb = th
+            tr.stats = stats_from_raw(raw)
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[_Pending]] = {}
         for p in pending:
-            view = _views.get(p.trace.shape)
-            if view is None:
-                if len(_views) > 4096:  # shapes that keep changing (variable sequence lengths)
-                    _views.clear()
-                view = _views[p.trace.shape] = thumbnail_view(p.trace.shape)
-            p.trace.thumb_view = view
+            p.trace.thumb_view = _view_of(p.trace.shape)
             if isinstance(p.thumb, torch.Tensor) and p.thumb.device.type == "cpu":
                 p.thumb = p.thumb.numpy()
             if isinstance(p.thumb, np.ndarray):
@@ -416,3 +420,13 @@ class Summariser:
 
     def discard(self) -> None:
         self._pending = []
+        self._native = []
+
+
+def _view_of(shape: tuple[int, ...]) -> str:
+    view = _views.get(shape)
+    if view is None:
+        if len(_views) > 4096:  # shapes that keep changing (variable sequence lengths)
+            _views.clear()
+        view = _views[shape] = thumbnail_view(shape)
+    return view
