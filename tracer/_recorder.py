@@ -28,7 +28,6 @@ NOTE [Dedupe]
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -80,8 +79,12 @@ def _outputs_of(rec: _Rec) -> tuple[list[Any], list[str | None]]:
     return [_shape(m) for m in meta], [dtype_name(m.dtype) for m in meta]
 
 
-def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, t.device)
+def _same_tensor(t: torch.Tensor) -> tuple[Any, ...]:
+    """What identifies a gradient between the hook of the node that sent it and the hook of the node
+    that receives it (NOTE [Dedupe]): where its elements are and how they are laid out. (The id of
+    its Python object would be cheaper, but whether torch keeps that object alive while the tensor
+    waits in the engine's input buffer is an implementation detail.)"""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
 class _Rec:
@@ -160,8 +163,7 @@ class StepRecorder:
         self.execution: list[tuple[int, int]] = []
         self._handles: list[Any] = []
         self._pending: dict[tuple[int, int], tuple[tuple[Any, ...], TensorTrace]] = {}
-        self._lock = threading.Lock()
-        self._counter = itertools.count()
+        self._summarise = summariser.summarise_no_grad  # hooks turn grad mode off once for all their tensors
         self._pass_index = 0
         self._param_sum: dict[str, torch.Tensor] = {}
         self._param_trace: dict[str, TensorTrace] = {}
@@ -332,61 +334,97 @@ class StepRecorder:
         rec.children = kids
 
     # ------------------------------------------------------------------ hooks
-    def _start_run(self, rec: _Rec) -> NodeRun:
-        with self._lock:
-            run = NodeRun(self._pass_index - 1, next(self._counter), [], None)
-            rec.runs.append(run)
-            self.execution.append((rec.id, len(rec.runs) - 1))
+    # The hooks run once per node per step, so they are written for speed (each change measured):
+    # one grad-mode check per hook rather than per tensor, the execution order taken from the
+    # position in `execution` at assembly (a list append is atomic; no lock), and the summary of an
+    # arriving gradient looked up by a key that costs no new tuples of sizes (see `_same_tensor`).
+    def _new_run(self, rec: _Rec) -> NodeRun:
+        run = NodeRun(self._pass_index - 1, -1, [], None)  # order: set from `execution` in finish()
+        runs = rec.runs
+        runs.append(run)
+        self.execution.append((rec.id, len(runs) - 1))
         return run
+
+    def _arriving(self, rec: _Rec, grad_outputs: tuple[torch.Tensor | None, ...]) -> list[TensorTrace | None]:
+        """Summaries of the gradients arriving at a node; the one its single producer already
+        summarised is taken from `_pending` (NOTE [Dedupe])."""
+        pending = self._pending
+        out: list[TensorTrace | None] = []
+        for i, g in enumerate(grad_outputs):
+            if g is None:
+                out.append(None)
+                continue
+            hit = pending.pop((rec.id, i), None)
+            if hit is not None and hit[0] == _same_tensor(g):
+                out.append(hit[1])
+            else:
+                out.append(self._summarise(g, None))
+        return out
 
     def _make_acc(self, rec: _Rec) -> Any:
         """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
         could see it already rewritten in place, e.g. by DDP's reducer)."""
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            run = self._start_run(rec)
-            run.grad_outputs = gos = [None if g is None else self._summarise_arriving(rec, i, g)
-                                      for i, g in enumerate(grad_outputs)]
-            if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
-                self._note_param(rec.param, grad_outputs[0], gos[0])
+            grad_on = torch.is_grad_enabled()  # on in a create_graph backward: summaries must not record
+            if grad_on:
+                torch._C._set_grad_enabled(False)
+            try:
+                run = self._new_run(rec)
+                run.grad_outputs = gos = self._arriving(rec, grad_outputs)
+                if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
+                    self._note_param(rec.param, grad_outputs[0], gos[0])
+            finally:
+                if grad_on:
+                    torch._C._set_grad_enabled(True)
             self._last_end[threading.get_ident()] = time.perf_counter_ns()
             return None
 
         return pre
 
     def _make_post(self, rec: _Rec) -> Any:
+        is_view = rec.name in VIEW_NODES
+        rid = rec.id
+
         def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t1 = time.perf_counter_ns()
             tid = threading.get_ident()
-            run = self._start_run(rec)
-            run.time_us = (t1 - max(self._last_end.get(tid, 0), self._pass_t0)) / 1e3
-            run.grad_outputs = gos = [None if g is None else self._summarise_arriving(rec, i, g)
-                                      for i, g in enumerate(grad_outputs)]
-            view_of = gos[0] if gos and rec.name in VIEW_NODES else None
-            out: list[TensorTrace | None] = []
-            for j, g in enumerate(grad_inputs):
-                if g is None:
-                    out.append(None)
-                    continue
-                same = view_of is not None and j == 0 and g.numel() == view_of.numel
-                tr = self.summ.summarise(g, stats_of=view_of if same else None)
-                out.append(tr)
-                child = rec.children[j] if j < len(rec.children) else None
-                if child is not None and self.in_count.get(child) == 1:
-                    self._pending[child] = (_tensor_key(g), tr)
-                key = self._sum_slots.get((rec.id, j)) if self._sum_slots else None
-                if key is not None:
-                    self._add_to_module_sum(key, g)
-            run.grad_inputs = out
+            grad_on = torch.is_grad_enabled()
+            if grad_on:
+                torch._C._set_grad_enabled(False)
+            try:
+                run = self._new_run(rec)
+                run.time_us = (t1 - max(self._last_end.get(tid, 0), self._pass_t0)) / 1e3
+                run.grad_outputs = gos = self._arriving(rec, grad_outputs)
+                view_of = gos[0] if is_view and gos else None
+                summarise = self._summarise
+                children = rec.children  # set by _link once the walk is done, after this hook was made
+                in_count = self.in_count
+                sum_slots = self._sum_slots
+                out: list[TensorTrace | None] = []
+                for j, g in enumerate(grad_inputs):
+                    if g is None:
+                        out.append(None)
+                        continue
+                    if view_of is not None and j == 0 and g.numel() == view_of.numel:
+                        tr = summarise(g, view_of)
+                    else:
+                        tr = summarise(g, None)
+                    out.append(tr)
+                    child = children[j] if j < len(children) else None
+                    if child is not None and in_count.get(child) == 1:
+                        self._pending[child] = (_same_tensor(g), tr)
+                    if sum_slots:
+                        key = sum_slots.get((rid, j))
+                        if key is not None:
+                            self._add_to_module_sum(key, g)
+                run.grad_inputs = out
+            finally:
+                if grad_on:
+                    torch._C._set_grad_enabled(True)
             self._last_end[tid] = time.perf_counter_ns()
             return None
 
         return post
-
-    def _summarise_arriving(self, rec: _Rec, i: int, g: torch.Tensor) -> TensorTrace:
-        hit = self._pending.pop((rec.id, i), None)
-        if hit is not None and hit[0] == _tensor_key(g):
-            return hit[1]
-        return self.summ.summarise(g)
 
     def _note_param(self, name: str, g: torch.Tensor, tr: TensorTrace | None) -> None:
         count = self._param_count.get(name, 0) + 1
@@ -409,6 +447,9 @@ class StepRecorder:
     def finish(self, error: BaseException | None = None) -> StepTrace:
         """Stop hooks, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
         self.stop_hooks()
+        recs = self.recs
+        for pos, (rid, k) in enumerate(self.execution):
+            recs[rid].runs[k].order = pos
         for name, total in self._param_sum.items():
             if self._param_count.get(name, 0) > 1:
                 self._param_trace[name] = self.summ.summarise(total)

@@ -341,9 +341,10 @@ class Summariser:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
         shape (a view node's output), whose statistics are reused; only the thumbnail is computed."""
         with grad_off():
-            return self._summarise(t, stats_of)
+            return self.summarise_no_grad(t, stats_of)
 
-    def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
+    def summarise_no_grad(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
+        """`summarise` for a caller that has already turned grad mode off (the recorder's hooks)."""
         shape = tuple(t.shape)
         dt, dev = t.dtype, t.device
         words = _words.get((dt, dev))
