@@ -59,6 +59,9 @@ def _kind_of(node: Any, name: str, param: str | None) -> str:
     return "op"
 
 
+_kinds: dict[type, str] = {}  # node class → _kind_of (a class has one name)
+
+
 def _shape(meta: Any) -> tuple[int, ...] | None:
     try:
         return tuple(map(int, meta.shape))  # int(): a symbolic size with a value becomes that value
@@ -178,24 +181,30 @@ class StepRecorder:
         self._pass_t0 = 0
 
     def _index_model(self, model: Any) -> None:
-        """Qualified names of modules and parameters, in one pass (a shared module or parameter keeps
-        its first name, as `named_modules()` / `named_parameters()` give it)."""
-        for name, mod in model.named_modules(remove_duplicate=False):
-            first = mod not in self.module_names
-            qual = name or "<root>"
+        """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
+        `named_modules(remove_duplicate=False)` walks, without its generators): a shared module or
+        parameter keeps its first name, as `named_modules()` / `named_parameters()` give it."""
+        names, types, params, pnames = self.module_names, self.module_types, self.module_params, self.param_names
+        stack: list[tuple[str, Any]] = [("", model)]
+        while stack:
+            name, mod = stack.pop()
+            first = mod not in names
             prefix = name + "." if name else ""
             plist: list[str] = []
             if first:
-                self.module_names[mod] = qual
-                self.module_types[qual] = type(mod).__name__
-                self.module_params[qual] = plist
+                qual = name or "<root>"
+                names[mod] = qual
+                types[qual] = type(mod).__name__
+                params[qual] = plist
             for pname, p in mod._parameters.items():
                 if p is None:
                     continue
                 full = prefix + pname
-                self.param_names.setdefault(p, full)
+                pnames.setdefault(p, full)
                 if first:
                     plist.append(full)
+            children = [(prefix + cname, child) for cname, child in mod._modules.items() if child is not None]
+            stack.extend(reversed(children))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -264,38 +273,49 @@ class StepRecorder:
 
     # ------------------------------------------------------------------ graph walk
     def _walk_from(self, root: Any) -> int:
-        """Iterative DFS from `root`; new nodes get ids in visit order and hooks. Returns root's id."""
-        ids = self.ids
-        first_new = len(self.recs)
+        """Iterative DFS from `root`; new nodes get ids in visit order and their hook (see NOTE [One
+        hook per node]). Returns root's id. Written out in one loop: it runs for every node."""
+        ids, recs, handles, param_names = self.ids, self.recs, self._handles, self.param_names
+        first_new = len(recs)
         stack = [root]
         while stack:
             n = stack.pop()
             if n is None or n in ids:
                 continue
-            nexts = self._add_node(n)
+            name = n.name()
+            nexts = n.next_functions  # each read builds new tuples: read once
+            rid = len(recs)
+            if name == ACCUMULATE:
+                param = param_names.get(n.variable)
+                rec = _Rec(rid, n, name, "param" if param else "leaf", n._sequence_nr(), param, nexts)
+                handles.append(n.register_prehook(self._make_acc(rec)))
+            else:
+                cls = type(n)
+                kind = _kinds.get(cls)
+                if kind is None:
+                    if len(_kinds) > 4096:  # classes made on the fly (custom Functions defined per call)
+                        _kinds.clear()
+                    kind = _kinds[cls] = _kind_of(n, name, None)
+                rec = _Rec(rid, n, name, kind, n._sequence_nr(), None, nexts)
+                handles.append(n.register_hook(self._make_post(rec)))
+            ids[n] = rid
+            recs.append(rec)
             for child, _ in reversed(nexts):
                 if child is not None and child not in ids:
                     stack.append(child)
         # children ids are known only once every node of the walk has an id
-        for rec in self.recs[first_new:]:
-            self._link(rec)
+        in_count = self.in_count
+        for rec in recs[first_new:]:
+            kids: list[tuple[int, int] | None] = []
+            for child, nr in rec.nexts:
+                if child is None:
+                    kids.append(None)
+                    continue
+                slot = (ids[child], nr)
+                kids.append(slot)
+                in_count[slot] = in_count.get(slot, 0) + 1
+            rec.children = kids
         return ids[root]
-
-    def _add_node(self, n: Any) -> tuple[tuple[Any, int], ...]:
-        name = n.name()
-        param = None
-        if name == ACCUMULATE:
-            param = self.param_names.get(n.variable)
-        nexts = n.next_functions
-        rec = _Rec(len(self.recs), n, name, _kind_of(n, name, param), n._sequence_nr(), param, nexts)
-        self.ids[n] = rec.id
-        self.recs.append(rec)
-        # one hook per node (see NOTE [One hook per node])
-        if name == ACCUMULATE:
-            self._handles.append(n.register_prehook(self._make_acc(rec)))
-        else:
-            self._handles.append(n.register_hook(self._make_post(rec)))
-        return nexts
 
     def _watch_hidden_params(self) -> None:
         """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
@@ -322,18 +342,6 @@ class StepRecorder:
 
         return pre
 
-    def _link(self, rec: _Rec) -> None:
-        kids: list[tuple[int, int] | None] = []
-        for child, nr in rec.nexts:
-            if child is None:
-                kids.append(None)
-                continue
-            cid = self.ids[child]
-            kids.append((cid, nr))
-            self.in_count[(cid, nr)] = self.in_count.get((cid, nr), 0) + 1
-        rec.children = kids
-
-    # ------------------------------------------------------------------ hooks
     # The hooks run once per node per step, so they are written for speed (each change measured):
     # one grad-mode check per hook rather than per tensor, the execution order taken from the
     # position in `execution` at assembly (a list append is atomic; no lock), and the summary of an
