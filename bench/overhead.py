@@ -5,7 +5,7 @@
     python bench/overhead.py --workloads W3 --rounds 9 --device cuda
 
 Modes, measured interleaved in the same process (one warm-up round, then every round runs every mode
-once, rotating which mode goes first):
+once, rotating which mode goes first; a short step is repeated and preceded by one untimed step):
 
     plain     forward + loss + backward + SGD step + zero_grad
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
@@ -112,8 +112,13 @@ class Runner:
             torch.cuda.synchronize()
 
     def time(self, mode: str, reps: int = 1) -> float:
-        """Mean seconds per step over `reps` consecutive steps of one mode."""
+        """Mean seconds per step over `reps` consecutive steps of one mode. When steps are short
+        enough to be repeated, one untimed step of the mode goes first: what the previous mode left
+        behind (caches, the garbage collector's counts) would otherwise be charged to this one, and
+        with the modes rotated, the mode measured after `traced` would pay most often."""
         fn: Callable[[], None] = getattr(self, mode)
+        if reps > 1:
+            fn()
         self._sync()
         t0 = time.perf_counter()
         for _ in range(reps):
