@@ -15,6 +15,29 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       });
       return Object.keys(out).length ? out : window.dash_clientside.no_update;
     },
+    liveSteps: function (note, run, current, shown, follow) {
+      // a step notification for this run, or the server's catch-up on (re)connecting → read the run's
+      // steps from the JSON API and set the step list; the newest answer wins (a sequence number)
+      const nu = window.dash_clientside.no_update;
+      if (!note || !run || (!note.catchup && note.run !== run)) return nu;
+      const seq = (window.__gsStepSeq = (window.__gsStepSeq || 0) + 1);
+      fetch(new URL("/api/runs/" + encodeURIComponent(run) + "/steps", window.location.origin),
+            {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (body) {
+          if (!body || !body.steps || seq !== window.__gsStepSeq) return;
+          const steps = body.steps.map(function (s) { return s.step; });
+          const had = (shown || []).map(function (o) { return o.value; });
+          // the catch-up with nothing new leaves the page where it is (a deep link may have moved it)
+          if (note.catchup && steps.join(",") === had.join(",")) return;
+          if (!steps.length) return;
+          const value = ((follow && follow.length) || steps.indexOf(current) < 0) ? steps[steps.length - 1] : current;
+          window.dash_clientside.set_props("step-select", {
+            options: steps.map(function (s) { return {label: "step " + s, value: s}; }), value: value});
+        })
+        .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
+      return seq;
+    },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them
       if (connected === false) return ["offline: no connection to the server", "gs-connection offline"];

@@ -176,7 +176,8 @@ class StepRecorder:
         self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
         self._hidden: dict[Any, str] = {}
-        self._index: dict[tuple[int, int], list[tuple[int, int]]] = {}  # see _producer_index
+        # (child id, input_nr) → the (node id, slot) pairs that send to it, built by the walk
+        self._index: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
 
@@ -304,16 +305,20 @@ class StepRecorder:
                 if child is not None and child not in ids:
                     stack.append(child)
         # children ids are known only once every node of the walk has an id
-        in_count = self.in_count
+        in_count, producers = self.in_count, self._index
         for rec in recs[first_new:]:
             kids: list[tuple[int, int] | None] = []
-            for child, nr in rec.nexts:
+            for j, (child, nr) in enumerate(rec.nexts):
                 if child is None:
                     kids.append(None)
                     continue
                 slot = (ids[child], nr)
                 kids.append(slot)
                 in_count[slot] = in_count.get(slot, 0) + 1
+                if slot in producers:
+                    producers[slot].append((rec.id, j))
+                else:
+                    producers[slot] = [(rec.id, j)]
             rec.children = kids
         return ids[root]
 
@@ -552,14 +557,6 @@ class StepRecorder:
         return statics
 
     # ---- module-level gradients, derived from node hooks (see AUTOGRAD.md §9.4)
-    def _producer_index(self) -> dict[tuple[int, int], list[tuple[int, int]]]:
-        index: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for r in self.recs:
-            for j, c in enumerate(r.children):
-                if c is not None:
-                    index.setdefault(c, []).append((r.id, j))
-        return index
-
     def _producers(self, call: ModuleCallRecord, edge: tuple[Any, int],
                    index: dict[tuple[int, int], list[tuple[int, int]]]) -> list[tuple[int, int]]:
         """The (node, slot) pairs inside this module call that send a gradient to `edge`."""
@@ -572,7 +569,7 @@ class StepRecorder:
     def _plan_module_sums(self) -> None:
         """A module input used by several ops inside the module: its grad_input (through this module)
         is the sum of those slots. Mark them, so the post-hooks add them up on the device."""
-        index = self._index = self._producer_index()
+        index = self._index
         self._calls = sorted(self.forward.calls, key=lambda c: c.lo)
         for ci, call in enumerate(self._calls):
             for k, edge in enumerate(call.inputs):
@@ -598,8 +595,6 @@ class StepRecorder:
             mods[qual] = ModuleTrace(qual, typ, [], params.get(qual, []))
         # forward post-hooks run innermost first; present calls in forward-start order
         index = self._index
-        if sum(map(len, index.values())) != len(st.edges):  # the graph grew after the last backward began
-            index = self._producer_index()
         calls = self._calls or sorted(self.forward.calls, key=lambda c: c.lo)
         for ci, call in enumerate(calls):
             gi: list[TensorTrace | None] = []

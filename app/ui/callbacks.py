@@ -5,9 +5,10 @@ callbacks then read the current state from the store, so merged notifications lo
 
 First load: the layout already holds the newest step (`initial_state`), so no server callback
 runs then except `fill_search` (the search options are not needed for the first paint) and,
-once the socket connects, `sync_steps` catching up on steps stored meanwhile (it answers with no
-update when there are none). The others are `prevent_initial_call`: they answer changes only,
-and a deep link arrives as one (the browser parses it, `gradscape.deepLink` in assets/player.js).
+once the socket connects, the step list catching up on steps stored meanwhile (the server sends a
+connecting page a `catchup` step event; see `gradscape.liveSteps`).
+The others are `prevent_initial_call`: they answer changes only, and a deep link arrives as one
+(the browser parses it, `gradscape.deepLink` in assets/player.js).
 Every server callback that fires during the page load competes with the first paint for the
 browser's main thread and the server's.
 """
@@ -101,28 +102,23 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         return run_choices(store, link if ctx.triggered_id == ids.DEEP_LINK else None, current)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
-                  Input(ids.RUN_SELECT, "value"), Input(ids.SOCKET, "data-step"), Input(ids.DEEP_LINK, "data"),
-                  Input(ids.SOCKET, "connected"), State(ids.STEP_SELECT, "value"), State(ids.STEP_SELECT, "options"),
+                  Input(ids.RUN_SELECT, "value"), Input(ids.DEEP_LINK, "data"), State(ids.STEP_SELECT, "value"),
                   State(ids.FOLLOW, "value"),
                   prevent_initial_call=True)  # first load: the layout already holds the steps
-    def sync_steps(run: str | None, note: Any, link: dict[str, Any] | None, connected: bool | None,
-                   current: int | None, shown: list[dict[str, Any]] | None,
+    def sync_steps(run: str | None, link: dict[str, Any] | None, current: int | None,
                    follow: list[str] | None) -> tuple[Any, Any]:
-        fired = ctx.triggered_prop_ids  # several inputs can change in one update: the most specific wins
-        if f"{ids.DEEP_LINK}.data" in fired or f"{ids.RUN_SELECT}.value" in fired:
-            trigger = ids.DEEP_LINK if f"{ids.DEEP_LINK}.data" in fired else ids.RUN_SELECT
-            return step_choices(store, run, link, current, bool(follow), trigger)
-        if f"{ids.SOCKET}.data-step" in fired:
-            if isinstance(note, dict) and note.get("run") != run:
-                return no_update, no_update  # another run moved on
-            return step_choices(store, run, link, current, bool(follow), ids.SOCKET)
-        if f"{ids.SOCKET}.connected" in fired and connected:
-            # (re)connected: catch up on steps stored while no notification could arrive (between the
-            # layout being served and the socket connecting, or while it was down); with none, the
-            # page stays where it is (a deep link may have moved it off the newest step)
-            options, value = step_choices(store, run, None, current, bool(follow), ids.SOCKET)
-            return (no_update, no_update) if options == (shown or []) else (options, value)
-        return no_update, no_update
+        fired = ctx.triggered_prop_ids  # both can change in one update: the deep link wins
+        trigger = ids.DEEP_LINK if f"{ids.DEEP_LINK}.data" in fired else ids.RUN_SELECT
+        return step_choices(store, run, link, current, bool(follow), trigger)
+
+    # A `step` notification (or the server's catch-up when the socket (re)connects) → the run's steps,
+    # read from the JSON API in the browser and set on the step list there. Not a server callback:
+    # Dash drops the answer of a callback whose input changes again while it is in flight, and
+    # notifications arrive whenever training sends them (a lost update left the list a step behind).
+    app.clientside_callback(ClientsideFunction("gradscape", "liveSteps"), Output(ids.LIVE_STEPS, "data"),
+                            Input(ids.SOCKET, "data-step"), State(ids.RUN_SELECT, "value"),
+                            State(ids.STEP_SELECT, "value"), State(ids.STEP_SELECT, "options"),
+                            State(ids.FOLLOW, "value"), prevent_initial_call=True)
 
     @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
                   Output(ids.SLIDER, "value", allow_duplicate=True),

@@ -191,24 +191,27 @@ def test_screenshot_for_the_readme(live_server: Any, page: Page, tmp_path: Path)
 def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any, page: Page) -> None:
     """The layout already holds the newest step, so no callback redoes it on load: the round trips are
     the search index (kept out of the layout: the first paint does not need it) and, once the socket
-    is up, the step list catching up (nothing to catch up here: no update)."""
+    is up, the run's step list read from the JSON API (the server's catch-up; nothing to catch up
+    here, so the step shown stays)."""
     _record(live_server.store_path, "mlp")
     posts: list[Any] = []
+    api: list[str] = []
     page.on("request", lambda r: posts.append(r) if "_dash-update-component" in r.url else None)
+    page.on("request", lambda r: api.append(r.url) if "/api/" in r.url else None)
     _open(page, live_server.url)
     page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
                            ".innerText.includes('live')")
     page.wait_for_timeout(800)
     outputs = {json.loads(r.post_data)["output"].split("@")[0]: r for r in posts}
-    assert sorted(outputs) == ["..step-select.options...step-select.value..", "search.options"], list(outputs)
+    assert sorted(outputs) == ["search.options"], list(outputs)
     with TraceStore(live_server.store_path, readonly=True) as store:
         wire = store.read_graph("r", 1)
     answer = outputs["search.options"].response()
     assert answer is not None
     assert answer.json()["response"]["search"]["options"] == view.search_index(wire)
-    caught_up = outputs["..step-select.options...step-select.value.."].response()
-    assert caught_up is not None and caught_up.json()["response"] == {}  # the page already shows step 1
-    assert len(posts) == 2
+    assert len(posts) == 1
+    assert [u.split("/api/", 1)[1] for u in api] == ["runs/r/steps"]
+    assert page.inner_text("#step-select").strip() == "step 1"
     _no_errors(page)
 
 

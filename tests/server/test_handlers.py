@@ -73,11 +73,17 @@ def test_ui_hears_about_new_steps(app: tuple[Any, Any]) -> None:
            callback=True)
     _send_step(c, _step())
     deadline = time.monotonic() + 3
-    names: list[str] = []
-    while time.monotonic() < deadline and "step" not in names:
-        names += [m["name"] for m in ui.get_received("/ui")]
+    got: list[tuple[str, Any]] = []
+    while time.monotonic() < deadline and not {"run", "tracer", "step"} <= {n for n, a in got if n != "catchup"}:
+        got += [(m["name"], m["args"][0] if m["args"] else None) for m in ui.get_received("/ui")]
+        got = [("catchup", a) if n == "step" and isinstance(a, dict) and a.get("catchup") else (n, a)
+               for n, a in got]
         time.sleep(0.02)
-    assert "step" in names and "run" in names and "tracer" in names
+    names = [n for n, _ in got]
+    # the page is caught up when it connects, then told about the new run, its step and the tracer
+    assert names[0] == "catchup", names
+    assert "run" in names and "tracer" in names
+    assert ("step", {"run": "r", "step": 3}) in got, got
 
 
 def test_wrong_protocol_version_names_the_accepted_ones(app: tuple[Any, Any]) -> None:
