@@ -1,6 +1,6 @@
 """Overhead of gradscape's tracer on a full training step, per workload.
 
-    python bench/overhead.py                      # W1..W4, 5 rounds, CPU, 1 thread
+    python bench/overhead.py                      # W1..W4, CPU, 1 thread; 41 rounds of a step under 50 ms, else 5
     python bench/overhead.py --quick              # W1..W3, 2 rounds
     python bench/overhead.py --workloads W3 --rounds 9 --device cuda
 
@@ -41,6 +41,8 @@ from workloads import WORKLOADS, Workload, build  # noqa: E402
 import tracer  # noqa: E402
 
 MODES = ("plain", "traced", "untraced")
+DEFAULT_ROUNDS = 5
+SHORT_STEP_ROUNDS = 41  # a step under 50 ms: 41 rounds take a few seconds and hold the ratio to ±0.01
 QUICK_WORKLOADS = "W1,W2,W3"
 QUICK_ROUNDS = 2
 
@@ -51,6 +53,7 @@ class Result:
     name: str
     nodes: int
     times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in MODES})
+    rounds: int = 0
     ratios: dict[str, list[float]] = field(default_factory=lambda: {"traced": [], "untraced": []})
 
     def median(self, mode: str) -> float:
@@ -134,8 +137,12 @@ def run_workload(key: str, rounds: int, device: str) -> Result:
         for mode in MODES:  # warm-up round, not recorded
             runner.time(mode)
         # small steps are repeated within a round, so each measurement spans >= ~50 ms of work
-        reps = max(1, min(200, math.ceil(0.05 / max(runner.time("plain"), 1e-6))))
+        plain = runner.time("plain")
+        reps = max(1, min(200, math.ceil(0.05 / max(plain, 1e-6))))
+        if rounds == 0:  # the default: rounds are cheap for short steps, and short steps are the noisy ones
+            rounds = SHORT_STEP_ROUNDS if plain < 0.05 else DEFAULT_ROUNDS
         res = Result(key, wl.name, runner.last_nodes)
+        res.rounds = rounds
         for r in range(rounds):
             k = r % len(MODES)
             order = MODES[k:] + MODES[:k]
@@ -161,7 +168,8 @@ def context_lines(device: str, threads: int, rounds: int, keys: list[str]) -> li
         f"cpus {os.cpu_count()}",
         f"device {dev}  threads {threads} (torch.get_num_threads()={torch.get_num_threads()})",
         f"loadavg {load}",
-        f"workloads {','.join(keys)}  rounds {rounds} (+1 warm-up), modes interleaved & rotated",
+        f"workloads {','.join(keys)}  rounds {rounds or f'{SHORT_STEP_ROUNDS} (steps < 50 ms) or {DEFAULT_ROUNDS}'} "
+        f"(+1 warm-up), modes interleaved & rotated",
     ]
 
 
@@ -172,7 +180,7 @@ HEADER = (f"{'workload':<12} {'nodes':>6} {'plain s':>10} {'traced s':>10} {'unt
 def table_row(res: Result) -> str:
     return (f"{res.key + ' ' + res.name:<12} {res.nodes:>6} {res.median('plain'):>10.5f} "
             f"{res.median('traced'):>10.5f} {res.median('untraced'):>11.5f} "
-            f"{res.ratio('traced'):>12.2f}x {res.ratio('untraced'):>14.2f}x")
+            f"{res.ratio('traced'):>12.2f}x {res.ratio('untraced'):>14.2f}x  ({res.rounds} rounds)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -181,7 +189,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"comma-separated subset of {','.join(WORKLOADS)} (default: all; "
                          f"{QUICK_WORKLOADS} with --quick)")
     ap.add_argument("--rounds", type=int, default=None,
-                    help=f"timed rounds per workload (default 5; {QUICK_ROUNDS} with --quick)")
+                    help=f"timed rounds per workload (default {DEFAULT_ROUNDS}, {SHORT_STEP_ROUNDS} for steps "
+                         f"under 50 ms; {QUICK_ROUNDS} with --quick)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--quick", action="store_true",
@@ -190,8 +199,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.workloads is None:
         args.workloads = QUICK_WORKLOADS if args.quick else ",".join(WORKLOADS)
     if args.rounds is None:
-        args.rounds = QUICK_ROUNDS if args.quick else 5
-    if args.rounds < 1:
+        args.rounds = QUICK_ROUNDS if args.quick else 0  # 0: chosen per workload (run_workload)
+    elif args.rounds < 1:
         ap.error("--rounds must be >= 1")
     if args.threads < 1:
         ap.error("--threads must be >= 1")
