@@ -218,11 +218,18 @@ def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any
 def test_a_token_page_goes_live_over_a_websocket(token_server: Any, page: Page) -> None:
     _record(token_server.store_path, "mlp")
     sockets: list[str] = []
+    api: list[Any] = []
     page.on("websocket", lambda ws: sockets.append(ws.url))
+    page.on("response", lambda r: api.append(r) if "/api/" in r.url else None)
     _open(page, token_server.url)
     page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
                            ".innerText.includes('live')")
     assert len(sockets) == 1 and "transport=websocket" in sockets[0]
+    # the catch-up's read of the step list carries the token (the cookie the ?token visit set)
+    deadline = time.monotonic() + 5
+    while not api and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert [r.status for r in api] == [200], [(r.url, r.status) for r in api]
     _no_errors(page)
 
 
