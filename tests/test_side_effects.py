@@ -11,6 +11,7 @@ import psutil
 import pytest
 import torch
 import torch.nn as nn
+import torch.optim.optimizer as optim_module
 from zoo import ZOO, build
 
 import tracer
@@ -19,8 +20,10 @@ from tracer import _recorder
 
 def _global_hook_state() -> tuple[int, ...]:
     mm = torch.nn.modules.module
+    om = optim_module
     return (len(mm._global_forward_hooks), len(mm._global_forward_pre_hooks), len(mm._global_backward_hooks),
-            len(mm._global_backward_pre_hooks), torch._C._len_torch_function_stack())
+            len(mm._global_backward_pre_hooks), len(om._global_optimizer_pre_hooks),
+            len(om._global_optimizer_post_hooks), torch._C._len_torch_function_stack())
 
 
 def _module_state(model: nn.Module) -> list[tuple[str, int, int, int, int, frozenset[str]]]:
@@ -171,3 +174,57 @@ def test_a_traced_step_leaves_no_cyclic_garbage(name: str) -> None:
     finally:
         if was:
             gc.enable()
+
+
+class _StepFails(torch.optim.SGD):
+    def step(self, closure: object = None) -> None:  # type: ignore[override]
+        raise RuntimeError("optimizer failed")
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_an_optimizer_step_inside_the_block_loses_nothing_after_it(fails: bool) -> None:
+    """The tracer's function mode steps aside while `optimizer.step()` runs (NOTE [Optimizer
+    steps]); a forward and a backward after it in the same block are still seen in full, also when
+    the step raised, and the mode stack is as it was afterwards."""
+    case = build("mlp")
+    opt = (_StepFails if fails else torch.optim.SGD)(case.model.parameters(), lr=0.1)
+    before = _global_hook_state()
+    tr = tracer.Tracer(case.model)
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+        assert torch._C._len_torch_function_stack() == 1
+        if fails:
+            with pytest.raises(RuntimeError, match="optimizer failed"):
+                opt.step()
+        else:
+            opt.step()
+        assert torch._C._len_torch_function_stack() == (0 if fails else 1)  # resumed, unless the step raised
+        opt.zero_grad()
+        case.loss(case.model, case.batch).backward()  # a module call brings the mode back
+    assert _global_hook_state() == before
+    assert st is not None and len(st.passes) == 2
+    first = [n for n in st.nodes if n.kind == "op" and any(r.pass_index == 0 for r in n.runs)]
+    second = [n for n in st.nodes if n.kind == "op" and any(r.pass_index == 1 for r in n.runs)]
+    assert first and len(second) == len(first) and not set(map(id, first)) & set(map(id, second))
+    # the same code ran twice: the second forward is attributed exactly like the first
+    assert [(n.name, n.source, n.module) for n in second] == [(n.name, n.source, n.module) for n in first]
+    assert all(n.source for n in second)
+
+
+def test_an_optimizer_step_leaves_a_user_mode_above_ours_alone() -> None:
+    case = build("mlp")
+    opt = torch.optim.SGD(case.model.parameters(), lr=0.1)
+    seen: list[object] = []
+
+    class Counting(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    tr = tracer.Tracer(case.model)
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+        with Counting():
+            opt.step()
+            assert torch._C._len_torch_function_stack() == 2  # ours stays under the user's
+    assert seen and st is not None and st.nodes
