@@ -15,6 +15,25 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       });
       return Object.keys(out).length ? out : window.dash_clientside.no_update;
     },
+    liveRuns: function (note, current) {
+      // a new run → the run list from the JSON API (oldest update first, as the server lists them);
+      // the run shown stays, or the newest one is shown when there was none
+      if (!note) return window.dash_clientside.no_update;
+      const seq = (window.__gsRunSeq = (window.__gsRunSeq || 0) + 1);
+      fetch(new URL("/api/runs", window.location.origin), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (body) {
+          if (!body || !body.runs || seq !== window.__gsRunSeq) return;
+          const runs = body.runs.slice().sort(function (a, b) { return (a.updated > b.updated) - (a.updated < b.updated); });
+          if (!runs.length) return;
+          const names = runs.map(function (r) { return r.run; });
+          window.dash_clientside.set_props("run-select", {
+            options: runs.map(function (r) { return {label: r.run + " (" + r.steps + " steps)", value: r.run}; }),
+            value: names.indexOf(current) >= 0 ? current : names[names.length - 1]});
+        })
+        .catch(function () { /* offline: the next notification brings the list up to date */ });
+      return seq;
+    },
     liveSteps: function (note, run, current, shown, follow) {
       // a step notification for this run, or the server's catch-up on (re)connecting → read the run's
       // steps from the JSON API and set the step list; the newest answer wins (a sequence number)

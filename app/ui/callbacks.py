@@ -94,12 +94,16 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                             Input(ids.URL, "search"))
 
     @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
-                  Input(ids.DEEP_LINK, "data"), Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
+                  Input(ids.DEEP_LINK, "data"), State(ids.RUN_SELECT, "value"),
                   prevent_initial_call=True)  # first load: the layout already holds the runs
-    def sync_runs(link: dict[str, Any] | None, _note: Any, current: str | None) -> tuple[Any, Any]:
-        if ctx.triggered_id is None:
-            return no_update, no_update
-        return run_choices(store, link if ctx.triggered_id == ids.DEEP_LINK else None, current)
+    def sync_runs(link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:
+        return run_choices(store, link, current)
+
+    # A new run, announced on the socket → the run list, read from the JSON API in the browser (for the
+    # same reason as the step list below: no server callback whose answer Dash may drop)
+    app.clientside_callback(ClientsideFunction("gradscape", "liveRuns"), Output(ids.LIVE_RUNS, "data"),
+                            Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
+                            prevent_initial_call=True)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.DEEP_LINK, "data"), State(ids.STEP_SELECT, "value"),

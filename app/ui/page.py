@@ -92,7 +92,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options, eventNames=["run", "step", "tracer"]),
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED), dcc.Store(id=ids.COLLAPSED),
-        dcc.Store(id=ids.LIVE_STEPS),
+        dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         header,
         html.Div(className="gs-main", children=[

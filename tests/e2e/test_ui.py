@@ -233,6 +233,29 @@ def test_a_token_page_goes_live_over_a_websocket(token_server: Any, page: Page) 
     _no_errors(page)
 
 
+def test_a_new_run_appears_in_the_run_list_and_the_shown_run_stays(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "mlp", run="first", steps=1)
+    _open(page, live_server.url)
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                           ".innerText.includes('live')")
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, run="second", sink=live_server.url)
+    with tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    sink = tr.sinks[1]
+    deadline = time.monotonic() + 10
+    while 0 not in sink.acked and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)
+    t_stored = time.monotonic()
+    page.click("#run-select")  # open the dropdown: its options are in the page only while it is open
+    page.wait_for_selector("text=second (1 steps)", timeout=5_000)
+    assert time.monotonic() - t_stored < 2.0
+    page.keyboard.press("Escape")
+    assert "first" in page.inner_text("#run-select")  # the run shown did not change under the user
+    tr.close()
+    _no_errors(page)
+
+
 def test_a_reconnecting_page_catches_up_on_steps_it_was_not_told_about(live_server: Any, page: Page) -> None:
     _record(live_server.store_path, "mlp", steps=1)
     _open(page, live_server.url)
