@@ -242,9 +242,8 @@ class UINamespace(Namespace):
         if not self.state.token_ok(token or request.cookies.get("gradscape_token")):
             raise ConnectionRefusedError("gradscape: missing or wrong token")
         # Catch up a page that just (re)connected: steps may have been stored between its layout being
-        # served and now, or while it was offline, with no notification it could hear. This goes to the
-        # page on the same input as every notification (its `step` event), not on a separate one: a
-        # second input changing while the first one's callback is in flight made Dash drop both updates.
+        # served and now, or while it was offline, with no notification it could hear. It arrives as a
+        # `step` event, read like any other by the page (`gradscape.liveSteps` in assets/player.js).
         # (`at` makes every catch-up a new value: Dash fires a callback only when a prop changes)
         emit("step", {"run": None, "step": None, "catchup": True, "at": time.time()})
 

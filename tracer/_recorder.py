@@ -45,9 +45,8 @@ log = logging.getLogger(__name__)
 _ACC_SEQ = (1 << 64) - 1
 
 
-def _kind_of(node: Any, name: str, param: str | None) -> str:
-    if name == ACCUMULATE:
-        return "param" if param else "leaf"
+def _kind_of(node: Any, name: str) -> str:
+    """The kind of a node other than AccumulateGrad (the walk names those "param" or "leaf")."""
     if name == "CompiledFunctionBackward":
         return "compiled"
     if name == "CheckpointFunctionBackward":
@@ -99,7 +98,7 @@ class _Rec:
                  nexts: tuple[tuple[Any, int], ...]) -> None:
         self.id, self.node, self.name, self.kind, self.seq, self.param = id, node, name, kind, seq, param
         self.nexts = nexts  # node.next_functions, read once (each read builds new tuples)
-        self.children: list[tuple[int, int] | None] = []  # (child id, input_nr) per slot, set by _link
+        self.children: list[tuple[int, int] | None] = []  # (child id, input_nr) per slot, set by the walk
         self.runs: list[NodeRun] = []  # the step's NodeRuns themselves, filled in by the hooks
 
 
@@ -296,7 +295,7 @@ class StepRecorder:
                 if kind is None:
                     if len(_kinds) > 4096:  # classes made on the fly (custom Functions defined per call)
                         _kinds.clear()
-                    kind = _kinds[cls] = _kind_of(n, name, None)
+                    kind = _kinds[cls] = _kind_of(n, name)
                 rec = _Rec(rid, n, name, kind, n._sequence_nr(), None, nexts)
                 handles.append(n.register_hook(self._make_post(rec)))
             ids[n] = rid
@@ -410,7 +409,7 @@ class StepRecorder:
                 run.grad_outputs = gos = self._arriving(rec, grad_outputs)
                 view_of = gos[0] if is_view and gos else None
                 summarise = self._summarise
-                children = rec.children  # set by _link once the walk is done, after this hook was made
+                children = rec.children  # set at the end of the walk, after this hook was made
                 in_count = self.in_count
                 sum_slots = self._sum_slots
                 out: list[TensorTrace | None] = []

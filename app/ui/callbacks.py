@@ -107,13 +107,11 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.DEEP_LINK, "data"), State(ids.STEP_SELECT, "value"),
-                  State(ids.FOLLOW, "value"),
                   prevent_initial_call=True)  # first load: the layout already holds the steps
-    def sync_steps(run: str | None, link: dict[str, Any] | None, current: int | None,
-                   follow: list[str] | None) -> tuple[Any, Any]:
+    def sync_steps(run: str | None, link: dict[str, Any] | None, current: int | None) -> tuple[Any, Any]:
         fired = ctx.triggered_prop_ids  # both can change in one update: the deep link wins
         trigger = ids.DEEP_LINK if f"{ids.DEEP_LINK}.data" in fired else ids.RUN_SELECT
-        return step_choices(store, run, link, current, bool(follow), trigger)
+        return step_choices(store, run, link, current, trigger)
 
     # A `step` notification (or the server's catch-up when the socket (re)connects) → the run's steps,
     # read from the JSON API in the browser and set on the step list there. Not a server callback:
@@ -256,7 +254,9 @@ def run_choices(store: TraceStore, link: dict[str, Any] | None, current: str | N
 
 
 def step_choices(store: TraceStore, run: str | None, link: dict[str, Any] | None, current: int | None,
-                 follow: bool, trigger: Any = None) -> tuple[Any, Any]:
+                 trigger: Any = None) -> tuple[Any, Any]:
+    """The run's steps as options, and the one to show: a deep link's, else the current one, else the
+    newest. (Live notifications are handled in the browser: `gradscape.liveSteps`.)"""
     if not run:
         return [], None
     steps = [s["step"] for s in store.steps(run)]
@@ -266,7 +266,7 @@ def step_choices(store: TraceStore, run: str | None, link: dict[str, Any] | None
     if link and link.get("run") == run and link.get("step") in steps and \
             (current is None or trigger == ids.DEEP_LINK):
         return options, link["step"]
-    if (follow and trigger == ids.SOCKET) or current not in steps:
+    if current not in steps:
         return options, steps[-1]
     return options, current
 
@@ -297,7 +297,7 @@ def initial_state(data: UIData) -> dict[str, Any]:
     """The page as first served: the newest run and step already drawn, so the first paint needs
     no callback round trip (a deep link then moves it, in the browser)."""
     run_options, run = run_choices(data.store, None, None)
-    step_options, step = step_choices(data.store, run, None, None, True)
+    step_options, step = step_choices(data.store, run, None, None)
     elements, order, last, value, legend, info, _ = graph_payload(data, run, step, "norm", None, with_search=False)
     player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} (n{order['nodes'][value]})"
               if order and order["nodes"] else "")

@@ -74,10 +74,11 @@ def test_ui_hears_about_new_steps(app: tuple[Any, Any]) -> None:
     _send_step(c, _step())
     deadline = time.monotonic() + 3
     got: list[tuple[str, Any]] = []
-    while time.monotonic() < deadline and not {"run", "tracer", "step"} <= {n for n, a in got if n != "catchup"}:
-        got += [(m["name"], m["args"][0] if m["args"] else None) for m in ui.get_received("/ui")]
-        got = [("catchup", a) if n == "step" and isinstance(a, dict) and a.get("catchup") else (n, a)
-               for n, a in got]
+    while time.monotonic() < deadline and not {"run", "tracer", "step"} <= {n for n, _ in got}:
+        for m in ui.get_received("/ui"):
+            arg = m["args"][0] if m["args"] else None
+            catchup = m["name"] == "step" and isinstance(arg, dict) and arg.get("catchup")
+            got.append(("catchup" if catchup else m["name"], arg))
         time.sleep(0.02)
     names = [n for n, _ in got]
     # the page is caught up when it connects, then told about the new run, its step and the tracer
