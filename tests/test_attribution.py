@@ -1,0 +1,142 @@
+"""Source lines and modules, checked line by line against this file, and the function mode's state
+around library leaf modules (NOTE [Library leaves] in tracer._attrib)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tracer
+
+
+def _line(marker: str) -> str:
+    """`test_attribution.py:N` of the line of this file that holds `marker`."""
+    lines = inspect.getsource(inspect.getmodule(_line)).splitlines()  # type: ignore[arg-type]
+    (n,) = [i + 1 for i, text in enumerate(lines) if text.rstrip().endswith(f"# {marker}")]
+    return f"test_attribution.py:{n}"
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc(x))  # @block-call
+        return torch.tanh(h) * 2 + x  # @block-ops
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(3, 4)
+        self.block = _Block()
+        self.seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), _Block())
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)  # @net-inp
+        x = self.seq(self.block(x))  # @net-seq
+        return self.norm(x).sum(1)  # @net-norm
+
+
+def _trace(model: nn.Module, x: torch.Tensor) -> tracer.StepTrace:
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        out = model(x)  # @call
+        (out ** 2).mean().backward()  # @loss
+    assert st is not None
+    return st
+
+
+def test_every_node_has_the_line_and_module_that_created_it() -> None:
+    torch.manual_seed(0)
+    st = _trace(_Net(), torch.randn(5, 3))
+    got = sorted(((n.module, n.name, n.source) for n in st.nodes if n.kind == "op"), key=repr)
+    L = _line
+    want = sorted([
+        ("inp", "AddmmBackward0", L("@net-inp")),
+        ("block.fc", "AddmmBackward0", L("@block-call")),
+        ("block.act", "GeluBackward0", L("@block-call")),
+        ("block", "TanhBackward0", L("@block-ops")),
+        ("block", "MulBackward0", L("@block-ops")),
+        ("block", "AddBackward0", L("@block-ops")),
+        ("seq.0", "AddmmBackward0", L("@net-seq")),
+        ("seq.1", "ReluBackward0", L("@net-seq")),
+        ("seq.2.fc", "AddmmBackward0", L("@block-call")),
+        ("seq.2.act", "GeluBackward0", L("@block-call")),
+        ("seq.2", "TanhBackward0", L("@block-ops")),
+        ("seq.2", "MulBackward0", L("@block-ops")),
+        ("seq.2", "AddBackward0", L("@block-ops")),
+        ("norm", "NativeLayerNormBackward0", L("@net-norm")),
+        ("<root>", "SumBackward1", L("@net-norm")),
+        (None, "PowBackward0", L("@loss")),
+        (None, "MeanBackward0", L("@loss")),
+    ], key=repr)
+    # a Linear's bias broadcast or weight transpose may add nodes: compare the ones listed
+    assert [g for g in got if g[:2] in {w[:2] for w in want}] == want, got
+
+
+def test_a_library_leaf_that_raises_gives_the_mode_back() -> None:
+    """A raising nn.Linear (wrong shape) is followed by plain tensor code with no module call: the
+    mode is back, so that code still gets source lines and its backward is traced."""
+    lin = nn.Linear(3, 2)
+    w = torch.randn(3, requires_grad=True)
+    tr = tracer.Tracer(lin)
+    with tr.step(0) as st:
+        depth = torch._C._len_torch_function_stack()
+        with pytest.raises(RuntimeError):
+            lin(torch.randn(4, 5))
+        assert torch._C._len_torch_function_stack() == depth
+        (w * 3).sum().backward()  # @after-raise
+    assert torch._C._len_torch_function_stack() == 0
+    assert st is not None and len(st.passes) == 1
+    (mul,) = st.by_name("MulBackward0")
+    assert mul.source == _line("@after-raise")
+    assert torch.equal(w.grad, torch.full((3,), 3.0))
+
+
+def test_a_user_mode_above_ours_sees_a_library_leaf_and_ours_stays() -> None:
+    seen: list[object] = []
+
+    class Counting(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(func)
+            return func(*args, **(kwargs or {}))  # @user-handler
+
+    lin = nn.Linear(3, 2)
+    tr = tracer.Tracer(lin)
+    with tr.step(0) as st:
+        with Counting():
+            out = lin(torch.randn(4, 3))  # @user-mode
+            assert torch._C._len_torch_function_stack() == 2
+        out.sum().backward()
+    assert F.linear in seen
+    # our mode ran the op for the user's mode, so the first frame outside torch is the user's handler
+    (addmm,) = st.by_name("AddmmBackward0")  # type: ignore[union-attr]
+    assert addmm.source == _line("@user-handler") and addmm.module == "<root>"
+
+
+def test_user_forward_pre_hook_on_a_library_leaf_keeps_working() -> None:
+    """A user's own pre-hook on a leaf runs while the mode is aside; what it computes is attributed
+    to the leaf's call, and the mode is back after the call."""
+    lin = nn.Linear(3, 3)
+    handle = lin.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    try:
+        tr = tracer.Tracer(lin)
+        x = torch.randn(2, 3, requires_grad=True)
+        with tr.step(0) as st:
+            y = lin(x)  # @hooked
+            assert torch._C._len_torch_function_stack() == 1
+            y.sum().backward()
+    finally:
+        handle.remove()
+    assert st is not None
+    (mul,) = st.by_name("MulBackward0")
+    assert mul.source == _line("@hooked") and mul.module == "<root>"
+    assert torch.allclose(x.grad, 2 * lin.weight.sum(0).detach().expand(2, 3))
