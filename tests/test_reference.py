@@ -68,3 +68,45 @@ def test_summary_stats_match_values() -> None:
             assert t.stats["nan"] == 0 and t.stats["inf"] == 0
             n += 1
     assert n > 20
+
+
+def _stats_close(tr: tracer.TensorTrace, ref: torch.Tensor, where: str) -> None:
+    v = ref.detach().double()
+    assert tr.shape == tuple(ref.shape), where
+    assert tr.stats["min"] == pytest.approx(v.min().item(), rel=1e-5, abs=1e-7), where
+    assert tr.stats["max"] == pytest.approx(v.max().item(), rel=1e-5, abs=1e-7), where
+    assert tr.stats["norm"] == pytest.approx(v.norm().item(), rel=1e-4, abs=1e-7), where
+    assert tr.stats["zeros"] == (v == 0).sum().item(), where
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_summary_mode_matches_autograd(name: str) -> None:
+    """The default mode keeps no values, only summaries: those of every node's gradients, on the
+    second traced step (the summary kernel's fast path, with every shape's plan made on the first),
+    match statistics of the engine's own answers. This covers the dedupe of a summary between the
+    node that sends a gradient and the one that receives it."""
+    case = build(name)
+    tr = tracer.Tracer(case.model)
+    with tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    case.model.zero_grad()
+    with tr.step(1) as st:
+        loss = case.loss(case.model, case.batch)
+        loss.backward(retain_graph=True)
+    nodes = graph_nodes(loss)
+    assert [n.name() for n in nodes] == [n.name for n in st.nodes]
+    checked = 0
+    for torch_node, nt in zip(nodes, st.nodes):
+        ref_out = grad_wrt_outputs(loss, torch_node)
+        for i, (got, ref) in enumerate(zip(nt.grad_outputs, ref_out)):
+            if ref is not None:
+                assert got is not None
+                _stats_close(got, ref, f"{name}: {nt.name}#{nt.id} grad_outputs[{i}]")
+                checked += 1
+        if nt.grad_inputs is None or nt.kind in ("param", "leaf"):
+            continue
+        for j, (got, ref) in enumerate(zip(nt.grad_inputs, vjp_of_node(torch_node, ref_out))):
+            if got is not None and ref is not None:
+                _stats_close(got, ref, f"{name}: {nt.name}#{nt.id} grad_inputs[{j}]")
+                checked += 1
+    assert checked > len(st.nodes)

@@ -246,3 +246,29 @@ def test_kernel_overflow_and_no_thumbnail(kernel: None) -> None:
     assert a is not None and b is not None and a[1] is not None and b[1] is not None
     a[1][:] = 0  # each call returns its own picture
     assert np.abs(b[1][np.isfinite(b[1])]).sum() > 0
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_fast_path_gives_the_trace_the_first_call_gave(case: str, kernel: None) -> None:
+    """The first summary of a shape makes its kernel plan; later ones take `summarise_no_grad`'s
+    fast path (contiguous CPU float32/bf16). Both must give the same trace, and the fast path must
+    really be taken where it applies (and step aside for an overflow, which torch recomputes)."""
+    torch.manual_seed(0)
+    x = CASES[case]()
+    s = Summariser(thumb=64)
+    first = s.summarise(x)
+    fast_before = len(s._buffers)
+    second = s.summarise(x)
+    fast = len(s._buffers) - fast_before
+    s.finalize()
+    eligible = x.is_contiguous() and x.dtype in (torch.float32, torch.bfloat16) and case != "large_values"
+    assert fast == (1 if eligible else 0)
+    for f in ("shape", "dtype", "device", "thumb_view"):
+        assert getattr(second, f) == getattr(first, f), f
+    assert type(second.shape) is tuple and second.stats.keys() == first.stats.keys()
+    for k, v in first.stats.items():
+        assert (math.isnan(v) and math.isnan(second.stats[k])) or second.stats[k] == v, k
+    assert first.thumb is not None and second.thumb is not None
+    np.testing.assert_array_equal(second.thumb, first.thumb)
+    ref = _reference(x)  # and both are right
+    assert second.stats["zeros"] == ref["zeros"] and second.stats["nan"] == ref["nan"]

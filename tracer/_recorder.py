@@ -43,6 +43,10 @@ from tracer._summary import Summariser, dtype_name, grad_off
 log = logging.getLogger(__name__)
 
 _ACC_SEQ = (1 << 64) - 1
+_now = time.perf_counter_ns
+_thread_id = threading.get_ident
+_grad_enabled = torch.is_grad_enabled
+_set_grad = torch._C._set_grad_enabled
 
 
 def _kind_of(node: Any, name: str) -> str:
@@ -58,7 +62,9 @@ def _kind_of(node: Any, name: str) -> str:
     return "op"
 
 
-_kinds: dict[type, str] = {}  # node class → _kind_of (a class has one name)
+# node class → (name(), kind) for classes whose nodes all share one name (checked: the name is the
+# class's own), so a node's name costs a dict lookup rather than a new string from `name()`
+_classes: dict[type, tuple[str, str]] = {}
 
 
 def _shape(meta: Any) -> tuple[int, ...] | None:
@@ -92,13 +98,17 @@ def _same_tensor(t: torch.Tensor) -> tuple[Any, ...]:
 class _Rec:
     """One node of the walked graph, while the step runs."""
 
-    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "runs")
+    __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "send", "sums", "runs")
 
     def __init__(self, id: int, node: Any, name: str, kind: str, seq: int, param: str | None,
                  nexts: tuple[tuple[Any, int], ...]) -> None:
         self.id, self.node, self.name, self.kind, self.seq, self.param = id, node, name, kind, seq, param
         self.nexts = nexts  # node.next_functions, read once (each read builds new tuples)
         self.children: list[tuple[int, int] | None] = []  # (child id, input_nr) per slot, set by the walk
+        # per slot: the child input this node alone sends to, where the hook leaves its summary for
+        # the child (NOTE [Dedupe]); None where another node sends there too
+        self.send: list[tuple[int, int] | None] = []
+        self.sums: dict[int, tuple[int, int]] | None = None  # slot → module sum it adds to (_plan_module_sums)
         self.runs: list[NodeRun] = []  # the step's NodeRuns themselves, filled in by the hooks
 
 
@@ -160,7 +170,6 @@ class StepRecorder:
         self.forward = ForwardRecorder(self.module_names, self._on_backward)
         self.recs: list[_Rec] = []
         self.ids: dict[Any, int] = {}
-        self.in_count: dict[tuple[int, int], int] = {}
         self.passes: list[BackwardPass] = []
         self.execution: list[tuple[int, int]] = []
         self._handles: list[Any] = []
@@ -172,7 +181,6 @@ class StepRecorder:
         self._param_count: dict[str, int] = {}
         self._keep_param_copies = False
         self._calls: list[ModuleCallRecord] = []
-        self._sum_slots: dict[tuple[int, int], tuple[int, int]] = {}
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
         self._hidden: dict[Any, str] = {}
         # (child id, input_nr) → the (node id, slot) pairs that send to it, built by the walk
@@ -282,20 +290,24 @@ class StepRecorder:
             n = stack.pop()
             if n is None or n in ids:
                 continue
-            name = n.name()
+            cls = type(n)
+            known = _classes.get(cls)
+            if known is None:
+                name = n.name()
+                kind = "acc" if name == ACCUMULATE else _kind_of(n, name)
+                if name == cls.__name__ or name.endswith("::" + cls.__name__):
+                    if len(_classes) > 4096:  # classes made on the fly (custom Functions defined per call)
+                        _classes.clear()
+                    _classes[cls] = (name, kind)
+            else:
+                name, kind = known
             nexts = n.next_functions  # each read builds new tuples: read once
             rid = len(recs)
-            if name == ACCUMULATE:
+            if kind == "acc":
                 param = param_names.get(n.variable)
                 rec = _Rec(rid, n, name, "param" if param else "leaf", n._sequence_nr(), param, nexts)
                 handles.append(n.register_prehook(self._make_acc(rec)))
             else:
-                cls = type(n)
-                kind = _kinds.get(cls)
-                if kind is None:
-                    if len(_kinds) > 4096:  # classes made on the fly (custom Functions defined per call)
-                        _kinds.clear()
-                    kind = _kinds[cls] = _kind_of(n, name)
                 rec = _Rec(rid, n, name, kind, n._sequence_nr(), None, nexts)
                 handles.append(n.register_hook(self._make_post(rec)))
             ids[n] = rid
@@ -304,20 +316,27 @@ class StepRecorder:
                 if child is not None and child not in ids:
                     stack.append(child)
         # children ids are known only once every node of the walk has an id
-        in_count, producers = self.in_count, self._index
+        producers = self._index
         for rec in recs[first_new:]:
             kids: list[tuple[int, int] | None] = []
+            send: list[tuple[int, int] | None] = []
+            rec.send = send  # before the loop: a node may send twice to one input (x * x)
             for j, (child, nr) in enumerate(rec.nexts):
                 if child is None:
                     kids.append(None)
+                    send.append(None)
                     continue
                 slot = (ids[child], nr)
                 kids.append(slot)
-                in_count[slot] = in_count.get(slot, 0) + 1
-                if slot in producers:
-                    producers[slot].append((rec.id, j))
-                else:
+                prods = producers.get(slot)
+                if prods is None:
                     producers[slot] = [(rec.id, j)]
+                    send.append(slot)
+                else:  # a second sender: the engine sums what they send, so nobody's summary is the child's
+                    first, fj = prods[0]
+                    recs[first].send[fj] = None
+                    prods.append((rec.id, j))
+                    send.append(None)
             rec.children = kids
         return ids[root]
 
@@ -346,10 +365,12 @@ class StepRecorder:
 
         return pre
 
-    # The hooks run once per node per step, so they are written for speed (each change measured):
-    # one grad-mode check per hook rather than per tensor, the execution order taken from the
-    # position in `execution` at assembly (a list append is atomic; no lock), and the summary of an
-    # arriving gradient looked up by a key that costs no new tuples of sizes (see `_same_tensor`).
+    # The hooks run once per node per step, inside backward, where every Python operation costs 2-3×
+    # its warm time (the kernels around a hook evict the interpreter's caches). So they are written
+    # for speed, each change measured: one grad-mode check per hook rather than per tensor, the
+    # execution order taken from the position in `execution` at assembly (a list append is atomic;
+    # no lock), where a summary goes for dedupe decided by the walk (`_Rec.send`), and the post-hook
+    # (one per node) written out in one function, `_same_tensor` inlined.
     def _new_run(self, rec: _Rec) -> NodeRun:
         run = NodeRun(self._pass_index - 1, -1, [], None)  # order: set from `execution` in finish()
         runs = rec.runs
@@ -377,9 +398,9 @@ class StepRecorder:
         """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
         could see it already rewritten in place, e.g. by DDP's reducer)."""
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            grad_on = torch.is_grad_enabled()  # on in a create_graph backward: summaries must not record
+            grad_on = _grad_enabled()  # on in a create_graph backward: summaries must not record
             if grad_on:
-                torch._C._set_grad_enabled(False)
+                _set_grad(False)
             try:
                 run = self._new_run(rec)
                 run.grad_outputs = gos = self._arriving(rec, grad_outputs)
@@ -387,53 +408,57 @@ class StepRecorder:
                     self._note_param(rec.param, grad_outputs[0], gos[0])
             finally:
                 if grad_on:
-                    torch._C._set_grad_enabled(True)
-            self._last_end[threading.get_ident()] = time.perf_counter_ns()
+                    _set_grad(True)
+            self._last_end[_thread_id()] = _now()
             return None
 
         return pre
 
     def _make_post(self, rec: _Rec) -> Any:
         is_view = rec.name in VIEW_NODES
-        rid = rec.id
+        rid, runs = rec.id, rec.runs
+        # bound once: these containers live as long as the step (`_release` replaces them after it)
+        execution, pending, summarise, last_end = self.execution, self._pending, self._summarise, self._last_end
 
         def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            t1 = time.perf_counter_ns()
-            tid = threading.get_ident()
-            grad_on = torch.is_grad_enabled()
+            t1 = _now()
+            tid = _thread_id()
+            grad_on = _grad_enabled()
             if grad_on:
-                torch._C._set_grad_enabled(False)
+                _set_grad(False)
             try:
-                run = self._new_run(rec)
-                run.time_us = (t1 - max(self._last_end.get(tid, 0), self._pass_t0)) / 1e3
-                run.grad_outputs = gos = self._arriving(rec, grad_outputs)
+                run = NodeRun(self._pass_index - 1, -1, [], None,
+                              (t1 - max(last_end.get(tid, 0), self._pass_t0)) / 1e3)
+                execution.append((rid, len(runs)))  # order: the position here, set in finish()
+                runs.append(run)
+                gos = run.grad_outputs
+                for i, g in enumerate(grad_outputs):  # what arrived (NOTE [Dedupe])
+                    if g is None:
+                        gos.append(None)
+                        continue
+                    hit = pending.pop((rid, i), None)
+                    gos.append(hit[1] if hit is not None and hit[0] == (g.data_ptr(), g.shape, g.stride(), g.dtype)
+                               else summarise(g, None))
                 view_of = gos[0] if is_view and gos else None
-                summarise = self._summarise
-                children = rec.children  # set at the end of the walk, after this hook was made
-                in_count = self.in_count
-                sum_slots = self._sum_slots
+                send, sums = rec.send, rec.sums  # set by the walk, after this hook was made
                 out: list[TensorTrace | None] = []
-                for j, g in enumerate(grad_inputs):
+                for j, g in enumerate(grad_inputs):  # what it sends on
                     if g is None:
                         out.append(None)
                         continue
-                    if view_of is not None and j == 0 and g.numel() == view_of.numel:
-                        tr = summarise(g, view_of)
-                    else:
-                        tr = summarise(g, None)
+                    tr = summarise(g, view_of if view_of is not None and j == 0 and g.numel() == view_of.numel
+                                   else None)
                     out.append(tr)
-                    child = children[j] if j < len(children) else None
-                    if child is not None and in_count.get(child) == 1:
-                        self._pending[child] = (_same_tensor(g), tr)
-                    if sum_slots:
-                        key = sum_slots.get((rid, j))
-                        if key is not None:
-                            self._add_to_module_sum(key, g)
+                    child = send[j] if j < len(send) else None
+                    if child is not None:
+                        pending[child] = ((g.data_ptr(), g.shape, g.stride(), g.dtype), tr)
+                    if sums is not None and j in sums:
+                        self._add_to_module_sum(sums[j], g)
                 run.grad_inputs = out
             finally:
                 if grad_on:
-                    torch._C._set_grad_enabled(True)
-            self._last_end[tid] = time.perf_counter_ns()
+                    _set_grad(True)
+            last_end[tid] = _now()
             return None
 
         return post
@@ -487,7 +512,6 @@ class StepRecorder:
         self._param_sum = {}
         self._module_acc = {}
         self._hidden = {}
-        self._sum_slots = {}
         self._calls = []
         self._index = {}
         self.forward.calls = []
@@ -576,8 +600,11 @@ class StepRecorder:
                     continue
                 prods = self._producers(call, edge, index)
                 if len(prods) > 1:
-                    for p in prods:
-                        self._sum_slots[p] = (ci, k)
+                    for rid, j in prods:
+                        rec = self.recs[rid]
+                        if rec.sums is None:
+                            rec.sums = {}
+                        rec.sums[j] = (ci, k)
 
     def _add_to_module_sum(self, key: tuple[int, int], g: torch.Tensor) -> None:
         with grad_off():

@@ -29,7 +29,7 @@ import functools
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -217,11 +217,24 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
 
 
 _NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
-# per (shape, dtype, size): kernel, address of its geometry, ctypes type of its output buffer,
-# thumbnail shape, and the geometry array itself (kept alive here)
-_NativePlan = tuple[Any, int, Any, "tuple[int, int] | None", Any]
-_native_plans: dict[tuple[Any, ...], _NativePlan] = {}
-_MAX_PLANS = 4096  # distinct shapes remembered; past that the cache starts over
+
+
+class _NativePlan(NamedTuple):
+    """Everything about a kernel call and its trace that depends only on (shape, dtype, size)."""
+
+    fn: Any  # the kernel
+    geom: int  # address of its geometry array
+    buf_type: Any  # ctypes type of its output buffer
+    th_shape: tuple[int, int] | None  # the thumbnail's shape
+    geom_array: Any  # the geometry array itself (kept alive here)
+    shape: tuple[int, ...]  # the tensor's shape, one tuple shared by every trace of that shape
+    dtype: str
+    view: str  # thumbnail_view(shape)
+
+
+# per size: (torch.Size, dtype) → plan; a model has few shapes
+_native_plans: dict[int, dict[tuple[Any, ...], _NativePlan]] = {}
+_MAX_PLANS = 4096  # distinct shapes remembered per size; past that the cache starts over
 _unpack_stats = struct.Struct("8d").unpack_from  # the 8 statistics at the head of the kernel's buffer
 _F32 = np.dtype(np.float32)
 
@@ -255,10 +268,13 @@ def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:
     k = th_shape[0] * th_shape[1] if th_shape is not None else 0
     geom = (ctypes.c_int64 * 7)(n, *geometry)
     buf_type = ctypes.c_double * (8 + (k + 1) // 2)  # 8 statistics, then k float32 thumbnail cells
-    plan = (getattr(lib, name), ctypes.addressof(geom), buf_type, th_shape, geom)
-    if len(_native_plans) >= _MAX_PLANS:
-        _native_plans.clear()
-    _native_plans[(t.shape, t.dtype, size)] = plan
+    shape = tuple(t.shape)
+    plan = _NativePlan(getattr(lib, name), ctypes.addressof(geom), buf_type, th_shape, geom, shape,
+                       dtype_name(t.dtype), thumbnail_view(shape))
+    plans = _native_plans.setdefault(size, {})
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[(t.shape, t.dtype)] = plan
     return plan
 
 
@@ -284,12 +300,12 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.nd
         if res is None or res[1] is None:
             return res
         return res[0], np.ascontiguousarray(res[1].T)
-    plan = _native_plans.get((t.shape, t.dtype, size))
+    plan = _native_plans.get(size, {}).get((t.shape, t.dtype))
     if plan is None:
         plan = _native_plan(t, size)
         if plan is None:
             return None
-    fn, geom, buf_type, th_shape, _ = plan
+    fn, geom, buf_type, th_shape = plan[:4]
     if not t.is_contiguous():
         t = t.detach().contiguous()
     buf = buf_type()
@@ -336,6 +352,11 @@ class Summariser:
         self.keep_values = keep_values
         self._pending: list[_Pending] = []
         self._native: list[tuple[TensorTrace, tuple[float, ...], np.ndarray | None]] = []
+        # kernel results still in their buffers: (trace, buffer, thumbnail shape), read at finalize
+        self._buffers: list[tuple[TensorTrace, Any, tuple[int, int] | None]] = []
+        # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
+        self._plans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
+            _native_plans.setdefault(thumb, {})
 
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
@@ -344,7 +365,24 @@ class Summariser:
             return self.summarise_no_grad(t, stats_of)
 
     def summarise_no_grad(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
-        """`summarise` for a caller that has already turned grad mode off (the recorder's hooks)."""
+        """`summarise` for a caller that has already turned grad mode off (the recorder's hooks).
+
+        The fast path, for a contiguous CPU tensor of a shape and dtype the kernel has seen: one
+        kernel call into a fresh buffer, and a trace whose shape, dtype and view words come from
+        the plan; the buffer is read at `finalize`, in a loop of its own. It runs once per gradient
+        inside backward, where every Python operation costs 2-3× its warm time (the kernels around
+        it have evicted the interpreter's caches), so it does as few as it can."""
+        if t.is_cpu:
+            plan = self._plans.get((t.shape, t.dtype))
+            if plan is not None and t.is_contiguous():
+                buf = plan.buf_type()
+                if not plan.fn(t.data_ptr(), plan.geom, buf):
+                    tr = TensorTrace(plan.shape, plan.dtype, {}, None, plan.view, None, "cpu")
+                    self._buffers.append((tr, buf, plan.th_shape))
+                    return tr
+        return self._summarise(t, stats_of)
+
+    def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
         shape = tuple(t.shape)
         dt, dev = t.dtype, t.device
         words = _words.get((dt, dev))
@@ -376,6 +414,11 @@ class Summariser:
         """Bring every pending summary to the host: CPU results are used in place; for each other
         device, one stacked transfer for the statistics and one for the thumbnails. Values (full
         mode only) are copied one by one."""
+        buffers, self._buffers = self._buffers, []
+        for tr, buf, th_shape in buffers:  # the fast path's kernel results
+            tr.stats = stats_from_raw(_unpack_stats(buf))
+            if th_shape is not None:
+                tr.thumb = np.ndarray(th_shape, _F32, buf, 64)  # a view of the buffer, which it keeps alive
         native, self._native = self._native, []
         for tr, raw, th in native:  # CPU statistics and thumbnail already on the host
             tr.thumb_view = _view_of(tr.shape)
@@ -422,6 +465,7 @@ class Summariser:
     def discard(self) -> None:
         self._pending = []
         self._native = []
+        self._buffers = []
 
 
 def _view_of(shape: tuple[int, ...]) -> str:
