@@ -140,3 +140,22 @@ def test_user_forward_pre_hook_on_a_library_leaf_keeps_working() -> None:
     (mul,) = st.by_name("MulBackward0")
     assert mul.source == _line("@hooked") and mul.module == "<root>"
     assert torch.allclose(x.grad, 2 * lin.weight.sum(0).detach().expand(2, 3))
+
+
+def test_a_loss_module_outside_the_model_gets_its_line() -> None:
+    """`criterion = nn.MSELoss()` is no part of the model: its call is not recorded as a module call,
+    yet it is a library leaf, so its ops get the line that called it and the mode is back after."""
+    lin = nn.Linear(3, 2)
+    criterion = nn.MSELoss()
+    tr = tracer.Tracer(lin)
+    with tr.step(0) as st:
+        out = lin(torch.randn(4, 3))
+        loss = criterion(out, torch.zeros(4, 2))  # @criterion
+        assert torch._C._len_torch_function_stack() == 1
+        (loss * 2).backward()  # @times-two
+    assert st is not None
+    (mse,) = st.by_name("MseLossBackward0")
+    assert mse.source == _line("@criterion") and mse.module is None
+    (mul,) = st.by_name("MulBackward0")
+    assert mul.source == _line("@times-two")
+    assert set(st.modules) == {"<root>"}

@@ -22,7 +22,8 @@ def _global_hook_state() -> tuple[int, ...]:
     mm = torch.nn.modules.module
     om = optim_module
     return (len(mm._global_forward_hooks), len(mm._global_forward_pre_hooks), len(mm._global_backward_hooks),
-            len(mm._global_backward_pre_hooks), len(om._global_optimizer_pre_hooks),
+            len(mm._global_backward_pre_hooks), len(mm._global_forward_hooks_always_called),
+            len(mm._global_forward_hooks_with_kwargs), len(om._global_optimizer_pre_hooks),
             len(om._global_optimizer_post_hooks), torch._C._len_torch_function_stack())
 
 

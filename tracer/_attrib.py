@@ -131,6 +131,7 @@ class ForwardRecorder:
     _mode: Any = None
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
+    _leaf_lo: int = 0  # the sequence number when that call started
 
     def start(self) -> None:
         mm = torch.nn.modules.module
@@ -192,28 +193,29 @@ class ForwardRecorder:
             return None
         if self._paused and self._leaf is None:  # an optimizer step raised before its post-hook ran
             self._resume()
-        name = self.module_names.get(mod)
-        if name is None:
-            return None
-        with _NoTorchFunction():
-            self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
-        if not self._paused and not mod._modules:  # NOTE [Library leaves]
+        if self.module_names.get(mod) is not None:  # a module of the model: its call is recorded
+            with _NoTorchFunction():
+                self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
+        if not self._paused and not mod._modules:  # NOTE [Library leaves], for any module (a loss too)
             cls = type(mod)
             lib = _library_leaf.get(cls)
             if lib is None:
                 lib = _library_leaf[cls] = _forward_in_torch(cls)
             if lib and self._step_aside():
                 self._leaf = mod
+                self._leaf_lo = _seqnr()
         return None
 
     def _post(self, mod: Any, args: Any, out: Any) -> None:
         # registered with always_call=True: also runs when the forward raised (then `out` is None)
         if _is_compiling() or _in_backward():
             return None
-        leaf = self._leaf is mod
-        if leaf:
+        if self._leaf is mod:
             self._leaf = None
             self._resume()
+            lo, hi = self._leaf_lo, _seqnr()
+            if hi != lo:
+                self.note_source(lo, hi, sys._getframe(1))
         name = self.module_names.get(mod)
         if name is None:
             return None
@@ -224,8 +226,6 @@ class ForwardRecorder:
             return None
         _, lo, inputs = self._stack.pop()
         hi = _seqnr()
-        if leaf and hi != lo:
-            self.note_source(lo, hi, sys._getframe(1))
         outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
         with _NoTorchFunction():
             self.calls.append(ModuleCallRecord(name, lo, hi, inputs, [gradient_edge(o) for o in outs]))
