@@ -42,7 +42,9 @@ import tracer  # noqa: E402
 
 MODES = ("plain", "traced", "untraced")
 DEFAULT_ROUNDS = 5
-SHORT_STEP_ROUNDS = 41  # a step under 50 ms: 41 rounds take a few seconds and hold the ratio to ±0.01
+SHORT_STEP_ROUNDS = 41  # a step under 50 ms: 41 rounds take a few seconds. On a shared 2-core VM the
+# median still moves between runs (W2: 1.18-1.47x in one afternoon), more than within one: compare
+# several runs, and the quartiles printed with each ratio
 QUICK_WORKLOADS = "W1,W2,W3"
 QUICK_ROUNDS = 2
 
@@ -61,6 +63,14 @@ class Result:
 
     def ratio(self, mode: str) -> float:
         return statistics.median(self.ratios[mode])
+
+    def spread(self, mode: str) -> str:
+        """The per-round ratios' quartiles, as `q1–q3`."""
+        r = self.ratios[mode]
+        if len(r) < 4:
+            return f"{min(r):.2f}–{max(r):.2f}" if r else "n/a"
+        q1, _, q3 = statistics.quantiles(r, n=4)
+        return f"{q1:.2f}–{q3:.2f}"
 
 
 class Runner:
@@ -232,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table_row(res), flush=True)
     print()
     for res in results:
-        print(f"{res.key} {res.name}: traced/plain {res.ratio('traced'):.2f}x  "
-              f"every10-untraced/plain {res.ratio('untraced'):.2f}x")
+        print(f"{res.key} {res.name}: traced/plain {res.ratio('traced'):.2f}x (rounds {res.spread('traced')})  "
+              f"every10-untraced/plain {res.ratio('untraced'):.2f}x (rounds {res.spread('untraced')})")
     print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
