@@ -230,10 +230,22 @@ class _NativePlan(NamedTuple):
     shape: tuple[int, ...]  # the tensor's shape, one tuple shared by every trace of that shape
     dtype: str
     view: str  # thumbnail_view(shape)
+    transposed: bool = False  # a plan for t.T's memory: the kernel's thumbnail is t's, transposed
+
+
+def _transposed_plan(t: torch.Tensor, size: int, plan: _NativePlan) -> None:
+    """Remember, for a 2-D `t` whose transpose is contiguous, the plan of `t.t()` under t's own key
+    in `_transposed_plans` (see `native_summary`), so the fast path takes such a tensor too."""
+    shape = tuple(t.shape)
+    plans = _transposed_plans.setdefault(size, {})
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[(t.shape, t.dtype)] = plan._replace(shape=shape, view=thumbnail_view(shape), transposed=True)
 
 
 # per size: (torch.Size, dtype) → plan; a model has few shapes
 _native_plans: dict[int, dict[tuple[Any, ...], _NativePlan]] = {}
+_transposed_plans: dict[int, dict[tuple[Any, ...], _NativePlan]] = {}  # the same, for 2-D t with t.T contiguous
 _MAX_PLANS = 4096  # distinct shapes remembered per size; past that the cache starts over
 _unpack_stats = struct.Struct("8d").unpack_from  # the 8 statistics at the head of the kernel's buffer
 _F32 = np.dtype(np.float32)
@@ -291,12 +303,15 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.nd
     alone costs more than the kernel on a small tensor)."""
     if not t.is_cpu or native() is None:
         return None
-    if t.dim() == 2 and t.numel() > 4096 and not t.is_contiguous() and t.t().is_contiguous():
+    if t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous():
         # A transposed matrix (a Linear's weight gradient on its way through TBackward0): the same
         # elements, so the same statistics, and its block means are those of t.T transposed (the
-        # blocks line up: ceil(rows/size) and ceil(cols/size) swap places). No copy needed (a small
-        # one is cheaper than this detour).
+        # blocks line up: ceil(rows/size) and ceil(cols/size) swap places). No copy needed, and the
+        # plan is remembered for the summariser's fast path, which then takes such a tensor as it is.
         res = native_summary(t.t(), size)
+        plan = _native_plans.get(size, {}).get((t.shape[::-1], t.dtype))
+        if plan is not None:
+            _transposed_plan(t, size, plan)
         if res is None or res[1] is None:
             return res
         return res[0], np.ascontiguousarray(res[1].T)
@@ -353,10 +368,12 @@ class Summariser:
         self._pending: list[_Pending] = []
         self._native: list[tuple[TensorTrace, tuple[float, ...], np.ndarray | None]] = []
         # kernel results still in their buffers: (trace, buffer, thumbnail shape), read at finalize
-        self._buffers: list[tuple[TensorTrace, Any, tuple[int, int] | None]] = []
+        self._buffers: list[tuple[TensorTrace, Any, _NativePlan]] = []
         # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
         self._plans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
             _native_plans.setdefault(thumb, {})
+        self._tplans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
+            _transposed_plans.setdefault(thumb, {})
 
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
@@ -373,12 +390,17 @@ class Summariser:
         inside backward, where every Python operation costs 2-3× its warm time (the kernels around
         it have evicted the interpreter's caches), so it does as few as it can."""
         if t.is_cpu:
-            plan = self._plans.get((t.shape, t.dtype))
-            if plan is not None and t.is_contiguous():
+            if t.is_contiguous():
+                plan = self._plans.get((t.shape, t.dtype))
+            else:  # a Linear's weight gradient on its way through TBackward0, say
+                plan = self._tplans.get((t.shape, t.dtype))
+                if plan is not None and t.stride() != (1, plan.shape[0]):
+                    plan = None
+            if plan is not None:
                 buf = plan.buf_type()
                 if not plan.fn(t.data_ptr(), plan.geom, buf):
                     tr = TensorTrace(plan.shape, plan.dtype, {}, None, plan.view, None, "cpu")
-                    self._buffers.append((tr, buf, plan.th_shape))
+                    self._buffers.append((tr, buf, plan))
                     return tr
         return self._summarise(t, stats_of)
 
@@ -415,10 +437,11 @@ class Summariser:
         device, one stacked transfer for the statistics and one for the thumbnails. Values (full
         mode only) are copied one by one."""
         buffers, self._buffers = self._buffers, []
-        for tr, buf, th_shape in buffers:  # the fast path's kernel results
+        for tr, buf, plan in buffers:  # the fast path's kernel results
             tr.stats = stats_from_raw(_unpack_stats(buf))
-            if th_shape is not None:
-                tr.thumb = np.ndarray(th_shape, _F32, buf, 64)  # a view of the buffer, which it keeps alive
+            if plan.th_shape is not None:
+                th = np.ndarray(plan.th_shape, _F32, buf, 64)  # a view of the buffer, which it keeps alive
+                tr.thumb = np.ascontiguousarray(th.T) if plan.transposed else th
         native, self._native = self._native, []
         for tr, raw, th in native:  # CPU statistics and thumbnail already on the host
             tr.thumb_view = _view_of(tr.shape)
