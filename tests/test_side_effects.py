@@ -229,3 +229,35 @@ def test_an_optimizer_step_leaves_a_user_mode_above_ours_alone() -> None:
             opt.step()
             assert torch._C._len_torch_function_stack() == 2  # ours stays under the user's
     assert seen and st is not None and st.nodes
+
+
+def test_a_module_call_on_another_thread_never_gets_our_mode() -> None:
+    """After a step that raised left the mode aside, a module called on another thread must not
+    put it back there (the mode belongs on the training thread's stack); the training thread's next
+    module call does."""
+    import threading
+
+    case = build("mlp")
+    opt = _StepFails(case.model.parameters(), lr=0.1)
+    seen: list[int] = []
+
+    def other() -> None:
+        with torch.no_grad():
+            case.model(case.batch[0])
+        seen.append(torch._C._len_torch_function_stack())
+
+    tr = tracer.Tracer(case.model)
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+        with pytest.raises(RuntimeError, match="optimizer failed"):
+            opt.step()
+        assert torch._C._len_torch_function_stack() == 0
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert torch._C._len_torch_function_stack() == 0  # not resumed from the other thread
+        case.loss(case.model, case.batch).backward()  # a module call here brings it back
+        assert torch._C._len_torch_function_stack() == 1
+    assert seen == [0]
+    assert st is not None and len(st.passes) == 2
+    assert torch._C._len_torch_function_stack() == 0

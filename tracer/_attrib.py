@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,6 +133,7 @@ class ForwardRecorder:
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
     _leaf_lo: int = 0  # the sequence number when that call started
+    _thread: int = 0  # the thread whose function-mode stack holds the mode
 
     def start(self) -> None:
         mm = torch.nn.modules.module
@@ -140,6 +142,7 @@ class ForwardRecorder:
                          _optim.register_optimizer_step_pre_hook(self._opt_pre),
                          _optim.register_optimizer_step_post_hook(self._opt_post)]
         self._mode = _StepMode(self)
+        self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)
 
     def stop(self) -> None:
@@ -191,8 +194,8 @@ class ForwardRecorder:
     def _pre(self, mod: Any, args: Any) -> None:
         if _is_compiling() or _in_backward():
             return None
-        if self._paused and self._leaf is None:  # an optimizer step raised before its post-hook ran
-            self._resume()
+        if self._paused and self._leaf is None and threading.get_ident() == self._thread:
+            self._resume()  # an optimizer step raised before its post-hook could put the mode back
         if self.module_names.get(mod) is not None:  # a module of the model: its call is recorded
             with _NoTorchFunction():
                 self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
