@@ -242,7 +242,7 @@ class StepRecorder:
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
         try:
-            self._pass_t0 = time.perf_counter_ns()
+            self._pass_t0 = _now()
             return func(*args, **kwargs)
         finally:
             bp.end = len(self.execution)

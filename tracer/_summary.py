@@ -309,9 +309,10 @@ def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.nd
         # blocks line up: ceil(rows/size) and ceil(cols/size) swap places). No copy needed, and the
         # plan is remembered for the summariser's fast path, which then takes such a tensor as it is.
         res = native_summary(t.t(), size)
-        plan = _native_plans.get(size, {}).get((t.shape[::-1], t.dtype))
-        if plan is not None:
-            _transposed_plan(t, size, plan)
+        if (t.shape, t.dtype) not in _transposed_plans.get(size, {}):
+            plan = _native_plans.get(size, {}).get((t.shape[::-1], t.dtype))
+            if plan is not None:
+                _transposed_plan(t, size, plan)
         if res is None or res[1] is None:
             return res
         return res[0], np.ascontiguousarray(res[1].T)
@@ -366,8 +367,7 @@ class Summariser:
         self.thumb = thumb
         self.keep_values = keep_values
         self._pending: list[_Pending] = []
-        self._native: list[tuple[TensorTrace, tuple[float, ...], np.ndarray | None]] = []
-        # kernel results still in their buffers: (trace, buffer, thumbnail shape), read at finalize
+        # the fast path's kernel results still in their buffers: (trace, buffer, plan), read at finalize
         self._buffers: list[tuple[TensorTrace, Any, _NativePlan]] = []
         # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
         self._plans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
@@ -412,11 +412,8 @@ class Summariser:
             words = _words[(dt, dev)] = (dtype_name(dt), str(dev))
         tr = TensorTrace(shape, words[0], {}, None, "", None, words[1])  # thumb_view: at finalize
         fast = native_summary(t, self.thumb)
-        if fast is not None:
-            if self.keep_values:
-                self._pending.append(_Pending(tr, fast[0], fast[1], self._values(t), None, False))
-            else:  # the common case, finalized in a loop of its own
-                self._native.append((tr, fast[0], fast[1]))
+        if fast is not None:  # a shape's first call (it makes the fast path's plan), or values kept
+            self._pending.append(_Pending(tr, fast[0], fast[1], self._values(t), None, False))
             return tr
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
         # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
@@ -442,11 +439,6 @@ class Summariser:
             if plan.th_shape is not None:
                 th = np.ndarray(plan.th_shape, _F32, buf, 64)  # a view of the buffer, which it keeps alive
                 tr.thumb = np.ascontiguousarray(th.T) if plan.transposed else th
-        native, self._native = self._native, []
-        for tr, raw, th in native:  # CPU statistics and thumbnail already on the host
-            tr.thumb_view = _view_of(tr.shape)
-            tr.thumb = th
-            tr.stats = stats_from_raw(raw)
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[_Pending]] = {}
         for p in pending:
@@ -487,7 +479,6 @@ class Summariser:
 
     def discard(self) -> None:
         self._pending = []
-        self._native = []
         self._buffers = []
 
 
