@@ -15,6 +15,7 @@ from tracer._model import (
     ModuleTrace,
     NodeRun,
     NodeTrace,
+    Problem,
     StepTrace,
     TensorTrace,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "ModuleTrace",
     "NodeRun",
     "NodeTrace",
+    "Problem",
     "Sink",
     "StepTrace",
     "StoreError",

@@ -31,6 +31,7 @@ from tracer._model import (
     ModuleTrace,
     NodeRun,
     NodeTrace,
+    Problem,
     StepTrace,
     TensorTrace,
 )
@@ -159,7 +160,10 @@ def step_to_wire(st: StepTrace) -> dict[str, Any]:
     return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": dict(st.meta),
             "nodes": nodes, "edges": [list(e) for e in st.edges], "modules": modules,
             "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
-            "execution": [list(e) for e in st.execution], "tensors": tab.items}
+            "execution": [list(e) for e in st.execution], "tensors": tab.items,
+            "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
+                          "source": p.source} for p in st.problems],
+            "rank": st.rank, "world_size": st.world_size}
 
 
 def step_from_wire(d: Any) -> StepTrace:
@@ -227,7 +231,26 @@ def step_from_wire(d: Any) -> StepTrace:
                                       create_graph=bool(p.get("create_graph")), start=p.get("start", 0),
                                       end=p.get("end", 0)))
     st.execution = [(int(a), int(b)) for a, b in d.get("execution") or []]
+    for k, p in enumerate(_list(d.get("problems") or [], "problems")):
+        w = f"problems[{k}]"
+        if not isinstance(p, dict):
+            raise TraceFormatError(f"{w}: expected a map")
+        node = p.get("node")
+        if node is not None and (not isinstance(node, int) or not 0 <= node < n_nodes):
+            raise TraceFormatError(f"{w}.node: {node!r} is not a node id in 0..{n_nodes - 1}")
+        st.problems.append(Problem(kind=_str(p.get("kind"), f"{w}.kind"),
+                                   message=_str(p.get("message"), f"{w}.message"), node=node,
+                                   param=_opt_str(p.get("param"), f"{w}.param"),
+                                   source=_opt_str(p.get("source"), f"{w}.source")))
+    for key in ("rank", "world_size"):
+        v = d.get(key)
+        if v is not None:
+            setattr(st, key, _int(v, key))
     return st
+
+
+def _opt_str(v: Any, where: str) -> str | None:
+    return None if v is None else _str(v, where)
 
 
 def _list(v: Any, where: str) -> list[Any]:

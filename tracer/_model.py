@@ -134,6 +134,25 @@ class BackwardPass:
 
 
 @dataclass(slots=True)
+class Problem:
+    """Something the problem finder saw in a step, for a person to look at first.
+
+    `kind`: one of `nonfinite_forward` (the first NaN/Inf value of the forward: an op, or a parameter or
+    input that already held it), `nonfinite_backward` (a backward node that made a non-finite gradient
+    from finite arriving ones), `nonfinite_loss` (a backward root that is NaN/Inf), `no_grad` (a
+    parameter that requires grad but got none), `exploding`, `vanishing`, `dead`. `node` is a node id
+    or None, `param` a parameter name or None, `source` a `file.py:LINE` or None, `message` one
+    sentence a person understands.
+    """
+
+    kind: str
+    message: str
+    node: int | None = None
+    param: str | None = None
+    source: str | None = None
+
+
+@dataclass(slots=True)
 class StepTrace:
     """Everything recorded for one traced training step."""
 
@@ -147,6 +166,9 @@ class StepTrace:
     execution: list[tuple[int, int]] = field(default_factory=list)  # (node id, run index)
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    problems: list[Problem] = field(default_factory=list)  # root cause first
+    rank: int | None = None  # torch.distributed rank, None outside torch.distributed
+    world_size: int | None = None
 
     def node(self, node_id: int) -> NodeTrace:
         return self.nodes[node_id]

@@ -167,7 +167,8 @@ class _TracedStep:
 
 
 def _fill(target: StepTrace, src: StepTrace) -> None:
-    for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta", "error"):
+    for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta", "error", "problems", "rank",
+              "world_size"):
         setattr(target, f, getattr(src, f))
 
 
