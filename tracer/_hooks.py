@@ -1,0 +1,176 @@
+"""The node hooks of one traced step.
+
+NOTE [One hook per node]
+    A node post-hook `fn(grad_inputs, grad_outputs)` sees both ends of the node: what arrived (the
+    engine keeps the inputs for it, after every tensor pre-hook ran) and what the node sent on. So
+    each node gets that one hook, and no pre-hook: every hook is a registration, a removal and a
+    call out of the engine per node per step. The exception is AccumulateGrad, which gets a pre-hook
+    only: it sends nothing on, and after it ran `.grad` may already be rewritten in place (DDP).
+    A node's `time_us` is therefore the time on its engine thread from the return of our previous
+    hook there (or the start of the backward) to its post-hook: the node's own work plus the
+    engine's scheduling around it, never our summaries.
+
+NOTE [Dedupe]
+    The tensor a node sends along an edge is the very tensor its child receives when that child
+    output has a single producer. The post-hook leaves its summary under (child, input_nr); the
+    child's hook takes it if the tensor (pointer, shape, strides, dtype) is the same. The entry
+    lives only while the tensor sits in the engine's input buffer, so memory reuse cannot fake a
+    match. View-like nodes (`VIEW_NODES`) send on the same elements in another shape: their
+    `grad_inputs[0]` reuses the statistics and computes only the thumbnail.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import torch
+
+from tracer._labels import VIEW_NODES
+from tracer._model import NodeRun, TensorTrace
+from tracer._state import RecorderState
+from tracer._summary import grad_off
+from tracer._walk import _Rec
+
+log = logging.getLogger("tracer._recorder")
+
+_now = time.perf_counter_ns
+_thread_id = threading.get_ident
+_grad_enabled = torch.is_grad_enabled
+_set_grad = torch._C._set_grad_enabled
+
+
+def _same_tensor(t: torch.Tensor) -> tuple[Any, ...]:
+    """What identifies a gradient between the hook of the node that sent it and the hook of the node
+    that receives it (NOTE [Dedupe]): where its elements are and how they are laid out. (The id of
+    its Python object would be cheaper, but whether torch keeps that object alive while the tensor
+    waits in the engine's input buffer is an implementation detail.)"""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+
+
+class HooksMixin(RecorderState):
+    def _make_hidden_pre(self, name: str) -> Any:
+        def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            g = grad_outputs[0] if grad_outputs else None
+            if g is not None:
+                self._note_param(name, g, self.summ.summarise(g))
+            return None
+
+        return pre
+
+    # The hooks run once per node per step, inside backward, where every Python operation costs 2-3×
+    # its warm time (the kernels around a hook evict the interpreter's caches). So they are written
+    # for speed, each change measured: one grad-mode check per hook rather than per tensor, the
+    # execution order taken from the position in `execution` at assembly (a list append is atomic;
+    # no lock), where a summary goes for dedupe decided by the walk (`_Rec.send`), and the post-hook
+    # (one per node) written out in one function, `_same_tensor` inlined.
+    def _new_run(self, rec: _Rec) -> NodeRun:
+        run = NodeRun(self._pass_index - 1, -1, [], None)  # order: set from `execution` in finish()
+        runs = rec.runs
+        runs.append(run)
+        self.execution.append((rec.id, len(runs) - 1))
+        return run
+
+    def _arriving(self, rec: _Rec, grad_outputs: tuple[torch.Tensor | None, ...]) -> list[TensorTrace | None]:
+        """Summaries of the gradients arriving at a node; the one its single producer already
+        summarised is taken from `_pending` (NOTE [Dedupe])."""
+        pending = self._pending
+        out: list[TensorTrace | None] = []
+        for i, g in enumerate(grad_outputs):
+            if g is None:
+                out.append(None)
+                continue
+            hit = pending.pop((rec.id, i), None)
+            if hit is not None and hit[0] == _same_tensor(g):
+                out.append(hit[1])
+            else:
+                out.append(self._summarise(g, None))
+        return out
+
+    def _make_acc(self, rec: _Rec) -> Any:
+        """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
+        could see it already rewritten in place, e.g. by DDP's reducer)."""
+        def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            grad_on = _grad_enabled()  # on in a create_graph backward: summaries must not record
+            if grad_on:
+                _set_grad(False)
+            try:
+                run = self._new_run(rec)
+                run.grad_outputs = gos = self._arriving(rec, grad_outputs)
+                if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
+                    self._note_param(rec.param, grad_outputs[0], gos[0])
+            finally:
+                if grad_on:
+                    _set_grad(True)
+            self._last_end[_thread_id()] = _now()
+            return None
+
+        return pre
+
+    def _make_post(self, rec: _Rec) -> Any:
+        is_view = rec.name in VIEW_NODES
+        rid, runs = rec.id, rec.runs
+        # bound once: these containers live as long as the step (`_release` replaces them after it)
+        execution, pending, summarise, last_end = self.execution, self._pending, self._summarise, self._last_end
+
+        def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            t1 = _now()
+            tid = _thread_id()
+            grad_on = _grad_enabled()
+            if grad_on:
+                _set_grad(False)
+            try:
+                run = NodeRun(self._pass_index - 1, -1, [], None,
+                              (t1 - max(last_end.get(tid, 0), self._pass_t0)) / 1e3)
+                execution.append((rid, len(runs)))  # order: the position here, set in finish()
+                runs.append(run)
+                gos = run.grad_outputs
+                for i, g in enumerate(grad_outputs):  # what arrived (NOTE [Dedupe])
+                    if g is None:
+                        gos.append(None)
+                        continue
+                    hit = pending.pop((rid, i), None)
+                    gos.append(hit[1] if hit is not None and hit[0] == (g.data_ptr(), g.shape, g.stride(), g.dtype)
+                               else summarise(g, None))
+                view_of = gos[0] if is_view and gos else None
+                send, sums = rec.send, rec.sums  # set by the walk, after this hook was made
+                out: list[TensorTrace | None] = []
+                for j, g in enumerate(grad_inputs):  # what it sends on
+                    if g is None:
+                        out.append(None)
+                        continue
+                    tr = summarise(g, view_of if view_of is not None and j == 0 and g.numel() == view_of.numel
+                                   else None)
+                    out.append(tr)
+                    child = send[j] if j < len(send) else None
+                    if child is not None:
+                        pending[child] = ((g.data_ptr(), g.shape, g.stride(), g.dtype), tr)
+                    if sums is not None and j in sums:
+                        self._add_to_module_sum(sums[j], g)
+                run.grad_inputs = out
+            finally:
+                if grad_on:
+                    _set_grad(True)
+            last_end[tid] = _now()
+            return None
+
+        return post
+
+    def _note_param(self, name: str, g: torch.Tensor, tr: TensorTrace | None) -> None:
+        count = self._param_count.get(name, 0) + 1
+        self._param_count[name] = count
+        with grad_off():
+            if count == 1:
+                if tr is not None:
+                    self._param_trace[name] = tr
+                if self._keep_param_copies:
+                    self._param_sum[name] = g.detach().clone()
+            elif name in self._param_sum:
+                self._param_sum[name] = self._param_sum[name] + g.detach()
+            else:
+                log.info("gradscape: %s got a second gradient in this step but its first was not kept; "
+                         "st.params shows the latest arrival", name)
+                if tr is not None:
+                    self._param_trace[name] = tr
