@@ -85,9 +85,6 @@ class AssembleMixin(RecorderState):
         recs = self.recs
         for pos, (rid, k) in enumerate(self.execution):
             recs[rid].runs[k].order = pos
-        for name, total in self._param_sum.items():
-            if self._param_count.get(name, 0) > 1:
-                self._param_trace[name] = self.summ.summarise(total)
         module_grad_sums = self._module_sums()
         self.summ.finalize()
         st = StepTrace(run=self.run, step=self.step)
@@ -97,7 +94,15 @@ class AssembleMixin(RecorderState):
         st.execution = list(self.execution)
         st.params = dict(self._param_trace)
         st.modules = self._module_traces(st, module_grad_sums)
+        if not self.passes and not self.notes and error is None:
+            self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
+                            "or torch.autograd.grad() inside the `with tr.step(i)` block)")
         st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
+        if self.notes:
+            st.meta["notes"] = list(self.notes)
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            st.rank, st.world_size = dist.get_rank(), dist.get_world_size()
         if error is not None:
             st.error = f"{type(error).__name__}: {error}"
         self._release()
@@ -107,7 +112,8 @@ class AssembleMixin(RecorderState):
         self.recs = []
         self.ids = {}
         self._pending = {}
-        self._param_sum = {}
+        self._arrived = {}
+        self._param_by_name = {}
         self._module_acc = {}
         self._hidden = {}
         self._calls = []

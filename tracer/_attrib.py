@@ -56,6 +56,21 @@ _SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
 _push_mode = torch._C._push_on_torch_function_stack  # what TorchFunctionMode.__enter__ / __exit__ do
 _pop_mode = torch._C._pop_torch_function_stack
 
+
+
+def _remove_mode(mode: Any) -> None:
+    """Take `mode` off this thread's function-mode stack wherever it is, leaving the modes above it in
+    place: another tracer's step block opened inside ours may still be open when ours ends."""
+    above = []
+    while torch._C._len_torch_function_stack():
+        top = _pop_mode()
+        if top is mode:
+            break
+        above.append(top)
+    for m in reversed(above):
+        _push_mode(m)
+
+
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
@@ -152,7 +167,7 @@ class ForwardRecorder:
             h.remove()
         mode, self._mode = self._mode, None
         if mode is not None and not self._paused:
-            _pop_mode()
+            _remove_mode(mode)
         self._paused = False
         self._leaf = None
         self._stack.clear()
@@ -240,8 +255,12 @@ class ForwardRecorder:
         order = sorted(range(len(seqs)), key=seqs.__getitem__)
         ordered = [seqs[i] for i in order]
         out: list[str | None] = [None] * len(seqs)
-        # outer calls first, so that the inner calls they contain overwrite them
-        for call in sorted(self.calls, key=lambda c: (c.lo, -c.hi)):
+        # outer calls first, so that the inner calls they contain overwrite them. A wrapper whose
+        # forward only calls the wrapped module has the very same window as that call; calls are
+        # recorded as they end, innermost first, so among equal windows the later record is outer.
+        calls = self.calls
+        for i in sorted(range(len(calls)), key=lambda i: (calls[i].lo, -calls[i].hi, -i)):
+            call = calls[i]
             a = bisect.bisect_left(ordered, call.lo)
             b = bisect.bisect_left(ordered, call.hi, a)
             for k in range(a, b):

@@ -31,7 +31,6 @@ import torch
 from tracer._labels import VIEW_NODES
 from tracer._model import NodeRun, TensorTrace
 from tracer._state import RecorderState
-from tracer._summary import grad_off
 from tracer._walk import _Rec
 
 log = logging.getLogger("tracer._recorder")
@@ -93,14 +92,16 @@ class HooksMixin(RecorderState):
         """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
         could see it already rewritten in place, e.g. by DDP's reducer)."""
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            run = self._new_run(rec)
             grad_on = _grad_enabled()  # on in a create_graph backward: summaries must not record
             if grad_on:
                 _set_grad(False)
             try:
-                run = self._new_run(rec)
                 run.grad_outputs = gos = self._arriving(rec, grad_outputs)
                 if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
                     self._note_param(rec.param, grad_outputs[0], gos[0])
+            except Exception as exc:  # never let the tracer break the user's backward
+                self._unreadable(run, (), grad_outputs, exc)
             finally:
                 if grad_on:
                     _set_grad(True)
@@ -118,14 +119,13 @@ class HooksMixin(RecorderState):
         def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t1 = _now()
             tid = _thread_id()
+            run = NodeRun(self._pass_index - 1, -1, [], None, (t1 - max(last_end.get(tid, 0), self._pass_t0)) / 1e3)
+            execution.append((rid, len(runs)))  # order: the position here, set in finish()
+            runs.append(run)
             grad_on = _grad_enabled()
             if grad_on:
                 _set_grad(False)
             try:
-                run = NodeRun(self._pass_index - 1, -1, [], None,
-                              (t1 - max(last_end.get(tid, 0), self._pass_t0)) / 1e3)
-                execution.append((rid, len(runs)))  # order: the position here, set in finish()
-                runs.append(run)
                 gos = run.grad_outputs
                 for i, g in enumerate(grad_outputs):  # what arrived (NOTE [Dedupe])
                     if g is None:
@@ -150,6 +150,8 @@ class HooksMixin(RecorderState):
                     if sums is not None and j in sums:
                         self._add_to_module_sum(sums[j], g)
                 run.grad_inputs = out
+            except Exception as exc:  # never let the tracer break the user's backward
+                self._unreadable(run, grad_inputs, grad_outputs, exc)
             finally:
                 if grad_on:
                     _set_grad(True)
@@ -158,19 +160,34 @@ class HooksMixin(RecorderState):
 
         return post
 
+    def _unreadable(self, run: NodeRun, grad_inputs: tuple[torch.Tensor | None, ...],
+                    grad_outputs: tuple[torch.Tensor | None, ...], exc: Exception) -> None:
+        """A hook's fast path failed on one of the node's gradients: summarise each one on its own,
+        without dedupe or module sums, so what can be read is kept and the backward goes on."""
+        sparse = any(g is not None and g.layout != torch.strided for g in grad_inputs + grad_outputs)
+        if not sparse and not self._warned_unreadable:  # a sparse gradient has no pointer to dedupe by
+            self._warned_unreadable = True
+            log.warning("gradscape: a gradient of step %s could not be summarised on the fast path (%s: %s); "
+                        "summarised one by one", self.step, type(exc).__name__, exc)
+        run.grad_outputs = [None if g is None else self._safe_summary(g) for g in grad_outputs]
+        if grad_inputs:
+            run.grad_inputs = [None if g is None else self._safe_summary(g) for g in grad_inputs]
+
+    def _safe_summary(self, g: torch.Tensor) -> TensorTrace:
+        try:
+            return self.summ.summarise(g)
+        except Exception as exc:
+            log.warning("gradscape: could not summarise a %s gradient: %s", g.layout, exc)
+            try:
+                shape = tuple(int(d) for d in g.shape)
+            except Exception:
+                shape = ()
+            return TensorTrace(shape, str(g.dtype).replace("torch.", ""), {}, None, "not summarised", None,
+                               str(g.device))
+
     def _note_param(self, name: str, g: torch.Tensor, tr: TensorTrace | None) -> None:
-        count = self._param_count.get(name, 0) + 1
-        self._param_count[name] = count
-        with grad_off():
-            if count == 1:
-                if tr is not None:
-                    self._param_trace[name] = tr
-                if self._keep_param_copies:
-                    self._param_sum[name] = g.detach().clone()
-            elif name in self._param_sum:
-                self._param_sum[name] = self._param_sum[name] + g.detach()
-            else:
-                log.info("gradscape: %s got a second gradient in this step but its first was not kept; "
-                         "st.params shows the latest arrival", name)
-                if tr is not None:
-                    self._param_trace[name] = tr
+        """A gradient arrived at a parameter's AccumulateGrad node: its `.grad` is read when the pass
+        ends (see `_params_after_pass`). The arrival's identity is kept, not the tensor (holding it
+        would stop AccumulateGrad from taking it over as `.grad`)."""
+        key = (g.data_ptr(), g.shape, g.stride(), g.dtype) if g.layout == torch.strided else None
+        self._arrived[name] = (tr, key)

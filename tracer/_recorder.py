@@ -15,6 +15,7 @@ joins them and handles the step's lifecycle and the start of each backward.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import torch
@@ -32,19 +33,34 @@ log = logging.getLogger(__name__)
 __all__ = ["StepRecorder", "StructureCache"]
 
 
+def _dist_initialized() -> bool:
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+_functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
+
+
+def _in_functorch() -> bool:
+    """True inside a torch.func transform (grad, vjp, jacrev, vmap, ...)."""
+    return _functorch_stack() is not None
+
+
 class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
     """Everything about one traced step that needs live torch objects; `finish()` returns the
     plain `StepTrace` and lets go of them."""
 
     def __init__(self, run: str, step: int, model: Any, summariser: Summariser,
-                 statics: StructureCache | None = None) -> None:
+                 statics: StructureCache | None = None, warned: set[str] | None = None) -> None:
         self.run, self.step = run, step
+        self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
         self.module_names: dict[Any, str] = {}
         self.module_types: dict[str, str] = {}
         self.module_params: dict[str, list[str]] = {}
         self.param_names: dict[Any, str] = {}
+        self._param_by_name: dict[str, Any] = {}
         if model is not None:
             self._index_model(model)
         self.forward = ForwardRecorder(self.module_names, self._on_backward)
@@ -56,10 +72,12 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self._pending: dict[tuple[int, int], tuple[tuple[Any, ...], TensorTrace]] = {}
         self._summarise = summariser.summarise_no_grad  # hooks turn grad mode off once for all their tensors
         self._pass_index = 0
-        self._param_sum: dict[str, torch.Tensor] = {}
         self._param_trace: dict[str, TensorTrace] = {}
-        self._param_count: dict[str, int] = {}
-        self._keep_param_copies = False
+        # parameter → (summary, identity) of what last arrived at it in the running pass (_note_param)
+        self._arrived: dict[str, tuple[TensorTrace | None, tuple[Any, ...] | None]] = {}
+        self._distributed = _dist_initialized()
+        self._warned_unreadable = False
+        self.notes: list[str] = []  # what this step could not trace, and why (st.meta["notes"])
         self._calls: list[ModuleCallRecord] = []
         self._module_acc: dict[tuple[int, int], torch.Tensor] = {}
         self._hidden: dict[Any, str] = {}
@@ -89,6 +107,7 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
                     continue
                 full = prefix + pname
                 pnames.setdefault(p, full)
+                self._param_by_name.setdefault(pnames[p], p)
                 if first:
                     plist.append(full)
             children = [(prefix + cname, child) for cname, child in mod._modules.items() if child is not None]
@@ -107,12 +126,15 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
 
     # ------------------------------------------------------------------ backward entry
     def _on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _in_functorch():  # NOTE [Transforms]
+            self._note_once("a backward inside a torch.func transform (grad, vjp, jacrev, vmap) runs untraced: "
+                            "its tensors are the transform's wrappers, whose memory cannot be read")
+            return func(*args, **kwargs)
         roots, retain, create = self._roots_of(api, args, kwargs)
         try:
             root_ids = [self._walk_from(node) for node, _ in roots]
             index = self._pass_index
             self._pass_index += 1
-            self._keep_param_copies = self._keep_param_copies or bool(retain) or index > 0
             bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
                               retain_graph=bool(retain), create_graph=bool(create), start=len(self.execution))
             self.passes.append(bp)
@@ -121,15 +143,63 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         except Exception as exc:  # never let the tracer break the user's backward
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
+        result: Any = None
         try:
             self._pass_t0 = _now()
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            return result
         finally:
             bp.end = len(self.execution)
             for (_node, nr), rid in zip(roots, root_ids):
                 runs = [r for r in self.recs[rid].runs if r.pass_index == index]
                 bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
                                      else None)
+            try:
+                self._params_after_pass(api, args, kwargs, result)
+            except Exception as exc:  # never let the tracer break the user's backward
+                log.warning("gradscape: could not read the parameters' gradients after a backward: %s", exc)
+
+    def _params_after_pass(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        """NOTE [Parameter gradients]: `st.params[name]` is the gradient the optimizer will see: the
+        parameter's `.grad` when the step's last backward returned (so accumulated over micro-batches,
+        and all-reduced under DistributedDataParallel, whose reducer writes `.grad` before the backward
+        returns), or what `torch.autograd.grad` returned for it. `.grad` is read when each pass ends,
+        for the parameters a gradient arrived at in that pass; clipping or an optimizer step later in
+        the block changes nothing here. What arrived at each AccumulateGrad node in each pass stays in
+        that node's runs. When `.grad` is the very tensor that arrived (the usual single backward after
+        `zero_grad()`), the arrival's summary is taken as it is: no second pass over the gradient."""
+        if api == "autograd.grad":
+            if result is None:
+                return
+            inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+            if isinstance(inputs, (torch.Tensor, torch.autograd.graph.GradientEdge)):
+                inputs = (inputs,)
+            for t, g in zip(inputs or (), result):
+                name = self.param_names.get(t) if isinstance(t, torch.Tensor) else None
+                if name is not None and isinstance(g, torch.Tensor):
+                    self._param_trace[name] = self.summ.summarise(g)
+            return
+        arrived, self._arrived = self._arrived, {}
+        for name, (tr, key) in arrived.items():
+            p = self._param_by_name.get(name)
+            g = None if p is None else p.grad
+            if g is None:
+                continue
+            if (tr is not None and key is not None and not self._distributed
+                    and getattr(p, "_post_accumulate_grad_hooks", None) is None and g.layout == torch.strided
+                    and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
+                self._param_trace[name] = tr
+            else:
+                self._param_trace[name] = self.summ.summarise(g)
+
+    def _note_once(self, why: str) -> None:
+        """Keep the reason something of this step went untraced in `st.meta["notes"]`, and warn about
+        it once per `Tracer` (`warned`, shared by its steps)."""
+        if why not in self.notes:
+            self.notes.append(why)
+        if why not in self.warned:
+            self.warned.add(why)
+            warnings.warn(f"gradscape: step {self.step}: {why}", RuntimeWarning, stacklevel=2)
 
     @staticmethod
     def _roots_of(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Any, int]],

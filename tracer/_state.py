@@ -36,10 +36,13 @@ class RecorderState:
     _pending: dict[tuple[int, int], tuple[tuple[Any, ...], TensorTrace]]
     _summarise: Callable[[torch.Tensor, TensorTrace | None], TensorTrace]
     _pass_index: int
-    _param_sum: dict[str, torch.Tensor]
     _param_trace: dict[str, TensorTrace]
-    _param_count: dict[str, int]
-    _keep_param_copies: bool
+    _param_by_name: dict[str, Any]
+    _arrived: dict[str, tuple[TensorTrace | None, tuple[Any, ...] | None]]
+    _distributed: bool
+    _warned_unreadable: bool
+    notes: list[str]
+    warned: set[str]
     _calls: list[ModuleCallRecord]
     _module_acc: dict[tuple[int, int], torch.Tensor]
     _hidden: dict[Any, str]
@@ -54,4 +57,5 @@ class RecorderState:
     _new_run: Callable[[_Rec], NodeRun]
     _module_sums: Callable[[], dict[tuple[int, int], TensorTrace]]
     _module_traces: Callable[[StepTrace, dict[tuple[int, int], TensorTrace]], dict[str, Any]]
+    _note_once: Callable[[str], None]
     _add_to_module_sum: Callable[[tuple[int, int], torch.Tensor], None]

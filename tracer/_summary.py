@@ -11,6 +11,12 @@ NOTE [Summary cost]
     Nothing is copied to the host inside a hook: each summary is a small device tensor, and
     `Summariser.finalize` stacks them and makes one transfer per device after backward.
 
+NOTE [Sparse gradients]
+    A sparse gradient (COO, e.g. from `nn.Embedding(sparse=True)`, or CSR/CSC/BSR/BSC) is never made
+    dense: it is coalesced (each stored element once) and its statistics are those of the whole tensor,
+    computed from the stored values with the unstored elements counted as zeros. Its thumbnail is the
+    same block-mean picture a dense gradient gets, summed cell by cell from the stored elements.
+
 NOTE [Thumbnail views]
     A thumbnail is a block-mean downsampling, to at most `size`×`size`, of a 2-D view chosen by rank:
       0-D  → 1×1;                        1-D [n] → 1×n (a strip);
@@ -216,6 +222,64 @@ def thumbnail(t: torch.Tensor, size: int) -> torch.Tensor:
     return out.clone() if out.data_ptr() == v.data_ptr() or out.data_ptr() == t.data_ptr() else out
 
 
+_STRIDED = torch.strided
+_MAX_DENSE_VALUES = 1 << 20  # a sparse gradient's values are kept (tensors="full") up to this many elements
+
+
+def as_coalesced_coo(t: torch.Tensor) -> torch.Tensor | None:
+    """`t` (sparse COO, CSR, CSC, BSR or BSC) as a coalesced COO tensor, never dense: each stored
+    element once, duplicates summed. None for a layout without stored values to read."""
+    try:
+        coo = t.detach() if t.layout == torch.sparse_coo else t.detach().to_sparse_coo()
+        return coo if coo.is_coalesced() else coo.coalesce()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def with_implicit_zeros(raw: Any, zeros: int) -> Any:
+    """`raw_stats` of a sparse tensor's stored values, made the statistics of the whole tensor by
+    adding its `zeros` unstored elements: they count as finite zeros, and bound min and max by 0."""
+    if zeros <= 0:
+        return raw
+    if isinstance(raw, tuple):
+        mn, mx, s, ss, nz, nan, inf, n = raw
+        mn = 0.0 if math.isnan(mn) else min(mn, 0.0)
+        mx = 0.0 if math.isnan(mx) else max(mx, 0.0)
+        return (mn, mx, s, ss, nz, nan, inf, n + zeros)
+    zero = raw.new_zeros(())
+    return torch.stack([torch.fmin(raw[0], zero), torch.fmax(raw[1], zero), raw[2], raw[3], raw[4], raw[5],
+                        raw[6], raw[7] + zeros])
+
+
+def sparse_thumbnail(coo: torch.Tensor, size: int) -> tuple[torch.Tensor, str]:
+    """The block-mean thumbnail of a coalesced sparse COO tensor, computed from its stored elements
+    alone (no dense copy): each stored value is added to the cell of its block, and each cell divided
+    by its block's size. For every rank but 4 it equals `thumbnail` of the dense tensor; a 4-D
+    tensor is shown as rank 5+ would be (rows: the leading dimensions flattened)."""
+    shape = tuple(coo.shape)
+    view = thumbnail_view(shape) if len(shape) != 4 else f"rows {'·'.join(map(str, shape[:-1]))} × cols {shape[-1]}"
+    rows, cols = matrix_shape(shape)
+    dev = coo.device
+    if rows == 0 or cols == 0:
+        return torch.zeros((0, 0), device=dev), view
+    kr, kc = max(1, -(-rows // size)), max(1, -(-cols // size))
+    nr, nc = -(-rows // kr), -(-cols // kc)
+    sd = coo.sparse_dim()
+    idx, vals = coo._indices(), coo._values()
+    if vals.is_complex():
+        vals = vals.abs()
+    dense_n = math.prod(shape[sd:])
+    strides = [math.prod(shape[i + 1:sd]) for i in range(sd)]
+    lin = (idx * torch.tensor(strides, dtype=idx.dtype, device=dev)[:, None]).sum(0)  # over the sparse dims
+    flat = (lin[:, None] * dense_n + torch.arange(dense_n, device=dev)).reshape(-1)  # index in the whole tensor
+    r, c = flat // cols, flat % cols
+    sums = torch.zeros(nr * nc, dtype=torch.float32, device=dev)
+    sums.index_add_(0, (r // kr) * nc + c // kc, vals.reshape(-1).float())
+    per_row = (rows - torch.arange(nr, device=dev) * kr).clamp(max=kr)
+    per_col = (cols - torch.arange(nc, device=dev) * kc).clamp(max=kc)
+    return sums.view(nr, nc) / (per_row[:, None] * per_col[None, :]).float(), view
+
+
 _NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
 
 
@@ -338,6 +402,7 @@ class _Pending:
     values: torch.Tensor | None
     stats_of: TensorTrace | None = None
     host_stats: bool = False  # small tensor: its thumbnail holds every value; stats computed from it
+    view: str | None = None  # the thumbnail's view in words, where it is not thumbnail_view(shape)
 
 
 class grad_off:
@@ -389,7 +454,7 @@ class Summariser:
         the plan; the buffer is read at `finalize`, in a loop of its own. It runs once per gradient
         inside backward, where every Python operation costs 2-3× its warm time (the kernels around
         it have evicted the interpreter's caches), so it does as few as it can."""
-        if t.is_cpu:
+        if t.is_cpu and t.layout is _STRIDED:
             if t.is_contiguous():
                 plan = self._plans.get((t.shape, t.dtype))
             else:  # a Linear's weight gradient on its way through TBackward0, say
@@ -405,6 +470,8 @@ class Summariser:
         return self._summarise(t, stats_of)
 
     def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
+        if t.layout is not _STRIDED:
+            return self._summarise_sparse(t)
         shape = tuple(t.shape)
         dt, dev = t.dtype, t.device
         words = _words.get((dt, dev))
@@ -421,6 +488,22 @@ class Summariser:
         host = stats_of is None and th is not None and t.dtype != torch.float64 and _fits(shape, self.thumb)
         raw = None if stats_of is not None or host else raw_stats(t)
         self._pending.append(_Pending(tr, raw, th, self._values(t), stats_of, host))
+        return tr
+
+    def _summarise_sparse(self, t: torch.Tensor) -> TensorTrace:
+        """A sparse gradient (nn.Embedding(sparse=True), a sparse matmul): see NOTE [Sparse gradients]."""
+        tr = TensorTrace(tuple(t.shape), dtype_name(t.dtype), {}, None, "", None, str(t.device))
+        coo = as_coalesced_coo(t)
+        if coo is None:
+            tr.thumb_view = f"not summarised: {str(t.layout).replace('torch.', '')} layout"
+            return tr
+        vals = coo._values()
+        raw = with_implicit_zeros(raw_stats(vals), t.numel() - vals.numel())
+        th, view = sparse_thumbnail(coo, self.thumb) if self.thumb > 0 else (None, None)
+        values = None
+        if self.keep_values and t.numel() <= _MAX_DENSE_VALUES:
+            values = self._values(coo.to_dense())
+        self._pending.append(_Pending(tr, raw, th, values, None, False, view))
         return tr
 
     def _values(self, t: torch.Tensor) -> torch.Tensor | None:
@@ -442,7 +525,7 @@ class Summariser:
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[_Pending]] = {}
         for p in pending:
-            p.trace.thumb_view = _view_of(p.trace.shape)
+            p.trace.thumb_view = p.view or _view_of(p.trace.shape)
             if isinstance(p.thumb, torch.Tensor) and p.thumb.device.type == "cpu":
                 p.thumb = p.thumb.numpy()
             if isinstance(p.thumb, np.ndarray):

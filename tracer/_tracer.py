@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
 import warnings
 from collections.abc import Sequence
@@ -59,6 +60,7 @@ class Tracer:
         self._closed = False
         self._active = False
         self._statics = StructureCache()
+        self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
@@ -67,11 +69,15 @@ class Tracer:
         untraced step, for which nothing at all is installed (the context is a shared no-op)."""
         if self._closed:
             raise RuntimeError("this Tracer is closed")
+        if type(i) is not int:
+            if isinstance(i, bool) or not hasattr(type(i), "__index__"):
+                raise TypeError(f"Tracer.step: the step index must be an int, got {type(i).__name__} {i!r}")
+            i = operator.index(i)  # numpy integers and the like
         if i % self.every != 0:
             return _UNTRACED
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
-        return _TracedStep(self, int(i))
+        return _TracedStep(self, i)
 
     def _emit(self, st: StepTrace) -> None:
         for sink in self.sinks:
@@ -139,7 +145,7 @@ class _TracedStep:
         self.tracer = tracer
         self.st = StepTrace(run=tracer.run, step=i)
         self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"),
-                                tracer._statics)
+                                tracer._statics, tracer._warned)
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
