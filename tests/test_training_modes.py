@@ -276,3 +276,9 @@ def test_two_tracers_whose_blocks_overlap(order: str) -> None:
     with ta.step(1) as st:  # both still work afterwards
         a_model(x).sum().backward()
     assert st is not None and len(st.passes) == 1
+
+
+def test_a_sink_path_that_cannot_be_opened_names_the_path(tmp_path: object) -> None:
+    bad = f"{tmp_path}/no/such/folder/run.sqlite"
+    with pytest.raises(tracer.StoreError, match="no/such/folder/run.sqlite"):
+        tracer.Tracer(_mlp(), sink=bad)

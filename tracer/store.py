@@ -57,13 +57,17 @@ class TraceStore:
             uri = f"file:{Path(self.path).resolve()}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
         else:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            with self._db:
-                self._db.executescript(_SCHEMA)
-                self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
-                self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
+            try:
+                self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                with self._db:
+                    self._db.executescript(_SCHEMA)
+                    self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)",
+                                     (str(SCHEMA_VERSION),))
+                    self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
+            except sqlite3.OperationalError as exc:  # a missing folder, no permission, a directory
+                raise StoreError(f"cannot open the trace file {self.path} for writing: {exc}") from exc
         self._check_version()
 
     def _check_version(self) -> None:
