@@ -261,3 +261,55 @@ def test_a_module_call_on_another_thread_never_gets_our_mode() -> None:
     assert seen == [0]
     assert st is not None and len(st.passes) == 2
     assert torch._C._len_torch_function_stack() == 0
+
+
+def test_forward_caches_are_bounded() -> None:
+    from tracer import _attrib
+
+    for k in range(_attrib._MAX_CACHED + 10):  # code objects of many files (generated code, notebooks)
+        ns: dict[str, object] = {}
+        exec(compile("import sys\nframe = sys._getframe()", f"user_{k}.py", "exec"), ns)
+        assert _attrib.user_frame(ns["frame"]) == f"user_{k}.py:2"
+    assert 0 < len(_attrib._is_user_code) <= _attrib._MAX_CACHED
+    model = nn.Linear(2, 2)
+    tr = tracer.Tracer(model)
+    with tr.step(0):  # module classes made on the fly, each a library leaf
+        x = model(torch.randn(1, 2))
+        for k in range(_attrib._MAX_CACHED + 10):
+            x = type(f"Act{k}", (nn.Identity,), {})()(x)
+        x.sum().backward()
+    assert 0 < len(_attrib._library_leaf) <= _attrib._MAX_CACHED
+
+
+def test_summaries_on_two_threads_at_once_are_exact() -> None:
+    """The non-zero count goes through a scratch buffer; two threads summarising at once (engine
+    threads of two devices, two traced loops) must not share it."""
+    import threading
+
+    import numpy as np
+
+    from tracer._summary import raw_stats
+
+    n = 1 << 20  # several chunks of the count
+    tensors = []
+    for k in range(2):
+        t = torch.ones(n, dtype=torch.float64)
+        t[k::3] = 0.0
+        tensors.append(t)
+    want = [float(np.count_nonzero(t.numpy())) for t in tensors]
+    bad: list[tuple[int, float]] = []
+    go = threading.Barrier(2)
+
+    def work(k: int) -> None:
+        go.wait()
+        for _ in range(40):
+            got = raw_stats(tensors[k])[4]
+            if got != want[k]:
+                bad.append((k, float(got)))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad

@@ -82,19 +82,23 @@ def _in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-_is_user_code: dict[Any, str | None] = {}  # code object → basename if it is the user's code, else None
+# file name → its basename if it is the user's code, else None. Keyed by the file name, not the code
+# object: code objects compare equal across files when their contents do.
+_is_user_code: dict[str, str | None] = {}
+_MAX_CACHED = 4096  # entries per cache here; past that it starts over (files and classes made on the fly)
 
 
 def user_frame(start: Any) -> str | None:
     """`file.py:LINE` of the first frame outside torch and gradscape, walking outwards."""
     f = start
     while f is not None:
-        code = f.f_code
-        base = _is_user_code.get(code, False)
+        fn = f.f_code.co_filename
+        base = _is_user_code.get(fn, False)
         if base is False:
-            fn = code.co_filename
             user = not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<frozen")
-            base = _is_user_code[code] = os.path.basename(fn) if user else None
+            if len(_is_user_code) >= _MAX_CACHED:
+                _is_user_code.clear()
+            base = _is_user_code[fn] = os.path.basename(fn) if user else None
         if base is not None:
             return f"{base}:{f.f_lineno}"
         f = f.f_back
@@ -218,6 +222,8 @@ class ForwardRecorder:
             cls = type(mod)
             lib = _library_leaf.get(cls)
             if lib is None:
+                if len(_library_leaf) >= _MAX_CACHED:
+                    _library_leaf.clear()
                 lib = _library_leaf[cls] = _forward_in_torch(cls)
             if lib and self._step_aside():
                 self._leaf = mod

@@ -10,10 +10,18 @@ NOTE [Socket sink]
     local SQLite trace file (`gradscape serve --store <spill>` shows it later). When both queues
     are full the step is dropped. Every outcome is counted in `stats`; the first problem warns
     once, never raises. `close(timeout)` flushes what it can in time and spills the rest.
+
+NOTE [Sink threads]
+    The two threads start with the first step written, not before, and end when the sink is
+    closed (`Tracer.close()`), when the sink is garbage-collected with its Tracer (a
+    `weakref.finalize` flushes and closes it on a short-lived thread of its own, so no training loop
+    waits), and at interpreter exit (queued steps are flushed or spilled, then the threads end). The
+    threads hold the sink's state (`_Sender`), never the `SocketSink` handle that the Tracer holds.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -21,6 +29,7 @@ import socket
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -86,8 +95,9 @@ class _ByteQueue:
             return out
 
 
-class SocketSink:
-    """`Tracer(sink="http://127.0.0.1:8050")`. See NOTE [Socket sink]."""
+class _Sender:
+    """The socket sink's state and its two threads; `SocketSink` is the handle the Tracer holds.
+    Nothing here refers back to that handle, so dropping it (NOTE [Sink threads]) frees it."""
 
     def __init__(self, url: str, run: str, *, token: str | None = None, spill: str | None = None,
                  queue_bytes: int = 512 << 20, spill_bytes: int = 1 << 30, connect_timeout: float = 5.0,
@@ -116,11 +126,23 @@ class SocketSink:
         self._file: Any = None
         self._sender = threading.Thread(target=self._send_loop, name="gradscape-sender", daemon=True)
         self._spiller = threading.Thread(target=self._spill_loop, name="gradscape-spill", daemon=True)
-        self._sender.start()
-        self._spiller.start()
+        self._started = False
+        self._closed = False
+        self._life = threading.Lock()  # start and close, each once, never at the same time
+
+    def _start(self) -> None:
+        with self._life:
+            if self._started or self._closed:
+                return
+            self._started = True
+            _live.add(self)
+            self._sender.start()
+            self._spiller.start()
 
     # ------------------------------------------------------------------ training-loop side
     def write(self, st: StepTrace) -> None:
+        if not self._started:
+            self._start()
         t0 = time.perf_counter()
         size = estimate_bytes(st)
         if not self._net.offer(st, size):
@@ -128,6 +150,15 @@ class SocketSink:
         self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)
 
     def close(self, timeout: float = 10.0) -> None:
+        with self._life:
+            if self._closed:
+                return
+            self._closed = True
+            if self._started:
+                self._close(timeout)
+            _live.discard(self)
+
+    def _close(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self._net.wait_empty(deadline)
         while self._busy.is_set() and time.monotonic() < deadline:
@@ -264,6 +295,70 @@ class SocketSink:
         if c is not None:
             with contextlib.suppress(Exception):
                 c.disconnect()
+
+
+class SocketSink:
+    """`Tracer(sink="http://127.0.0.1:8050")`: streams steps to a gradscape server. See NOTE [Socket
+    sink] and NOTE [Sink threads]. Arguments: those of the server connection and the queues' bounds."""
+
+    def __init__(self, url: str, run: str, **options: Any) -> None:
+        self._core = core = _Sender(url, run, **options)
+        self.stats = core.stats  # the same dict, counted by the threads
+        # on garbage collection: flush and stop in the background (the training loop never waits)
+        self._finalizer = weakref.finalize(self, _close_in_background, core)
+        self._finalizer.atexit = False  # at exit `_close_all` flushes every live sink, in order
+
+    def write(self, st: StepTrace) -> None:
+        self._core.write(st)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._finalizer.detach()
+        self._core.close(timeout)
+
+    @property
+    def acked(self) -> list[int]:
+        """Steps the server confirmed stored."""
+        return self._core.acked
+
+    @property
+    def max_write_ms(self) -> float:
+        return self._core.max_write_ms
+
+    @property
+    def spill_path(self) -> str:
+        return self._core.spill_path
+
+    @property
+    def url(self) -> str:
+        return self._core.url
+
+    @property
+    def run(self) -> str:
+        return self._core.run
+
+    @property
+    def _net(self) -> _ByteQueue:
+        return self._core._net
+
+    def threads(self) -> list[threading.Thread]:
+        """The sink's threads that are running (none before the first step, none once closed)."""
+        return [t for t in (self._core._sender, self._core._spiller) if t.is_alive()]
+
+
+# senders whose threads run; at exit each is flushed and closed (the threads are daemons)
+_live: set[_Sender] = set()
+
+
+def _close_in_background(core: _Sender) -> None:
+    if core._started and not core._closed:
+        threading.Thread(target=core.close, name="gradscape-close", daemon=True).start()
+
+
+@atexit.register
+def _close_all() -> None:
+    for core in list(_live):
+        with contextlib.suppress(Exception):
+            core.close(5.0)
 
 
 class _Refused(Exception):

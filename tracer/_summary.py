@@ -34,6 +34,7 @@ import ctypes
 import functools
 import math
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,7 +63,7 @@ def _flat_float(t: torch.Tensor) -> torch.Tensor:
 
 
 _CHUNK = 1 << 18  # elements per pass of the non-zero count (1 MB of float32: stays in cache)
-_scratch: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+_scratch = threading.local()  # per thread (engine threads of several devices): (device, dtype) → buffer
 
 
 def _count_nonzero(flat: torch.Tensor) -> torch.Tensor:
@@ -74,10 +75,13 @@ def _count_nonzero(flat: torch.Tensor) -> torch.Tensor:
     if n <= _CHUNK:
         s = torch.sign(flat)
         return torch.dot(s, s)
+    bufs = getattr(_scratch, "bufs", None)
+    if bufs is None:
+        bufs = _scratch.bufs = {}
     key = (flat.device, flat.dtype)
-    buf = _scratch.get(key)
+    buf = bufs.get(key)
     if buf is None:
-        buf = _scratch[key] = torch.empty(_CHUNK, dtype=flat.dtype, device=flat.device)
+        buf = bufs[key] = torch.empty(_CHUNK, dtype=flat.dtype, device=flat.device)
     total = flat.new_zeros(())
     for start in range(0, n, _CHUNK):
         part = flat[start:start + _CHUNK]
