@@ -16,7 +16,7 @@ from tracer._summary import grad_off
 
 
 class ModuleSumsMixin(RecorderState):
-    # ---- module-level gradients, derived from node hooks (see AUTOGRAD.md §9.4)
+    # ---- module-level gradients, derived from node hooks (the module docstring says how)
     def _producers(self, call: ModuleCallRecord, edge: tuple[Any, int],
                    index: dict[tuple[int, int], list[tuple[int, int]]]) -> list[tuple[int, int]]:
         """The (node, slot) pairs inside this module call that send a gradient to `edge`."""
