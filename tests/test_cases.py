@@ -283,3 +283,32 @@ def test_trace_one_call() -> None:
     st = tracer.trace(loss, case.model)
     assert st.nodes[0].name == "NllLossBackward0"
     assert set(st.params) == {n for n, _ in case.model.named_parameters()}
+
+
+def test_a_compiled_module_keeps_its_graphs_across_traced_steps() -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch.manual_seed(0)
+    counter = CompileCounterWithBackend("aot_eager")
+    model = nn.Module()
+    model.block = torch.compile(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4)), backend=counter)
+    model.head = nn.Linear(4, 2)
+    x = torch.randn(5, 4)
+    model.head(model.block(x)).sum().backward()  # compiled once, untraced
+    assert counter.frame_count == 1
+    model.zero_grad()
+    tr = tracer.Tracer(model)
+    for i in range(12):  # past dynamo's recompile limit (8), had every traced step recompiled
+        with tr.step(i) as st:
+            loss = model.head(model.block(x)).sum()
+            want = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
+            loss.backward()
+        compiled = [n for n in st.nodes if n.kind == "compiled"]
+        assert len(compiled) == 1 and compiled[0].module == "block", i  # still compiled, and attributed
+        got = [p.grad for p in model.parameters()]
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), i
+        for p in model.parameters():
+            p.grad = None
+    assert counter.frame_count == 2  # one more compile for the traced steps, then both graphs are kept
+    model.head(model.block(x)).sum().backward()  # untraced again: the first graph
+    assert counter.frame_count == 2

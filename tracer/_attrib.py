@@ -38,6 +38,7 @@ import bisect
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,7 +148,6 @@ class ForwardRecorder:
     _src_lo: list[int] = field(default_factory=list)
     _src_hi: list[int] = field(default_factory=list)
     _src: list[str | None] = field(default_factory=list)
-    _handles: list[Any] = field(default_factory=list)
     _mode: Any = None
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
@@ -155,20 +155,19 @@ class ForwardRecorder:
     _thread: int = 0  # the thread whose function-mode stack holds the mode
 
     def start(self) -> None:
-        mm = torch.nn.modules.module
-        self._handles = [mm.register_module_forward_pre_hook(self._pre),
-                         mm.register_module_forward_hook(self._post, always_call=True),
-                         _optim.register_optimizer_step_pre_hook(self._opt_pre),
-                         _optim.register_optimizer_step_post_hook(self._opt_post)]
+        if not _active:
+            _install_hooks()
+        _active.append(self)
         self._mode = _StepMode(self)
         self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)
 
     def stop(self) -> None:
         """Idempotent; safe to call from a `finally`."""
-        handles, self._handles = self._handles, []
-        for h in handles:
-            h.remove()
+        if self in _active:
+            _active.remove(self)
+            if not _active:
+                _remove_hooks()
         mode, self._mode = self._mode, None
         if mode is not None and not self._paused:
             _remove_mode(mode)
@@ -284,6 +283,87 @@ class ForwardRecorder:
         if i >= 0 and seq < self._src_hi[i]:
             return self._src[i]
         return None
+
+
+# NOTE [Hooks under torch.compile]
+#     Dynamo inlines the global module hooks into a compiled module's graph and guards on the hook
+#     dicts' keys (each registration's id) and on the types on the function-mode stack. A hook
+#     registered anew for every traced step would fail those guards every traced step: a recompile
+#     each time, until the recompile limit leaves the module running eagerly. So the hooks are
+#     module-level functions put back at the same key every time (the key the first registration
+#     got), and the recorders of the open step blocks are found in `_active`; the hooks return at once
+#     while dynamo compiles (so no recorder's state is read into a graph), and the mode's type never
+#     changes. A compiled module thus compiles once more for traced steps (the hooks and the mode are
+#     there) and keeps both graphs; its compiled region is one node, attributed by the call of the
+#     compiled module (its wrapper's hooks run outside the graph).
+_active: list[ForwardRecorder] = []  # the recorders of the open step blocks, oldest first
+_slots: dict[str, Any] = {}  # hook → the handle of its first registration, whose key it keeps
+
+
+def _on_pre(mod: Any, args: Any) -> None:
+    if _compiling():
+        return None
+    for rec in _active:
+        rec._pre(mod, args)
+    return None
+
+
+def _on_post(mod: Any, args: Any, out: Any) -> None:
+    if _compiling():
+        return None
+    for rec in _active:
+        rec._post(mod, args, out)
+    return None
+
+
+def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
+    for rec in _active:
+        rec._opt_pre(opt, args, kwargs)
+    return None
+
+
+def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
+    for rec in _active:
+        rec._opt_post(opt, args, kwargs)
+    return None
+
+
+_HOOKS: tuple[tuple[str, Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
+    ("forward_pre", torch.nn.modules.module.register_module_forward_pre_hook, _on_pre, {}),
+    ("forward", torch.nn.modules.module.register_module_forward_hook, _on_post, {"always_call": True}),
+    ("optimizer_pre", _optim.register_optimizer_step_pre_hook, _on_opt_pre, {}),
+    ("optimizer_post", _optim.register_optimizer_step_post_hook, _on_opt_post, {}),
+)
+
+
+# torch warns at every call of a `torch.compile(module)` wrapper while any global module hook is
+# registered (the hooks see the wrapper's call too). Ours are meant to: that is how a compiled region
+# is attributed to its module. So that warning is ignored from the first traced step on (a filter
+# added once, and again only if something reset the filters: adding and removing one per step would
+# make Python forget which warnings it already showed once, and show the user's warnings again).
+_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+
+
+def _install_hooks() -> None:
+    """Register the global hooks, each at the key it had the first time (NOTE [Hooks under torch.compile])."""
+    if not any(f[1] is not None and f[1].pattern == _COMPILE_HOOK_WARNING for f in warnings.filters):
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+    for name, register, fn, kwargs in _HOOKS:
+        handle = _slots.get(name)
+        hooks = handle.hooks_dict_ref() if handle is not None else None
+        if handle is None or hooks is None:
+            _slots[name] = register(fn, **kwargs)
+            continue
+        hooks[handle.id] = fn
+        for ref in handle.extra_dict_ref:  # `always_call`: the same key in a second dict
+            extra = ref()
+            if extra is not None:
+                extra[handle.id] = True
+
+
+def _remove_hooks() -> None:
+    for handle in _slots.values():
+        handle.remove()
 
 
 _BACKWARD_FUNCS = {torch.Tensor.backward: "Tensor.backward",
