@@ -356,6 +356,13 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
 
 
 def _assets_folder() -> str:
+    """The page's assets: `app/assets/` in an installed package (the build copies them there), else
+    `assets/` at the top of a source checkout (an editable install or PYTHONPATH)."""
     from pathlib import Path
 
-    return str(Path(__file__).resolve().parent.parent / "assets")
+    here = Path(__file__).resolve().parent
+    for folder in (here / "assets", here.parent / "assets"):
+        if (folder / "player.js").is_file():
+            return str(folder)
+    raise FileNotFoundError(f"gradscape: the page's assets (player.js, gradscape.css) are in neither {here / 'assets'} "
+                            f"nor {here.parent / 'assets'}; reinstall gradscape")

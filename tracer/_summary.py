@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from tracer._model import TensorTrace
-from tracer._native import native
+from tracer._native import check_geometry, native
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _EXACT_FLOAT32_COUNT = 1 << 24  # a float32 dot of ±1/0 counts exactly up to 2**24 elements
@@ -280,6 +280,7 @@ def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:
     k = th_shape[0] * th_shape[1] if th_shape is not None else 0
     geom = (ctypes.c_int64 * 7)(n, *geometry)
     buf_type = ctypes.c_double * (8 + (k + 1) // 2)  # 8 statistics, then k float32 thumbnail cells
+    check_geometry(n, geometry, th_shape, ctypes.sizeof(buf_type))  # raises rather than overrun a buffer
     shape = tuple(t.shape)
     plan = _NativePlan(getattr(lib, name), ctypes.addressof(geom), buf_type, th_shape, geom, shape,
                        dtype_name(t.dtype), thumbnail_view(shape))
