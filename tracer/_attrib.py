@@ -46,15 +46,17 @@ import torch
 import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 
-_seqnr = torch._C._autograd._get_sequence_nr
-_NoTorchFunction = torch._C.DisableTorchFunction
+from tracer import _compat
+
+_seqnr = _compat.sequence_nr
+_NoTorchFunction = _compat.DisableTorchFunction
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OUR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
 
 
-_push_mode = torch._C._push_on_torch_function_stack  # what TorchFunctionMode.__enter__ / __exit__ do
-_pop_mode = torch._C._pop_torch_function_stack
+_push_mode = _compat.push_mode  # what TorchFunctionMode.__enter__ / __exit__ do
+_pop_mode = _compat.pop_mode
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
@@ -64,7 +66,7 @@ def _is_compiling() -> bool:
 
 
 def _in_backward() -> bool:
-    return torch._C._current_graph_task_id() != -1
+    return _compat.current_graph_task_id() != -1
 
 
 _is_user_code: dict[Any, str | None] = {}  # code object → basename if it is the user's code, else None
@@ -168,8 +170,8 @@ class ForwardRecorder:
     def _step_aside(self) -> bool:
         """Take the mode off the stack when it is on top; True if it was."""
         mode = self._mode
-        n = torch._C._len_torch_function_stack()
-        if mode is not None and n and torch._C._get_function_stack_at(n - 1) is mode:
+        n = _compat.mode_stack_len()
+        if mode is not None and n and _compat.mode_at(n - 1) is mode:
             _pop_mode()
             self._paused = True
             return True

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from tracer import _compat
 from tracer._attrib import ForwardRecorder, ModuleCallRecord
 from tracer._labels import ACCUMULATE, VIEW_NODES, SlotInfo, label_slots, schema_of, slot_args
 from tracer._model import BackwardPass, ModuleCall, ModuleTrace, NodeRun, NodeTrace, StepTrace, TensorTrace
@@ -46,7 +47,7 @@ _ACC_SEQ = (1 << 64) - 1
 _now = time.perf_counter_ns
 _thread_id = threading.get_ident
 _grad_enabled = torch.is_grad_enabled
-_set_grad = torch._C._set_grad_enabled
+_set_grad = _compat.set_grad_enabled
 
 
 def _kind_of(node: Any, name: str) -> str:

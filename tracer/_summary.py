@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from tracer import _compat
 from tracer._model import TensorTrace
 from tracer._native import check_geometry, native
 
@@ -350,11 +351,11 @@ class grad_off:
     def __enter__(self) -> None:
         self.prev = torch.is_grad_enabled()
         if self.prev:
-            torch._C._set_grad_enabled(False)
+            _compat.set_grad_enabled(False)
 
     def __exit__(self, *exc: object) -> None:
         if self.prev:
-            torch._C._set_grad_enabled(True)
+            _compat.set_grad_enabled(True)
 
 
 _words: dict[tuple[torch.dtype, torch.device], tuple[str, str]] = {}  # (dtype, device) → their names
