@@ -294,10 +294,11 @@ class GradscapeDash(dash.Dash):
             cached = self._layout_cache = (key, super().serve_layout().get_data())
         return Response(cached[1], mimetype="application/json")
 
-    def interpolate_index(self, **kwargs: Any) -> str:
-        scripts = kwargs.get("scripts", "")
-        kwargs["scripts"] = "\n".join(line for line in scripts.split("\n") if "/dash_table/" not in line)
-        return super().interpolate_index(**kwargs)
+    def interpolate_index(self, metas: str = "", title: str = "", css: str = "", config: str = "", scripts: str = "",
+                          app_entry: str = "", favicon: str = "", renderer: str = "") -> str:
+        scripts = "\n".join(line for line in scripts.split("\n") if "/dash_table/" not in line)
+        return str(super().interpolate_index(metas=metas, title=title, css=css, config=config, scripts=scripts,
+                                             app_entry=app_entry, favicon=favicon, renderer=renderer))
 
 
 def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfig | None = None,
@@ -306,8 +307,11 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     config = config or ServerConfig()
     store = store if isinstance(store, TraceStore) else TraceStore(store)
     server = Flask("gradscape")
-    app = GradscapeDash("gradscape", server=server, assets_folder=_assets_folder(), title="gradscape",
-                        update_title=None, suppress_callback_exceptions=True)
+    # Dash's annotations leave out two values it documents: a Flask instance as `server` (they say
+    # bool | Callable[[], Any]) and None as `update_title` (no "Updating..." title while callbacks run).
+    dash_options: dict[str, Any] = {"server": server, "update_title": None}
+    app = GradscapeDash("gradscape", assets_folder=_assets_folder(), title="gradscape",
+                        suppress_callback_exceptions=True, **dash_options)
     socketio = SocketIO(server, async_mode="threading", async_handlers=False,
                         max_http_buffer_size=protocol.MAX_MESSAGE, cors_allowed_origins=None,
                         logger=False, engineio_logger=False)
