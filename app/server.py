@@ -6,7 +6,7 @@ globals, so tests build as many servers as they like. The tracer streams steps o
 transaction, and the browser gets light notifications on `/ui` and reads data from the store.
 See `tracer.protocol` for the messages and docs/api.md for the JSON API.
 
-Security (STACK.md §5): bound to loopback by default; the Host header is checked on every request
+Security (docs/web-stack.md): bound to loopback by default; the Host header is checked on every request
 (the Socket.IO origin check alone lets DNS rebinding through); a token is required when bound
 anywhere else (generated if not given) and then checked on the socket connect, the JSON API and the
 page (a `?token=` visit sets a cookie). Dash's version check is never enabled.
@@ -84,7 +84,7 @@ class HostCheck:
 class Notifier:
     """Coalesces /ui notifications and pushes them at most every `interval` seconds from one thread.
     A notification only says what changed; the page reads the current state from the store, so
-    nothing is lost when several merge (DESIGN.md: Dash props are state, not events)."""
+    nothing is lost when several merge (Dash props are state, not events: docs/web-stack.md)."""
 
     def __init__(self, socketio: SocketIO, interval: float) -> None:
         self.socketio = socketio

@@ -23,9 +23,9 @@ NOTE [Library leaves]
     first frame outside torch is the same for all of the call's ops: the line that called the module.
     For such a call the module pre-hook takes the mode off the stack (when it is on top) and the
     post-hook puts it back and records that line once for the call's whole sequence window. The
-    result is the line the mode would have recorded per op, without the mode's dispatch per op (an
-    F.relu through the mode measured 3.6 µs warm and ~20 µs inside a real step on CPU, where the
-    kernels around it have evicted the interpreter's caches). The post-hook is registered with
+    result is the line the mode would have recorded per op, without the mode's dispatch per op (a
+    Python call per op, dearer inside a real step, where the kernels around it have evicted the
+    interpreter's caches). The post-hook is registered with
     `always_call=True`, so a forward that raises puts the mode back too.
 
 Both the hooks and the mode are removed when the step ends, also when it raises. Forward hooks that

@@ -580,7 +580,7 @@ class StepRecorder:
             statics.append(_Static(args, labels, schema_of(r.name) if r.kind == "op" else None))
         return statics
 
-    # ---- module-level gradients, derived from node hooks (see AUTOGRAD.md §9.4)
+    # ---- module-level gradients, derived from node hooks (see docs/autograd.md, Module-level gradients)
     def _producers(self, call: ModuleCallRecord, edge: tuple[Any, int],
                    index: dict[tuple[int, int], list[tuple[int, int]]]) -> list[tuple[int, int]]:
         """The (node, slot) pairs inside this module call that send a gradient to `edge`."""

@@ -4,7 +4,7 @@ NOTE [Socket sink]
     `write()` runs in the training loop and only appends the finished `StepTrace` to a queue
     bounded in bytes: no encoding, no I/O, no lock held for long. A daemon sender thread is the only
     thread that touches the Socket.IO client (binary emits from several threads corrupt frames,
-    STACK.md §2.5): it connects with backoff, says hello, encodes each step (msgpack), splits it
+    docs/web-stack.md): it connects with backoff, says hello, encodes each step (msgpack), splits it
     into chunks of `protocol.CHUNK_BYTES` and sends them with acknowledged calls. A step the server
     cannot take (down, too slow, refused) goes to a second queue drained by a spill thread into a
     local SQLite trace file (`gradscape serve --store <spill>` shows it later). When both queues

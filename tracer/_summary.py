@@ -3,8 +3,8 @@
 NOTE [Summary cost]
     Statistics are memory-bound, so the cost is the number of passes over each tensor. The
     ordinary path reads a float32 tensor four times: `sum`, `dot(x, x)`, `aminmax` and
-    `dot(sign(x), sign(x))` (the number of non-zeros, because `count_nonzero` is branchy and up to
-    20× slower on ReLU-sparse gradients on CPU). NaN and Inf propagate into the sum and the extremes,
+    `dot(sign(x), sign(x))` (the number of non-zeros, because `count_nonzero` is branchy and much
+    slower on ReLU-sparse gradients on CPU). NaN and Inf propagate into the sum and the extremes,
     so on CPU the exact NaN/Inf counts and the finite-only statistics are computed only when one of
     those came out non-finite. On CUDA that test would be a host sync per node, so the non-finite
     pass always runs there (extra kernels are cheap on a GPU; a sync stalls the engine).
@@ -343,8 +343,8 @@ class _Pending:
 
 
 class grad_off:
-    """`torch.no_grad()` for hot paths: the decorator form costs ~50 µs a call on CPU (it clones its
-    context each time); this only flips the flag when it is on (it is off in a plain backward)."""
+    """`torch.no_grad()` for hot paths: the decorator form creates and clones a context object on
+    every call; this only flips the flag when it is on (it is off in a plain backward)."""
 
     __slots__ = ("prev",)
 
@@ -389,7 +389,7 @@ class Summariser:
         The fast path, for a contiguous CPU tensor of a shape and dtype the kernel has seen: one
         kernel call into a fresh buffer, and a trace whose shape, dtype and view words come from
         the plan; the buffer is read at `finalize`, in a loop of its own. It runs once per gradient
-        inside backward, where every Python operation costs 2-3× its warm time (the kernels around
+        inside backward, where every Python operation costs more than when warm (the kernels around
         it have evicted the interpreter's caches), so it does as few as it can."""
         if t.is_cpu:
             if t.is_contiguous():
