@@ -1,4 +1,5 @@
-# gradscape: `make run` sets everything up and starts the demo; `make test` sets up and runs every test.
+# gradscape: `make run` sets everything up and runs `gradscape demo` (the server plus a bundled training
+# loop streaming into it); `make test` sets up and runs lint and every test (the package test included).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,31 +10,40 @@ TORCH_SPEC ?= torch==2.13.0
 PIP := $(PY) -m pip install -q --no-compile --disable-pip-version-check
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+# what the install builds from: a change to any of them re-runs the install (the summary kernel is
+# compiled by it, into tracer/ for this editable install)
+BUILD_INPUTS := pyproject.toml setup.py tracer/_fastsum.c tracer/_fastsum_v3.c tracer/_fastsum_v4.c
 
-.PHONY: venv run test lint bench chromium clean
+.PHONY: venv run test lint bench chromium compiler clean
 
 venv: $(DEV_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(RUN_STAMP): pyproject.toml | $(PY)
+$(RUN_STAMP): $(BUILD_INPUTS) | $(PY)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) $(TORCH_SPEC)
 	$(PIP) -e .
 	touch $@
 
-$(DEV_STAMP): pyproject.toml | $(PY)
+$(DEV_STAMP): $(BUILD_INPUTS) | $(PY) compiler
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) $(TORCH_SPEC)
 	$(PIP) -e ".[dev]"
 	touch $@ $(RUN_STAMP)
+
+# The summary kernel is optional for `make run` (without a compiler the install still succeeds and
+# summaries use torch), but the tests check it, so `make test` installs a C compiler when none is there.
+compiler:
+	@command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; }
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: venv
-	$(VENV)/bin/ruff check tracer app tests bench examples
-	$(VENV)/bin/mypy tracer
+	$(VENV)/bin/ruff check tracer app tests bench examples setup.py
+	$(VENV)/bin/mypy tracer app
 
 test: venv chromium lint
 	$(VENV)/bin/python -m pytest -q
@@ -45,6 +55,7 @@ bench: venv chromium
 	$(PY) bench/overhead.py
 	$(PY) bench/stream.py
 	$(PY) bench/ui.py
+	$(PY) bench/first_step.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist app/assets tracer/_fastsum*.so

@@ -4,6 +4,7 @@
     gradscape demo  [--port 8050] [--model mlp|cnn|transformer] [--every 5]
     gradscape show FILE [--run R] [--step S]      print one recorded step
     gradscape runs FILE                           list runs and steps
+    gradscape doctor [--url http://127.0.0.1:8050] versions, summariser, file locations, server check
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--step", type=int, default=None, help="step number (default: the last step)")
     show.add_argument("--nodes", type=int, default=60, help="at most this many nodes")
     sub.add_parser("runs", help="list the runs and steps of a trace file").add_argument("path")
+    doc = sub.add_parser("doctor", help="what gradscape runs on: versions, summariser, where files go, server check")
+    doc.add_argument("--url", default=None, help="also check that a gradscape server answers here")
+    doc.add_argument("--token", default=None, help="the server's token, if it wants one")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv or ["serve"])  # bare `gradscape` / `python -m app`: serve
     try:
@@ -47,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve(args.store, args.host, args.port, args.token)
         if args.command == "demo":
             return demo_main(args)
+        if args.command == "doctor":
+            return doctor(args.url, args.token)
         if args.command == "show":
             from tracer._report import format_step
 
@@ -59,6 +65,70 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gradscape: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def doctor(url: str | None, token: str | None = None) -> int:
+    """Print what a problem report needs; 1 when a server was asked about and did not answer."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    from tracer import _compat, _native, _paths
+
+    try:
+        version = metadata.version("gradscape")
+    except metadata.PackageNotFoundError:
+        version = "not installed (run from a source tree)"
+    print(f"gradscape: {version} ({Path(tracer.__file__).resolve().parent.parent})")
+    print(f"python: {platform.python_version()} ({sys.executable}) on {platform.platform()}")
+    lo = ".".join(map(str, _compat.MIN_TORCH))
+    print(f"torch: {torch.__version__} (gradscape is tested with torch {lo})")
+    if torch.cuda.is_available():
+        names = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count()))
+        print(f"cuda: {torch.version.cuda}, {names}")
+    else:
+        print("cuda: no device")
+    print(f"summariser: {_native.summariser()}")
+    kernel = _native.kernel_path()
+    if kernel is not None:
+        print(f"summary kernel: {kernel}")
+    print(f"trace files: where Tracer(sink=FILE) says; `gradscape serve` reads {Path('gradscape.sqlite').resolve()} "
+          f"unless --store says otherwise")
+    print(f"spill files: {_paths.spill_dir()} (steps a live sink could not send)")
+    if url is None:
+        return 0
+    ok, what = _check_server(url, token)
+    print(f"server: {url}: {what}")
+    return 0 if ok else 1
+
+
+def _check_server(url: str, token: str | None) -> tuple[bool, str]:
+    """(answered as gradscape does, what happened) for a GET of url's /api/runs."""
+    import json
+    import urllib.error
+    import urllib.request
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return False, "not an http://host:port URL"
+    token = token or parse_qs(parts.query).get("token", [None])[0]
+    req = urllib.request.Request(f"{parts.scheme}://{parts.netloc}/api/runs",
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            return False, "answers, but wants a token (--token, or the URL the server printed at start-up)"
+        return False, f"answers HTTP {exc.code} at /api/runs: not a gradscape server of this version?"
+    except (OSError, ValueError) as exc:
+        return False, f"no answer ({getattr(exc, 'reason', exc)})"
+    runs = body.get("runs") if isinstance(body, dict) else None
+    if not isinstance(runs, list):
+        return False, "answers, but /api/runs is not gradscape's run list"
+    return True, f"a gradscape server answers ({len(runs)} run{'s' if len(runs) != 1 else ''})"
 
 
 def serve(store: str, host: str, port: int, token: str | None, ready: object = None) -> int:

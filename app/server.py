@@ -6,7 +6,7 @@ globals, so tests build as many servers as they like. The tracer streams steps o
 transaction, and the browser gets light notifications on `/ui` and reads data from the store.
 See `tracer.protocol` for the messages and docs/api.md for the JSON API.
 
-Security (STACK.md §5): bound to loopback by default; the Host header is checked on every request
+Security (docs/web-stack.md): bound to loopback by default; the Host header is checked on every request
 (the Socket.IO origin check alone lets DNS rebinding through); a token is required when bound
 anywhere else (generated if not given) and then checked on the socket connect, the JSON API and the
 page (a `?token=` visit sets a cookie). Dash's version check is never enabled.
@@ -84,7 +84,7 @@ class HostCheck:
 class Notifier:
     """Coalesces /ui notifications and pushes them at most every `interval` seconds from one thread.
     A notification only says what changed; the page reads the current state from the store, so
-    nothing is lost when several merge (DESIGN.md: Dash props are state, not events)."""
+    nothing is lost when several merge (Dash props are state, not events: docs/web-stack.md)."""
 
     def __init__(self, socketio: SocketIO, interval: float) -> None:
         self.socketio = socketio
@@ -294,10 +294,11 @@ class GradscapeDash(dash.Dash):
             cached = self._layout_cache = (key, super().serve_layout().get_data())
         return Response(cached[1], mimetype="application/json")
 
-    def interpolate_index(self, **kwargs: Any) -> str:
-        scripts = kwargs.get("scripts", "")
-        kwargs["scripts"] = "\n".join(line for line in scripts.split("\n") if "/dash_table/" not in line)
-        return super().interpolate_index(**kwargs)
+    def interpolate_index(self, metas: str = "", title: str = "", css: str = "", config: str = "", scripts: str = "",
+                          app_entry: str = "", favicon: str = "", renderer: str = "") -> str:
+        scripts = "\n".join(line for line in scripts.split("\n") if "/dash_table/" not in line)
+        return str(super().interpolate_index(metas=metas, title=title, css=css, config=config, scripts=scripts,
+                                             app_entry=app_entry, favicon=favicon, renderer=renderer))
 
 
 def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfig | None = None,
@@ -306,8 +307,11 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     config = config or ServerConfig()
     store = store if isinstance(store, TraceStore) else TraceStore(store)
     server = Flask("gradscape")
-    app = GradscapeDash("gradscape", server=server, assets_folder=_assets_folder(), title="gradscape",
-                        update_title=None, suppress_callback_exceptions=True)
+    # Dash's annotations leave out two values it documents: a Flask instance as `server` (they say
+    # bool | Callable[[], Any]) and None as `update_title` (no "Updating..." title while callbacks run).
+    dash_options: dict[str, Any] = {"server": server, "update_title": None}
+    app = GradscapeDash("gradscape", assets_folder=_assets_folder(), title="gradscape",
+                        suppress_callback_exceptions=True, **dash_options)
     socketio = SocketIO(server, async_mode="threading", async_handlers=False,
                         max_http_buffer_size=protocol.MAX_MESSAGE, cors_allowed_origins=None,
                         logger=False, engineio_logger=False)
@@ -356,6 +360,13 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
 
 
 def _assets_folder() -> str:
+    """The page's assets: `app/assets/` in an installed package (the build copies them there), else
+    `assets/` at the top of a source checkout (an editable install or PYTHONPATH)."""
     from pathlib import Path
 
-    return str(Path(__file__).resolve().parent.parent / "assets")
+    here = Path(__file__).resolve().parent
+    for folder in (here / "assets", here.parent / "assets"):
+        if (folder / "player.js").is_file():
+            return str(folder)
+    raise FileNotFoundError(f"gradscape: the page's assets (player.js, gradscape.css) are in neither {here / 'assets'} "
+                            f"nor {here.parent / 'assets'}; reinstall gradscape")

@@ -1,6 +1,7 @@
 """The 3-20-30-2 MLP from the forum thread in seed 001, traced every step of a real loop.
 
-Run it with `make run` (or `python examples/mlp_seed001.py`). It trains for a few steps, writes
+Run it with `python examples/mlp_seed001.py` (`make run` runs `gradscape demo`, the live server
+with a bundled loop, instead). It trains for a few steps, writes
 every step to `runs/mlp.sqlite`, and prints what autograd did in the last one: each node's
 grad_outputs (arriving) and grad_inputs (sent on), every slot named, and each layer's
 grad_input / grad_output as register_full_backward_hook defines them.

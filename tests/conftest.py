@@ -1,6 +1,23 @@
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _gradscape_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Files that gradscape writes where no one named a path (a live sink's spill file) go to a
+    temporary folder during the tests, not the user's data directory; child processes inherit it."""
+    old = os.environ.get("GRADSCAPE_DATA_DIR")
+    os.environ["GRADSCAPE_DATA_DIR"] = str(tmp_path_factory.mktemp("gradscape-data"))
+    yield
+    if old is None:
+        os.environ.pop("GRADSCAPE_DATA_DIR", None)
+    else:
+        os.environ["GRADSCAPE_DATA_DIR"] = old

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -208,8 +210,30 @@ def test_custom_function_slots_are_its_tensor_args() -> None:
         case.loss(case.model, case.batch).backward()
     (node,) = [n for n in st.nodes if n.kind == "custom"]
     assert node.name == "ScaledSquareBackward"
-    assert node.input_args == ["a", "b"] or node.input_args == ["input 0", "input 1"]
+    # forward(ctx, a, k, b): the slots are the tensor args a and b, but the node does not say which
+    # forward args were tensors (k is a float), so the names cannot be matched to slots: `input j`
+    assert node.input_args == ["input 0", "input 1"]
     assert node.input_labels[1].endswith("→ w")
+
+
+class _Mul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, b = ctx.saved_tensors
+        return g * b, g * a
+
+
+def test_custom_function_with_only_tensor_args_names_its_slots() -> None:
+    w = torch.nn.Parameter(torch.ones(3))
+    x = torch.arange(3.0, requires_grad=True)
+    st = tracer.trace(_Mul.apply(x, w).sum())
+    (node,) = [n for n in st.nodes if n.kind == "custom"]
+    assert node.input_args == ["a", "b"]
 
 
 def test_bf16_autocast_on_cpu() -> None:

@@ -1,4 +1,4 @@
-"""The example loop (what `make run` runs) and the `gradscape` command, run for real."""
+"""The example loop (examples/mlp_seed001.py) and the `gradscape` command, run for real."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ NOTE [Library leaves]
     first frame outside torch is the same for all of the call's ops: the line that called the module.
     For such a call the module pre-hook takes the mode off the stack (when it is on top) and the
     post-hook puts it back and records that line once for the call's whole sequence window. The
-    result is the line the mode would have recorded per op, without the mode's dispatch per op (an
-    F.relu through the mode measured 3.6 µs warm and ~20 µs inside a real step on CPU, where the
-    kernels around it have evicted the interpreter's caches). The post-hook is registered with
+    result is the line the mode would have recorded per op, without the mode's dispatch per op (a
+    Python call per op, dearer inside a real step, where the kernels around it have evicted the
+    interpreter's caches). The post-hook is registered with
     `always_call=True`, so a forward that raises puts the mode back too.
 
 Both the hooks and the mode are removed when the step ends, also when it raises. Forward hooks that
@@ -47,15 +47,17 @@ import torch
 import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 
-_seqnr = torch._C._autograd._get_sequence_nr
-_NoTorchFunction = torch._C.DisableTorchFunction
+from tracer import _compat
+
+_seqnr = _compat.sequence_nr
+_NoTorchFunction = _compat.DisableTorchFunction
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OUR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
 
 
-_push_mode = torch._C._push_on_torch_function_stack  # what TorchFunctionMode.__enter__ / __exit__ do
-_pop_mode = torch._C._pop_torch_function_stack
+_push_mode = _compat.push_mode  # what TorchFunctionMode.__enter__ / __exit__ do
+_pop_mode = _compat.pop_mode
 
 
 
@@ -63,7 +65,7 @@ def _remove_mode(mode: Any) -> None:
     """Take `mode` off this thread's function-mode stack wherever it is, leaving the modes above it in
     place: another tracer's step block opened inside ours may still be open when ours ends."""
     above = []
-    while torch._C._len_torch_function_stack():
+    while _compat.mode_stack_len():
         top = _pop_mode()
         if top is mode:
             break
@@ -80,7 +82,7 @@ def _is_compiling() -> bool:
 
 
 def _in_backward() -> bool:
-    return torch._C._current_graph_task_id() != -1
+    return _compat.current_graph_task_id() != -1
 
 
 # file name → its basename if it is the user's code, else None. Keyed by the file name, not the code
@@ -186,8 +188,8 @@ class ForwardRecorder:
     def _step_aside(self) -> bool:
         """Take the mode off the stack when it is on top; True if it was."""
         mode = self._mode
-        n = torch._C._len_torch_function_stack()
-        if mode is not None and n and torch._C._get_function_stack_at(n - 1) is mode:
+        n = _compat.mode_stack_len()
+        if mode is not None and n and _compat.mode_at(n - 1) is mode:
             _pop_mode()
             self._paused = True
             return True

@@ -1,8 +1,11 @@
 /* gradscape: one pass over a gradient for all its statistics, plus its block-mean thumbnail.
  *
- * See NOTE [Summary cost] and NOTE [Thumbnail views] in _summary.py. Built on first use with the
- * system C compiler and loaded with ctypes (no Python or torch headers needed); without a compiler
- * the tracer falls back to torch reductions, which give the same numbers in more passes.
+ * See NOTE [Summary cost] and NOTE [Thumbnail views] in _summary.py. Built when gradscape is
+ * installed (setup.py: an optional extension; no Python or torch headers needed) and loaded with
+ * ctypes by _native.py; without it the tracer falls back to torch reductions, which give the same
+ * numbers in more passes. On x86-64 this file is built three times: with the baseline instruction
+ * set (_fastsum), and for the x86-64-v3 (AVX2, FMA) and v4 (AVX-512) levels (_fastsum_v3/_v4);
+ * the baseline build's gs_cpu_level() tells the loader which of them this CPU can run.
  *
  * gs_summarise_f32 / gs_summarise_bf16(x, g, out): x is a contiguous buffer of n elements, and
  * g = [n, planes, R, C, kr, kc, gc] (int64). out[0..8) receives, over the FINITE elements:
@@ -380,3 +383,20 @@ static int gs_summarise(const void *x, int bf16, const int64_t *g, double *out8)
 int gs_summarise_f32(const float *x, const int64_t *g, double *out) { return gs_summarise(x, 0, g, out); }
 
 int gs_summarise_bf16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, 1, g, out); }
+
+/* The highest build of this file that the CPU (and the OS, for the wider registers) can run:
+ * 4 for the AVX-512 build, 3 for the AVX2 build, 0 for the baseline only. */
+int gs_cpu_level(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+          __builtin_cpu_supports("bmi2")))
+        return 0;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return 4;
+    return 3;
+#else
+    return 0;
+#endif
+}

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from tracer import _compat
 from tracer._labels import VIEW_NODES
 from tracer._model import NodeRun, TensorTrace
 from tracer._state import RecorderState
@@ -38,7 +39,7 @@ log = logging.getLogger("tracer._recorder")
 _now = time.perf_counter_ns
 _thread_id = threading.get_ident
 _grad_enabled = torch.is_grad_enabled
-_set_grad = torch._C._set_grad_enabled
+_set_grad = _compat.set_grad_enabled
 
 
 def _same_tensor(t: torch.Tensor) -> tuple[Any, ...]:

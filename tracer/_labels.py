@@ -1,6 +1,6 @@
 """Slot labels: name every `grad_inputs[j]` by the forward op's argument and say where it goes.
 
-`grad_inputs[j]` is ∂L/∂(forward input j) and flows along `next_functions[j]` (AUTOGRAD.md §0).
+`grad_inputs[j]` is ∂L/∂(forward input j) and flows along `next_functions[j]` (docs/autograd.md).
 The argument name comes from torch's derivatives table (`tracer._derivatives`); nodes that are not
 in it (AccumulateGrad, CopySlices, custom Functions, compiled and checkpoint nodes) are named by
 hand, and anything unknown falls back to `input j`, never an exception.

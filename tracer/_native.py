@@ -1,80 +1,135 @@
-"""The optional one-pass summary kernel (`_fastsum.c`), compiled on first use and loaded with ctypes.
+"""The optional one-pass summary kernel (`_fastsum.c`), built at install time and loaded with ctypes.
 
-Nothing here is required: without a C compiler, or with GRADSCAPE_NATIVE=0, `native()` returns
-None and summaries use torch reductions instead (same numbers, more passes). The shared library is
-cached per source hash and machine under the user's cache directory.
+`pip install` builds `_fastsum.c` into a shared library next to this file (setup.py: an optional
+extension, so an install without a working C compiler still succeeds). Nothing is compiled at run
+time. When the library is not there, or cannot be loaded, `native()` returns None, summaries use
+torch reductions instead (the same numbers, in more passes), and one warning says why. With
+GRADSCAPE_NATIVE=0 the kernel is not used and nothing is said: the user asked for it.
+
+`check_geometry` is the kernel's contract written in Python: every call's geometry is checked
+against the tensor and the output buffer before the kernel ever sees it (once per shape: the plan
+that holds the geometry is made once per shape), so a mismatch raises instead of writing past a
+buffer.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
+import importlib.machinery
+import math
 import os
-import platform
-import shutil
-import subprocess
-import tempfile
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
-log = logging.getLogger(__name__)
-_SRC = Path(__file__).with_name("_fastsum.c")
-_FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-          "-fassociative-math", "-std=c99"]
+_HERE = Path(__file__).resolve().parent
+_SYMBOLS = ("gs_summarise_f32", "gs_summarise_bf16")  # (x, geometry, out) -> status
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gradscape"
+class KernelGeometryError(ValueError):
+    """A kernel call whose geometry does not fit its tensor or its output buffer."""
 
 
-def _cpu_id() -> bytes:
-    """The CPU's feature flags: the kernel is built with -march=native, so a cached build must not
-    travel to a machine with other instructions (a shared home directory, say)."""
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"flags"):
-                    return line
-    except OSError:
-        pass
-    return platform.processor().encode()
+def library_path(name: str = "_fastsum") -> Path | None:
+    """A built kernel next to this module (`name` + this interpreter's extension suffix), or None."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        p = _HERE / f"{name}{suffix}"
+        if p.is_file():
+            return p
+    return None
 
 
-def _build(target: Path) -> bool:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        return False
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
-        res = subprocess.run([cc, *_FLAGS, "-o", str(out), str(_SRC), "-lm"], capture_output=True, text=True,
-                             timeout=120)
-        if res.returncode != 0:
-            log.info("gradscape: building the summary kernel failed: %s", res.stderr.strip()[:500])
-            return False
-        os.replace(out, target)  # atomic: concurrent processes never load a half-written file
-    return True
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    for name in _SYMBOLS:
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * 3  # few arguments: ctypes converts each one on every call
+        fn.restype = ctypes.c_int
+    return lib
 
 
 @lru_cache(maxsize=1)
-def native() -> ctypes.CDLL | None:
-    """The loaded kernel, or None (then the torch fallback is used)."""
+def _loaded() -> tuple[ctypes.CDLL | None, Path | None, str]:
+    """(the kernel or None, its file, why not). The baseline build must load; on x86-64 it says
+    which instruction-set build (`_fastsum_v4`, `_fastsum_v3`) this CPU runs, and that one is used
+    where it was built."""
     if os.environ.get("GRADSCAPE_NATIVE", "1") == "0":
-        return None
+        return None, None, "GRADSCAPE_NATIVE=0"
+    path = library_path()
+    if path is None:
+        return None, None, (f"the summary kernel was not built when gradscape was installed (no _fastsum library "
+                            f"in {_HERE}; a C compiler is needed at install time)")
     try:
-        digest = hashlib.sha256(_SRC.read_bytes() + " ".join(_FLAGS).encode() + _cpu_id()).hexdigest()[:16]
-        target = _cache_dir() / f"fastsum-{digest}-{platform.system()}-{platform.machine()}.so"
-        if not target.exists() and not _build(target):
-            return None
-        lib = ctypes.CDLL(str(target))
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.info("gradscape: summary kernel unavailable (%s); using torch reductions", exc)
-        return None
-    ptr = ctypes.c_void_p
-    for name in ("gs_summarise_f32", "gs_summarise_bf16"):  # (x, geometry, out) -> status
-        fn = getattr(lib, name)
-        fn.argtypes = [ptr, ptr, ptr]  # few arguments: ctypes converts each one on every call
-        fn.restype = ctypes.c_int
+        lib = _load(path)
+    except (OSError, AttributeError) as exc:
+        return None, None, f"the summary kernel at {path} could not be loaded: {exc}"
+    level_fn = getattr(lib, "gs_cpu_level", None)
+    level = int(level_fn()) if level_fn is not None else 0
+    for lv in (4, 3):
+        faster = library_path(f"_fastsum_v{lv}") if level >= lv else None
+        if faster is not None:
+            try:
+                return _load(faster), faster, ""
+            except (OSError, AttributeError):
+                pass  # the baseline build does the same work
+    return lib, path, ""
+
+
+def status() -> tuple[ctypes.CDLL | None, str]:
+    """(the loaded kernel or None, why not); the reason is "" when the kernel is loaded."""
+    lib, _, why = _loaded()
+    return lib, why
+
+
+def kernel_path() -> Path | None:
+    """The file of the kernel in use, or None."""
+    return _loaded()[1]
+
+
+def native() -> ctypes.CDLL | None:
+    """The loaded kernel, or None (then the torch fallback is used; the first such call warns why)."""
+    lib, why = status()
+    if lib is None and why != "GRADSCAPE_NATIVE=0":
+        _warn_once(why)
     return lib
+
+
+@lru_cache(maxsize=1)
+def _warn_once(why: str) -> None:
+    warnings.warn(f"gradscape: {why}; gradient summaries use torch reductions instead (same numbers, slower)",
+                  RuntimeWarning, stacklevel=4)
+
+
+def summariser() -> str:
+    """What summarises gradients: "native", or "torch (why)"."""
+    lib, why = status()
+    return "native" if lib is not None else f"torch ({why})"
+
+
+def check_geometry(n: int, geometry: list[int], thumb_shape: tuple[int, int] | None, buffer_bytes: int) -> None:
+    """Raise KernelGeometryError unless the kernel, called on a contiguous tensor of `n` elements with
+    `[n, *geometry]` and an output buffer of `buffer_bytes`, reads only the tensor and writes only the
+    buffer. geometry = [planes, R, C, kr, kc, gc] (see `_fastsum.c`); the thumbnail is
+    ceil(planes/gc)·ceil(R/kr) rows of gc·ceil(C/kc) float32 cells after 8 doubles of statistics."""
+    if len(geometry) != 6:
+        raise KernelGeometryError(f"kernel geometry needs 6 numbers [planes, R, C, kr, kc, gc], got {geometry}")
+    planes, rows, cols, kr, kc, gc = geometry
+    if n < 0 or n >= 2**63 // 8:
+        raise KernelGeometryError(f"kernel geometry: bad element count {n}")
+    need = 8 * 8
+    if planes < 0:
+        raise KernelGeometryError(f"kernel geometry: negative plane count {planes}")
+    if planes > 0:
+        if min(rows, cols, kr, kc, gc) < 1:
+            raise KernelGeometryError(f"kernel geometry: R, C, kr, kc and gc must be positive, got {geometry}")
+        if planes * rows * cols > n:
+            raise KernelGeometryError(f"kernel geometry: {planes} planes of {rows}×{cols} read past a tensor of "
+                                      f"{n} elements")
+        t_rows, t_cols = math.ceil(rows / kr), math.ceil(cols / kc)
+        shape = (math.ceil(planes / gc) * t_rows, gc * t_cols)
+        if thumb_shape != shape:
+            raise KernelGeometryError(f"kernel geometry {geometry} makes a {shape[0]}×{shape[1]} thumbnail, "
+                                      f"expected {thumb_shape}")
+        need += 4 * shape[0] * shape[1]
+    if buffer_bytes < need:
+        raise KernelGeometryError(f"kernel output buffer of {buffer_bytes} bytes, the kernel writes {need}")

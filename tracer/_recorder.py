@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from tracer import _compat
 from tracer._assemble import AssembleMixin, StructureCache
 from tracer._attrib import ForwardRecorder, ModuleCallRecord
 from tracer._hooks import HooksMixin, _now
@@ -38,7 +39,7 @@ def _dist_initialized() -> bool:
     return bool(dist.is_available() and dist.is_initialized())
 
 
-_functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
+_functorch_stack = _compat.functorch_stack
 
 
 def _in_functorch() -> bool:

@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from tracer import protocol
 from tracer._codec import pack, step_to_wire
 from tracer._model import StepTrace
+from tracer._paths import spill_path
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class _Sender:
         self.token = token or parse_qs(parts.query).get("token", [None])[0] or os.environ.get("GRADSCAPE_TOKEN")
         self.url = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
         self.run = run
-        self.spill_path = spill or os.path.abspath(f"gradscape-spill-{run}.sqlite")
+        self.spill_path = spill or spill_path(run)  # the per-user data directory (tracer/_paths.py)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.stats: dict[str, int] = {"sent": 0, "spilled": 0, "dropped": 0}

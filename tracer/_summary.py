@@ -3,8 +3,8 @@
 NOTE [Summary cost]
     Statistics are memory-bound, so the cost is the number of passes over each tensor. The
     ordinary path reads a float32 tensor four times: `sum`, `dot(x, x)`, `aminmax` and
-    `dot(sign(x), sign(x))` (the number of non-zeros, because `count_nonzero` is branchy and up to
-    20× slower on ReLU-sparse gradients on CPU). NaN and Inf propagate into the sum and the extremes,
+    `dot(sign(x), sign(x))` (the number of non-zeros, because `count_nonzero` is branchy and much
+    slower on ReLU-sparse gradients on CPU). NaN and Inf propagate into the sum and the extremes,
     so on CPU the exact NaN/Inf counts and the finite-only statistics are computed only when one of
     those came out non-finite. On CUDA that test would be a host sync per node, so the non-finite
     pass always runs there (extra kernels are cheap on a GPU; a sync stalls the engine).
@@ -41,8 +41,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from tracer import _compat
 from tracer._model import TensorTrace
-from tracer._native import native
+from tracer._native import check_geometry, native
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _EXACT_FLOAT32_COUNT = 1 << 24  # a float32 dot of ±1/0 counts exactly up to 2**24 elements
@@ -348,6 +349,7 @@ def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:
     k = th_shape[0] * th_shape[1] if th_shape is not None else 0
     geom = (ctypes.c_int64 * 7)(n, *geometry)
     buf_type = ctypes.c_double * (8 + (k + 1) // 2)  # 8 statistics, then k float32 thumbnail cells
+    check_geometry(n, geometry, th_shape, ctypes.sizeof(buf_type))  # raises rather than overrun a buffer
     shape = tuple(t.shape)
     plan = _NativePlan(getattr(lib, name), ctypes.addressof(geom), buf_type, th_shape, geom, shape,
                        dtype_name(t.dtype), thumbnail_view(shape))
@@ -410,19 +412,19 @@ class _Pending:
 
 
 class grad_off:
-    """`torch.no_grad()` for hot paths: the decorator form costs ~50 µs a call on CPU (it clones its
-    context each time); this only flips the flag when it is on (it is off in a plain backward)."""
+    """`torch.no_grad()` for hot paths: the decorator form creates and clones a context object on
+    every call; this only flips the flag when it is on (it is off in a plain backward)."""
 
     __slots__ = ("prev",)
 
     def __enter__(self) -> None:
         self.prev = torch.is_grad_enabled()
         if self.prev:
-            torch._C._set_grad_enabled(False)
+            _compat.set_grad_enabled(False)
 
     def __exit__(self, *exc: object) -> None:
         if self.prev:
-            torch._C._set_grad_enabled(True)
+            _compat.set_grad_enabled(True)
 
 
 _words: dict[tuple[torch.dtype, torch.device], tuple[str, str]] = {}  # (dtype, device) → their names
@@ -456,7 +458,7 @@ class Summariser:
         The fast path, for a contiguous CPU tensor of a shape and dtype the kernel has seen: one
         kernel call into a fresh buffer, and a trace whose shape, dtype and view words come from
         the plan; the buffer is read at `finalize`, in a loop of its own. It runs once per gradient
-        inside backward, where every Python operation costs 2-3× its warm time (the kernels around
+        inside backward, where every Python operation costs more than when warm (the kernels around
         it have evicted the interpreter's caches), so it does as few as it can."""
         if t.is_cpu and t.layout is _STRIDED:
             if t.is_contiguous():

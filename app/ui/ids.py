@@ -1,4 +1,4 @@
-"""Element ids. The first six are public (DESIGN.md: tests and bookmarks rely on them)."""
+"""Element ids. The first six are public: tests and bookmarks rely on them, so they do not change."""
 
 GRAPH = "graph"
 INSPECTOR = "inspector"

@@ -1,6 +1,7 @@
 """Node positions for the graph view, computed in Python (cytoscape's `preset` layout).
 
-dagre in the browser is O(n²) here and blocks the page for ~40 s at 2,000 nodes (STACK.md §3.2),
+dagre in the browser grows quadratically and blocks the page for tens of seconds on a few thousand
+nodes (docs/web-stack.md),
 so positions are computed on the server, on the (possibly collapsed) graph, in a few steps:
 
 1. Layers: the longest path from the loss root (`topological generations` of the edges src → dst of
@@ -16,9 +17,8 @@ so positions are computed on the server, on the (possibly collapsed) graph, in a
 3. x: Brandes–Köpf (`app.view._bk`): chains and lanes become straight vertical runs, packed with a
    minimum gap that is wider between modules, so module boxes do not touch.
 
-Everything is deterministic (no randomness; ties are broken by node id order) and near-linear:
-measured on this 2-core box, 16 ms for a 533-node GPT step, 0.15 s for 3,900 nodes and 0.4 s
-for 9,700 nodes, all expanded.
+Everything is deterministic (no randomness; ties are broken by node id order) and near-linear in
+the number of nodes and edges.
 """
 
 from __future__ import annotations

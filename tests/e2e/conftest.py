@@ -1,5 +1,5 @@
 """Browser tests: a real gradscape server in this process (werkzeug thread on a free loopback port)
-and real headless Chromium driven by Playwright (STACK.md §4)."""
+and real headless Chromium driven by Playwright (docs/web-stack.md)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,247 @@
+"""gradscape as a package: what a wheel holds, the install-time summary kernel, the torch gate, where
+files go. The slow test builds an sdist and a wheel from it, installs the wheel into a fresh
+environment and runs it with no C compiler on PATH."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import shutil
+import site
+import subprocess
+import sys
+import tarfile
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracer
+from tracer import _compat, _native, _paths, _summary
+from tracer._socket_sink import SocketSink
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serving import ROOT, free_port, wait_http  # noqa: E402
+
+_SKIP_COPY = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.pyd",
+                                    ".pytest_cache", ".ruff_cache", ".mypy_cache", "runs", "*.sqlite*")
+
+
+def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)  # type: ignore[call-overload]
+    assert res.returncode == 0, f"{cmd}\n{res.stdout}\n{res.stderr}"
+    return res
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read()
+
+
+@pytest.mark.slow
+def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser(tmp_path: Path) -> None:
+    """sdist → wheel (the way pip builds from PyPI) → a fresh environment → no compiler on PATH:
+    `gradscape doctor` reports the native summariser from the installed package, and `gradscape
+    serve` from that install serves the page with its clientside script and CSS."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=_SKIP_COPY)
+    if (src / "app" / "assets").exists():
+        shutil.rmtree(src / "app" / "assets")
+    dist = tmp_path / "dist"
+    _run([sys.executable, "-c", f"import setuptools.build_meta as b; b.build_sdist({str(dist)!r})"], cwd=src)
+    (sdist,) = dist.glob("gradscape-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+    for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/_fastsum.c", "tracer/_fastsum_v3.c",
+                 "tracer/_fastsum_v4.c", "app/ui/page.py"):
+        assert need in names, f"the sdist lacks {need}"
+
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+          str(sdist)], cwd=tmp_path)
+    (wheel,) = dist.glob("gradscape-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        files = set(zf.namelist())
+    for need in ("app/assets/player.js", "app/assets/gradscape.css", "app/ui/page.py", "app/view/layout.py",
+                 "tracer/py.typed"):
+        assert need in files, f"the wheel lacks {need}"
+    assert any(f.startswith("tracer/data/derivatives-") for f in files)
+    assert any(f.startswith("tracer/_fastsum.") for f in files), sorted(files)
+
+    # A fresh environment: the wheel in its own site-packages, the dependencies (torch, dash...)
+    # from this interpreter's, after it (a .pth line: their own .pth files, an editable gradscape
+    # among them, are not read).
+    env_dir = tmp_path / "env"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    py = env_dir / "bin" / "python"
+    purelib = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    (purelib / "gradscape-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile", str(wheel)])
+
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CC", "CXX", "LD_LIBRARY_PATH")}
+    bare.update(PATH=str(env_dir / "bin"), GRADSCAPE_DATA_DIR=str(tmp_path / "data"))
+    for cc in ("cc", "gcc", "clang"):
+        assert shutil.which(cc, path=bare["PATH"]) is None
+    run_dir = tmp_path / "cwd"
+    run_dir.mkdir()
+    doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=run_dir).stdout
+    assert "summariser: native\n" in doctor, doctor
+    assert f"summary kernel: {purelib / 'tracer' / '_fastsum'}" in doctor, doctor
+    assert f"gradscape: 0.1.0 ({purelib})" in doctor, doctor
+    assert f"spill files: {tmp_path / 'data' / 'spill'}" in doctor
+
+    port = free_port()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([str(env_dir / "bin" / "gradscape"), "serve", "--store", str(tmp_path / "s.sqlite"),
+                               "--port", str(port)], env=bare, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/api/runs", timeout=60)
+        status, page = _get(base + "/")
+        assert status == 200
+        assert b"/assets/player.js" in page and b"/assets/gradscape.css" in page  # Dash found the folder
+        status, js = _get(base + "/assets/player.js")
+        assert status == 200 and js == (ROOT / "assets" / "player.js").read_bytes()
+        status, css = _get(base + "/assets/gradscape.css")
+        assert status == 200 and css == (ROOT / "assets" / "gradscape.css").read_bytes()
+        check = _run([str(env_dir / "bin" / "gradscape"), "doctor", "--url", base], env=bare, cwd=run_dir).stdout
+        assert f"server: {base}: a gradscape server answers (0 runs)" in check
+    finally:
+        server.terminate()
+        server.wait(20)
+        log.close()
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    assert list(run_dir.iterdir()) == []  # nothing written to the working directory
+
+
+def test_doctor_reports_a_server_that_is_not_there() -> None:
+    port = free_port()
+    res = subprocess.run([sys.executable, "-m", "app", "doctor", "--url", f"http://127.0.0.1:{port}"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert res.returncode == 1
+    assert f"server: http://127.0.0.1:{port}: no answer" in res.stdout
+    assert f"torch: {torch.__version__}" in res.stdout
+    assert "summariser: native\n" in res.stdout  # the kernel is built by the (editable) install
+
+
+def test_missing_kernel_warns_once_and_summaries_use_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_native, "_HERE", tmp_path)  # an install whose kernel was not built
+    _native._loaded.cache_clear()
+    _native._warn_once.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="summary kernel was not built when gradscape was installed"):
+            assert _native.native() is None
+        assert _native.native() is None  # once: a second call says nothing (warnings are errors here)
+        assert _native.summariser().startswith("torch (the summary kernel was not built")
+        g = torch.tensor([[1.0, -2.0], [3.0, 0.0]])
+        assert _summary.native_summary(g, 8) is None
+        st = tracer.trace((torch.nn.Parameter(g) * 2).sum())
+        assert st.nodes
+    finally:
+        monkeypatch.undo()
+        _native._loaded.cache_clear()
+        _native._warn_once.cache_clear()
+    assert _native.summariser() == "native"
+
+
+def test_native_off_by_environment_says_so_without_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRADSCAPE_NATIVE", "0")
+    _native._loaded.cache_clear()
+    try:
+        assert _native.native() is None
+        assert _native.summariser() == "torch (GRADSCAPE_NATIVE=0)"
+    finally:
+        monkeypatch.undo()
+        _native._loaded.cache_clear()
+
+
+def _kernel_run(lib: ctypes.CDLL, x: torch.Tensor, size: int) -> tuple[list[float], list[float]]:
+    geometry, th = _summary._native_geometry(tuple(x.shape), size)
+    k = th[0] * th[1] if th else 0
+    geom = (ctypes.c_int64 * 7)(x.numel(), *geometry)
+    buf = (ctypes.c_double * (8 + (k + 1) // 2))()
+    fn = lib.gs_summarise_f32 if x.dtype == torch.float32 else lib.gs_summarise_bf16
+    assert fn(x.data_ptr(), geom, buf) == 0
+    thumb = (ctypes.c_float * k).from_buffer(buf, 64)
+    return list(buf[:8]), list(thumb)
+
+
+def test_every_instruction_set_build_gives_the_known_values() -> None:
+    """Each build of the kernel that this machine runs (baseline, x86-64-v3, v4) against values
+    computed in float64 by torch."""
+    builds = [p for name in ("_fastsum", "_fastsum_v3", "_fastsum_v4") if (p := _native.library_path(name))]
+    assert builds, "the summary kernel was not built"
+    level = _native._load(builds[0]).gs_cpu_level()
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(37, 53, generator=g)
+    x[3, 5], x[10, 1], x[20, 20] = math.nan, math.inf, 0.0
+    for path in builds:
+        if path.name.startswith("_fastsum_v") and int(path.name[len("_fastsum_v")]) > level:
+            continue  # this CPU cannot run that build
+        for dtype in (torch.float32, torch.bfloat16):
+            xd = x.to(dtype)
+            stats, thumb = _kernel_run(_native._load(path), xd, 8)
+            fd = xd.double()[torch.isfinite(xd.double())]
+            want = [fd.min().item(), fd.max().item(), fd.sum().item(), (fd * fd).sum().item(),
+                    float((fd != 0).sum()), 1.0, 1.0, float(fd.numel())]
+            assert stats[:2] == want[:2] and stats[4:] == want[4:], path.name
+            assert stats[2:4] == pytest.approx(want[2:4], rel=1e-5), path.name
+            # block means of 5×7 blocks (ceil(37/8), ceil(53/8)); a block holding NaN or Inf shows it
+            blocks = xd.double()
+            rows = [blocks[i:i + 5] for i in range(0, 37, 5)]
+            means = [r[:, j:j + 7].mean().item() for r in rows for j in range(0, 53, 7)]
+            assert thumb == pytest.approx(means, rel=1e-5, nan_ok=True), path.name
+
+
+@pytest.mark.parametrize(("n", "geometry", "thumb", "nbytes", "message"), [
+    (100, [1, 10, 10, 2, 2], (5, 5), 164, "6 numbers"),
+    (100, [1, 10, 11, 2, 2, 1], (5, 6), 184, "read past a tensor of 100 elements"),
+    (100, [1, 10, 10, 0, 2, 1], (5, 5), 164, "must be positive"),
+    (100, [1, 10, 10, 2, 2, 1], (4, 5), 164, "makes a 5×5 thumbnail, expected (4, 5)"),
+    (100, [1, 10, 10, 2, 2, 1], (5, 5), 160, "buffer of 160 bytes, the kernel writes 164"),
+    (100, [-1, 10, 10, 2, 2, 1], None, 64, "negative plane count"),
+])
+def test_kernel_geometry_is_checked_before_any_call(n: int, geometry: list[int], thumb: tuple[int, int] | None,
+                                                    nbytes: int, message: str) -> None:
+    with pytest.raises(_native.KernelGeometryError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _native.check_geometry(n, geometry, thumb, nbytes)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 200), (130, 70), (2, 3, 4, 5), (2, 17, 9, 33)])
+def test_every_plan_the_summariser_makes_passes_the_check(shape: tuple[int, ...]) -> None:
+    """Every shape the summariser plans for (empty tensors never reach the kernel) passes the check."""
+    for size in (0, 1, 8, 64):
+        geometry, th = _summary._native_geometry(shape, size)
+        k = th[0] * th[1] if th else 0
+        _native.check_geometry(math.prod(shape), geometry, th, 8 * (8 + (k + 1) // 2))
+
+
+def test_torch_older_than_tested_is_refused_by_name() -> None:
+    with pytest.raises(ImportError, match=r"needs torch>=2\.13 .* this is torch 2\.4\.1"):
+        _compat.check_torch("2.4.1")
+    _compat.check_torch("2.13.0+cpu")
+    _compat.check_torch("2.15.1")
+    _compat.check_torch("3.0.0")
+    assert _compat.torch_version("2.13.0a0+git123") == (2, 13)
+
+
+def test_spill_file_goes_to_the_user_data_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live sink whose server is not there spills into GRADSCAPE_DATA_DIR/spill (the per-user data
+    directory by default), not the working directory."""
+    monkeypatch.setenv("GRADSCAPE_DATA_DIR", str(tmp_path / "data"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    sink = SocketSink(f"http://127.0.0.1:{free_port()}", "my/run", connect_timeout=0.5)
+    assert sink.spill_path == str(tmp_path / "data" / "spill" / "gradscape-spill-my_run.sqlite")
+    st = tracer.trace((torch.nn.Parameter(torch.ones(3)) * 2).sum())
+    with pytest.warns(RuntimeWarning, match="gradscape-spill-my_run.sqlite"):
+        sink.write(st)
+        sink.close(5.0)  # what the server did not take goes to the spill file
+    assert sink.stats["spilled"] == 1
+    with tracer.TraceStore(sink.spill_path, readonly=True) as store:
+        assert [(r["run"], r["steps"]) for r in store.runs()] == [(st.run, 1)]
+    assert list(work.iterdir()) == []
+    assert _paths.data_dir() == tmp_path / "data"

@@ -1,0 +1,67 @@
+"""Every private torch API that gradscape uses, in one place, checked against the torch version.
+
+torch keeps no promise about `torch._C`: these names can change in any release. gradscape is tested
+with torch 2.13 (the version `make test` installs) and refuses an older one at import, with an error
+that says so; on a newer one each name is looked up here, so a rename fails at import with the name
+that is missing, not deep inside a training step. To support another torch version, change this file
+(and MIN_TORCH, and the TORCH_SPEC that `make test` installs).
+
+What each is for (see docs/autograd.md):
+- `sequence_nr()`: the autograd sequence number the next node created on this thread will get; the
+  forward-op attribution matches nodes to the ops that made them with it.
+- `DisableTorchFunction`: a context in which torch-function handlers (our mode) are not called.
+- `push_mode` / `pop_mode` / `mode_stack_len` / `mode_at`: the torch-function mode stack, as
+  `TorchFunctionMode.__enter__/__exit__` use it; the tracer steps its mode aside around library
+  leaf modules and optimizer steps, which costs less than leaving and re-entering the mode.
+- `current_graph_task_id()`: -1 outside a backward pass (the engine's graph task on this thread).
+- `set_grad_enabled(flag)`: the flag that `torch.no_grad` flips, without the context object's cost.
+- `functorch_stack()`: the innermost torch.func transform active, or None (backward under one runs untraced).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+MIN_TORCH = (2, 13)  # the oldest torch gradscape is tested with
+
+
+def torch_version(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.13.0+cpu" (torch.__version__ by default)."""
+    text = torch.__version__ if version is None else version
+    m = re.match(r"(\d+)\.(\d+)", str(text))
+    if m is None:
+        raise ImportError(f"gradscape: cannot read the torch version {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def check_torch(version: str | None = None) -> None:
+    """Raise ImportError when torch is older than MIN_TORCH."""
+    if torch_version(version) < MIN_TORCH:
+        text = torch.__version__ if version is None else version
+        raise ImportError(f"gradscape needs torch>={MIN_TORCH[0]}.{MIN_TORCH[1]} (it uses torch internals that "
+                          f"older releases lack or spell differently); this is torch {text}")
+
+
+def _private(owner: Any, owner_name: str, name: str) -> Any:
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise ImportError(f"gradscape: this torch ({torch.__version__}) has no {owner_name}.{name}, which gradscape "
+                          f"uses; it is tested with torch {MIN_TORCH[0]}.{MIN_TORCH[1]}") from None
+
+
+check_torch()
+
+sequence_nr = _private(torch._C._autograd, "torch._C._autograd", "_get_sequence_nr")
+DisableTorchFunction = _private(torch._C, "torch._C", "DisableTorchFunction")
+push_mode = _private(torch._C, "torch._C", "_push_on_torch_function_stack")
+pop_mode = _private(torch._C, "torch._C", "_pop_torch_function_stack")
+mode_stack_len = _private(torch._C, "torch._C", "_len_torch_function_stack")
+mode_at = _private(torch._C, "torch._C", "_get_function_stack_at")
+current_graph_task_id = _private(torch._C, "torch._C", "_current_graph_task_id")
+set_grad_enabled = _private(torch._C, "torch._C", "_set_grad_enabled")
+# functorch's interpreter stack: non-empty inside torch.func transforms (grad, vmap, jacrev); optional
+functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
