@@ -7,6 +7,15 @@ NOTE [Hook lifetime]
     not weak-referenceable, and `id()` is recycled once a graph is freed), and drops them at the end
     so the graph can be freed. Nothing is written on the user's tensors, modules or nodes.
 
+NOTE [Transforms]
+    Inside a torch.func transform (grad, vjp, jacrev, vmap, ...) the tensors a backward sees are the
+    transform's wrappers: they have no memory of their own to summarise, and their graph belongs to
+    the transform. Such a backward runs exactly as it would untraced; the step notes why in
+    `st.meta["notes"]` and the Tracer warns once. The forward around it is attributed as usual, and
+    an ordinary backward in the same step is traced.
+
+NOTE [Parameter gradients]: see `StepRecorder._params_after_pass`.
+
 The recorder is written in parts, each in a module of its own: the graph walk (`_walk`), the node
 hooks (`_hooks`), module-level gradients (`_modsums`) and assembly (`_assemble`); `StepRecorder`
 joins them and handles the step's lifecycle and the start of each backward.
