@@ -61,7 +61,7 @@ def test_dropped_tracers_leave_no_thread_and_lose_no_step(server: Server) -> Non
 
 
 def test_a_dropped_tracer_with_no_server_spills_and_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRADSCAPE_DATA_DIR", str(tmp_path))  # the spill file's folder (tracer/_paths.py)
     before = _threads()
     model = nn.Linear(3, 1)
     tr = tracer.Tracer(model, sink=f"http://127.0.0.1:{free_port()}", run="nobody")
@@ -71,4 +71,4 @@ def test_a_dropped_tracer_with_no_server_spills_and_stops(tmp_path: Path, monkey
         del tr
         gc.collect()
         assert not _wait_ended(started | (_threads() - before))
-    assert tracer.load(str(tmp_path / "gradscape-spill-nobody.sqlite")).step == 0
+    assert tracer.load(str(tmp_path / "spill" / "gradscape-spill-nobody.sqlite")).step == 0
