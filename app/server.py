@@ -360,12 +360,15 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
 
 
 def _assets_folder() -> str:
-    """The page's assets: `app/assets/` in an installed package (the build copies them there), else
-    `assets/` at the top of a source checkout (an editable install or PYTHONPATH)."""
+    """The page's assets: `assets/` at the top of a source checkout (an editable install, or
+    PYTHONPATH), else `app/assets/` of an installed package (the build copies them there)."""
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
-    for folder in (here / "assets", here.parent / "assets"):
+    candidates = [here / "assets"]
+    if (here.parent / "setup.py").is_file():  # a source checkout: its assets/, never a stale built copy
+        candidates.insert(0, here.parent / "assets")
+    for folder in candidates:
         if (folder / "player.js").is_file():
             return str(folder)
     raise FileNotFoundError(f"gradscape: the page's assets (player.js, gradscape.css) are in neither {here / 'assets'} "

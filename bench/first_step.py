@@ -46,8 +46,8 @@ with tr.step(0):
 first = time.perf_counter() - t0
 t0 = time.perf_counter(); step(); plain = time.perf_counter() - t0
 tr.close()
-print(json.dumps({{"plain_cold": plain_cold, "first_traced": first, "plain": plain,
-                  "summariser": tracer.summariser()[0] if hasattr(tracer, "summariser") else "?"}}))
+from tracer._native import summariser
+print(json.dumps({{"plain_cold": plain_cold, "first_traced": first, "plain": plain, "summariser": summariser()}}))
 """
 
 

@@ -41,6 +41,52 @@ def _get(url: str) -> tuple[int, bytes]:
         return resp.status, resp.read()
 
 
+def _install(tmp_path: Path, wheel: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A fresh environment with `wheel` installed: (its folder, its site-packages, an environment
+    for running it with no C compiler on PATH). The dependencies (torch, dash...) come from this
+    interpreter's site-packages, after the wheel's (a .pth line: their own .pth files, an editable
+    gradscape among them, are not read)."""
+    env_dir = tmp_path / "env"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    py = env_dir / "bin" / "python"
+    purelib = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    (purelib / "gradscape-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile", str(wheel)])
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CC", "CXX", "LD_LIBRARY_PATH")}
+    bare.update(PATH=str(env_dir / "bin"), GRADSCAPE_DATA_DIR=str(tmp_path / "data"))
+    for cc in ("cc", "gcc", "clang"):
+        assert shutil.which(cc, path=bare["PATH"]) is None
+    return env_dir, purelib, bare
+
+
+@pytest.mark.slow
+def test_slow_wheel_built_where_compiling_fails_installs_and_warns_once(tmp_path: Path) -> None:
+    """The kernel is optional: a build whose compiler fails still gives a wheel, with the assets and
+    without the kernel; installed, it traces with torch reductions after one warning saying why."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=_SKIP_COPY)
+    dist = tmp_path / "dist"
+    env = {**os.environ, "CC": "/bin/false"}  # every compile fails
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
+         env=env, cwd=tmp_path)
+    (wheel,) = dist.glob("gradscape-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        files = set(zf.namelist())
+    assert "app/assets/player.js" in files
+    assert not any(f.startswith("tracer/_fastsum") for f in files), sorted(files)
+    env_dir, _, bare = _install(tmp_path, wheel)
+    doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=tmp_path).stdout
+    assert "summariser: torch (the summary kernel was not built when gradscape was installed" in doctor, doctor
+    script = ("import warnings, torch, tracer\n"
+              "with warnings.catch_warnings(record=True) as seen:\n"
+              "    warnings.simplefilter('always')\n"
+              "    for i in range(2):\n"
+              "        st = tracer.trace((torch.nn.Parameter(torch.ones(4, 3)) * 2).sum())\n"
+              "print(len(st.nodes), [str(w.message) for w in seen])\n")
+    out = _run([str(env_dir / "bin" / "python"), "-c", script], env=bare, cwd=tmp_path).stdout
+    assert out.startswith("3 [") and out.count("summary kernel was not built") == 1, out
+
+
 @pytest.mark.slow
 def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser(tmp_path: Path) -> None:
     """sdist → wheel (the way pip builds from PyPI) → a fresh environment → no compiler on PATH:
@@ -70,20 +116,7 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
     assert any(f.startswith("tracer/data/derivatives-") for f in files)
     assert any(f.startswith("tracer/_fastsum.") for f in files), sorted(files)
 
-    # A fresh environment: the wheel in its own site-packages, the dependencies (torch, dash...)
-    # from this interpreter's, after it (a .pth line: their own .pth files, an editable gradscape
-    # among them, are not read).
-    env_dir = tmp_path / "env"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
-    py = env_dir / "bin" / "python"
-    purelib = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    (purelib / "gradscape-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile", str(wheel)])
-
-    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CC", "CXX", "LD_LIBRARY_PATH")}
-    bare.update(PATH=str(env_dir / "bin"), GRADSCAPE_DATA_DIR=str(tmp_path / "data"))
-    for cc in ("cc", "gcc", "clang"):
-        assert shutil.which(cc, path=bare["PATH"]) is None
+    env_dir, purelib, bare = _install(tmp_path, wheel)
     run_dir = tmp_path / "cwd"
     run_dir.mkdir()
     doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=run_dir).stdout
