@@ -23,20 +23,23 @@ for 9,700 nodes, all expanded.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from app.view._bk import bk_coordinates
 from app.view._gcpause import gc_paused
 from app.view._wire import Wire, prefixes
-from app.view.collapse import collapse_graph, default_collapse, normalise
+from app.view.collapse import collapse_graph, default_collapse, element_size, normalise
 
-__all__ = ["count_crossings", "default_collapse", "layout_graph"]
+__all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", "layout_graph"]
 
 Group = tuple[str, ...]
+SPACING = 16.0  # the least free space between two drawn nodes of a layer
 
 
 def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: int = 6, dx: float = 110.0,
@@ -62,28 +65,30 @@ def _layout(wire: Wire, collapsed: Iterable[str] | None, sweeps: int, dx: float,
     folded = default_collapse(wire, max_visible) if collapsed is None else normalise(wire, collapsed)
     vg = collapse_graph(wire, folded, normalised=True)
     index = {e: i for i, e in enumerate(vg.elements)}
-    n = len(vg.elements)
     pairs = [(index[a], index[b]) for a, b in vg.edges]
-    layer = _layers(n, pairs)
     groups: list[Group] = [prefixes(vg.parent[e]) for e in vg.elements]
+    layer = _band_layers(groups, vg.boxes, pairs)
     proper = _Proper(layer, groups, pairs)
     rows: list[list[int]] = [[] for _ in range(max(layer, default=-1) + 1)]
     for v in range(len(proper.layer)):
         rows[proper.layer[v]].append(v)
     rows = _order(rows, proper, sweeps)
-    x = _place_x(rows, proper, n, dx, dx * module_gap)
+    sizes = [element_size(wire, e, vg.members.get(e)) for e in vg.elements]
+    x = _place_x(rows, proper, [w for w, _ in sizes], dx, dx * module_gap)
+    _separate_boxes(rows, proper, x, [w for w, _ in sizes])
     lo = min(x, default=0.0)
+    ys = _layer_y(layer, groups, len(rows), dy)
     nodes: dict[str, dict[str, Any]] = {}
     for v, eid in enumerate(vg.elements):
-        entry: dict[str, Any] = {"x": round(x[v] - lo, 2), "y": layer[v] * dy, "layer": layer[v],
-                                 "parent": vg.parent[eid]}
+        entry: dict[str, Any] = {"x": round(x[v] - lo, 2), "y": ys[layer[v]], "layer": layer[v],
+                                 "parent": vg.parent[eid], "w": round(sizes[v][0], 1), "h": sizes[v][1]}
         if eid in vg.members:
             entry["members"] = vg.members[eid]
         nodes[eid] = entry
     edges = []
     for k, ((a, b), slots) in enumerate(vg.edges.items()):
         route = proper.routes[k]
-        bends = [[round(x[d] - lo, 2), proper.layer[d] * dy] for d in _corners(route, x)]
+        bends = [[round(x[d] - lo, 2), ys[proper.layer[d]]] for d in _corners(route, x)]
         if route[0] != index[a]:  # an edge that points up runs its route backwards
             bends.reverse()
         edges.append({"id": f"e:{a}>{b}", "source": a, "target": b, "slots": [list(s) for s in slots],
@@ -91,7 +96,50 @@ def _layout(wire: Wire, collapsed: Iterable[str] | None, sweeps: int, dx: float,
     hidden = {str(i): e for e, ids in vg.members.items() for i in ids}
     return {"collapsed": sorted(folded), "nodes": nodes, "boxes": dict(vg.boxes), "edges": edges,
             "hidden": hidden, "layers": len(rows), "crossings": count_crossings(proper.layer, x, proper.pairs),
-            "width": max(x, default=0.0) - lo, "height": (len(rows) - 1) * dy if rows else 0.0}
+            "width": max(x, default=0.0) - lo, "height": ys[-1] if rows else 0.0}
+
+
+BOX_PAD = 10.0  # a box's padding around what it holds (the stylesheet's `padding` of `node.module`)
+
+
+def box_bounds(layout: dict[str, Any], pad: float = BOX_PAD) -> dict[str, tuple[float, float, float, float]]:
+    """The rectangle `(x1, y1, x2, y2)` each module box of a layout covers as drawn: the bounding box
+    of the nodes inside it (at any depth), grown by `pad` for every box level out to it."""
+    out: dict[str, list[float]] = {}
+    for info in layout["nodes"].values():
+        hw, hh = info["w"] / 2, info["h"] / 2
+        box = info["parent"]
+        grow = 0.0
+        while box is not None:
+            grow += pad
+            r = out.setdefault(box, [math.inf, math.inf, -math.inf, -math.inf])
+            r[0] = min(r[0], info["x"] - hw - grow)
+            r[1] = min(r[1], info["y"] - hh - grow)
+            r[2] = max(r[2], info["x"] + hw + grow)
+            r[3] = max(r[3], info["y"] + hh + grow)
+            box = layout["boxes"].get(box)
+    return {b: (r[0], r[1], r[2], r[3]) for b, r in out.items()}
+
+
+def box_overlaps(layout: dict[str, Any]) -> list[tuple[str, str]]:
+    """Pairs of sibling boxes (same parent box, or both at the top level) whose rectangles intersect."""
+    bounds = box_bounds(layout)
+    siblings: dict[str | None, list[str]] = {}
+    for b, parent in layout["boxes"].items():
+        if b in bounds:
+            siblings.setdefault(parent, []).append(b)
+    out = []
+    for group in siblings.values():
+        group.sort(key=lambda b: bounds[b][0])
+        for i, a in enumerate(group):
+            ax1, ay1, ax2, ay2 = bounds[a]
+            for b in group[i + 1:]:
+                bx1, by1, bx2, by2 = bounds[b]
+                if bx1 >= ax2:
+                    break
+                if ay1 < by2 and by1 < ay2:
+                    out.append((a, b))
+    return out
 
 
 class _Proper:
@@ -152,6 +200,160 @@ def _corners(route: list[int], x: list[float]) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- layers
+def _band_layers(groups: list[Group], boxes: dict[str, str | None], pairs: Sequence[tuple[int, int]]) -> list[int]:
+    """Layers in which every expanded module occupies a band of its own: a module that runs after a
+    sibling (any edge from one to the other) starts below the sibling's last layer, so the boxes of
+    `fc3` and `fc2` (or `blocks.0` and `blocks.1`) are stacked, never interleaved.
+
+    Bottom-up over the module tree: inside each box, its items (elements drawn directly in it and the
+    boxes nested in it, each as tall as its own band) form a DAG; an item starts at the longest path
+    to it, counted in the heights of the items before it (the plain longest-path layering when every
+    item is one element). A box whose items form a cycle (only possible once folding merged ops of a
+    module called twice) is laid out flat, element by element, as `_layers` does.
+    """
+    n = len(groups)
+    children: dict[str | None, list[Any]] = {None: []}
+    for b in boxes:
+        children.setdefault(b, [])
+    for b, parent in boxes.items():
+        children[parent].append(b)
+    for v in range(n):
+        children[groups[v][-1] if groups[v] else None].append(v)
+    item_edges: dict[str | None, set[tuple[Any, Any]]] = {c: set() for c in children}
+    inner_pairs: dict[str | None, list[tuple[int, int]]] = {c: [] for c in children}
+    for u, w in pairs:
+        ga, gb = groups[u], groups[w]
+        c = len(_common(ga, gb))
+        container = ga[c - 1] if c else None
+        iu: Any = ga[c] if len(ga) > c else u
+        iw: Any = gb[c] if len(gb) > c else w
+        item_edges[container].add((iu, iw))
+        for p in (None, *ga[:c]):
+            inner_pairs[p].append((u, w))
+    start: dict[Any, int] = {}  # item -> first layer, relative to the top of its container
+    height: dict[Any, int] = {v: 1 for v in range(n)}
+    members: dict[str | None, list[int]] = {}
+    for box in sorted(children, key=lambda b: -1 if b is None else len(prefixes(b)), reverse=True):
+        items = children[box]
+        dag = nx.DiGraph()
+        dag.add_nodes_from(items)
+        dag.add_edges_from(item_edges[box])
+        inside = [v for i in items for v in ([i] if isinstance(i, int) else members[i])]
+        members[box] = inside
+        if nx.is_directed_acyclic_graph(dag):
+            for i in nx.topological_sort(dag):
+                start[i] = max((start[u] + height[u] for u in dag.predecessors(i)), default=0)
+            height[box] = max((start[i] + height[i] for i in items), default=1)
+            continue
+        # a cycle: each strongly connected set of items is one flat band, the rest stays banded
+        cond = nx.condensation(dag)
+        band_start: dict[int, int] = {}
+        for c in nx.topological_sort(cond):
+            scc = cond.nodes[c]["members"]
+            top = max((band_start[u] + _scc_height(cond, u, height) for u in cond.predecessors(c)), default=0)
+            band_start[c] = top
+            if len(scc) == 1:
+                (i,) = scc
+                start[i] = top
+                continue
+            elems = [v for i in scc for v in ([i] if isinstance(i, int) else members[i])]
+            local = {v: k for k, v in enumerate(elems)}
+            flat = _layers(len(elems), [(local[a], local[b]) for a, b in inner_pairs[box] if a in local and b in local])
+            cond.nodes[c]["height"] = max(flat, default=0) + 1
+            for v in elems:
+                start[v] = top + flat[local[v]]
+                for p in groups[v]:
+                    if box is None or len(p) > len(box):
+                        start[p] = 0
+        height[box] = max((band_start[c] + _scc_height(cond, c, height) for c in cond), default=1)
+    return [start[v] + sum(start[p] for p in groups[v]) for v in range(n)]
+
+
+def _separate_boxes(rows: list[list[int]], g: _Proper, x: list[float], widths: list[float], rounds: int = 40) -> None:
+    """Move sibling boxes that still intersect apart, in place. Banded layers leave only boxes that
+    share layers: a module called twice with a sibling between its calls (a pooling layer used after
+    two convolutions), or two branches side by side. The box further right (or the one inside the
+    other's layers) moves right with everything right of it in its own layers, so order and gaps
+    within every layer are kept."""
+    n = len(widths)
+    for _ in range(rounds):
+        rect: dict[str, list[float]] = {}
+        for v in range(n):
+            grow = 0.0
+            for p in reversed(g.groups[v]):
+                grow += BOX_PAD
+                r = rect.setdefault(p, [math.inf, -math.inf, math.inf, -math.inf])
+                r[0] = min(r[0], x[v] - widths[v] / 2 - grow)
+                r[1] = max(r[1], x[v] + widths[v] / 2 + grow)
+                r[2] = min(r[2], g.layer[v])
+                r[3] = max(r[3], g.layer[v])
+        clash = None
+        family: dict[str | None, list[str]] = {}
+        for b in rect:
+            family.setdefault(_parent_of(b), []).append(b)
+        for group in family.values():
+            group.sort(key=lambda b: rect[b][0])
+            for i, a in enumerate(group):
+                ra = rect[a]
+                for b in group[i + 1:]:
+                    rb = rect[b]
+                    if rb[0] >= ra[1]:
+                        break
+                    if ra[2] <= rb[3] and rb[2] <= ra[3]:
+                        clash = (a, b)
+                        break
+                if clash:
+                    break
+            if clash:
+                break
+        if clash is None:
+            return
+        a, b = clash
+        ra, rb = rect[a], rect[b]
+        inner_b = ra[2] < rb[2] and rb[3] < ra[3]
+        inner_a = rb[2] < ra[2] and ra[3] < rb[3]
+        left, right = (a, b) if inner_b or (not inner_a and ra[0] + ra[1] <= rb[0] + rb[1]) else (b, a)
+        shift = rect[left][1] - rect[right][0] + SPACING
+        depth = len(prefixes(right))
+        for row in rows:
+            hit = next((i for i, v in enumerate(row) if len(g.groups[v]) >= depth and g.groups[v][depth - 1] == right),
+                       None)
+            if hit is not None:
+                for v in row[hit:]:
+                    x[v] += shift
+
+
+def _parent_of(box: str) -> str | None:
+    return box.rsplit(".", 1)[0] if "." in box else None
+
+
+def _layer_y(layer: list[int], groups: list[Group], n_layers: int, dy: float) -> list[float]:
+    """y of each layer: `dy` apart, plus room for the padding of every box that closes above the
+    gap or opens below it, so stacked boxes (each padded per nesting level) never touch."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for v, k in enumerate(layer):
+        for p in groups[v]:
+            first[p] = min(first.get(p, k), k)
+            last[p] = max(last.get(p, k), k)
+    opening = [0] * (n_layers + 1)
+    closing = [0] * (n_layers + 1)
+    for v, k in enumerate(layer):
+        opening[k] = max(opening[k], sum(1 for p in groups[v] if first[p] == k))
+        closing[k] = max(closing[k], sum(1 for p in groups[v] if last[p] == k))
+    ys = [0.0] * max(n_layers, 1)
+    for k in range(1, n_layers):
+        ys[k] = ys[k - 1] + dy + BOX_PAD * (closing[k - 1] + opening[k])
+    return ys
+
+
+def _scc_height(cond: nx.DiGraph, c: int, height: dict[Any, int]) -> int:
+    if "height" in cond.nodes[c]:
+        return int(cond.nodes[c]["height"])
+    (i,) = cond.nodes[c]["members"]
+    return height[i]
+
+
 def _layers(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
     """Longest-path layer of each element (Kahn's algorithm); cycles are cut at the earliest element."""
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -346,13 +548,17 @@ def _group_sort(row: list[int], bary: dict[int, float], groups: list[Group]) -> 
 
 
 # ---------------------------------------------------------------------------- x
-def _place_x(rows: list[list[int]], g: _Proper, n_real: int, dx: float, extra: float) -> list[float]:
-    """Brandes–Köpf coordinates (see `app.view._bk`) with the gaps of `_gap`."""
+def _place_x(rows: list[list[int]], g: _Proper, widths: list[float], dx: float, extra: float) -> list[float]:
+    """Brandes–Köpf coordinates (see `app.view._bk`): neighbours in a layer at least `dx` apart and
+    never closer than their widths allow (plus `SPACING`)."""
+    n_real = len(widths)
     dummy = [v >= n_real for v in range(len(g.layer))]
+    half = [w / 2 for w in widths] + [0.0] * (len(g.layer) - n_real)
 
     def gap(a: int, b: int) -> float:
         # lanes of long edges pack tighter than nodes; modules keep a margin so boxes do not touch
         base = dx / 2 if dummy[a] or dummy[b] else dx
+        base = max(base, half[a] + half[b] + SPACING)
         return base + (extra if g.groups[a] != g.groups[b] else 0.0)
 
     return bk_coordinates(rows, g.above, g.below, dummy, gap)
