@@ -21,7 +21,16 @@ from app.view.collapse import (
     visible_count,
     visible_element,
 )
-from app.view.elements import COLOR_BY, cytoscape_elements, find, legend, search, search_index
+from app.view.elements import (
+    COLOR_BY,
+    SEARCH_HITS,
+    cytoscape_elements,
+    find,
+    legend,
+    search,
+    search_index,
+    searched_on_server,
+)
 from app.view.flow import flow_rows, gradient_flow, norm_over_steps
 from app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from app.view.layout import count_crossings, layout_graph
@@ -29,6 +38,7 @@ from app.view.modules import backward_hook_note, module_detail, module_table, pa
 
 __all__ = [
     "COLOR_BY",
+    "SEARCH_HITS",
     "backward_hook_note",
     "collapse_module",
     "count_crossings",
@@ -50,6 +60,7 @@ __all__ = [
     "reveal",
     "search",
     "search_index",
+    "searched_on_server",
     "slot_figures",
     "stats_rows",
     "visible_count",

@@ -342,9 +342,29 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
 
 
 # ---------------------------------------------------------------------------- search
+SEARCH_ALL = 2000  # up to this many nodes, every search option goes to the browser
+SEARCH_HITS = 50  # a bigger step: this many first options, and this many hits per typed query
+
+
+def searched_on_server(wire: Wire) -> bool:
+    """True for a step too big to send every search option to the page (see `search_index`)."""
+    return len(wire["nodes"]) > SEARCH_ALL
+
+
 def search_index(wire: Wire) -> list[dict[str, str]]:
     """`{"label", "value"}` options for a search box: modules, parameters, then every node in the
-    order backward ran them. Values are element ids: `m:<module>` or `n<id>`."""
+    order backward ran them. Values are element ids: `m:<module>` or `n<id>`.
+
+    A step with more than `SEARCH_ALL` nodes gets its first `SEARCH_HITS` options only (top-level
+    modules first): the rest are found by `search` as the user types."""
+    out = _search_options(wire)
+    if searched_on_server(wire):
+        out.sort(key=lambda o: (not o["value"].startswith(MODULE_PREFIX), o["value"].count(".")))
+        return out[:SEARCH_HITS]
+    return out
+
+
+def _search_options(wire: Wire) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for name, m in (wire.get("modules") or {}).items():
         if name == ROOT_MODULE:
@@ -368,7 +388,7 @@ def search(wire: Wire, query: str, limit: int = 20) -> list[dict[str, str]]:
     q = query.strip().lower()
     if not q:
         return []
-    hits = [o for o in search_index(wire) if q in o["label"].lower()]
+    hits = [o for o in _search_options(wire) if q in o["label"].lower()]
     return hits[:limit]
 
 
