@@ -69,9 +69,9 @@
   function attach(cy) {
     if (cy.__gsGraph) return;
     cy.__gsGraph = true;
-    cy.on("mouseover", "node", function (evt) {
+    cy.on("mouseover mousemove", "node", function (evt) {
       const d = evt.target.data(), t = tip();
-      t.textContent = (d.title || d.label || d.id);
+      t.textContent = (d.label || d.id) + (d.title ? "\n" + d.title : "");
       const box = cy.container().getBoundingClientRect(), p = evt.renderedPosition || {x: 0, y: 0};
       t.style.left = (box.left + window.scrollX + p.x + 14) + "px";
       t.style.top = (box.top + window.scrollY + p.y + 14) + "px";

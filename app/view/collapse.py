@@ -61,6 +61,12 @@ def module_label(wire: Wire, prefix: str, count: int) -> str:
     return f"{prefix}\n" + (f"{kind} · " if kind else "") + f"{count} nodes"
 
 
+def box_label(wire: Wire, prefix: str) -> str:
+    """An expanded module's box label: `encoder.layers.0 (TransformerEncoderLayer)`."""
+    kind = ((wire.get("modules") or {}).get(prefix) or {}).get("type")
+    return prefix + (f" ({kind})" if kind else "")
+
+
 def element_size(wire: Wire, eid: str, members: list[int] | None = None) -> tuple[float, float]:
     """(width, height) of a drawn node element (`n12` or `m:blocks.3`)."""
     if eid.startswith(MODULE_PREFIX):

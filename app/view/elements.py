@@ -42,7 +42,7 @@ from app.view._wire import (
     tensor,
     zero_fraction,
 )
-from app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element, module_label
+from app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element, box_label, module_label
 
 COLOR_BY = ("norm", "maxabs", "zeros")
 # Viridis (plotly.colors.sequential.Viridis): perceptually uniform, readable when printed grey.
@@ -326,7 +326,7 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
     out: list[dict[str, Any]] = []
     for prefix, parent in layout["boxes"].items():
         kind = (modules.get(prefix) or {}).get("type")
-        data = {"id": box_element(prefix), "label": prefix + (f" ({kind})" if kind else ""), "module": prefix,
+        data = {"id": box_element(prefix), "label": box_label(wire, prefix), "module": prefix,
                 "kind": "box", "type": kind, "text_color": text_color(PAGE_BACKGROUND), "fill": BOX_FILL,
                 "w": 1, "h": 1}  # a compound node's size is what it holds: w and h only keep the mappings defined
         if parent:

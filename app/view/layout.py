@@ -34,7 +34,7 @@ import numpy as np
 from app.view._bk import bk_coordinates
 from app.view._gcpause import gc_paused
 from app.view._wire import Wire, prefixes
-from app.view.collapse import collapse_graph, default_collapse, element_size, normalise
+from app.view.collapse import box_label, collapse_graph, default_collapse, element_size, normalise
 
 __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", "layout_graph"]
 
@@ -75,9 +75,10 @@ def _layout(wire: Wire, collapsed: Iterable[str] | None, sweeps: int, dx: float,
     rows = _order(rows, proper, sweeps)
     sizes = [element_size(wire, e, vg.members.get(e)) for e in vg.elements]
     x = _place_x(rows, proper, [w for w, _ in sizes], dx, dx * module_gap)
-    _separate_boxes(rows, proper, x, [w for w, _ in sizes])
-    lo = min(x, default=0.0)
     ys = _layer_y(layer, groups, len(rows), dy)
+    labels = {b: box_label(wire, b) for b in vg.boxes}
+    _separate_boxes(rows, proper, x, [ys[k] for k in layer], sizes, labels)
+    lo = min(x, default=0.0)
     nodes: dict[str, dict[str, Any]] = {}
     for v, eid in enumerate(vg.elements):
         entry: dict[str, Any] = {"x": round(x[v] - lo, 2), "y": ys[layer[v]], "layer": layer[v],
@@ -94,31 +95,58 @@ def _layout(wire: Wire, collapsed: Iterable[str] | None, sweeps: int, dx: float,
         edges.append({"id": f"e:{a}>{b}", "source": a, "target": b, "slots": [list(s) for s in slots],
                       "up": layer[index[a]] >= layer[index[b]], "bends": bends})
     hidden = {str(i): e for e, ids in vg.members.items() for i in ids}
-    return {"collapsed": sorted(folded), "nodes": nodes, "boxes": dict(vg.boxes), "edges": edges,
+    return {"collapsed": sorted(folded), "nodes": nodes, "boxes": dict(vg.boxes), "box_labels": labels, "edges": edges,
             "hidden": hidden, "layers": len(rows), "crossings": count_crossings(proper.layer, x, proper.pairs),
             "width": max(x, default=0.0) - lo, "height": ys[-1] if rows else 0.0}
 
 
 BOX_PAD = 10.0  # a box's padding around what it holds (the stylesheet's `padding` of `node.module`)
+BORDER = 3.0  # the widest border a node is drawn with (a root, a folded module, a NaN)
+LABEL_H = 16.0  # a box's label: one line of 12 px, above the box, overlapping its top edge by 3.5 px
+LABEL_RISE = 12.5
+BOX_CHAR = 0.5  # average glyph advance of a box label, as a fraction of its 12 px
 
 
-def box_bounds(layout: dict[str, Any], pad: float = BOX_PAD) -> dict[str, tuple[float, float, float, float]]:
-    """The rectangle `(x1, y1, x2, y2)` each module box of a layout covers as drawn: the bounding box
-    of the nodes inside it (at any depth), grown by `pad` for every box level out to it."""
+def _box_rects(xs: Sequence[float], ys: Sequence[float], sizes: Sequence[tuple[float, float]],
+               groups: Sequence[Group], labels: dict[str, str]) -> dict[str, list[float]]:
+    """Each box's body `[x1, y1, x2, y2]` as cytoscape sizes a compound node: what it holds (nodes
+    with their borders, nested boxes with their labels, which sit above them), grown by the padding."""
+    inner: dict[str, list[float]] = {}
+
+    def grow(box: str, r: Sequence[float]) -> None:
+        cur = inner.setdefault(box, [math.inf, math.inf, -math.inf, -math.inf])
+        cur[0], cur[1] = min(cur[0], r[0]), min(cur[1], r[1])
+        cur[2], cur[3] = max(cur[2], r[2]), max(cur[3], r[3])
+
+    for v, g in enumerate(groups):
+        if g:
+            w, h = sizes[v]
+            grow(g[-1], (xs[v] - w / 2 - BORDER, ys[v] - h / 2 - BORDER, xs[v] + w / 2 + BORDER,
+                         ys[v] + h / 2 + BORDER))
     out: dict[str, list[float]] = {}
-    for info in layout["nodes"].values():
-        hw, hh = info["w"] / 2, info["h"] / 2
-        box = info["parent"]
-        grow = 0.0
-        while box is not None:
-            grow += pad
-            r = out.setdefault(box, [math.inf, math.inf, -math.inf, -math.inf])
-            r[0] = min(r[0], info["x"] - hw - grow)
-            r[1] = min(r[1], info["y"] - hh - grow)
-            r[2] = max(r[2], info["x"] + hw + grow)
-            r[3] = max(r[3], info["y"] + hh + grow)
-            box = layout["boxes"].get(box)
-    return {b: (r[0], r[1], r[2], r[3]) for b, r in out.items()}
+    for box in sorted(inner.keys() | {p for g in groups for p in g}, key=lambda b: -len(prefixes(b))):
+        if box not in inner:
+            continue
+        r = inner[box]
+        body = [r[0] - BOX_PAD - 1.5, r[1] - BOX_PAD - 1.5, r[2] + BOX_PAD + 1.5, r[3] + BOX_PAD + 1.5]
+        out[box] = body
+        parent = box.rsplit(".", 1)[0] if "." in box else None
+        if parent is not None:
+            half = len(labels.get(box, box)) * 12 * BOX_CHAR / 2
+            mid = (body[0] + body[2]) / 2
+            grow(parent, (min(body[0], mid - half), body[1] - LABEL_RISE, max(body[2], mid + half), body[3]))
+    return out
+
+
+def box_bounds(layout: dict[str, Any]) -> dict[str, tuple[float, float, float, float]]:
+    """The rectangle `(x1, y1, x2, y2)` each module box of a layout covers as drawn (its body: what it
+    holds, nested boxes' labels included, plus padding; its own label is above it)."""
+    names = list(layout["nodes"])
+    infos = [layout["nodes"][e] for e in names]
+    groups = [prefixes(i["parent"]) for i in infos]
+    rects = _box_rects([i["x"] for i in infos], [i["y"] for i in infos], [(i["w"], i["h"]) for i in infos],
+                       groups, layout.get("box_labels") or {})
+    return {b: (r[0], r[1], r[2], r[3]) for b, r in rects.items()}
 
 
 def box_overlaps(layout: dict[str, Any]) -> list[tuple[str, str]]:
@@ -269,24 +297,18 @@ def _band_layers(groups: list[Group], boxes: dict[str, str | None], pairs: Seque
     return [start[v] + sum(start[p] for p in groups[v]) for v in range(n)]
 
 
-def _separate_boxes(rows: list[list[int]], g: _Proper, x: list[float], widths: list[float], rounds: int = 40) -> None:
+def _separate_boxes(rows: list[list[int]], g: _Proper, x: list[float], ys: list[float],
+                    sizes: list[tuple[float, float]], labels: dict[str, str], rounds: int = 60) -> None:
     """Move sibling boxes that still intersect apart, in place. Banded layers leave only boxes that
     share layers: a module called twice with a sibling between its calls (a pooling layer used after
-    two convolutions), or two branches side by side. The box further right (or the one inside the
-    other's layers) moves right with everything right of it in its own layers, so order and gaps
-    within every layer are kept."""
-    n = len(widths)
+    two convolutions), two branches side by side, or a nested box label wider than its box. The box
+    further right (or the one inside the other's layers) moves right with everything right of it in
+    its own layers, so order and gaps within every layer are kept."""
+    n = len(sizes)
+    groups = g.groups[:n]
     for _ in range(rounds):
-        rect: dict[str, list[float]] = {}
-        for v in range(n):
-            grow = 0.0
-            for p in reversed(g.groups[v]):
-                grow += BOX_PAD
-                r = rect.setdefault(p, [math.inf, -math.inf, math.inf, -math.inf])
-                r[0] = min(r[0], x[v] - widths[v] / 2 - grow)
-                r[1] = max(r[1], x[v] + widths[v] / 2 + grow)
-                r[2] = min(r[2], g.layer[v])
-                r[3] = max(r[3], g.layer[v])
+        boxed = _box_rects(x[:n], ys, sizes, groups, labels)
+        rect = {b: [r[0], r[2], r[1], r[3]] for b, r in boxed.items()}  # x1, x2, y1, y2
         clash = None
         family: dict[str | None, list[str]] = {}
         for b in rect:
@@ -299,7 +321,7 @@ def _separate_boxes(rows: list[list[int]], g: _Proper, x: list[float], widths: l
                     rb = rect[b]
                     if rb[0] >= ra[1]:
                         break
-                    if ra[2] <= rb[3] and rb[2] <= ra[3]:
+                    if ra[2] < rb[3] and rb[2] < ra[3]:
                         clash = (a, b)
                         break
                 if clash:
@@ -343,7 +365,7 @@ def _layer_y(layer: list[int], groups: list[Group], n_layers: int, dy: float) ->
         closing[k] = max(closing[k], sum(1 for p in groups[v] if last[p] == k))
     ys = [0.0] * max(n_layers, 1)
     for k in range(1, n_layers):
-        ys[k] = ys[k - 1] + dy + BOX_PAD * (closing[k - 1] + opening[k])
+        ys[k] = ys[k - 1] + dy + (BOX_PAD + BORDER) * closing[k - 1] + (BOX_PAD + BORDER + LABEL_H) * opening[k]
     return ys
 
 
