@@ -1,6 +1,6 @@
 """Module collapsing: draw a whole module (and everything inside it) as one node.
 
-A big graph does not fit a browser (STACK.md §3.2: 2,000 elements already paint in ~12 s), so the
+A big graph does not fit a browser (2,000 cytoscape elements already take seconds to paint), so the
 graph opens with modules collapsed and the user expands the one they care about. A collapsed
 prefix `P` stands for every node whose module is `P` or nested in it; edges between two drawn
 elements are merged, and edges inside one collapsed module disappear.

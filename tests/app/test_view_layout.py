@@ -103,7 +103,7 @@ def test_crossings_reduced_against_insertion_order(transformer: dict[str, Any]) 
     ours = layout_graph(transformer, set())
     baseline = layout_graph(transformer, set(), sweeps=0)
     assert ours["crossings"] < baseline["crossings"]
-    # STACK.md §3.1's recipe: topological generations + multipartite_layout, insertion order
+    # the plain recipe: topological generations + multipartite_layout, insertion order
     g = nx.DiGraph()
     g.add_nodes_from(n["id"] for n in transformer["nodes"])
     g.add_edges_from((s, d) for s, d, _ in transformer["edges"])
