@@ -92,13 +92,18 @@
     else if (evt.target.closest("#graph-zoom-selection")) G.zoomToSelection(cy);
   });
 
-  // called by the player when a graph (new step, or a fold) arrives
+  // called by the player when a graph arrives: a fold or an expansion (same step) keeps the zoom and
+  // shows what was tapped; a new step of the same run (a live run streaming) keeps the view as the
+  // person left it (node ids are stable for the same model); another run opens afresh
   G.shown = function (cy, order) {
     attach(cy);
     const key = order ? order.run + "/" + order.step : "";
+    const run = order ? order.run : null;
     if (key && key === G.key) G.refresh(cy);
+    else if (run !== null && run === G.run && G.opened) G.tapped = null;
     else G.open(cy);
     G.key = key;
+    G.run = run;
   };
 
   // the first load's graph (drawn from the page's own layout, before any callback)

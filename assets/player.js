@@ -85,7 +85,10 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       const moved = trig.indexOf("player-slider.value") >= 0 && trig.indexOf("exec-order.data") < 0;
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
       if (cy && trig.indexOf("exec-order.data") >= 0) window.gradscapeGraph.shown(cy, order);
-      else window.gradscapeGraph.key = window.gradscapeGraph.key || (order.run + "/" + order.step);
+      else if (!window.gradscapeGraph.key) {
+        window.gradscapeGraph.key = order.run + "/" + order.step;
+        window.gradscapeGraph.run = order.run;
+      }
       if (moved) {  // the user moved the player: the inspector follows its current node
         dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
       }

@@ -199,3 +199,26 @@ def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any
       const p = n.position(), px = parseFloat(n.style('font-size')) * cy.zoom();
       return p.x > e.x1 && p.x < e.x2 && p.y > e.y1 && p.y < e.y2 && px >= 10; }""")
     _no_errors(page)
+
+
+def test_a_streamed_step_keeps_the_view_the_person_chose(live_server: Any, page: Page) -> None:
+    from zoo import build
+
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, run="live", sink=live_server.url)
+    with tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    sink = tr.sinks[1]
+    sink._net.wait_empty(time.monotonic() + 10)  # type: ignore[attr-defined]
+    _open(page, live_server.url)
+    page.click("#graph-fit")
+    page.evaluate("window.cy.zoom({level: 2.2, renderedPosition: {x: 200, y: 150}})")  # the person zooms in
+    view = page.evaluate("[window.cy.zoom(), window.cy.pan()]")
+    with tr.step(1):
+        case.loss(case.model, case.batch).backward()
+    page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText.includes('step 1')",
+                           timeout=10_000)
+    page.wait_for_function("window.gradscapeGraph.key === 'live/1'", timeout=10_000)
+    assert page.evaluate("[window.cy.zoom(), window.cy.pan()]") == view
+    tr.close()
+    _no_errors(page)
