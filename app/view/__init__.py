@@ -8,6 +8,9 @@ is a few lines over these functions and everything is testable on real traces wi
     elements = cytoscape_elements(wire, layout, "norm")
     panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
 
+The step's graph as a `networkx.DiGraph` (layers, reachability, paths to the loss, parameters no
+gradient reached) is `app.view.graph`; see docs/graph-view.md.
+
 Ids used throughout: `n12` (node 12), `m:blocks.3` (a folded module), `g:blocks.3` (an expanded
 module's box).
 """

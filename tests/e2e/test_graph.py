@@ -198,6 +198,11 @@ def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any
     page.wait_for_function("""() => { const cy = window.cy, n = cy.nodes(':selected'), e = cy.extent();
       const p = n.position(), px = parseFloat(n.style('font-size')) * cy.zoom();
       return p.x > e.x1 && p.x < e.x2 && p.y > e.y1 && p.y < e.y2 && px >= 10; }""")
+    # the search box holds a few options of so big a step; what is typed is searched on the server
+    assert page.evaluate("document.querySelectorAll('#search').length") == 1
+    page.click("#search")
+    page.keyboard.type("37.12.lin.weight")
+    page.get_by_text("AccumulateGrad · 37.12.lin.weight", exact=False).first.wait_for()
     _no_errors(page)
 
 
