@@ -27,11 +27,12 @@
     cy.viewport({zoom: z, pan: {x: W / 2 - z * cx, y: PAD - z * bb.y1}});
   };
 
-  // The same graph again (a module folded or opened): keep the zoom, bring what was tapped into view.
+  // The same step again (a module folded or opened, another colouring): keep the view; after a
+  // click on a module, keep the zoom and bring the module into view.
   G.refresh = function (cy) {
     const id = G.tapped;
     G.tapped = null;
-    if (!id) return G.open(cy);
+    if (!id) return;  // a new colouring, or a search hit revealed (the focus brings it into view)
     const name = id.slice(2);
     let el = cy.getElementById("g:" + name);
     if (!el.length) el = cy.getElementById("m:" + name);

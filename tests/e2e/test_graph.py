@@ -69,6 +69,7 @@ LABEL_STYLES = """
 def test_every_label_has_aa_contrast_in_every_colour_mode(live_server: Any, page: Page) -> None:
     _record_demo(live_server.store_path, "mlp")
     _open(page, live_server.url)
+    view = page.evaluate("[window.cy.zoom(), window.cy.pan()]")
     for mode, text in (("norm", None), ("maxabs", "max |grad|"), ("zeros", "fraction of zeros")):
         if text:
             before = page.evaluate("window.cy.nodes().map(n => n.data('color')).join()")
@@ -80,6 +81,7 @@ def test_every_label_has_aa_contrast_in_every_colour_mode(live_server: Any, page
         for s in styles:
             fill = "rgb(255, 255, 255)" if s["fill"] in ("rgba(0, 0, 0, 0)", "transparent") else s["fill"]
             assert _contrast(s["color"], fill) >= 4.5, (mode, s)
+    assert page.evaluate("[window.cy.zoom(), window.cy.pan()]") == view  # a new colouring keeps the view
     _no_errors(page)
 
 
