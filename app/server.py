@@ -324,9 +324,10 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     if layout is not None:
         app.layout = layout
     else:
-        from app.ui import callbacks, page
+        from app.ui import callbacks, graph_controls, page
 
         ui_data = callbacks.register(app, store)
+        graph_controls.register(app, ui_data)
         app.layout = lambda: page.layout(config.token, callbacks.initial_state(ui_data))
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())
 

@@ -83,7 +83,12 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       const v = Math.min(value || 0, order.nodes.length - 1);
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
       const moved = trig.indexOf("player-slider.value") >= 0 && trig.indexOf("exec-order.data") < 0;
-      if (cy && trig.indexOf("exec-order.data") >= 0) cy.fit(undefined, 20);  // a new graph: show all of it
+      // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
+      if (cy && trig.indexOf("exec-order.data") >= 0) window.gradscapeGraph.shown(cy, order);
+      else if (!window.gradscapeGraph.key) {
+        window.gradscapeGraph.key = order.run + "/" + order.step;
+        window.gradscapeGraph.run = order.run;
+      }
       if (moved) {  // the user moved the player: the inspector follows its current node
         dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
       }

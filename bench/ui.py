@@ -1,8 +1,9 @@
 """UI benchmark: navigation → interactive graph for a W4 step (12-layer GPT-like, ~530 autograd
-nodes) against an empty Dash page served the same way, in the same run, in headless Chromium; and
-the time to expand one folded module.
+nodes) and for a 10,000-node step (1,450 residual blocks in 50 stages), each against an empty Dash
+page served the same way, in the same run, in headless Chromium; and the time to expand one folded
+module (a click on it until the page has drawn the module's contents).
 
-    python bench/ui.py [--rounds 9] [--workload W4]
+    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5]
 
 "Interactive" is timed by the page's own clock: a script installed before any of the page's own
 (Playwright's `add_init_script`) checks the readiness condition on every DOM change and animation
@@ -30,6 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import dash  # noqa: E402
 import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
@@ -70,32 +72,59 @@ def serve(wsgi: object) -> tuple[str, object]:
     return f"http://127.0.0.1:{srv.server_port}", srv
 
 
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.lin(x)) * 0.5
+
+
+def record_big(store: Path, stages: int = 50, blocks: int = 29) -> int:
+    """1,450 residual blocks in 50 top-level stages (about 10,150 autograd nodes), one step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(*[_Residual() for _ in range(blocks)]) for _ in range(stages)])
+    with tracer.Tracer(model, run="bench", sink=str(store), tensors="summary") as tr, tr.step(0) as st:
+        model(torch.randn(2, 4)).sum().backward()
+    return len(st.nodes) if st else 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="W4")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--big-rounds", type=int, default=5, help="rounds for the 10,000-node step (0: skip it)")
     args = ap.parse_args()
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    empty = dash.Dash("empty")
+    empty.layout = html.Div("empty page", id="ready")
+    empty_url, _ = serve(empty.server)
     store = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "ui.sqlite"
     wl = build(args.workload)
     batch = wl.batch()
     with tracer.Tracer(wl.model, run="bench", sink=str(store)) as tr, tr.step(0) as st:
         wl.loss(wl.model, batch).backward()
     nodes = len(st.nodes) if st else 0
+    print(f"gradscape UI benchmark: torch {torch.__version__}, loadavg {os.getloadavg()}")
+    print(f"{args.workload} {wl.name}, {nodes} autograd nodes")
+    measure(store, empty_url, args.rounds)
+    if args.big_rounds > 0:
+        big = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "big.sqlite"
+        print(f"10k: 1,450 residual blocks in 50 stages, {record_big(big)} autograd nodes")
+        measure(big, empty_url, args.big_rounds)
+
+
+def measure(store: Path, empty_url: str, rounds: int) -> None:
     app, _sio = create_app(str(store), ServerConfig())
     url, _ = serve(app.server)
-    empty = dash.Dash("empty")
-    empty.layout = html.Div("empty page", id="ready")
-    empty_url, _ = serve(empty.server)
-    print(f"gradscape UI benchmark: {args.workload} {wl.name}, {nodes} autograd nodes, torch {torch.__version__}, "
-          f"loadavg {os.getloadavg()}")
     t_page, t_empty, t_expand, ratios = [], [], [], []
     wall_page, wall_empty = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
-        for r in range(args.rounds + 1):
+        for r in range(rounds + 1):
             times = {}
             for name in (["empty", "page"] if r % 2 else ["page", "empty"]):
                 ctx = browser.new_context(viewport={"width": 1500, "height": 950})
@@ -120,10 +149,18 @@ def main() -> None:
                     t_idle = time.perf_counter() - t_idle
                     folded = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())")
                     first = "m:blocks.0" if "m:blocks.0" in folded else folded[0]  # a whole transformer block
+                    # a person's click where the module is drawn (brought into view first)
+                    at = pg.evaluate(f"""() => {{ const n = window.cy.getElementById('{first}');
+                      window.cy.center(n); const r = n.renderedPosition(),
+                      box = window.cy.container().getBoundingClientRect();
+                      return {{x: box.left + r.x, y: box.top + r.y}}; }}""")
                     t1 = time.perf_counter()
-                    pg.evaluate(f"void window.cy.getElementById('{first}').emit('tap')")
+                    pg.mouse.click(at["x"], at["y"])
                     t_emit = time.perf_counter() - t1
-                    pg.wait_for_function(f"window.cy.nodes().length > {before}")
+                    box = "g:" + first[2:]
+                    pg.wait_for_function(f"window.cy.nodes().length > {before} && "
+                                         f"window.cy.getElementById('{box}').length === 1 && "
+                                         "new Promise(r => requestAnimationFrame(() => r(true)))")
                     t_expand.append(time.perf_counter() - t1)
                     after = pg.evaluate("window.cy.nodes().length")
                     print(f"  round {r}: expanded {first} ({before} → {after} nodes) in {t_expand[-1]:.2f} s "
@@ -141,7 +178,7 @@ def main() -> None:
         browser.close()
     med = statistics.median
     print(f"navigation → interactive graph: {med(t_page):.2f} s (empty Dash page {med(t_empty):.2f} s), "
-          f"ratio {med(ratios):.2f}x over {args.rounds} rounds (page clock)")
+          f"ratio {med(ratios):.2f}x over {rounds} rounds (page clock)")
     print(f"  as Playwright saw them: {med(wall_page):.2f} s vs {med(wall_empty):.2f} s, "
           f"ratio of medians {med(wall_page) / med(wall_empty):.2f}x")
     print(f"expand one folded module: median {med(t_expand):.2f} s, max {max(t_expand):.2f} s")

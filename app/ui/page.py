@@ -12,20 +12,21 @@ from dash_socketio import DashSocketIO
 from app.ui import ids
 
 STYLESHEET: list[dict[str, Any]] = [
+    # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
     {"selector": "node", "style": {
-        "label": "data(label)", "font-size": 9, "text-valign": "center", "text-halign": "center",
-        "width": 92, "height": 26, "shape": "round-rectangle", "background-color": "data(color)",
-        "border-width": 1, "border-color": "#555", "color": "#111", "text-wrap": "ellipsis",
-        "text-max-width": 88, "min-zoomed-font-size": 6}},
-    {"selector": "node.param, node.leaf", "style": {"shape": "ellipse", "width": 110, "border-style": "dashed"}},
+        "label": "data(label)", "font-size": 12, "text-valign": "center", "text-halign": "center",
+        "width": "data(w)", "height": "data(h)", "shape": "round-rectangle", "background-color": "data(fill)",
+        "border-width": 1, "border-color": "#555", "color": "data(text_color)", "text-wrap": "ellipsis",
+        "text-max-width": 236, "min-zoomed-font-size": 5}},
+    {"selector": "node.param, node.leaf", "style": {"shape": "round-rectangle", "border-style": "dashed"}},
     {"selector": "node.root", "style": {"border-width": 3, "border-color": "#000", "font-weight": "bold"}},
-    {"selector": "node.collapsed", "style": {"shape": "round-hexagon", "width": 130, "height": 34,
-                                             "border-width": 2, "border-color": "#2b5d9c"}},
+    {"selector": "node.collapsed", "style": {"shape": "round-rectangle", "border-width": 3, "border-color": "#2b5d9c",
+                                             "font-size": 13, "text-wrap": "wrap", "font-weight": "bold"}},
     {"selector": "node.module", "style": {"background-opacity": 0.06, "background-color": "#2b5d9c",
                                        "border-color": "#2b5d9c", "border-width": 1, "label": "data(label)",
-                                       "text-valign": "top", "text-halign": "center", "font-size": 10,
-                                       "shape": "round-rectangle"}},
-    {"selector": "node.nan", "style": {"border-color": "#d00", "border-width": 3, "background-color": "#f33"}},
+                                       "text-valign": "top", "text-halign": "center", "font-size": 12,
+                                       "shape": "round-rectangle", "padding": 10}},
+    {"selector": "node.nan", "style": {"border-color": "#d00", "border-width": 3}},
     {"selector": "node.compiled, node.checkpoint, node.custom", "style": {"shape": "rectangle",
                                                                          "border-style": "double"}},
     {"selector": "edge", "style": {"width": 1.2, "line-color": "#999", "target-arrow-color": "#999",
@@ -84,7 +85,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Interval(id=ids.TICKER, interval=400, disabled=True),
     ])
     graph = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
-                           layout={"name": "preset", "fit": True, "padding": 20},
+                           layout={"name": "preset", "fit": False},  # first view: assets/graph.js
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
                            boxSelectionEnabled=False, className="gs-graph",
                            style={"width": "100%", "height": "100%"})
@@ -97,7 +98,10 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         header,
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=[
-                html.Div(className="gs-graph-wrap", children=[graph]),
+                html.Div(className="gs-graph-wrap", children=[graph, html.Div(className="gs-graph-tools", children=[
+                    html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
+                    html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
+                                title="zoom to the selected node (or the player's current one)")])]),
                 html.Div(id=ids.LEGEND, className="gs-legend", children=st.get("legend")),
                 html.Div(id=ids.GRAPH_INFO, className="gs-graph-info", children=st.get("info")),
                 player,

@@ -8,6 +8,9 @@ is a few lines over these functions and everything is testable on real traces wi
     elements = cytoscape_elements(wire, layout, "norm")
     panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
 
+The step's graph as a `networkx.DiGraph` (layers, reachability, paths to the loss, parameters no
+gradient reached) is `app.view.graph`; see docs/graph-view.md.
+
 Ids used throughout: `n12` (node 12), `m:blocks.3` (a folded module), `g:blocks.3` (an expanded
 module's box).
 """
@@ -21,7 +24,16 @@ from app.view.collapse import (
     visible_count,
     visible_element,
 )
-from app.view.elements import COLOR_BY, cytoscape_elements, find, legend, search, search_index
+from app.view.elements import (
+    COLOR_BY,
+    SEARCH_HITS,
+    cytoscape_elements,
+    find,
+    legend,
+    search,
+    search_index,
+    searched_on_server,
+)
 from app.view.flow import flow_rows, gradient_flow, norm_over_steps
 from app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from app.view.layout import count_crossings, layout_graph
@@ -29,6 +41,7 @@ from app.view.modules import backward_hook_note, module_detail, module_table, pa
 
 __all__ = [
     "COLOR_BY",
+    "SEARCH_HITS",
     "backward_hook_note",
     "collapse_module",
     "count_crossings",
@@ -50,6 +63,7 @@ __all__ = [
     "reveal",
     "search",
     "search_index",
+    "searched_on_server",
     "slot_figures",
     "stats_rows",
     "visible_count",

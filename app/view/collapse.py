@@ -1,6 +1,6 @@
 """Module collapsing: draw a whole module (and everything inside it) as one node.
 
-A big graph does not fit a browser (docs/web-stack.md: a browser paints 2,000 elements in seconds), so the
+A big graph does not fit a browser (2,000 cytoscape elements already take seconds to paint), so the
 graph opens with modules collapsed and the user expands the one they care about. A collapsed
 prefix `P` stands for every node whose module is `P` or nested in it; edges between two drawn
 elements are merged, and edges inside one collapsed module disappear.
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.view._wire import Wire, inside, node_module, parent_prefix, prefixes
+from app.view._wire import Wire, inside, node_label, node_module, parent_prefix, prefixes
 
 MODULE_PREFIX = "m:"
 BOX_PREFIX = "g:"
@@ -35,6 +35,44 @@ class VisibleGraph:
     def count(self) -> int:
         """Cytoscape elements this draws: nodes, boxes and (merged) edges."""
         return len(self.elements) + len(self.boxes) + len(self.edges)
+
+
+# Sizes of what is drawn (model units; the stylesheet reads them from `data.w`/`data.h`), so the
+# layout leaves room for every label: a label is one line of `FONT` px (a folded module two lines,
+# name and class/count), and `CHAR` is the widest average glyph advance of the sans-serif fonts the
+# page falls back to, as a fraction of the font size.
+FONT = 12
+MODULE_FONT = 13
+CHAR = 0.64
+NODE_H = 30.0
+MODULE_H = 48.0
+MIN_W, MAX_W = 70.0, 240.0
+
+
+def text_width(text: str, font: float = FONT) -> float:
+    """Width of a box holding `text` on one line (capped: longer labels are cut with an ellipsis and
+    shown whole on hover)."""
+    return min(max(len(text) * font * CHAR + 18.0, MIN_W), MAX_W)
+
+
+def module_label(wire: Wire, prefix: str, count: int) -> str:
+    """A folded module's two-line label: its name, then its class and how many nodes it holds."""
+    kind = ((wire.get("modules") or {}).get(prefix) or {}).get("type")
+    return f"{prefix}\n" + (f"{kind} · " if kind else "") + f"{count} nodes"
+
+
+def box_label(wire: Wire, prefix: str) -> str:
+    """An expanded module's box label: `encoder.layers.0 (TransformerEncoderLayer)`."""
+    kind = ((wire.get("modules") or {}).get(prefix) or {}).get("type")
+    return prefix + (f" ({kind})" if kind else "")
+
+
+def element_size(wire: Wire, eid: str, members: list[int] | None = None) -> tuple[float, float]:
+    """(width, height) of a drawn node element (`n12` or `m:blocks.3`)."""
+    if eid.startswith(MODULE_PREFIX):
+        lines = module_label(wire, eid[len(MODULE_PREFIX):], len(members or [])).split("\n")
+        return max(text_width(line, MODULE_FONT) for line in lines), MODULE_H
+    return text_width(node_label(wire["nodes"][int(eid[1:])], wire)), NODE_H
 
 
 def node_element(node_id: int) -> str:

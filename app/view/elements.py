@@ -42,13 +42,17 @@ from app.view._wire import (
     tensor,
     zero_fraction,
 )
-from app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element
+from app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element, box_label, module_label
 
 COLOR_BY = ("norm", "maxabs", "zeros")
 # Viridis (plotly.colors.sequential.Viridis): perceptually uniform, readable when printed grey.
 SCALE = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b",
          "#fde725")
 MISSING_COLOR = "#d0d0d0"  # no gradient recorded (the node did not run, or the slot was None)
+NAN_FILL = "#ff3333"  # a node with a NaN or Inf in its gradients (with a red border)
+PAGE_BACKGROUND = "#ffffff"  # behind the graph: where a module box's label sits (above the box)
+BOX_FILL = "#2b5d9c"  # a module box, drawn at 6 % opacity
+DARK_TEXT, LIGHT_TEXT = "#000000", "#ffffff"
 _TITLES = {
     "norm": "‖∂L/∂output‖₂ (log₁₀)",
     "maxabs": "max |∂L/∂output| (log₁₀)",
@@ -109,6 +113,27 @@ def color_of(fraction: float | None) -> str:
     a, b = SCALE[i], SCALE[i + 1]
     rgb = [round(int(a[k:k + 2], 16) * (1 - t) + int(b[k:k + 2], 16) * t) for k in (1, 3, 5)]
     return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def luminance(color: str) -> float:
+    """WCAG 2 relative luminance of a `#rrggbb` colour."""
+    out = 0.0
+    for weight, k in ((0.2126, 1), (0.7152, 3), (0.0722, 5)):
+        c = int(color[k:k + 2], 16) / 255
+        out += weight * (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4)
+    return out
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two `#rrggbb` colours (1 to 21; AA asks 4.5 for text)."""
+    la, lb = sorted((luminance(a), luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def text_color(fill: str) -> str:
+    """Black or white, whichever contrasts more with `fill`: at least 4.58:1 for any fill (the worst
+    fill is the one equally far from both, luminance 0.179), so every label passes WCAG AA."""
+    return DARK_TEXT if contrast(fill, DARK_TEXT) >= contrast(fill, LIGHT_TEXT) else LIGHT_TEXT
 
 
 def _tick_label(v: float, color_by: str) -> str:
@@ -201,7 +226,9 @@ def _op_element(wire: Wire, node: dict[str, Any], info: dict[str, Any], roots: s
         "line": node.get("source"), "order": node.get("order"), "shape": fmt_shape(out_shape),
         "badge": _badge_text(nan, inf), "nan": nan, "inf": inf, **_color_fields(statistic(arrived, color_by),
                                                                                 color_by, lo, hi),
+        "w": info["w"], "h": info["h"],
     }
+    _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
     where = " · ".join(str(p) for p in (node.get("module") or node.get("param"), node.get("source")) if p)
@@ -229,16 +256,24 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], color_by: str, l
         a, b = _badge(_node_tensors(wire, wire["nodes"][i]))
         nan, inf = nan + a, inf + b
     kind = mod.get("type")
-    label = f"{prefix}" + (f" ({kind})" if kind else "") + f" · {len(members)} nodes"
+    label = module_label(wire, prefix, len(members))
     data: dict[str, Any] = {"id": eid, "label": label, "module": prefix, "kind": "module", "type": kind,
                             "count": len(members), "badge": _badge_text(nan, inf), "nan": nan, "inf": inf,
-                            **_color_fields(value, color_by, lo, hi)}
+                            **_color_fields(value, color_by, lo, hi), "w": info["w"], "h": info["h"]}
+    _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
-    data["title"] = f"{label} (folded; expand to see its ops)\n∂L/∂output: {data['value_text']}"
+    data["title"] = label.replace("\n", " · ") + f" (folded; click to expand)\n∂L/∂output: {data['value_text']}"
     classes = ["collapsed"] + (["nan"] if nan or inf else [])
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}
+
+
+def _paint(data: dict[str, Any]) -> None:
+    """The fill a node is drawn with (`data.fill`: its colour, or red for NaN/Inf) and the label
+    colour that reads on it (`data.text_color`)."""
+    data["fill"] = NAN_FILL if data.get("nan") or data.get("inf") else data["color"]
+    data["text_color"] = text_color(data["fill"])
 
 
 def _edge_element(wire: Wire, edge: dict[str, Any], layout_nodes: dict[str, Any]) -> dict[str, Any]:
@@ -291,8 +326,9 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
     out: list[dict[str, Any]] = []
     for prefix, parent in layout["boxes"].items():
         kind = (modules.get(prefix) or {}).get("type")
-        data = {"id": box_element(prefix), "label": prefix + (f" ({kind})" if kind else ""), "module": prefix,
-                "kind": "box", "type": kind}
+        data = {"id": box_element(prefix), "label": box_label(wire, prefix), "module": prefix,
+                "kind": "box", "type": kind, "text_color": text_color(PAGE_BACKGROUND), "fill": BOX_FILL,
+                "w": 1, "h": 1}  # a compound node's size is what it holds: w and h only keep the mappings defined
         if parent:
             data["parent"] = box_element(parent)
         out.append({"group": "nodes", "data": data, "classes": "module"})
@@ -306,9 +342,29 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
 
 
 # ---------------------------------------------------------------------------- search
+SEARCH_ALL = 2000  # up to this many nodes, every search option goes to the browser
+SEARCH_HITS = 50  # a bigger step: this many first options, and this many hits per typed query
+
+
+def searched_on_server(wire: Wire) -> bool:
+    """True for a step too big to send every search option to the page (see `search_index`)."""
+    return len(wire["nodes"]) > SEARCH_ALL
+
+
 def search_index(wire: Wire) -> list[dict[str, str]]:
     """`{"label", "value"}` options for a search box: modules, parameters, then every node in the
-    order backward ran them. Values are element ids: `m:<module>` or `n<id>`."""
+    order backward ran them. Values are element ids: `m:<module>` or `n<id>`.
+
+    A step with more than `SEARCH_ALL` nodes gets its first `SEARCH_HITS` options only (top-level
+    modules first): the rest are found by `search` as the user types."""
+    out = _search_options(wire)
+    if searched_on_server(wire):
+        out.sort(key=lambda o: (not o["value"].startswith(MODULE_PREFIX), o["value"].count(".")))
+        return out[:SEARCH_HITS]
+    return out
+
+
+def _search_options(wire: Wire) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     for name, m in (wire.get("modules") or {}).items():
         if name == ROOT_MODULE:
@@ -332,7 +388,7 @@ def search(wire: Wire, query: str, limit: int = 20) -> list[dict[str, str]]:
     q = query.strip().lower()
     if not q:
         return []
-    hits = [o for o in search_index(wire) if q in o["label"].lower()]
+    hits = [o for o in _search_options(wire) if q in o["label"].lower()]
     return hits[:limit]
 
 

@@ -186,3 +186,74 @@ def test_search_index_and_find(mlp: dict[str, Any]) -> None:
     assert find(mlp, "relu") is not None and find(mlp, "no such thing") is None
     assert find(mlp, "n999") is None
     assert all("fc1" in o["label"] for o in search(mlp, "fc1"))
+
+
+# ---------------------------------------------------------------------------- label contrast (WCAG AA)
+def demo_wire(name: str) -> dict[str, Any]:
+    """A step of the `gradscape demo` model `name`, traced as the demo does."""
+    from app import demo
+
+    model, batch = demo.make(name)
+    x, y = batch()
+    tr = tracer.Tracer(model, tensors="summary")
+    with tr.step(0) as st:
+        out = model(x)
+        torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+    return step_to_wire(st)
+
+
+def wcag(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio, computed here from the definition (not with the code under test)."""
+    def lum(c: str) -> float:
+        ch = [int(c[k:k + 2], 16) / 255 for k in (1, 3, 5)]
+        lin = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in ch]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_every_label_reads_on_its_fill_in_every_colour_mode(name: str, nan_wire: dict[str, Any]) -> None:
+    from app.view.elements import PAGE_BACKGROUND
+
+    wire = demo_wire(name)
+    for w in (wire, nan_wire):
+        for folded in (set(), None, {p for p in (w.get("modules") or {}) if p != "<root>" and "." not in p}):
+            layout = layout_graph(w, folded)
+            for color_by in COLOR_BY:
+                for e in cytoscape_elements(w, layout, color_by):
+                    if e["group"] != "nodes":
+                        continue
+                    d = e["data"]
+                    behind = PAGE_BACKGROUND if "module" in e["classes"].split() else d["fill"]
+                    assert wcag(d["text_color"], behind) >= 4.5, (name, color_by, d["label"], d["text_color"], behind)
+                    if "nan" in e["classes"].split():
+                        assert d["fill"] != d["color"]  # drawn red, and the label follows the red
+
+
+def test_the_darkest_fill_gets_a_light_label() -> None:
+    from app.view.elements import SCALE, text_color
+
+    assert text_color(SCALE[0]) == "#ffffff" and text_color(SCALE[-1]) == "#000000"
+    assert min(max(wcag(c, "#000000"), wcag(c, "#ffffff")) for c in SCALE) >= 4.5
+
+
+def test_folded_module_label_names_class_and_count() -> None:
+    wire = demo_wire("transformer")
+    layout = layout_graph(wire, {"encoder"})
+    el = by_id(cytoscape_elements(wire, layout))["m:encoder"]
+    assert el["data"]["label"].split("\n") == ["encoder", f"TransformerEncoder · {el['data']['count']} nodes"]
+    assert el["data"]["w"] >= 13 * 0.6 * len("TransformerEncoder · 99 nodes")  # room for the longer line
+
+
+def test_big_step_searches_on_the_server() -> None:
+    from app.view import SEARCH_HITS, searched_on_server
+    from app.view.elements import SEARCH_ALL
+
+    small = zoo_wire("mlp")
+    assert not searched_on_server(small) and len(search_index(small)) > len(small["nodes"])
+    big = {**small, "nodes": small["nodes"] * (SEARCH_ALL // len(small["nodes"]) + 1)}
+    assert searched_on_server(big)
+    first = search_index(big)
+    assert len(first) == SEARCH_HITS and first[0]["value"].startswith("m:")
+    assert search(big, "fc2.weight")  # everything stays findable by typing

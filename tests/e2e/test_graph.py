@@ -1,0 +1,231 @@
+"""The graph view in real headless Chromium: label contrast, module boxes, a first view that can be read,
+the full label on hover, and a 10,000-node trace (folded modules readable, one click expands one)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from playwright.sync_api import Page
+
+import tracer
+
+LEGIBLE_PX = 10.0
+
+
+def _record_demo(store: Path, name: str, run: str = "r") -> None:
+    """One step of the `gradscape demo` model `name`, traced as the demo traces it."""
+    from app import demo
+
+    model, batch = demo.make(name)
+    x, y = batch()
+    tr = tracer.Tracer(model, run=run, sink=str(store), tensors="summary")
+    with tr.step(0):
+        out = model(x)
+        F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
+    tr.close()
+
+
+def _open(page: Page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    page.wait_for_function("(document.querySelector('#backward-player') || {innerText: ''}).innerText.includes(' of ')")
+    page.wait_for_function("window.gradscapeGraph && window.gradscapeGraph.opened")
+
+
+def _no_errors(page: Page) -> None:
+    errors = [e for e in page.console_errors if "wheel sensitivity" not in e]  # type: ignore[attr-defined]
+    assert errors == []
+
+
+def _rgb(css: str) -> tuple[float, float, float]:
+    parts = css[css.index("(") + 1:css.index(")")].split(",")
+    r, g, b = (float(p) for p in parts[:3])
+    return r, g, b
+
+
+def _contrast(a: str, b: str) -> float:
+    def lum(c: str) -> float:
+        lin = [v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4 for v in (x / 255 for x in _rgb(c))]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+# the drawn label colour and what it sits on: a box's label is above the box, on the page
+LABEL_STYLES = """
+() => window.cy.nodes().map(n => ({id: n.id(), label: n.data('label'), color: n.style('color'),
+  fill: n.hasClass('module') ? getComputedStyle(document.querySelector('.gs-graph-wrap')).backgroundColor
+                             : n.style('background-color'),
+  opacity: n.style('background-opacity')}))
+"""
+
+
+def test_every_label_has_aa_contrast_in_every_colour_mode(live_server: Any, page: Page) -> None:
+    _record_demo(live_server.store_path, "mlp")
+    _open(page, live_server.url)
+    view = page.evaluate("[window.cy.zoom(), window.cy.pan()]")
+    for mode, text in (("norm", None), ("maxabs", "max |grad|"), ("zeros", "fraction of zeros")):
+        if text:
+            before = page.evaluate("window.cy.nodes().map(n => n.data('color')).join()")
+            page.click("#color-by")
+            page.get_by_text(text, exact=True).click()
+            page.wait_for_function(f"window.cy.nodes().map(n => n.data('color')).join() !== {before!r}")
+        styles = page.evaluate(LABEL_STYLES)
+        assert len(styles) >= 16
+        for s in styles:
+            fill = "rgb(255, 255, 255)" if s["fill"] in ("rgba(0, 0, 0, 0)", "transparent") else s["fill"]
+            assert _contrast(s["color"], fill) >= 4.5, (mode, s)
+    assert page.evaluate("[window.cy.zoom(), window.cy.pan()]") == view  # a new colouring keeps the view
+    _no_errors(page)
+
+
+SIBLING_OVERLAPS = """
+() => {
+  const boxes = window.cy.nodes('.module').map(n => ({id: n.id(), parent: n.data('parent') || null,
+    bb: n.boundingBox({includeLabels: false, includeOverlays: false})}));
+  const out = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (a.parent !== b.parent) continue;
+    if (a.bb.x1 < b.bb.x2 && b.bb.x1 < a.bb.x2 && a.bb.y1 < b.bb.y2 && b.bb.y1 < a.bb.y2) out.push([a.id, b.id]);
+  }
+  return {count: boxes.length, overlaps: out};
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_sibling_module_boxes_do_not_intersect(live_server: Any, page: Page, name: str) -> None:
+    _record_demo(live_server.store_path, name)
+    _open(page, live_server.url)
+    got = page.evaluate(SIBLING_OVERLAPS)
+    assert got["count"] >= 3 and got["overlaps"] == [], got
+    _no_errors(page)
+
+
+def test_transformer_opens_legible_and_hover_shows_the_full_label(live_server: Any, page: Page) -> None:
+    _record_demo(live_server.store_path, "transformer")
+    _open(page, live_server.url)
+    view = page.evaluate("""() => {
+      const cy = window.cy, ext = cy.extent(), bb = cy.elements().renderedBoundingBox();
+      const shown = cy.nodes().filter(n => !n.isParent() && n.visible()).filter(n => {
+        const p = n.position(); return p.x >= ext.x1 && p.x <= ext.x2 && p.y >= ext.y1 && p.y <= ext.y2; });
+      return {nodes: cy.nodes().length, shown: shown.length, width: cy.width(), used: Math.min(bb.x2, cy.width())
+              - Math.max(bb.x1, 0), px: shown.map(n => parseFloat(n.style('font-size')) * cy.zoom())};
+    }""")
+    assert view["nodes"] >= 120 and view["shown"] >= 5
+    assert min(view["px"]) >= LEGIBLE_PX, view["px"]
+    assert view["used"] >= 0.6 * view["width"], view  # not a narrow column in a wide panel
+    # a parameter whose label is cut short on the node: hovering shows all of it
+    target = page.evaluate("""() => {
+      const n = window.cy.nodes('.leaf, .param').filter(n => n.data('label').length > 28)[0];
+      window.cy.center(n);
+      const p = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
+      return {label: n.data('label'), x: box.left + p.x, y: box.top + p.y};
+    }""")
+    page.mouse.move(target["x"], target["y"])
+    page.wait_for_function("(document.getElementById('graph-hover') || {style: {}}).style.display === 'block'")
+    assert target["label"] in page.inner_text("#graph-hover")
+    page.evaluate("""(label) => { window.cy.zoom(0.1);  // at any zoom: here labels are not drawn at all
+      window.cy.center(window.cy.nodes().filter(n => n.data('label') === label)[0]); }""", target["label"])
+    page.wait_for_function("document.getElementById('graph-hover').style.display === 'none'")
+    p = page.evaluate("""(label) => { const n = window.cy.nodes().filter(n => n.data('label') === label)[0];
+      const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
+      return {x: box.left + r.x, y: box.top + r.y}; }""", target["label"])
+    page.mouse.move(5, 5)  # off the graph, then back onto the node
+    page.mouse.move(p["x"] + 1, p["y"] + 1)
+    page.wait_for_function("document.getElementById('graph-hover').style.display === 'block'")
+    assert target["label"] in page.inner_text("#graph-hover")
+    _no_errors(page)
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.lin(x)) * 0.5
+
+
+def _record_residual_stages(store: Path, stages: int = 50, blocks: int = 29) -> None:
+    """1,450 residual blocks in 50 top-level stages: about 10,150 autograd nodes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(*[_Residual() for _ in range(blocks)]) for _ in range(stages)])
+    tr = tracer.Tracer(model, run="big", sink=str(store), tensors="summary", thumb=4)
+    with tr.step(0):
+        model(torch.randn(2, 4)).sum().backward()
+    tr.close()
+
+
+def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any, page: Page) -> None:
+    _record_residual_stages(live_server.store_path)
+    _open(page, live_server.url)
+    info = page.inner_text("#graph-info")
+    assert int(info.split(" autograd")[0]) > 10_000 and "50 modules folded" in info
+    folded = page.evaluate("""() => { const cy = window.cy, ext = cy.extent();
+      return cy.nodes('.collapsed').filter(n => { const p = n.position();
+        return p.y >= ext.y1 && p.y <= ext.y2 && p.x >= ext.x1 && p.x <= ext.x2; })
+      .map(n => ({id: n.id(), label: n.data('label'), px: parseFloat(n.style('font-size')) * cy.zoom(),
+                  shown: n.style('label') !== '' && n.style('min-zoomed-font-size')}));}""")
+    assert len(folded) >= 3
+    for f in folded:
+        name, kind = f["label"].split("\n")
+        assert name == f["id"][2:] and kind.startswith("Sequential · ") and kind.endswith(" nodes"), f
+        assert f["px"] >= LEGIBLE_PX, f
+    # a person's click on a folded stage opens it (its 29 blocks, folded)
+    before = page.evaluate("window.cy.nodes().length")
+    target = page.evaluate("""(id) => { const n = window.cy.getElementById(id), r = n.renderedPosition(),
+      box = window.cy.container().getBoundingClientRect(); return {x: box.left + r.x, y: box.top + r.y}; }""",
+                           folded[0]["id"])
+    t0 = time.monotonic()
+    page.mouse.click(target["x"], target["y"])
+    page.wait_for_function(f"window.cy.nodes().length > {before}", timeout=20_000)
+    expanded = time.monotonic() - t0
+    assert page.evaluate(f"window.cy.getElementById('g:{folded[0]['id'][2:]}').length") == 1
+    assert expanded < 10, expanded  # the ≤ 1 s figure is measured by bench/ui.py
+    # "fit" shows the whole graph
+    page.click("#graph-fit")
+    page.wait_for_function("""() => { const e = window.cy.extent(), b = window.cy.elements().boundingBox();
+      return e.x1 <= b.x1 + 1 && e.y1 <= b.y1 + 1 && e.x2 >= b.x2 - 1 && e.y2 >= b.y2 - 1; }""")
+    # "zoom to selection" brings the selected node into view, at a zoom where it can be read
+    page.evaluate("window.cy.nodes('.collapsed').last().select()")
+    page.click("#graph-zoom-selection")
+    page.wait_for_function("""() => { const cy = window.cy, n = cy.nodes(':selected'), e = cy.extent();
+      const p = n.position(), px = parseFloat(n.style('font-size')) * cy.zoom();
+      return p.x > e.x1 && p.x < e.x2 && p.y > e.y1 && p.y < e.y2 && px >= 10; }""")
+    # the search box holds a few options of so big a step; what is typed is searched on the server
+    assert page.evaluate("document.querySelectorAll('#search').length") == 1
+    page.click("#search")
+    page.keyboard.type("37.12.lin.weight")
+    page.get_by_text("AccumulateGrad · 37.12.lin.weight", exact=False).first.wait_for()
+    _no_errors(page)
+
+
+def test_a_streamed_step_keeps_the_view_the_person_chose(live_server: Any, page: Page) -> None:
+    from zoo import build
+
+    case = build("mlp")
+    tr = tracer.Tracer(case.model, run="live", sink=live_server.url)
+    with tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    sink = tr.sinks[1]
+    sink._net.wait_empty(time.monotonic() + 10)  # type: ignore[attr-defined]
+    _open(page, live_server.url)
+    page.click("#graph-fit")
+    page.evaluate("window.cy.zoom({level: 2.2, renderedPosition: {x: 200, y: 150}})")  # the person zooms in
+    view = page.evaluate("[window.cy.zoom(), window.cy.pan()]")
+    with tr.step(1):
+        case.loss(case.model, case.batch).backward()
+    page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText.includes('step 1')",
+                           timeout=10_000)
+    page.wait_for_function("window.gradscapeGraph.key === 'live/1'", timeout=10_000)
+    assert page.evaluate("[window.cy.zoom(), window.cy.pan()]") == view
+    tr.close()
+    _no_errors(page)
