@@ -317,12 +317,16 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     socketio.on_namespace(TracerNamespace("/tracer", state))
     socketio.on_namespace(UINamespace("/ui", state))
     register_api(server, store, state)
+    from app.debug import register_debug  # breakpoints: routes, state and the tracers' /debug namespace
+
+    state.debug = register_debug(server, socketio, state, store)  # type: ignore[attr-defined]
     if layout is not None:
         app.layout = layout
     else:
-        from app.ui import callbacks, page
+        from app.ui import callbacks, debugger, page
 
         ui_data = callbacks.register(app, store)
+        debugger.register(app)  # breakpoints (app/ui/debugger.py)
         app.layout = lambda: page.layout(config.token, callbacks.initial_state(ui_data))
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from tracer._attrib import ForwardRecorder, ModuleCallRecord
+from tracer._breakpoints import breaker
 from tracer._labels import ACCUMULATE, VIEW_NODES, SlotInfo, label_slots, schema_of, slot_args
 from tracer._model import BackwardPass, ModuleCall, ModuleTrace, NodeRun, NodeTrace, StepTrace, TensorTrace
 from tracer._summary import Summariser, dtype_name, grad_off
@@ -187,6 +188,7 @@ class StepRecorder:
         self._index: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
+        self.breaker = breaker(run)  # breakpoints: see NOTE [Breakpoints] in tracer._breakpoints
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
@@ -409,6 +411,8 @@ class StepRecorder:
             finally:
                 if grad_on:
                     _set_grad(True)
+            if self.breaker.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
+                self.breaker.at_node(self, rec, None, grad_outputs)
             self._last_end[_thread_id()] = _now()
             return None
 
@@ -419,6 +423,7 @@ class StepRecorder:
         rid, runs = rec.id, rec.runs
         # bound once: these containers live as long as the step (`_release` replaces them after it)
         execution, pending, summarise, last_end = self.execution, self._pending, self._summarise, self._last_end
+        brk = self.breaker
 
         def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t1 = _now()
@@ -458,6 +463,8 @@ class StepRecorder:
             finally:
                 if grad_on:
                     _set_grad(True)
+            if brk.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
+                brk.at_node(self, rec, grad_inputs, grad_outputs)
             last_end[tid] = _now()
             return None
 

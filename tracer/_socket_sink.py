@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from tracer import protocol
+from tracer._breakpoints import BreakpointLink
 from tracer._codec import pack, step_to_wire
 from tracer._model import StepTrace
 
@@ -91,7 +92,7 @@ class SocketSink:
 
     def __init__(self, url: str, run: str, *, token: str | None = None, spill: str | None = None,
                  queue_bytes: int = 512 << 20, spill_bytes: int = 1 << 30, connect_timeout: float = 5.0,
-                 call_timeout: float = 60.0) -> None:
+                 call_timeout: float = 60.0, break_grace: float | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"sink {url!r}: expected http://host:port")
@@ -118,6 +119,8 @@ class SocketSink:
         self._spiller = threading.Thread(target=self._spill_loop, name="gradscape-spill", daemon=True)
         self._sender.start()
         self._spiller.start()
+        # breakpoints: the run's /debug link (NOTE [Breakpoints] in tracer._breakpoints)
+        self._breakpoints = BreakpointLink(self.url, run, token=self.token, grace=break_grace)
 
     # ------------------------------------------------------------------ training-loop side
     def write(self, st: StepTrace) -> None:
@@ -128,6 +131,7 @@ class SocketSink:
         self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)
 
     def close(self, timeout: float = 10.0) -> None:
+        self._breakpoints.close()  # breakpoints (NOTE [Breakpoints])
         deadline = time.monotonic() + timeout
         self._net.wait_empty(deadline)
         while self._busy.is_set() and time.monotonic() < deadline:
