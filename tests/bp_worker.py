@@ -28,9 +28,12 @@ def build(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
 
 
 def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, tr: tracer.Tracer | None,
-          blowup: int | None = None) -> None:
+          blowup: int | None = None, gate: int | None = None) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for i in range(steps):
+        if i == gate:  # hold here until the test says go (a line on stdin)
+            print("gate", flush=True)
+            sys.stdin.readline()
         inp = x * float("inf") if i == blowup else x
         if tr is not None:
             with tr.step(i):
@@ -53,6 +56,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--grace", type=float, default=None)
     ap.add_argument("--blowup", type=int, default=None, help="feed Inf inputs at this step")
+    ap.add_argument("--gate", type=int, default=None, help="wait for a line on stdin before this step")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, x, y = build()
@@ -67,7 +71,7 @@ def main() -> None:
             time.sleep(0.02)
         print("ready", flush=True)
         sys.stdin.readline()  # the test says when to start (after setting its breakpoints)
-    train(model, x, y, args.steps, tr, args.blowup)
+    train(model, x, y, args.steps, tr, args.blowup, args.gate)
     if tr is not None:
         tr.close(10)
     print(json.dumps({"params": params_hex(model), "pauses": breaker(args.run).pauses}), flush=True)
