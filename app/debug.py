@@ -144,7 +144,7 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
         notify("breakpoints", run)
 
     def known(run: str) -> bool:
-        if run in app_state.known_runs or run in app_state.sessions.values():
+        if run in app_state.known_runs or run in list(app_state.sessions.values()):
             return True
         with debug.lock:
             if run in debug.sessions.values():

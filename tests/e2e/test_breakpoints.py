@@ -76,6 +76,18 @@ def test_break_step_continue_from_the_page(live_server: Any, page: Page, worker_
     current = page.evaluate(f"window.cy.getElementById('n{fc2['id']}').style('border-color')")
     assert current == "rgb(208,0,0)"
 
+    # another site's page (here: the other loopback name, a different origin) cannot resume or clear it
+    other = page.context.new_page()
+    other.goto(srv.url.replace("127.0.0.1", "localhost") + "/api/runs")
+    for path, body in [("/resume", '{"mode": "continue"}'), ("/breakpoints", '{"on": "nonfinite"}')]:
+        # a "simple" request: sent without a preflight, with the other page's Origin
+        other.evaluate("([u, b]) => fetch(u, {method: 'POST', body: b, mode: 'no-cors', "
+                       "headers: {'Content-Type': 'text/plain'}}).then(r => r.type)", [srv.url + "/api/runs/web" + path,
+                                                                                     body])
+    other.close()
+    assert paused(srv, "web", k)
+    assert srv.api("/api/runs/web/breakpoints")["breakpoints"] == [{"on": "node", "name": "AddmmBackward0"}]
+
     page.click("#bp-step")  # one more node
     page.wait_for_function(_text("#bp-where") + f".includes('{k + 1} nodes run')")
     assert paused(srv, "web", k + 1)
