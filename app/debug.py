@@ -11,7 +11,8 @@ The server holds each run's breakpoints in memory and pushes the whole list to t
 which connect to `/debug` (see NOTE [Breakpoints] in tracer._breakpoints). A paused tracer sends the
 partial backward in its `paused` message; it is kept here, in memory, until the run resumes or its
 tracer goes away, and served by `/paused/nodes`. The page hears `paused` / `breakpoints` on `/ui`
-(they only say which run changed) and reads the state from these routes.
+(they only say which run changed; on connecting, one `paused` catch-up lists the runs that are paused
+or have breakpoints) and reads the state from these routes.
 
 Writes need the token when the server has one (the app's token gate) and are refused with 403 when
 the request's `Origin` is not the server's own: another site's page must not pause anyone's
@@ -152,6 +153,14 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
         return any(r["run"] == run for r in store.runs())
 
     socketio.on_namespace(DebugNamespace(NAMESPACE, app_state, debug, notify))
+
+    def catchup() -> list[tuple[str, dict[str, Any]]]:
+        # a page that just (re)connected: which runs have breakpoints or are paused (it reads those)
+        with debug.lock:
+            runs = sorted(set(debug.paused) | {r for r, p in debug.breakpoints.items() if p})
+        return [("paused", {"runs": runs, "catchup": True, "at": time.time()})]
+
+    app_state.debug_catchup = catchup
 
     def gate(run: str, write: bool) -> Response | None:
         if write:

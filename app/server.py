@@ -246,6 +246,8 @@ class UINamespace(Namespace):
         # `step` event, read like any other by the page (`gradscape.liveSteps` in assets/player.js).
         # (`at` makes every catch-up a new value: Dash fires a callback only when a prop changes)
         emit("step", {"run": None, "step": None, "catchup": True, "at": time.time()})
+        for event, payload in getattr(self.state, "debug_catchup", list)():  # breakpoints (app/debug.py)
+            emit(event, payload)
 
 
 @dataclass

@@ -47,13 +47,23 @@ window.dash_clientside = window.dash_clientside || {};
   };
 
   window.dash_clientside.gradscapeDebug = {
-    refresh: function (notePaused, noteBps, connected, run, stylesheet) {
+    refresh: function (notePaused, noteBps, run, stylesheet) {
       const nu = window.dash_clientside.no_update;
       const trig = ((dash_clientside.callback_context.triggered || [])[0] || {}).prop_id || "";
       const note = trig.endsWith("data-paused") ? notePaused : trig.endsWith("data-breakpoints") ? noteBps : null;
-      if (!run || (note && note.run !== run)) return nu;
+      if (!run) return nu;
       const seq = (window.__gsBpSeq = (window.__gsBpSeq || 0) + 1);
       const set = window.dash_clientside.set_props;
+      if (note && note.catchup && (note.runs || []).indexOf(run) < 0) {
+        // the server's catch-up on connecting: nothing paused or set for this run, nothing to read
+        if (window.__gsPaused) {
+          set("bp-banner", {style: {display: "none"}});
+          set("graph", {stylesheet: sheet(stylesheet, null)});
+          window.__gsPaused = null;
+        }
+        return seq;
+      }
+      if (note && !note.catchup && note.run !== run) return nu;
       Promise.all([getJson(api(run, "/paused")), getJson(api(run, "/breakpoints"))]).then(function (res) {
         const paused = res[0], bps = res[1];
         if (seq !== window.__gsBpSeq) return null;

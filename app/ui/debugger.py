@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html
-from dash_socketio import DashSocketIO
 
 from app.ui import ids
 
@@ -24,10 +23,9 @@ KINDS = [{"label": "this node (by name)", "value": "node-name"},
          {"label": "a gradient norm above", "value": "norm"}]
 
 
-def panel(socket_options: dict[str, Any]) -> Any:
-    """The panel; `socket_options` are the page's own Socket.IO options (transport, token)."""
+def panel() -> Any:
+    """The panel (its notifications come on the page's own `/ui` socket)."""
     return html.Div(className="gs-bp", children=[
-        DashSocketIO(id=ids.BP_SOCKET, url="/ui", options=socket_options, eventNames=["paused", "breakpoints"]),
         dcc.Store(id=ids.BP_STATE), dcc.Store(id=ids.BP_SENT),
         html.Div(className="gs-bp-controls", children=[
             html.Span("break on", className="gs-bp-label"),
@@ -50,11 +48,12 @@ def panel(socket_options: dict[str, Any]) -> Any:
 
 def register(app: Dash) -> None:
     fn = "gradscapeDebug"
-    # a notification (or the socket connecting, or another run chosen) → read the run's state
+    # a notification for the shown run (or the catch-up on connecting that names it, or another run
+    # chosen) → read the run's state; nothing is read on load when no run has any
     app.clientside_callback(ClientsideFunction(fn, "refresh"), Output(ids.BP_STATE, "data"),
-                            Input(ids.BP_SOCKET, "data-paused"), Input(ids.BP_SOCKET, "data-breakpoints"),
-                            Input(ids.BP_SOCKET, "connected"), Input(ids.RUN_SELECT, "value"),
-                            State(ids.GRAPH, "stylesheet"))
+                            Input(ids.SOCKET, "data-paused"), Input(ids.SOCKET, "data-breakpoints"),
+                            Input(ids.RUN_SELECT, "value"), State(ids.GRAPH, "stylesheet"),
+                            prevent_initial_call=True)
     app.clientside_callback(ClientsideFunction(fn, "write"), Output(ids.BP_SENT, "data"),
                             Input(ids.BP_SET, "n_clicks"), Input(ids.BP_CLEAR, "n_clicks"),
                             Input(ids.BP_STEP, "n_clicks"), Input(ids.BP_CONTINUE, "n_clicks"),

@@ -35,7 +35,6 @@ LIVE_RUNS = "live-runs"
 # breakpoints (app/ui/debugger.py); `bp-step` and `bp-continue` are public (DESIGN.md)
 BP_STEP = "bp-step"
 BP_CONTINUE = "bp-continue"
-BP_SOCKET = "bp-socket"
 BP_KIND = "bp-kind"
 BP_ABOVE = "bp-above"
 BP_SET = "bp-set"

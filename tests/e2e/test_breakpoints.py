@@ -88,6 +88,13 @@ def test_break_step_continue_from_the_page(live_server: Any, page: Page, worker_
     assert paused(srv, "web", k)
     assert srv.api("/api/runs/web/breakpoints")["breakpoints"] == [{"on": "node", "name": "AddmmBackward0"}]
 
+    # a page opened while the run is paused shows it too (the server's catch-up names the run)
+    fresh = page.context.new_page()
+    fresh.goto(srv.url)
+    fresh.wait_for_function(_text("#bp-where") + f".includes('paused in step 1 at AddmmBackward0 #{fc2['id']}')")
+    assert fresh.locator("#bp-continue").is_visible()
+    fresh.close()
+
     page.click("#bp-step")  # one more node
     page.wait_for_function(_text("#bp-where") + f".includes('{k + 1} nodes run')")
     assert paused(srv, "web", k + 1)
