@@ -32,7 +32,7 @@ GRAPH_INFO = "graph-info"
 LIVE_STEPS = "live-steps"
 LIVE_RUNS = "live-runs"
 
-# breakpoints (app/ui/debugger.py); `bp-step` and `bp-continue` are public (DESIGN.md)
+# breakpoints (app/ui/debugger.py); `bp-step` and `bp-continue` are public: tests and bookmarks rely on them
 BP_STEP = "bp-step"
 BP_CONTINUE = "bp-continue"
 BP_KIND = "bp-kind"
