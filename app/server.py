@@ -246,6 +246,8 @@ class UINamespace(Namespace):
         # `step` event, read like any other by the page (`gradscape.liveSteps` in assets/player.js).
         # (`at` makes every catch-up a new value: Dash fires a callback only when a prop changes)
         emit("step", {"run": None, "step": None, "catchup": True, "at": time.time()})
+        for event, payload in getattr(self.state, "debug_catchup", list)():  # breakpoints (app/debug.py)
+            emit(event, payload)
 
 
 @dataclass
@@ -321,13 +323,17 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     socketio.on_namespace(TracerNamespace("/tracer", state))
     socketio.on_namespace(UINamespace("/ui", state))
     register_api(server, store, state)
+    from app.debug import register_debug  # breakpoints: routes, state and the tracers' /debug namespace
+
+    state.debug = register_debug(server, socketio, state, store)  # type: ignore[attr-defined]
     if layout is not None:
         app.layout = layout
     else:
-        from app.ui import callbacks, graph_controls, page
+        from app.ui import callbacks, debugger, graph_controls, page
 
         ui_data = callbacks.register(app, store)
         graph_controls.register(app, ui_data)
+        debugger.register(app)  # breakpoints (app/ui/debugger.py)
         app.layout = lambda: page.layout(config.token, callbacks.initial_state(ui_data))
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())
 

@@ -106,6 +106,8 @@ class HooksMixin(RecorderState):
             finally:
                 if grad_on:
                     _set_grad(True)
+            if self.breaker.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
+                self.breaker.at_node(self, rec, None, grad_outputs)
             self._last_end[_thread_id()] = _now()
             return None
 
@@ -116,6 +118,7 @@ class HooksMixin(RecorderState):
         rid, runs = rec.id, rec.runs
         # bound once: these containers live as long as the step (`_release` replaces them after it)
         execution, pending, summarise, last_end = self.execution, self._pending, self._summarise, self._last_end
+        brk = self.breaker
 
         def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t1 = _now()
@@ -156,6 +159,8 @@ class HooksMixin(RecorderState):
             finally:
                 if grad_on:
                     _set_grad(True)
+            if brk.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
+                brk.at_node(self, rec, grad_inputs, grad_outputs)
             last_end[tid] = _now()
             return None
 

@@ -32,6 +32,7 @@ import torch
 from tracer import _compat
 from tracer._assemble import AssembleMixin, StructureCache
 from tracer._attrib import ForwardRecorder, ModuleCallRecord
+from tracer._breakpoints import breaker
 from tracer._hooks import HooksMixin, _now
 from tracer._model import BackwardPass, TensorTrace
 from tracer._modsums import ModuleSumsMixin
@@ -95,6 +96,7 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self._index: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
+        self.breaker = breaker(run)  # breakpoints: see NOTE [Breakpoints] in tracer._breakpoints
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from tracer import protocol
+from tracer._breakpoints import BreakpointLink
 from tracer._codec import pack, step_to_wire
 from tracer._model import StepTrace
 from tracer._paths import spill_path
@@ -102,7 +103,7 @@ class _Sender:
 
     def __init__(self, url: str, run: str, *, token: str | None = None, spill: str | None = None,
                  queue_bytes: int = 512 << 20, spill_bytes: int = 1 << 30, connect_timeout: float = 5.0,
-                 call_timeout: float = 60.0) -> None:
+                 call_timeout: float = 60.0, break_grace: float | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"sink {url!r}: expected http://host:port")
@@ -130,6 +131,9 @@ class _Sender:
         self._started = False
         self._closed = False
         self._life = threading.Lock()  # start and close, each once, never at the same time
+        # breakpoints: the run's /debug link (NOTE [Breakpoints] in tracer._breakpoints). Unlike the
+        # sender it starts with the sink: a breakpoint set before the first step must pause its backward.
+        self._breakpoints = BreakpointLink(self.url, run, token=self.token, grace=break_grace)
 
     def _start(self) -> None:
         with self._life:
@@ -155,6 +159,7 @@ class _Sender:
             if self._closed:
                 return
             self._closed = True
+            self._breakpoints.close()  # breakpoints (NOTE [Breakpoints])
             if self._started:
                 self._close(timeout)
             _live.discard(self)
@@ -351,8 +356,12 @@ _live: set[_Sender] = set()
 
 
 def _close_in_background(core: _Sender) -> None:
-    if core._started and not core._closed:
+    if core._closed:
+        return
+    if core._started:
         threading.Thread(target=core.close, name="gradscape-close", daemon=True).start()
+    else:  # only the breakpoint link runs: closing it does not wait
+        core.close(0.0)
 
 
 @atexit.register

@@ -49,6 +49,7 @@ class RecorderState:
     _index: dict[tuple[int, int], list[tuple[int, int]]]
     _last_end: dict[int, int]
     _pass_t0: int
+    breaker: Any  # tracer._breakpoints.Breaker
     # methods, each defined in one of the parts
     stop_hooks: Callable[[], None]
     _make_acc: Callable[[_Rec], Any]

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from app.ui import ids
+from app.ui import debugger, ids
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -91,7 +91,8 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                            style={"width": "100%", "height": "100%"})
     return html.Div(className="gs-page", children=[
         dcc.Location(id=ids.URL, refresh=False),
-        DashSocketIO(id=ids.SOCKET, url="/ui", options=options, eventNames=["run", "step", "tracer"]),
+        DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
+                     eventNames=["run", "step", "tracer", "paused", "breakpoints"]),  # the last two: app/debug.py
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED), dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
@@ -107,6 +108,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                 player,
             ]),
             html.Div(className="gs-right", children=[
+                debugger.panel(),  # breakpoints (app/ui/debugger.py)
                 # no value until there are options: a value missing from them is reset (to None) by the
                 # dropdown itself as it mounts, and that would fire the inspector's callback on load
                 dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=[], style={"display": "none"},

@@ -1,5 +1,5 @@
-"""The socket sink's threads (NOTE [Sink threads] in tracer._socket_sink): none before the first step,
-and none left once the Tracer is closed or dropped and collected, with every step delivered or spilled."""
+"""The socket sink's threads (NOTE [Sink threads] in tracer._socket_sink): none before the first step
+but the breakpoint link (a breakpoint set before the first step must pause its backward), and none left once the Tracer is closed or dropped and collected, with every step delivered or spilled."""
 
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ def test_threads_start_with_the_first_step_and_end_with_close(server: Server) ->
     before = _threads()
     model = nn.Linear(3, 1)
     tr = tracer.Tracer(model, sink=server.url, run="closed")
-    assert _threads() == before  # nothing started yet
+    assert {t.name for t in _threads() - before} == {"gradscape-breakpoints"}  # no sender yet
     _one_step(tr, model)
     started = _threads() - before
-    assert {t.name for t in started} == {"gradscape-sender", "gradscape-spill"}
+    assert {t.name for t in started} == {"gradscape-sender", "gradscape-spill", "gradscape-breakpoints"}
     tr.close()
     assert not _wait_ended(started)
     assert [s["step"] for s in server.api("/api/runs/closed/steps")["steps"]] == [0]

@@ -1,0 +1,143 @@
+// The breakpoint panel (app/ui/debugger.py). Notifications on /ui say which run changed; the state is
+// read from the JSON API (app/debug.py) and written to the page with set_props.
+window.dash_clientside = window.dash_clientside || {};
+(function () {
+  const MARK = "node.gs-bp-mark";  // a class no element has: it tags the stylesheet rules added here
+  const api = function (run, rest) {
+    return new URL("/api/runs/" + encodeURIComponent(run) + rest, window.location.origin);
+  };
+  const h = function (type, props, children) {
+    return {type: type, namespace: "dash_html_components", props: Object.assign({children: children}, props || {})};
+  };
+  const num = function (v) {
+    if (v === null || v === undefined) return "—";
+    return Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : (+v.toFixed(4)).toString();
+  };
+  const grads = function (ts) {
+    return (ts || []).filter(function (t) { return t; }).map(function (t) {
+      const s = t.stats || {};
+      let txt = "[" + t.shape.join("×") + "] ‖·‖ " + num(s.norm) + " min " + num(s.min) + " max " + num(s.max);
+      if (s.nan) txt += " NaN×" + s.nan;
+      if (s.inf) txt += " Inf×" + s.inf;
+      return txt;
+    }).join("; ");
+  };
+  const bad = function (ts) {
+    return (ts || []).some(function (t) { return t && t.stats && (t.stats.nan || t.stats.inf); });
+  };
+  const describe = function (bp) {
+    if (bp.on === "node") return "id" in bp ? "node #" + bp.id : "node " + bp.name;
+    if (bp.on === "module") return "module " + bp.name;
+    if (bp.on === "norm") return "‖grad‖ > " + bp.above;
+    return "non-finite gradient";
+  };
+  const sheet = function (base, nodes, current) {
+    const kept = (base || []).filter(function (r) { return r.selector.indexOf(MARK) < 0; });
+    if (!nodes) return kept;
+    const ran = nodes.map(function (n) { return "node#n" + n.id; });
+    return kept.concat([
+      {selector: "node, " + MARK, style: {"opacity": 0.3}},
+      {selector: ran.concat([MARK]).join(", "), style: {"opacity": 1, "border-color": "#2a9d2a", "border-width": 3}},
+      {selector: "node#n" + current + ", " + MARK, style: {"opacity": 1, "border-color": "#d00000", "border-width": 6,
+                                                           "z-index": 20}},
+    ]);
+  };
+  const getJson = function (url) {
+    return fetch(url, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; });
+  };
+
+  window.dash_clientside.gradscapeDebug = {
+    refresh: function (notePaused, noteBps, run, stylesheet) {
+      const nu = window.dash_clientside.no_update;
+      const trig = ((dash_clientside.callback_context.triggered || [])[0] || {}).prop_id || "";
+      const note = trig.endsWith("data-paused") ? notePaused : trig.endsWith("data-breakpoints") ? noteBps : null;
+      if (!run) return nu;
+      const seq = (window.__gsBpSeq = (window.__gsBpSeq || 0) + 1);
+      const set = window.dash_clientside.set_props;
+      if (note && note.catchup && (note.runs || []).indexOf(run) < 0) {
+        // the server's catch-up on connecting: nothing paused or set for this run, nothing to read
+        if (window.__gsPaused) {
+          set("bp-banner", {style: {display: "none"}});
+          set("graph", {stylesheet: sheet(stylesheet, null)});
+          window.__gsPaused = null;
+        }
+        return seq;
+      }
+      if (note && !note.catchup && note.run !== run) return nu;
+      Promise.all([getJson(api(run, "/paused")), getJson(api(run, "/breakpoints"))]).then(function (res) {
+        const paused = res[0], bps = res[1];
+        if (seq !== window.__gsBpSeq) return null;
+        if (bps) {
+          set("bp-list", {children: bps.breakpoints.length ? "breaks on: " + bps.breakpoints.map(describe).join(", ")
+                                                           : "no breakpoints"});
+        }
+        if (!paused || !paused.paused) {
+          set("bp-banner", {style: {display: "none"}});
+          set("graph", {stylesheet: sheet(stylesheet, null)});
+          window.__gsPaused = null;
+          return null;
+        }
+        return getJson(api(run, "/paused/nodes")).then(function (doc) {
+          if (seq !== window.__gsBpSeq || !doc) return;
+          const n = doc.node;
+          window.__gsPaused = {run: run, step: doc.step, node: n.id, executed: doc.executed};
+          set("bp-where", {children: "paused in step " + doc.step + " at " + n.name + " #" + n.id +
+                                     (n.module ? " (" + n.module + ")" : "") + (n.source ? " · " + n.source : "") +
+                                     " · " + doc.executed + " nodes run"});
+          const rows = doc.nodes.slice().reverse().map(function (x) {
+            const sent = x.grad_inputs === null ? x.grad_outputs : x.grad_inputs;
+            return h("Tr", {className: x.order === doc.nodes.length - 1 ? "gs-bp-current" : "",
+                            "data-node": String(x.id)}, [
+              h("Td", {}, String(x.order)), h("Td", {}, x.name + " #" + x.id),
+              h("Td", {}, x.module || x.param || ""),
+              h("Td", {className: bad(sent) ? "gs-bp-bad" : ""}, grads(sent))]);
+          });
+          set("bp-nodes", {children: h("Table", {}, h("Tbody", {}, rows))});
+          set("bp-banner", {style: {display: "block"}});
+          set("graph", {stylesheet: sheet(stylesheet, doc.nodes, n.id)});
+        });
+      }).catch(function () { /* offline: the next notification or reconnect reads the state again */ });
+      return seq;
+    },
+    write: function (setClicks, clearClicks, stepClicks, contClicks, kind, above, selected, run, step) {
+      const trig = ((dash_clientside.callback_context.triggered || [])[0] || {}).prop_id || "";
+      const set = window.dash_clientside.set_props;
+      const fail = function (msg) { set("bp-list", {children: h("Span", {className: "gs-bp-error"}, msg)}); };
+      if (!run) { fail("no run to break in"); return null; }
+      const send = function (method, rest, body) {
+        return fetch(api(run, rest), {method: method, credentials: "same-origin",
+                                      headers: {"Content-Type": "application/json"},
+                                      body: body ? JSON.stringify(body) : undefined})
+          .then(function (r) { return r.json().then(function (b) { if (!r.ok) fail(b.error || r.statusText); return b; }); })
+          .catch(function (e) { fail(String(e)); });
+      };
+      if (trig.startsWith("bp-step") || trig.startsWith("bp-continue")) {
+        send("POST", "/resume", {mode: trig.startsWith("bp-step") ? "step" : "continue"});
+        return trig;
+      }
+      if (trig.startsWith("bp-clear")) { send("DELETE", "/breakpoints"); return trig; }
+      if (kind === "nonfinite") { send("POST", "/breakpoints", {on: "nonfinite"}); return trig; }
+      if (kind === "norm") {
+        if (typeof above !== "number") { fail("type a number for the norm threshold"); return null; }
+        send("POST", "/breakpoints", {on: "norm", above: above});
+        return trig;
+      }
+      if (!selected || selected.node === undefined || selected.node === null) {
+        fail("select a node in the graph first");
+        return null;
+      }
+      if (kind === "node-id") { send("POST", "/breakpoints", {on: "node", id: selected.node}); return trig; }
+      getJson(api(selected.run || run, "/steps/" + (selected.step ?? step) + "/nodes/" + selected.node)).then(function (n) {
+        if (!n) { fail("cannot read node " + selected.node); return; }
+        if (kind === "module") {
+          const m = n.module || (n.param ? n.param.split(".").slice(0, -1).join(".") : null);
+          if (!m) { fail(n.name + " belongs to no module"); return; }
+          send("POST", "/breakpoints", {on: "module", name: m});
+        } else {
+          send("POST", "/breakpoints", {on: "node", name: n.name});
+        }
+      });
+      return trig;
+    },
+  };
+})();

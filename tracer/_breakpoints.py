@@ -1,0 +1,367 @@
+"""Live breakpoints in the backward pass: the tracer side.
+
+NOTE [Breakpoints]
+    The server keeps each run's breakpoints (app/debug.py) and pushes the list to that run's tracer
+    over a Socket.IO connection of its own, on the `/debug` namespace (`BreakpointLink`, started by
+    the socket sink). It is a second connection, not the sink's: the sink's sender thread may be in
+    the middle of a step's binary chunks when a node pauses, and the pause must be announced from
+    the engine's thread at once. Everything sent on `/debug` is plain JSON, one packet per message.
+
+    Each run has one `Breaker` (`breaker(run)`); the recorder's node hooks test `breaker.armed`, a
+    plain attribute that is False unless the server has sent at least one breakpoint for the run and
+    the link is up: with no breakpoint set there is no round trip, lock or wait per node. When armed,
+    `Breaker.at_node` matches the node that just ran:
+
+      {"on": "node", "name": "AddmmBackward0"} / {"on": "node", "id": 12}  that node (ids are the
+          tracer's, issued in walk order: the same graph gets the same ids every step);
+      {"on": "module", "name": "fc2"}  a node attributed to fc2 or a module inside it, or the
+          AccumulateGrad of one of its parameters;
+      {"on": "nonfinite"}  the first node of the step that sent (or, for AccumulateGrad, received)
+          a gradient with a NaN or an Inf; once per step: every node downstream would match too;
+      {"on": "norm", "above": x}  the first node of the step that sent a gradient whose L2 norm
+          exceeds x; once per step, for the same reason.
+
+    A hit pauses the backward inside the node's hook, after the node's gradients were summarised:
+    the recorder's pending summaries are fetched (`Summariser.finalize`, which later steps of the
+    same backward tolerate: it only moves results to the host) and the partial backward (every
+    node run so far with its gradients' statistics) goes to the server in a `paused` message. The
+    hook then waits in 50 ms slices (so Ctrl-C reaches a backward running on the main thread) for
+    the server's `resume`: `step` pauses again at the very next node, `continue` at the next hit.
+    Nothing the backward computes is touched, so gradients and parameters are bitwise those of a
+    run that never paused. If the link drops while paused the hook waits `grace` seconds for it to
+    come back, then resumes with one warning, and the run's breakpoints are dropped (they lived on
+    the server); a server that comes back pushes its own list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from tracer import protocol
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "/debug"
+DEFAULT_GRACE = 60.0
+KINDS = ("node", "module", "nonfinite", "norm")
+_WAIT_SLICE = 0.05
+
+
+def check_breakpoint(bp: Any) -> dict[str, Any]:
+    """Validate one breakpoint (the JSON API's body, or an item of the list the server pushes);
+    returns its normal form. Raises `ValueError` naming what was wrong."""
+    if not isinstance(bp, dict):
+        raise ValueError(f"a breakpoint is a JSON object, got {type(bp).__name__}")
+    on = bp.get("on")
+    if on not in KINDS:
+        raise ValueError(f'"on" must be one of {list(KINDS)}, got {on!r}')
+    if on == "node":
+        has_name, has_id = "name" in bp, "id" in bp
+        if has_name == has_id:
+            raise ValueError('a node breakpoint needs exactly one of "name" (like "AddmmBackward0") or "id"')
+        if has_id:
+            nid = bp["id"]
+            if isinstance(nid, bool) or not isinstance(nid, int) or nid < 0:
+                raise ValueError(f'"id" must be a non-negative integer, got {nid!r}')
+            return {"on": "node", "id": nid}
+        return {"on": "node", "name": protocol.check_name(bp["name"], '"name"') if isinstance(bp["name"], str)
+                else _bad_name(bp["name"])}
+    if on == "module":
+        if "name" not in bp:
+            raise ValueError('a module breakpoint needs "name" (the qualified module name, like "fc2")')
+        return {"on": "module", "name": protocol.check_name(bp["name"], '"name"') if isinstance(bp["name"], str)
+                else _bad_name(bp["name"])}
+    if on == "norm":
+        if "above" not in bp:
+            raise ValueError('a norm breakpoint needs "above" (a number)')
+        above = bp["above"]
+        if isinstance(above, bool) or not isinstance(above, (int, float)) or not math.isfinite(above):
+            raise ValueError(f'"above" must be a finite number, got {above!r}')
+        return {"on": "norm", "above": float(above)}
+    return {"on": "nonfinite"}
+
+
+def _bad_name(v: Any) -> str:
+    raise ValueError(f'"name" must be a string, got {type(v).__name__}')
+
+
+class Breaker:
+    """One run's breakpoints and pause state in this process. See NOTE [Breakpoints]."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.armed = False  # read by every node hook: True only with breakpoints and a live link
+        self.points: list[dict[str, Any]] = []
+        self.link: BreakpointLink | None = None
+        self.paused = False
+        self.pauses = 0  # how many times a backward paused (tests, bench)
+        self._lock = threading.Lock()
+        self._resume = threading.Event()
+        self._mode = "continue"
+        self._stepping = False
+        self._fired: set[tuple[str, int]] = set()  # (kind, step) of once-per-step kinds that fired
+
+    # ------------------------------------------------------------------ from the link
+    def set_points(self, points: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.points = points
+            self._update()
+
+    def resume(self, mode: str) -> None:
+        self._mode = mode
+        self._resume.set()
+
+    def _update(self) -> None:
+        link = self.link
+        self.armed = bool(self.points or self._stepping) and link is not None and link.connected
+
+    def link_changed(self) -> None:
+        with self._lock:
+            self._update()
+
+    # ------------------------------------------------------------------ from the node hooks
+    def at_node(self, rec: Any, node: Any, grad_inputs: Any, grad_outputs: Any) -> None:
+        """Called by the recorder's hooks (when `armed`) after node `node` (a `_Rec`) ran and was
+        recorded; pauses here when a breakpoint matches."""
+        try:
+            hit = self._stepping or self._matches(rec, node, grad_inputs, grad_outputs)
+        except Exception as exc:  # never break the user's backward over a breakpoint
+            log.warning("gradscape: breakpoint check failed at %s: %s", node.name, exc)
+            return
+        if hit:
+            self._pause(rec, node)
+
+    def _matches(self, rec: Any, node: Any, grad_inputs: Any, grad_outputs: Any) -> bool:
+        module: Any = False  # computed once, on demand
+        for bp in self.points:
+            on = bp["on"]
+            if on == "node":
+                if ("id" in bp and bp["id"] == node.id) or ("name" in bp and bp["name"] == node.name):
+                    return True
+            elif on == "module":
+                if module is False:
+                    module = _module_of(rec, node)
+                name = bp["name"]
+                for m in (module, node.param):
+                    if m is not None and (m == name or m.startswith(name + ".")):
+                        return True
+            elif (on, rec.step) not in self._fired:
+                grads = [g for g in (grad_outputs if grad_inputs is None else grad_inputs) if g is not None]
+                if on == "nonfinite":
+                    if grad_inputs is not None:
+                        grads += [g for g in grad_outputs if g is not None]
+                    found = any(not bool(torch.isfinite(g).all()) for g in grads if g.is_floating_point())
+                else:
+                    found = any(float(torch.linalg.vector_norm(g.detach().float())) > bp["above"] for g in grads
+                                if g.is_floating_point() or g.is_complex())
+                if found:
+                    self._fired.add((on, rec.step))
+                    return True
+        return False
+
+    def _pause(self, rec: Any, node: Any) -> None:
+        link = self.link
+        if link is None:
+            return
+        rec.summ.finalize()  # the statistics of every node run so far, for the page
+        nodes = partial_nodes(rec)
+        here = next((n for n in reversed(nodes) if n["id"] == node.id), None)
+        info = {"id": node.id, "name": node.name, "module": here["module"] if here else None,
+                "source": here["source"] if here else None}
+        self._resume.clear()
+        self.paused = True
+        self.pauses += 1
+        try:
+            link.send("paused", {"step": rec.step, "node": info, "executed": len(nodes), "nodes": nodes})
+            mode = self._wait(link)
+        finally:
+            self.paused = False
+        with self._lock:
+            self._stepping = mode == "step"
+            self._update()
+
+    def _wait(self, link: BreakpointLink) -> str:
+        lost_at: float | None = None
+        while not self._resume.wait(_WAIT_SLICE):  # short slices: Ctrl-C gets through between them
+            if link.connected:
+                lost_at = None
+                continue
+            now = time.monotonic()
+            if lost_at is None:
+                lost_at = now
+            elif now - lost_at >= link.grace:
+                warnings.warn(f"gradscape: run {self.run!r} was paused at a breakpoint and the server has been "
+                              f"unreachable for {link.grace:g} s; training resumes and the breakpoints are "
+                              f"dropped", RuntimeWarning, stacklevel=2)
+                with self._lock:
+                    self.points = []
+                return "continue"
+        return self._mode
+
+
+def _module_of(rec: Any, node: Any) -> str | None:
+    if node.kind in ("param", "leaf"):
+        return None
+    return rec.forward.modules_of([node.seq])[0]  # type: ignore[no-any-return]
+
+
+def _tensor(t: Any) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    stats = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in t.stats.items()}
+    return {"shape": list(t.shape), "dtype": t.dtype, "stats": stats}
+
+
+def partial_nodes(rec: Any) -> list[dict[str, Any]]:
+    """The nodes a step's backward has run so far, in execution order, with their gradients'
+    statistics (the recorder's summaries, fetched). JSON-ready; non-finite statistics are None."""
+    recs = rec.recs
+    runs = [(recs[rid], recs[rid].runs[k]) for rid, k in rec.execution]
+    mods = rec.forward.modules_of([r.seq for r, _ in runs])
+    out = []
+    for pos, ((r, run), mod) in enumerate(zip(runs, mods)):
+        acc = r.kind in ("param", "leaf")
+        out.append({"id": r.id, "name": r.name, "kind": r.kind, "module": None if acc else mod, "param": r.param,
+                    "source": None if acc else rec.forward.source_of(r.seq), "order": pos, "pass": run.pass_index,
+                    "grad_outputs": [_tensor(t) for t in run.grad_outputs],
+                    "grad_inputs": None if run.grad_inputs is None else [_tensor(t) for t in run.grad_inputs]})
+    return out
+
+
+_breakers: dict[str, Breaker] = {}
+_breakers_lock = threading.Lock()
+
+
+def breaker(run: str) -> Breaker:
+    """The run's `Breaker` in this process (made on first use)."""
+    b = _breakers.get(run)
+    if b is None:
+        with _breakers_lock:
+            b = _breakers.setdefault(run, Breaker(run))
+    return b
+
+
+class BreakpointLink:
+    """The tracer's `/debug` connection for one run: learns the run's breakpoints, announces pauses
+    and hears `resume`. A daemon thread connects with backoff and reconnects; nothing here raises
+    into training. `grace`: how long a paused backward waits for a lost server before resuming
+    (`GRADSCAPE_BREAK_GRACE` in the environment overrides the default of 60 s)."""
+
+    def __init__(self, url: str, run: str, token: str | None = None, grace: float | None = None,
+                 connect_timeout: float = 5.0) -> None:
+        env = os.environ.get("GRADSCAPE_BREAK_GRACE")
+        self.grace = float(grace if grace is not None else env if env else DEFAULT_GRACE)
+        self.url, self.run, self.token, self.connect_timeout = url, run, token, connect_timeout
+        self.breaker = breaker(run)
+        self.breaker.link = self
+        self.connected = False
+        self._client: Any = None
+        self._seq = 0
+        self._send_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gradscape-breakpoints", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        b = self.breaker
+        if b.link is self:
+            b.link = None
+            b.link_changed()
+            b.resume("continue")  # a backward paused on another thread must not outlive the link
+        client, self._client = self._client, None
+        if client is not None:
+            threading.Thread(target=_quiet_disconnect, args=(client,), name="gradscape-bp-disconnect",
+                             daemon=True).start()
+
+    def send(self, event: str, payload: dict[str, Any]) -> None:
+        """Emit one JSON message on `/debug`; lost silently when the link is down."""
+        client = self._client
+        if client is None or not self.connected:
+            return
+        with self._send_lock:
+            msg = protocol.envelope(event, self.run, self._seq, payload)
+            self._seq += 1
+            try:
+                client.emit(event, msg, namespace=NAMESPACE)
+            except Exception as exc:
+                log.info("gradscape: could not send %s: %s", event, exc)
+
+    def _loop(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            if self._client is None:
+                if self._connect():
+                    backoff = 0.2
+                else:
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    continue
+            self._stop.wait(0.2)
+
+    def _connect(self) -> bool:
+        import socketio
+
+        client = socketio.Client(reconnection=False, logger=False, engineio_logger=False)
+        b = self.breaker
+
+        @client.on("breakpoints", namespace=NAMESPACE)  # type: ignore[untyped-decorator]
+        def _points(msg: Any) -> None:
+            self._take_points(msg)
+
+        @client.on("resume", namespace=NAMESPACE)  # type: ignore[untyped-decorator]
+        def _resume(msg: Any) -> None:
+            mode = msg.get("mode") if isinstance(msg, dict) else None
+            if mode in ("step", "continue"):
+                b.resume(mode)
+
+        @client.on("disconnect", namespace=NAMESPACE)  # type: ignore[untyped-decorator]
+        def _gone(*_: Any) -> None:
+            if self._client is client:
+                self.connected = False
+                self._client = None
+                b.link_changed()
+
+        try:
+            client.connect(self.url, namespaces=[NAMESPACE], auth={"token": self.token} if self.token else None,
+                           transports=["websocket"], wait_timeout=self.connect_timeout)
+            self._client, self._seq = client, 0
+            ack = client.call("hello", protocol.envelope("hello", self.run, 0, {"pid": os.getpid()}),
+                              namespace=NAMESPACE, timeout=self.connect_timeout)
+            self._seq = 1
+            if not isinstance(ack, dict) or not ack.get("ok"):
+                raise ConnectionError(ack.get("error") if isinstance(ack, dict) else repr(ack))
+            self.connected = True
+            self._take_points(ack)
+            return True
+        except Exception as exc:
+            log.info("gradscape: breakpoint link to %s: %s", self.url, exc)
+            self._client = None
+            self.connected = False
+            b.link_changed()
+            _quiet_disconnect(client)
+            return False
+
+    def _take_points(self, msg: Any) -> None:
+        raw = msg.get("breakpoints") if isinstance(msg, dict) else None
+        points = []
+        for bp in raw if isinstance(raw, list) else []:
+            try:
+                points.append(check_breakpoint(bp))
+            except ValueError as exc:
+                log.warning("gradscape: ignoring a breakpoint from the server: %s", exc)
+        self.breaker.set_points(points)
+
+
+def _quiet_disconnect(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        client.disconnect()
