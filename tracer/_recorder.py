@@ -38,6 +38,7 @@ import torch
 from tracer._attrib import ForwardRecorder, ModuleCallRecord
 from tracer._labels import ACCUMULATE, VIEW_NODES, SlotInfo, label_slots, schema_of, slot_args
 from tracer._model import BackwardPass, ModuleCall, ModuleTrace, NodeRun, NodeTrace, StepTrace, TensorTrace
+from tracer._problems import StepProblems, root_values
 from tracer._summary import Summariser, dtype_name, grad_off
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ class StepRecorder:
         self._index: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
+        self.problems = StepProblems(self.statics)  # the problem finder (tracer/_problems.py)
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
@@ -238,6 +240,7 @@ class StepRecorder:
             self.passes.append(bp)
             self._plan_module_sums()
             self._watch_hidden_params()
+            self.problems.at_backward(self.recs, root_ids, root_values(api, args, kwargs), index)  # problem finder
         except Exception as exc:  # never let the tracer break the user's backward
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
@@ -502,6 +505,7 @@ class StepRecorder:
         st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
         if error is not None:
             st.error = f"{type(error).__name__}: {error}"
+        st.problems = self.problems.finish(st, self)  # the problem finder (tracer/_problems.py)
         self._release()
         return st
 
