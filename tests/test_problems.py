@@ -1,0 +1,264 @@
+"""The problem finder (`StepTrace.problems`, docs/problems.md): where a NaN was born, a non-finite loss,
+a backward-born Inf, parameters without a gradient, exploding layers and dead ReLUs; through the
+tracer, and through the JSON API of a real server over a real SQLite file. Expected values come from
+torch itself (`torch.autograd.grad`, the tensors' values), never from the tracer."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from serving import Server, free_port
+from zoo import ZOO, build
+
+import tracer
+from tracer._problems import DEAD_ZEROS
+
+NONFINITE = ("nonfinite_forward", "nonfinite_loss", "nonfinite_backward")
+
+
+def _line(marker: str) -> str:
+    """`test_problems.py:N` of the line of this file that ends with `# marker`."""
+    lines = inspect.getsource(inspect.getmodule(_line)).splitlines()  # type: ignore[arg-type]
+    (n,) = [i + 1 for i, text in enumerate(lines) if text.rstrip().endswith(f"# {marker}")]
+    return f"test_problems.py:{n}"
+
+
+def _kinds(st: tracer.StepTrace) -> list[str]:
+    return [p.kind for p in st.problems]
+
+
+def sqrt_of_sqrt(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
+    """`y = sqrt(x - 2); z = sqrt(y)`: the NaN is born in the first sqrt, detect_anomaly blames the second."""
+    x = torch.tensor([1.0, 3.0], requires_grad=True)
+    with tr.step(i) as st:
+        y = torch.sqrt(x - 2)  # @inner-sqrt
+        z = torch.sqrt(y).sum()  # @outer-sqrt
+        z.backward()
+    assert st is not None
+    assert torch.isnan(y[0]) and torch.isnan(z)
+    return st
+
+
+def sqrt_at_zero(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
+    x = torch.tensor([0.0, 4.0], requires_grad=True)
+    with tr.step(i) as st:
+        y = torch.sqrt(x).sum()  # @sqrt-at-zero
+        y.backward()
+    assert st is not None
+    return st
+
+
+def log_of_negative(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with tr.step(i) as st:
+        loss = torch.log(-x).sum()  # @log
+        loss.backward()
+    assert st is not None
+    return st
+
+
+class WithUnused(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.fc2 = nn.Linear(8, 2)
+        self.spare = nn.Linear(8, 8)  # never called
+        self.side = nn.Linear(8, 3)  # called, but its output is cut off
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        self.aux = self.side(h).detach()  # @side
+        return self.fc2(h)
+
+
+def unused_layer(tr: tracer.Tracer, model: nn.Module, i: int = 0) -> tracer.StepTrace:
+    with tr.step(i) as st:
+        model(torch.randn(5, 4)).pow(2).mean().backward()
+    assert st is not None
+    return st
+
+
+# ---------------------------------------------------------------------------------------------- tracer
+
+
+def test_a_nan_born_in_the_inner_sqrt_is_blamed_on_its_line_not_the_outer_one() -> None:
+    st = sqrt_of_sqrt(tracer.Tracer())
+    first = st.problems[0]
+    assert first.kind == "nonfinite_forward"
+    assert first.source == _line("@inner-sqrt")
+    assert first.node is not None and st.nodes[first.node].name == "SqrtBackward0"
+    assert st.nodes[first.node].source == _line("@inner-sqrt")
+    assert "NaN" in first.message and "sqrt" in first.message
+    # the loss is NaN, and the outer sqrt's backward poisoned the gradients after the origin
+    assert _kinds(st)[:2] == ["nonfinite_forward", "nonfinite_loss"]
+    born = [p for p in st.problems if p.kind == "nonfinite_backward"]
+    assert born and born[0].source == _line("@outer-sqrt")
+
+
+def test_sqrt_at_zero_is_backward_born_and_the_forward_is_not_blamed() -> None:
+    st = sqrt_at_zero(tracer.Tracer())
+    x = torch.tensor([0.0, 4.0], requires_grad=True)
+    (g,) = torch.autograd.grad(torch.sqrt(x).sum(), x)
+    assert torch.isinf(g[0])  # what torch computes: 1 / (2·sqrt(0))
+    assert _kinds(st) == ["nonfinite_backward"]
+    p = st.problems[0]
+    assert p.source == _line("@sqrt-at-zero") and p.node is not None
+    assert st.nodes[p.node].name == "SqrtBackward0"
+    assert "Inf" in p.message
+
+
+def test_log_of_a_negative_number_is_a_nonfinite_loss_born_at_the_log_line() -> None:
+    st = log_of_negative(tracer.Tracer())
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    loss = torch.log(-x).sum()
+    (g,) = torch.autograd.grad(loss, x)
+    assert torch.isnan(loss) and torch.isfinite(g).all()  # NaN loss, finite gradients: anomaly mode is silent
+    assert _kinds(st) == ["nonfinite_forward", "nonfinite_loss"]
+    born, bad_loss = st.problems
+    assert born.source == _line("@log") and born.node is not None
+    assert st.nodes[born.node].name == "LogBackward0"
+    assert bad_loss.node == st.passes[0].roots[0]
+    assert "every gradient is finite" in bad_loss.message
+
+
+def test_a_parameter_that_already_holds_nan_is_the_origin() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    with torch.no_grad():
+        model[2].weight[0, 1] = float("nan")
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        model(torch.randn(2, 3)).sum().backward()
+    assert st is not None
+    first = st.problems[0]
+    assert (first.kind, first.param) == ("nonfinite_forward", "2.weight")
+    assert "already held NaN" in first.message
+
+
+def test_an_input_that_already_holds_inf_is_the_origin() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 2), nn.Sigmoid())
+    x = torch.randn(2, 3)
+    x[1, 2] = float("inf")
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        loss = model(x).log().sum()  # addmm gives ±inf, sigmoid 0 and 1, log -inf
+        loss.backward()
+    assert st is not None
+    first = st.problems[0]
+    assert first.kind == "nonfinite_forward" and first.node is not None
+    assert st.nodes[first.node].name == "AddmmBackward0" and st.nodes[first.node].module == "0"
+    assert "'mat1'" in first.message and "Inf" in first.message
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_a_finite_model_has_no_nonfinite_or_missing_gradient_problem(name: str) -> None:
+    case = build(name)
+    tr = tracer.Tracer(case.model)
+    for i in range(3):
+        with tr.step(i) as st:
+            loss = case.loss(case.model, case.batch)
+            loss.backward()
+        assert st is not None and torch.isfinite(loss)
+        assert [p for p in st.problems if p.kind in NONFINITE or p.kind == "no_grad"] == []
+
+
+def test_an_unused_layer_and_a_cut_one_are_named_with_their_parameters() -> None:
+    torch.manual_seed(0)
+    model = WithUnused()
+    st = unused_layer(tracer.Tracer(model), model)
+    missing = {p.param: p for p in st.problems if p.kind == "no_grad"}
+    assert set(missing) == {"spare.weight", "spare.bias", "side.weight", "side.bias"}
+    assert model.spare.weight.grad is None and model.side.weight.grad is None and model.fc1.weight.grad is not None
+    assert "spare was not called" in missing["spare.weight"].message
+    assert missing["side.bias"].source == _line("@side")
+    assert "never reached the loss" in missing["side.bias"].message
+    assert not [p for p in st.problems if p.kind in NONFINITE]
+
+
+def test_autograd_grad_alone_expects_no_parameter_gradient() -> None:
+    model = nn.Linear(3, 1)
+    x = torch.randn(2, 3, requires_grad=True)
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        torch.autograd.grad(model(x).sum(), x)
+    assert st is not None and st.problems == []
+
+
+def test_problems_are_listed_root_cause_first() -> None:
+    st = sqrt_of_sqrt(tracer.Tracer())
+    kinds = _kinds(st)
+    order = {"nonfinite_forward": 0, "nonfinite_loss": 1, "nonfinite_backward": 2, "no_grad": 3}
+    assert kinds == sorted(kinds, key=order.__getitem__)
+
+
+def test_a_relu_that_passes_back_only_zeros_is_dead() -> None:
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+    with torch.no_grad():
+        model[0].bias.fill_(-100.0)  # every unit inactive for any input of this size
+    tr = tracer.Tracer(model)
+    with tr.step(0) as st:
+        model(torch.rand(8, 4)).sum().backward()
+    assert st is not None
+    (dead,) = [p for p in st.problems if p.kind == "dead"]
+    assert dead.node is not None and st.nodes[dead.node].name in ("ReluBackward0", "ThresholdBackward0")
+    assert model[0].weight.grad is not None and bool((model[0].weight.grad == 0).all())
+    assert DEAD_ZEROS <= 1.0
+
+
+def test_a_layer_whose_gradient_jumps_far_above_its_history_is_exploding() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(16, 4)
+    tr = tracer.Tracer(model)
+    for i in range(8):
+        scale = 1e5 if i == 7 else 1.0
+        with tr.step(i) as st:
+            (model(x).pow(2).mean() * scale).backward()
+        assert st is not None
+        if i < 7:
+            assert [p for p in st.problems if p.kind in ("exploding", "vanishing")] == []
+    exploding = {p.param for p in st.problems if p.kind == "exploding"}
+    assert exploding == {"0.weight", "2.weight"}
+
+
+def test_the_finder_does_not_change_what_autograd_computes() -> None:
+    x = torch.tensor([1.0, 3.0], requires_grad=True)
+    y = torch.sqrt(torch.sqrt(x - 2)).sum()
+    (want,) = torch.autograd.grad(y, x)
+    tr = tracer.Tracer()
+    x2 = torch.tensor([1.0, 3.0], requires_grad=True)
+    with tr.step(0):
+        torch.sqrt(torch.sqrt(x2 - 2)).sum().backward()
+    assert x2.grad is not None
+    assert torch.equal(torch.isnan(x2.grad), torch.isnan(want))
+    assert torch.allclose(x2.grad[1], want[1])
+
+
+# -------------------------------------------------------------------------------------------- JSON API
+
+
+def test_the_step_document_of_the_json_api_has_the_problems(tmp_path: Path) -> None:
+    store = tmp_path / "problems.sqlite"
+    torch.manual_seed(0)
+    model = WithUnused()
+    tr = tracer.Tracer(model, run="p", sink=str(store))
+    steps = [sqrt_of_sqrt(tr, 0), sqrt_at_zero(tr, 1), log_of_negative(tr, 2), unused_layer(tr, model, 3)]
+    tr.close()
+    srv = Server(store, free_port()).start()
+    try:
+        for i, st in enumerate(steps):
+            doc = srv.api(f"/api/runs/p/steps/{i}")
+            want = [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param, "source": p.source}
+                    for p in st.problems]
+            assert doc["problems"] == want
+        assert srv.api("/api/runs/p/steps/0")["problems"][0]["source"] == _line("@inner-sqrt")
+        kinds = [p["kind"] for p in srv.api("/api/runs/p/steps/2")["problems"]]
+        assert [k for k in kinds if k in NONFINITE] == ["nonfinite_forward", "nonfinite_loss"]
+        assert {p["param"] for p in srv.api("/api/runs/p/steps/3")["problems"] if p["kind"] == "no_grad"} == {
+            "spare.weight", "spare.bias", "side.weight", "side.bias"}
+    finally:
+        srv.stop()
