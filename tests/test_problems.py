@@ -5,12 +5,12 @@ torch itself (`torch.autograd.grad`, the tensors' values), never from the tracer
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
+from problem_cases import WithUnused, line_of, log_of_negative, sqrt_at_zero, sqrt_of_sqrt, unused_layer
 from serving import Server, free_port
 from zoo import ZOO, build
 
@@ -20,66 +20,8 @@ from tracer._problems import DEAD_ZEROS
 NONFINITE = ("nonfinite_forward", "nonfinite_loss", "nonfinite_backward")
 
 
-def _line(marker: str) -> str:
-    """`test_problems.py:N` of the line of this file that ends with `# marker`."""
-    lines = inspect.getsource(inspect.getmodule(_line)).splitlines()  # type: ignore[arg-type]
-    (n,) = [i + 1 for i, text in enumerate(lines) if text.rstrip().endswith(f"# {marker}")]
-    return f"test_problems.py:{n}"
-
-
 def _kinds(st: tracer.StepTrace) -> list[str]:
     return [p.kind for p in st.problems]
-
-
-def sqrt_of_sqrt(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
-    """`y = sqrt(x - 2); z = sqrt(y)`: the NaN is born in the first sqrt, detect_anomaly blames the second."""
-    x = torch.tensor([1.0, 3.0], requires_grad=True)
-    with tr.step(i) as st:
-        y = torch.sqrt(x - 2)  # @inner-sqrt
-        z = torch.sqrt(y).sum()  # @outer-sqrt
-        z.backward()
-    assert st is not None
-    assert torch.isnan(y[0]) and torch.isnan(z)
-    return st
-
-
-def sqrt_at_zero(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
-    x = torch.tensor([0.0, 4.0], requires_grad=True)
-    with tr.step(i) as st:
-        y = torch.sqrt(x).sum()  # @sqrt-at-zero
-        y.backward()
-    assert st is not None
-    return st
-
-
-def log_of_negative(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
-    x = torch.tensor([1.0, 2.0], requires_grad=True)
-    with tr.step(i) as st:
-        loss = torch.log(-x).sum()  # @log
-        loss.backward()
-    assert st is not None
-    return st
-
-
-class WithUnused(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(4, 8)
-        self.fc2 = nn.Linear(8, 2)
-        self.spare = nn.Linear(8, 8)  # never called
-        self.side = nn.Linear(8, 3)  # called, but its output is cut off
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.fc1(x))
-        self.aux = self.side(h).detach()  # @side
-        return self.fc2(h)
-
-
-def unused_layer(tr: tracer.Tracer, model: nn.Module, i: int = 0) -> tracer.StepTrace:
-    with tr.step(i) as st:
-        model(torch.randn(5, 4)).pow(2).mean().backward()
-    assert st is not None
-    return st
 
 
 # ---------------------------------------------------------------------------------------------- tracer
@@ -89,14 +31,14 @@ def test_a_nan_born_in_the_inner_sqrt_is_blamed_on_its_line_not_the_outer_one() 
     st = sqrt_of_sqrt(tracer.Tracer())
     first = st.problems[0]
     assert first.kind == "nonfinite_forward"
-    assert first.source == _line("@inner-sqrt")
+    assert first.source == line_of("@inner-sqrt")
     assert first.node is not None and st.nodes[first.node].name == "SqrtBackward0"
-    assert st.nodes[first.node].source == _line("@inner-sqrt")
+    assert st.nodes[first.node].source == line_of("@inner-sqrt")
     assert "NaN" in first.message and "sqrt" in first.message
     # the loss is NaN, and the outer sqrt's backward poisoned the gradients after the origin
     assert _kinds(st)[:2] == ["nonfinite_forward", "nonfinite_loss"]
     born = [p for p in st.problems if p.kind == "nonfinite_backward"]
-    assert born and born[0].source == _line("@outer-sqrt")
+    assert born and born[0].source == line_of("@outer-sqrt")
 
 
 def test_sqrt_at_zero_is_backward_born_and_the_forward_is_not_blamed() -> None:
@@ -106,12 +48,12 @@ def test_sqrt_at_zero_is_backward_born_and_the_forward_is_not_blamed() -> None:
     assert torch.isinf(g[0])  # what torch computes: 1 / (2·sqrt(0))
     assert _kinds(st) == ["nonfinite_backward"]
     p = st.problems[0]
-    assert p.source == _line("@sqrt-at-zero") and p.node is not None
+    assert p.source == line_of("@sqrt-at-zero") and p.node is not None
     assert st.nodes[p.node].name == "SqrtBackward0"
     assert "Inf" in p.message
 
 
-def test_log_of_a_negative_number_is_a_nonfinite_loss_born_at_the_log_line() -> None:
+def test_log_of_a_negative_number_is_a_nonfinite_loss_born_at_the_logline_of() -> None:
     st = log_of_negative(tracer.Tracer())
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     loss = torch.log(-x).sum()
@@ -119,7 +61,7 @@ def test_log_of_a_negative_number_is_a_nonfinite_loss_born_at_the_log_line() -> 
     assert torch.isnan(loss) and torch.isfinite(g).all()  # NaN loss, finite gradients: anomaly mode is silent
     assert _kinds(st) == ["nonfinite_forward", "nonfinite_loss"]
     born, bad_loss = st.problems
-    assert born.source == _line("@log") and born.node is not None
+    assert born.source == line_of("@log") and born.node is not None
     assert st.nodes[born.node].name == "LogBackward0"
     assert bad_loss.node == st.passes[0].roots[0]
     assert "every gradient is finite" in bad_loss.message
@@ -174,7 +116,7 @@ def test_an_unused_layer_and_a_cut_one_are_named_with_their_parameters() -> None
     assert set(missing) == {"spare.weight", "spare.bias", "side.weight", "side.bias"}
     assert model.spare.weight.grad is None and model.side.weight.grad is None and model.fc1.weight.grad is not None
     assert "spare was not called" in missing["spare.weight"].message
-    assert missing["side.bias"].source == _line("@side")
+    assert missing["side.bias"].source == line_of("@side")
     assert "never reached the loss" in missing["side.bias"].message
     assert not [p for p in st.problems if p.kind in NONFINITE]
 
@@ -255,7 +197,7 @@ def test_the_step_document_of_the_json_api_has_the_problems(tmp_path: Path) -> N
             want = [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param, "source": p.source}
                     for p in st.problems]
             assert doc["problems"] == want
-        assert srv.api("/api/runs/p/steps/0")["problems"][0]["source"] == _line("@inner-sqrt")
+        assert srv.api("/api/runs/p/steps/0")["problems"][0]["source"] == line_of("@inner-sqrt")
         kinds = [p["kind"] for p in srv.api("/api/runs/p/steps/2")["problems"]]
         assert [k for k in kinds if k in NONFINITE] == ["nonfinite_forward", "nonfinite_loss"]
         assert {p["param"] for p in srv.api("/api/runs/p/steps/3")["problems"] if p["kind"] == "no_grad"} == {
