@@ -59,11 +59,11 @@ _MASKING = frozenset({"WhereBackward0", "MaskedFillBackward0", "MaskedFillBackwa
 RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
 
 DEAD_ZEROS = 0.99  # a ReLU-like node sending back at least this fraction of zeros is dead
-LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of the others
+LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of all layers'
 HISTORY_FACTOR = 1e2  # a layer's gradient norm this far above (or below) the median of its own history
 HISTORY_LEN = 20  # traced steps a layer's norm is remembered for
 HISTORY_MIN = 5  # steps of history needed before comparing with it
-MIN_LAYERS = 3  # layers with a gradient needed before comparing a layer with the others
+MIN_LAYERS = 3  # layers with a gradient needed before comparing a layer with the median of all
 MAX_FORWARD = 5  # forward origins listed at most
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,9 @@ log = logging.getLogger(__name__)
 # A layer's norm history lives as long as its Tracer: keyed by the per-Tracer `StructureCache` every
 # step recorder of that Tracer is given (a weak key, so it goes with the Tracer)
 _histories: weakref.WeakKeyDictionary[Any, dict[str, deque[float]]] = weakref.WeakKeyDictionary()
+
+# Off: steps get no problems and the finder costs nothing (bench/overhead.py --finder compares both)
+enabled = True
 
 _saved_names: dict[type, tuple[str, ...]] = {}  # node class → its saved-tensor attributes
 
@@ -131,6 +134,8 @@ class StepProblems:
     def at_backward(self, recs: list[Any], root_ids: list[int], values: list[torch.Tensor | None],
                     pass_index: int) -> None:
         """Read each root's value; look for the forward origin only when one is NaN/Inf. Never raises."""
+        if not enabled:
+            return
         try:
             bad: dict[int, str] = {}
             for rid, t in zip(root_ids, values):
@@ -149,6 +154,8 @@ class StepProblems:
     # ------------------------------------------------------------------ step end
     def finish(self, st: StepTrace, recorder: Any) -> list[Problem]:
         """Every problem of the step, root cause first. Never raises (the step is kept without them)."""
+        if not enabled:
+            return []
         try:
             return self._find(st, recorder)
         except Exception as exc:
@@ -282,7 +289,7 @@ def _no_grad(st: StepTrace, rec: Any) -> list[Problem]:
 
 def _layer_norms(st: StepTrace, module_params: dict[str, list[str]],
                  history: dict[str, deque[float]]) -> list[Problem]:
-    """Exploding / vanishing layers: a layer's parameter-gradient norm against the other layers' median
+    """Exploding / vanishing layers: a layer's parameter-gradient norm against the median of all layers
     and against its own recent history (docs/problems.md has the thresholds)."""
     norms: dict[str, float] = {}
     for mod, plist in module_params.items():
@@ -298,16 +305,13 @@ def _layer_norms(st: StepTrace, module_params: dict[str, list[str]],
         if seen:
             norms[mod] = math.sqrt(sq)
     out: list[Problem] = []
+    med_all = statistics.median(norms.values()) if len(norms) >= MIN_LAYERS else 0.0
     for mod, v in norms.items():
-        others = [w for m, w in norms.items() if m != mod]
         kind, why = None, ""
-        if len(norms) >= MIN_LAYERS:
-            med = statistics.median(others)
-            if med > 0 and v > LAYER_FACTOR * med:
-                kind, why = "exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× the median of the other layers ({med:.3g})"
-            elif med > 0 and v < med / LAYER_FACTOR:
-                kind, why = "vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of the median of the other layers " \
-                                         f"({med:.3g})"
+        if med_all > 0 and v > LAYER_FACTOR * med_all:
+            kind, why = "exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× the median of all layers ({med_all:.3g})"
+        elif med_all > 0 and v < med_all / LAYER_FACTOR:
+            kind, why = "vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of the median of all layers ({med_all:.3g})"
         past = history.get(mod)
         if kind is None and past is not None and len(past) >= HISTORY_MIN:
             med = statistics.median(past)
