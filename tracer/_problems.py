@@ -365,7 +365,10 @@ class _ForwardSearch:
         self.inputs_bad: list[dict[str, Any]] = []  # saved non-finite inputs from outside the graph
         self.value: dict[int, str] = dict(bad_roots)  # node id → "NaN" | "Inf" where its value was read
         for rid in below:
-            self._read(recs[rid])
+            try:
+                self._read(recs[rid])
+            except Exception:  # a node we cannot read stays unknown
+                continue
         # forward order: leaves first (their sequence number is the largest), then by creation
         self.order = sorted(below, key=lambda i: (recs[i].kind not in ("param", "leaf"), recs[i].seq))
         self.certain = set(self.status)
