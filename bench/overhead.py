@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -61,6 +62,7 @@ class Result:
     times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES})
     rounds: int = 0
     ratios: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES[1:]})
+    finder_us: float = 0.0  # time inside the problem finder per traced step (--finder)
 
     def median(self, mode: str) -> float:
         return statistics.median(self.times[mode])
@@ -149,6 +151,40 @@ class Runner:
             fn()
         self._sync()
         return (time.perf_counter() - t0) / reps
+
+
+class FinderClock:
+    """Time spent inside the problem finder's two calls (backward start, step end) while it is on."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.steps = 0
+        cls = problem_finder.StepProblems
+        self._orig = (cls.at_backward, cls.finish)
+        clock = self
+
+        def at_backward(this: Any, *a: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                clock._orig[0](this, *a)
+            finally:
+                clock.seconds += time.perf_counter() - t0
+
+        def finish(this: Any, *a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return clock._orig[1](this, *a)
+            finally:
+                clock.seconds += time.perf_counter() - t0
+                clock.steps += problem_finder.enabled
+
+        cls.at_backward, cls.finish = at_backward, finish  # type: ignore[method-assign,assignment]
+
+    def per_step_us(self) -> float:
+        return 1e6 * self.seconds / max(self.steps, 1)
+
+    def close(self) -> None:
+        problem_finder.StepProblems.at_backward, problem_finder.StepProblems.finish = self._orig  # type: ignore
 
 
 def run_workload(key: str, rounds: int, device: str, modes: tuple[str, ...] = MODES) -> Result:
@@ -250,7 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(HEADER), flush=True)
     results = []
     for key in args.keys:
-        res = run_workload(key, args.rounds, args.device, FINDER_MODES if args.finder else MODES)
+        clock = FinderClock() if args.finder else None
+        try:
+            res = run_workload(key, args.rounds, args.device, FINDER_MODES if args.finder else MODES)
+        finally:
+            if clock is not None:
+                clock.close()
+        if clock is not None:
+            res.finder_us = clock.per_step_us()
         results.append(res)
         print(table_row(res), flush=True)
     print()
@@ -260,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         if res.ratios["nofinder"]:
             print(f"{res.key} {res.name}: traced, problem finder off/plain {res.ratio('nofinder'):.2f}x "
                   f"(rounds {res.spread('nofinder')}); finder on/off "
-                  f"{statistics.median(a / b for a, b in zip(res.times['traced'], res.times['nofinder'])):.3f}x")
+                  f"{statistics.median(a / b for a, b in zip(res.times['traced'], res.times['nofinder'])):.3f}x; "
+                  f"inside the finder {res.finder_us:.0f} us per traced step = "
+                  f"{res.finder_us / 1e6 / res.median('plain'):.2%} of the plain step")
     print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -92,13 +92,12 @@ def _nonfinite(t: Any) -> bool | None:
     """True/False for a tensor holding / not holding NaN or Inf; None when it cannot be read."""
     if not isinstance(t, torch.Tensor):
         return None
-    try:
-        with torch.no_grad():
-            if not (t.is_floating_point() or t.is_complex()):
-                return False
-            if t.numel() == 1 and not t.is_complex():
-                return not math.isfinite(t.item())
-            return not bool(torch.isfinite(t).all())
+    try:  # (no grad mode needed: neither reading a value nor a boolean result records anything)
+        if not t.is_floating_point():
+            return False if not t.is_complex() else not bool(torch.isfinite(t).all())
+        if t.numel() == 1:
+            return not math.isfinite(t.item())
+        return not bool(torch.isfinite(t).all())
     except Exception:  # sparse, meta, a subclass that cannot answer: unknown
         return None
 
@@ -225,17 +224,20 @@ def _forward_problem(st: StepTrace, o: dict[str, Any]) -> Problem:
 
 def _backward_born(st: StepTrace, bad_forward: set[int]) -> list[Problem]:
     """Nodes that sent a non-finite gradient on although every gradient arriving at them was finite,
-    in the order they ran."""
+    in the order they ran. Written for the finite step: one pass over the sent gradients' counts."""
     found: list[tuple[int, Problem]] = []
     for n in st.nodes:
         for r in n.runs:
-            sent = r.grad_inputs
-            if not sent or not any(_bad(g) for g in sent):
+            bad = None
+            for g in r.grad_inputs or ():
+                if g is not None:
+                    s = g.stats
+                    if s.get("nan") or s.get("inf"):
+                        bad = g
+                        break
+            if bad is None or any(_bad(g) for g in r.grad_outputs):
                 continue
-            if any(_bad(g) for g in r.grad_outputs):
-                continue
-            bad = next(g for g in sent if g is not None and _bad(g))
-            word = "a NaN" if bad.stats.get("nan", 0.0) else "an Inf"
+            word = "a NaN" if bad.stats.get("nan") else "an Inf"
             why = " (its forward values were already non-finite)" if n.id in bad_forward else ""
             found.append((r.order, Problem(
                 "nonfinite_backward",
@@ -250,6 +252,8 @@ def _no_grad(st: StepTrace, rec: Any) -> list[Problem]:
     """Parameters that need a gradient and got none, in the model's order, with the reason when known."""
     if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
         return []  # autograd.grad fills no .grad: no parameter is expected to get one
+    if len(st.params) >= len(rec.param_names):
+        return []  # every parameter got one (the usual step: no need to look at each)
     wanted = [name for p, name in rec.param_names.items() if p.requires_grad]
     missing = [name for name in wanted if name not in st.params]
     if not missing:
@@ -292,14 +296,15 @@ def _layer_norms(st: StepTrace, module_params: dict[str, list[str]],
     """Exploding / vanishing layers: a layer's parameter-gradient norm against the median of all layers
     and against its own recent history (docs/problems.md has the thresholds)."""
     norms: dict[str, float] = {}
+    params = st.params
     for mod, plist in module_params.items():
         sq, seen = 0.0, False
         for p in plist:
-            t = st.params.get(p)
-            if t is None or _bad(t):
+            t = params.get(p)
+            if t is None:
                 continue
             v = t.stats.get("norm", math.nan)
-            if math.isfinite(v):
+            if v == v and v != math.inf and not _bad(t):  # a finite norm of a finite gradient
                 sq += v * v
                 seen = True
         if seen:
@@ -313,7 +318,9 @@ def _layer_norms(st: StepTrace, module_params: dict[str, list[str]],
         elif med_all > 0 and v < med_all / LAYER_FACTOR:
             kind, why = "vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of the median of all layers ({med_all:.3g})"
         past = history.get(mod)
-        if kind is None and past is not None and len(past) >= HISTORY_MIN:
+        # the median only when the bounds do not settle it (v within 100x of every past norm)
+        if kind is None and past is not None and len(past) >= HISTORY_MIN and \
+                (v > HISTORY_FACTOR * min(past) or v < max(past) / HISTORY_FACTOR):
             med = statistics.median(past)
             if med > 0 and v > HISTORY_FACTOR * med:
                 kind, why = "exploding", f"{v:.3g}, over {HISTORY_FACTOR:g}× its median over the last " \
@@ -326,7 +333,10 @@ def _layer_norms(st: StepTrace, module_params: dict[str, list[str]],
             out.append(Problem(kind, f"The gradient norm of layer {mod} is {why}.",
                                None if pnode is None else pnode.id, module_params[mod][0], None))
     for mod, v in norms.items():
-        history.setdefault(mod, deque(maxlen=HISTORY_LEN)).append(v)
+        past = history.get(mod)
+        if past is None:
+            past = history[mod] = deque(maxlen=HISTORY_LEN)
+        past.append(v)
     return out
 
 
