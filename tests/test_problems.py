@@ -202,3 +202,40 @@ def test_the_step_document_of_the_json_api_has_the_problems(tmp_path: Path) -> N
             "spare.weight", "spare.bias", "side.weight", "side.bias"}
     finally:
         srv.stop()
+
+
+def test_a_layer_far_below_the_others_is_vanishing() -> None:
+    torch.manual_seed(0)
+    heads = nn.ModuleList(nn.Linear(4, 2) for _ in range(4))
+    x = torch.randn(8, 4)
+    tr = tracer.Tracer(heads)
+    with tr.step(0) as st:
+        sum(h(x).pow(2).sum() * (1e-7 if k == 3 else 1.0) for k, h in enumerate(heads)).backward()
+    assert st is not None
+    norms = [float(torch.cat([p.grad.flatten() for p in h.parameters()]).norm()) for h in heads]  # type: ignore
+    assert norms[3] < min(norms[:3]) / 1e3
+    assert [(p.kind, p.param) for p in st.problems] == [("vanishing", "3.weight")]
+
+
+def test_a_failing_finder_leaves_the_step_whole(monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    import tracer._problems as finder
+
+    def broken(*args: object) -> list[tracer.Problem]:
+        raise RuntimeError("finder broke")
+
+    monkeypatch.setattr(finder, "_backward_born", broken)  # a fault that cannot be produced for real
+    st = sqrt_at_zero(tracer.Tracer())
+    assert st.problems == [] and st.nodes and st.error is None
+    assert "finder broke" in caplog.text
+
+
+def test_a_nan_loss_in_a_create_graph_backward_is_found_and_the_second_order_gradient_still_runs() -> None:
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with tracer.Tracer().step(0) as st:
+        loss = torch.log(-x).sum()
+        (g,) = torch.autograd.grad(loss, x, create_graph=True)
+        g.sum().backward()
+    assert st is not None and x.grad is not None
+    assert torch.allclose(x.grad, -1 / x.detach() ** 2)  # the gradient of sum(1/x), torch.log(-x)'s gradient
+    assert [p.kind for p in st.problems][:2] == ["nonfinite_forward", "nonfinite_loss"]
