@@ -147,8 +147,8 @@ class StepProblems:
                     if all(o != old for old in self.origins):
                         self.origins.append(o)
                 self.bad_forward |= search.bad
-        except Exception:  # the finder must never break the user's backward
-            return
+        except Exception as exc:  # the finder must never break the user's backward
+            log.warning("gradscape: the problem finder could not look at this backward's start: %s", exc)
 
     # ------------------------------------------------------------------ step end
     def finish(self, st: StepTrace, recorder: Any) -> list[Problem]:
