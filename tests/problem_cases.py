@@ -58,7 +58,8 @@ class WithUnused(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.fc1(x))
-        self.aux = self.side(h).detach()  # @side
+        side = self.side(h)  # @side-made
+        self.aux = side.detach()  # @side-cut
         return self.fc2(h)
 
 

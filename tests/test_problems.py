@@ -115,8 +115,10 @@ def test_an_unused_layer_and_a_cut_one_are_named_with_their_parameters() -> None
     assert set(missing) == {"spare.weight", "spare.bias", "side.weight", "side.bias"}
     assert model.spare.weight.grad is None and model.side.weight.grad is None and model.fc1.weight.grad is not None
     assert "spare was not called" in missing["spare.weight"].message
-    assert missing["side.bias"].source == line_of("@side")
-    assert "never reached the loss" in missing["side.bias"].message
+    assert missing["side.bias"].source == line_of("@side-cut")
+    assert missing["side.bias"].message == ("side.bias got no gradient: side's output (made at "
+                                            f"{line_of('@side-made')}) was cut from the graph by .detach() at "
+                                            f"{line_of('@side-cut')}.")
     assert not [p for p in st.problems if p.kind in NONFINITE]
 
 
@@ -239,3 +241,28 @@ def test_a_nan_loss_in_a_create_graph_backward_is_found_and_the_second_order_gra
     assert st is not None and x.grad is not None
     assert torch.allclose(x.grad, -1 / x.detach() ** 2)  # the gradient of sum(1/x), torch.log(-x)'s gradient
     assert [p.kind for p in st.problems][:2] == ["nonfinite_forward", "nonfinite_loss"]
+
+
+class _Cuts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(3, 3)
+        self.frozen = nn.Linear(3, 3)
+        self.dropped = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.frozen(x)
+        self.dropped(x)
+        return self.used(x)
+
+
+def test_a_layer_run_under_no_grad_and_one_whose_output_is_dropped_say_why() -> None:
+    model = _Cuts()
+    with tracer.Tracer(model).step(0) as st:
+        model(torch.randn(2, 3)).sum().backward()
+    assert st is not None
+    why = {p.param: p.message for p in st.problems if p.kind == "no_grad"}
+    assert set(why) == {"frozen.weight", "frozen.bias", "dropped.weight", "dropped.bias"}
+    assert "computed under torch.no_grad()" in why["frozen.weight"]
+    assert "never reached the loss: it is unused" in why["dropped.bias"]

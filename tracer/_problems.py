@@ -38,6 +38,7 @@ from typing import Any
 import networkx as nx
 import torch
 
+from tracer._attrib import user_frame
 from tracer._labels import slot_args
 from tracer._model import Problem, StepTrace, TensorTrace
 
@@ -65,6 +66,7 @@ HISTORY_LEN = 20  # traced steps a layer's norm is remembered for
 HISTORY_MIN = 5  # steps of history needed before comparing with it
 MIN_LAYERS = 3  # layers with a gradient needed before comparing a layer with the median of all
 MAX_FORWARD = 5  # forward origins listed at most
+MAX_DETACHES = 256  # detaches of a step remembered at most (each holds its graph until the step ends)
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,13 @@ class StepProblems:
         self.bad_roots: list[tuple[int, int, str]] = []  # (pass index, root node id, "NaN" | "Inf")
         self.origins: list[dict[str, Any]] = []
         self.bad_forward: set[int] = set()  # node ids whose forward output held NaN/Inf
+        self.detaches: list[tuple[Any, str | None]] = []  # (grad_fn of a detached tensor, line of the detach)
+
+    def note_detach(self, t: Any, frame: Any) -> None:
+        """A `.detach()` in the step's forward, of a tensor with a graph: where a graph may have been cut."""
+        fn = getattr(t, "grad_fn", None) if isinstance(t, torch.Tensor) else None
+        if fn is not None and enabled and len(self.detaches) < MAX_DETACHES:
+            self.detaches.append((fn, user_frame(frame)))
 
     # ------------------------------------------------------------------ backward start
     def at_backward(self, recs: list[Any], root_ids: list[int], values: list[torch.Tensor | None],
@@ -174,7 +183,8 @@ class StepProblems:
                                + ("; every gradient is finite, so only the loss shows it." if
                                   not _any_bad_gradient(st) else "."), rid, None, n.source))
         out.extend(_backward_born(st, self.bad_forward))
-        out.extend(_no_grad(st, recorder))
+        out.extend(_no_grad(st, recorder, self.detaches))
+        self.detaches = []
         out.extend(_layer_norms(st, recorder.module_params, self.history))
         out.extend(_dead(st))
         return out
@@ -248,7 +258,25 @@ def _backward_born(st: StepTrace, bad_forward: set[int]) -> list[Problem]:
     return [p for _, p in found]
 
 
-def _no_grad(st: StepTrace, rec: Any) -> list[Problem]:
+def _cut_at(node: Any, detaches: list[tuple[Any, str | None]]) -> str | None:
+    """The line of the first detach whose tensor's graph holds `node` (so the detach cut its path)."""
+    for fn, line in detaches:
+        g = nx.DiGraph()
+        stack, seen = [fn], {fn}
+        while stack:
+            n = stack.pop()
+            for child, _ in n.next_functions:
+                if child is not None:
+                    g.add_edge(n, child)
+                    if child not in seen:
+                        seen.add(child)
+                        stack.append(child)
+        if node is fn or (node in g and nx.has_path(g, fn, node)):
+            return line
+    return None
+
+
+def _no_grad(st: StepTrace, rec: Any, detaches: list[tuple[Any, str | None]]) -> list[Problem]:
     """Parameters that need a gradient and got none, in the model's order, with the reason when known."""
     if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
         return []  # autograd.grad fills no .grad: no parameter is expected to get one
@@ -280,13 +308,19 @@ def _no_grad(st: StepTrace, rec: Any) -> list[Problem]:
                 why = (f"{mod} ran, but its output needs no gradient: it was computed under torch.no_grad() "
                        f"or detached inside {mod}.")
             else:
+                cut = _cut_at(outs[0][0], detaches)
                 try:
-                    source = rec.forward.source_of(outs[0][0]._sequence_nr())
+                    made = rec.forward.source_of(outs[0][0]._sequence_nr())
                 except Exception:
-                    source = None
-                at = f" (made at {source})" if source else ""
-                why = (f"{mod}'s output{at} never reached the loss: it is unused, or cut by .detach() or "
-                       "torch.no_grad() after that.")
+                    made = None
+                at = f" (made at {made})" if made else ""
+                if cut is not None:
+                    source = cut
+                    why = f"{mod}'s output{at} was cut from the graph by .detach() at {cut}."
+                else:
+                    source = made
+                    why = (f"{mod}'s output{at} never reached the loss: it is unused, or cut by torch.no_grad() "
+                           "after that.")
         out.append(Problem("no_grad", f"{name} got no gradient: {why}", node, name, source))
     return out
 

@@ -189,6 +189,7 @@ class StepRecorder:
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
         self.problems = StepProblems(self.statics)  # the problem finder (tracer/_problems.py)
+        self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
