@@ -59,7 +59,7 @@ def graph_json(wire: dict[str, Any]) -> dict[str, Any]:
             "nodes": [{k: _clean(v) if k != "runs" else v for k, v in n.items()} for n in nodes],
             "edges": wire["edges"], "order": order, "execution": wire.get("execution", []),
             "modules": wire.get("modules", {}), "params": wire.get("params", {}),
-            "passes": wire.get("passes", []),
+            "passes": wire.get("passes", []), "problems": wire.get("problems", []),
             "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])]}
 
 

@@ -10,6 +10,8 @@ once, rotating which mode goes first; a short step is repeated and preceded by o
     plain     forward + loss + backward + SGD step + zero_grad
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
     untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10), i % 10 != 0
+    nofinder  (with --finder) `traced` with the problem finder switched off (`tracer._problems.enabled`),
+              to show what the finder itself costs on a finite step
 
 Ratios are taken per round (traced_r / plain_r) and the median of those is reported, which holds up
 better than a ratio of medians when the machine drifts.
@@ -28,6 +30,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -39,8 +42,10 @@ import torch  # noqa: E402
 from workloads import WORKLOADS, Workload, build  # noqa: E402
 
 import tracer  # noqa: E402
+import tracer._problems as problem_finder  # noqa: E402
 
-MODES = ("plain", "traced", "untraced")
+MODES: tuple[str, ...] = ("plain", "traced", "untraced")
+FINDER_MODES = (*MODES, "nofinder")
 DEFAULT_ROUNDS = 5
 SHORT_STEP_ROUNDS = 41  # a step under 50 ms: 41 rounds take a few seconds. On a shared 2-core VM the
 # median still moves between runs (W2: 1.18-1.47x in one afternoon), more than within one: compare
@@ -54,9 +59,10 @@ class Result:
     key: str
     name: str
     nodes: int
-    times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in MODES})
+    times: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES})
     rounds: int = 0
-    ratios: dict[str, list[float]] = field(default_factory=lambda: {"traced": [], "untraced": []})
+    ratios: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES[1:]})
+    finder_us: float = 0.0  # time inside the problem finder per traced step (--finder)
 
     def median(self, mode: str) -> float:
         return statistics.median(self.times[mode])
@@ -110,6 +116,13 @@ class Runner:
             raise RuntimeError(f"every=1 tracer did not trace step {i}")
         self.last_nodes = int(st.meta.get("nodes", len(st.nodes)))
 
+    def nofinder(self) -> None:
+        problem_finder.enabled = False
+        try:
+            self.traced()
+        finally:
+            problem_finder.enabled = True
+
     def untraced(self) -> None:
         self.untraced_i += 1
         if self.untraced_i % 10 == 0:
@@ -140,11 +153,45 @@ class Runner:
         return (time.perf_counter() - t0) / reps
 
 
-def run_workload(key: str, rounds: int, device: str) -> Result:
+class FinderClock:
+    """Time spent inside the problem finder's two calls (backward start, step end) while it is on."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.steps = 0
+        cls = problem_finder.StepProblems
+        self._orig = (cls.at_backward, cls.finish)
+        clock = self
+
+        def at_backward(this: Any, *a: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                clock._orig[0](this, *a)
+            finally:
+                clock.seconds += time.perf_counter() - t0
+
+        def finish(this: Any, *a: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return clock._orig[1](this, *a)
+            finally:
+                clock.seconds += time.perf_counter() - t0
+                clock.steps += problem_finder.enabled
+
+        cls.at_backward, cls.finish = at_backward, finish  # type: ignore[method-assign,assignment]
+
+    def per_step_us(self) -> float:
+        return 1e6 * self.seconds / max(self.steps, 1)
+
+    def close(self) -> None:
+        problem_finder.StepProblems.at_backward, problem_finder.StepProblems.finish = self._orig  # type: ignore
+
+
+def run_workload(key: str, rounds: int, device: str, modes: tuple[str, ...] = MODES) -> Result:
     wl = build(key, device)
     runner = Runner(wl, device)
     try:
-        for mode in MODES:  # warm-up round, not recorded
+        for mode in modes:  # warm-up round, not recorded
             runner.time(mode)
         # small steps are repeated within a round, so each measurement spans >= ~50 ms of work
         plain = runner.time("plain")
@@ -154,13 +201,13 @@ def run_workload(key: str, rounds: int, device: str) -> Result:
         res = Result(key, wl.name, runner.last_nodes)
         res.rounds = rounds
         for r in range(rounds):
-            k = r % len(MODES)
-            order = MODES[k:] + MODES[:k]
+            k = r % len(modes)
+            order = modes[k:] + modes[:k]
             t = {mode: runner.time(mode, reps) for mode in order}
-            for mode in MODES:
+            for mode in modes:
                 res.times[mode].append(t[mode])
-            res.ratios["traced"].append(t["traced"] / t["plain"])
-            res.ratios["untraced"].append(t["untraced"] / t["plain"])
+                if mode != "plain":
+                    res.ratios[mode].append(t[mode] / t["plain"])
         res.nodes = runner.last_nodes
         return res
     finally:
@@ -203,6 +250,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          f"under 50 ms; {QUICK_ROUNDS} with --quick)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--finder", action="store_true",
+                    help="also time the traced step with the problem finder off (mode nofinder)")
     ap.add_argument("--quick", action="store_true",
                     help=f"{QUICK_ROUNDS} rounds of {QUICK_WORKLOADS} unless given explicitly")
     args = ap.parse_args(argv)
@@ -237,13 +286,26 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(HEADER), flush=True)
     results = []
     for key in args.keys:
-        res = run_workload(key, args.rounds, args.device)
+        clock = FinderClock() if args.finder else None
+        try:
+            res = run_workload(key, args.rounds, args.device, FINDER_MODES if args.finder else MODES)
+        finally:
+            if clock is not None:
+                clock.close()
+        if clock is not None:
+            res.finder_us = clock.per_step_us()
         results.append(res)
         print(table_row(res), flush=True)
     print()
     for res in results:
         print(f"{res.key} {res.name}: traced/plain {res.ratio('traced'):.2f}x (rounds {res.spread('traced')})  "
               f"every10-untraced/plain {res.ratio('untraced'):.2f}x (rounds {res.spread('untraced')})")
+        if res.ratios["nofinder"]:
+            print(f"{res.key} {res.name}: traced, problem finder off/plain {res.ratio('nofinder'):.2f}x "
+                  f"(rounds {res.spread('nofinder')}); finder on/off "
+                  f"{statistics.median(a / b for a, b in zip(res.times['traced'], res.times['nofinder'])):.3f}x; "
+                  f"inside the finder {res.finder_us:.0f} us per traced step = "
+                  f"{res.finder_us / 1e6 / res.median('plain'):.2%} of the plain step")
     print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

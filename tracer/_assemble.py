@@ -105,6 +105,7 @@ class AssembleMixin(RecorderState):
             st.rank, st.world_size = dist.get_rank(), dist.get_world_size()
         if error is not None:
             st.error = f"{type(error).__name__}: {error}"
+        st.problems = self.problems.finish(st, self)  # the problem finder (tracer/_problems.py)
         self._release()
         return st
 

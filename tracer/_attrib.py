@@ -155,6 +155,7 @@ class ForwardRecorder:
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
     _leaf_lo: int = 0  # the sequence number when that call started
     _thread: int = 0  # the thread whose function-mode stack holds the mode
+    on_detach: Callable[[Any, Any], None] | None = None  # problem finder: (tensor, caller frame) of a detach
 
     def start(self) -> None:
         if not _active:
@@ -368,6 +369,7 @@ def _remove_hooks() -> None:
         handle.remove()
 
 
+_DETACH = (torch.Tensor.detach, torch.detach)  # noted for the problem finder (a cut in the graph)
 _BACKWARD_FUNCS = {torch.Tensor.backward: "Tensor.backward",
                    torch.autograd.backward: "autograd.backward",
                    torch.autograd.grad: "autograd.grad"}
@@ -385,6 +387,8 @@ class _StepMode(TorchFunctionMode):
         api = _BACKWARD_FUNCS.get(func)
         if api is not None:
             return self.recorder.on_backward(api, func, args, kwargs)
+        if func in _DETACH and self.recorder.on_detach is not None and args:  # problem finder: a graph cut
+            self.recorder.on_detach(args[0], sys._getframe(1))
         before = _seqnr()
         out = func(*args, **kwargs)
         after = _seqnr()

@@ -36,6 +36,7 @@ from tracer._breakpoints import breaker
 from tracer._hooks import HooksMixin, _now
 from tracer._model import BackwardPass, TensorTrace
 from tracer._modsums import ModuleSumsMixin
+from tracer._problems import StepProblems, root_values
 from tracer._summary import Summariser
 from tracer._walk import WalkMixin, _Rec
 
@@ -97,6 +98,8 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self._last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self._pass_t0 = 0
         self.breaker = breaker(run)  # breakpoints: see NOTE [Breakpoints] in tracer._breakpoints
+        self.problems = StepProblems(self.statics)  # the problem finder (tracer/_problems.py)
+        self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
@@ -152,6 +155,7 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
             self.passes.append(bp)
             self._plan_module_sums()
             self._watch_hidden_params()
+            self.problems.at_backward(self.recs, root_ids, root_values(api, args, kwargs), index)  # problem finder
         except Exception as exc:  # never let the tracer break the user's backward
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)

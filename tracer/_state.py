@@ -50,6 +50,7 @@ class RecorderState:
     _last_end: dict[int, int]
     _pass_t0: int
     breaker: Any  # tracer._breakpoints.Breaker
+    problems: Any  # tracer._problems.StepProblems
     # methods, each defined in one of the parts
     stop_hooks: Callable[[], None]
     _make_acc: Callable[[_Rec], Any]

@@ -24,7 +24,7 @@ import dash
 from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
 
 from app import view
-from app.ui import ids
+from app.ui import ids, problems
 from tracer.store import StoreError, TraceStore
 
 MAX_STEPS_OVER_TIME = 30
@@ -239,6 +239,7 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                             State(ids.SLIDER, "max"))
     app.clientside_callback(ClientsideFunction("gradscape", "focus"), Output(ids.GRAPH, "className"),
                             Input(ids.SELECTED, "data"), Input(ids.EXEC_ORDER, "data"))
+    problems.register(app, data)  # the problems panel (app/ui/problems.py)
     return data
 
 
@@ -303,7 +304,8 @@ def initial_state(data: UIData) -> dict[str, Any]:
               if order and order["nodes"] else "")
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
             "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
-            "info": info, "player": player}  # search options follow in a callback: indexing them is not urgent
+            "info": info, "player": player,  # search options follow in a callback: indexing them is not urgent
+            "problems": problems.lines_of(data, run, step)}  # the problems panel (app/ui/problems.py)
 
 
 def _legend(info: dict[str, Any]) -> Any:

@@ -47,3 +47,5 @@ BP_WHERE = "bp-where"
 BP_NODES = "bp-nodes"
 BP_STATE = "bp-state"
 BP_SENT = "bp-sent"
+
+PROBLEMS = "problems"

@@ -1,5 +1,6 @@
 """The socket sink's threads (NOTE [Sink threads] in tracer._socket_sink): none before the first step
-but the breakpoint link (a breakpoint set before the first step must pause its backward), and none left once the Tracer is closed or dropped and collected, with every step delivered or spilled."""
+but the breakpoint link (a breakpoint set before the first step must pause its backward), and none
+left once the Tracer is closed or dropped and collected, with every step delivered or spilled."""
 
 from __future__ import annotations
 
