@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,3 +22,20 @@ def _gradscape_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
         os.environ.pop("GRADSCAPE_DATA_DIR", None)
     else:
         os.environ["GRADSCAPE_DATA_DIR"] = old
+
+
+@pytest.fixture
+def worker_factory() -> Iterator[Any]:
+    """Start training subprocesses for the breakpoint tests (tests/bp_worker.py); all killed afterwards."""
+    from bp_harness import Worker
+
+    made: list[Worker] = []
+
+    def make(*args: str) -> Worker:
+        w = Worker(*args)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        w.kill()

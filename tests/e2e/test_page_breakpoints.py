@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 from playwright.sync_api import Page
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bp_harness import Worker, call, paused, reference_params, wait_for  # noqa: E402
+from bp_harness import call, paused, reference_params, wait_for  # noqa: E402
 
 
 class _Srv:
@@ -22,20 +21,6 @@ class _Srv:
 
     def api(self, path: str) -> Any:
         return call(self, "GET", path)[1]
-
-
-@pytest.fixture
-def worker_factory() -> Any:
-    made: list[Worker] = []
-
-    def make(*args: str) -> Worker:
-        w = Worker(*args)
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        w.kill()
 
 
 def _text(sel: str) -> str:

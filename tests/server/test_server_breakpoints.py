@@ -9,24 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bp_harness import Worker, call, logits_grad_norm, paused, reference_params, wait_for
+from bp_harness import call, logits_grad_norm, paused, reference_params, wait_for
 from serving import ApiError, Server
 
 from tracer._breakpoints import BreakpointLink
-
-
-@pytest.fixture
-def worker_factory() -> Any:
-    made: list[Worker] = []
-
-    def make(*args: str) -> Worker:
-        w = Worker(*args)
-        made.append(w)
-        return w
-
-    yield make
-    for w in made:
-        w.kill()
 
 
 def test_pause_step_continue_bitwise(server: Server, worker_factory: Any) -> None:
