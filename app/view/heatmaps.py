@@ -334,7 +334,10 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
     elif thumb is not None:
         z = np.asarray(thumb, dtype=np.float64)
         pad = _thumb_padding(shape, z)
-        slot["source"] = f"thumbnail: block means of {_thumb_blocks(shape, z)} elements"
+        blocks = _thumb_blocks(shape, z)
+        whole = blocks == "1×1" and len(shape) != 4
+        slot["source"] = ("thumbnail: every value (as float32)" if whole
+                          else f"thumbnail: block means of {blocks} elements")
         slot["view"] = t.get("view") or _view_words(tuple(shape))
         if len(shape) == 4 and sample:
             slot["note"] = "the thumbnail shows sample 0 only; trace with tensors='full' to see other samples"

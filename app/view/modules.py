@@ -101,7 +101,7 @@ def backward_hook_note(wire: Wire, module: str) -> dict[str, Any]:
     return {"node": f"n{last}", "name": node["name"], "slots": slots, "text": text}
 
 
-PARAM_COLUMNS = ("parameter", "shape", "‖g‖₂", "RMS", "max |g|", "min", "max", "mean", "nan", "inf")
+PARAM_COLUMNS = ("parameter", "shape", "‖g‖₂", "RMS", "max |g|", "mean", "nan", "inf")
 
 
 def param_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,11 +111,11 @@ def param_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         stats = {s["stat"]: s for s in r.get("stats") or []}
         if r.get("shape") is None:
-            out.append([r["name"], "—", "no gradient", "", "", "", "", "", "", ""])
+            out.append([r["name"], "—", "no gradient", "", "", "", "", ""])
             continue
         out.append([r["name"], f"{fmt_shape(r['shape'])} {r.get('dtype') or ''}".rstrip(), fmt_num(r.get("norm")),
                     fmt_num(r.get("rms")), fmt_num(r.get("maxabs")),
-                    *(stats[k]["text"] if k in stats else "—" for k in ("min", "max", "mean", "nan", "inf"))])
+                    *(stats[k]["text"] if k in stats else "—" for k in ("mean", "nan", "inf"))])
     return {"columns": list(PARAM_COLUMNS), "rows": out}
 
 
