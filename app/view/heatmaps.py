@@ -144,6 +144,11 @@ def _span(a: int, b: int) -> str:
     return str(a) if b - a <= 1 else f"{a}–{b - 1}"
 
 
+def _axis_words(what: str, a: int, b: int) -> str:
+    """`row 5` or `rows 2–3`."""
+    return f"{what} {a}" if b - a <= 1 else f"{what}s {a}–{b - 1}"
+
+
 def _row_words(shape: list[int], a: int, b: int) -> str:
     """Rows a..b-1 of the 2-D view; for 3-D and above also the leading indices they flatten."""
     words = f"row {a}" if b - a <= 1 else f"rows {a}–{b - 1}"
@@ -191,8 +196,8 @@ def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, ex
                     line.append("no channel here (padding)")
                     continue
                 count = (ye[ci + 1] - ye[ci]) * (xe[cj + 1] - xe[cj])
-                where = f"sample {sample}, channel {ch}, rows {_span(ye[ci], ye[ci + 1])}, " \
-                        f"cols {_span(xe[cj], xe[cj + 1])}"
+                where = f"sample {sample}, channel {ch}, {_axis_words('row', ye[ci], ye[ci + 1])}, " \
+                        f"{_axis_words('col', xe[cj], xe[cj + 1])}"
                 what = "" if count == 1 else f" (mean of {count})"
                 line.append(f"{where}{what}<br>{_fmt_value(float(z[i, j]), exact and count == 1)}")
             text.append(line)
@@ -212,8 +217,7 @@ def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, ex
         out["x"] = [e - 0.5 for e in xe]
     if blocked or rank_words:
         row_words = [_row_words(list(shape), ye[i], ye[i + 1]) for i in range(rows_z)]
-        col_words = [f"col {_span(xe[j], xe[j + 1])}" if xe[j + 1] - xe[j] <= 1
-                     else f"cols {_span(xe[j], xe[j + 1])}" for j in range(cols_z)]
+        col_words = [_axis_words("col", xe[j], xe[j + 1]) for j in range(cols_z)]
         text = []
         for i in range(rows_z):
             line = []

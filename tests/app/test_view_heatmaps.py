@@ -298,3 +298,20 @@ def test_3d_rows_name_their_leading_indices(store_dir: Path) -> None:
             assert text[t + 1][2].startswith(f"row {t + 1} = [1, 1, :], col 2<br>")
             found += 1
     assert found
+
+
+def test_4d_cells_name_sample_channel_row_and_col(store_dir: Path) -> None:
+    store = traced_store(store_dir, "cnn", "full")
+    wire = store[0].read_graph(store[1], store[2])
+    for node in wire["nodes"]:
+        _, fig, arrays = panel(store, node["id"], sample=1)
+        for slot in all_slots(fig):
+            if slot["figure"] is None or len(slot["shape"]) != 4:
+                continue
+            n, c, h, w = slot["shape"]
+            values = decode_array(arrays[slot["tensor"]]["values"])
+            text = slot["figure"]["data"][0]["text"]
+            want = f"sample 1, channel 0, row {h - 1}, col {w - 1}<br>{float(values[1, 0, h - 1, w - 1]):.9g}"
+            assert text[h - 1][w - 1] == want
+            return
+    raise AssertionError("no 4-D gradient in the cnn trace")
