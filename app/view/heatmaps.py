@@ -89,8 +89,8 @@ def view_2d(values: np.ndarray, *, sample: int = 0, max_side: int = 128) -> tupl
         return grid, mask, words
     if x.size == 0:
         return np.zeros((0, 0)), np.zeros((0, 0), dtype=bool), _view_words(tuple(x.shape))
-    v = x.reshape(matrix_shape(x.shape))
-    rows, cols = v.shape
+    rows, cols = matrix_shape(x.shape)
+    v = x.reshape(rows, cols)
     out = _block_mean(_block_mean(v, 0, max_side), 1, max_side)
     words = _view_words(tuple(x.shape))
     if out.shape != v.shape:
