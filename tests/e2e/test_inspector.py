@@ -43,8 +43,9 @@ def _no_errors(page: Page) -> None:
     assert errors == []
 
 
-def _hover(page: Page, plot: int, x: float, y: float) -> str:
-    """Move the mouse over data point (x, y) of the `plot`-th visible heatmap; the hover label's text."""
+def _hover(page: Page, plot: int, x: float, y: float, expect: str) -> str:
+    """Move the mouse over data point (x, y) of the `plot`-th visible heatmap; the hover label's text,
+    once it holds `expect`."""
     page.evaluate("i => Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))"
                   ".filter(gd => gd.offsetParent !== null)[i].scrollIntoView({block: 'center'})", plot)
     px, py = page.evaluate("""([i, x, y]) => {
@@ -54,9 +55,11 @@ def _hover(page: Page, plot: int, x: float, y: float) -> str:
         return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
     }""", [plot, x, y])
     page.mouse.move(px, py)
-    page.wait_for_selector("#inspector .hoverlayer .hovertext")
-    return str(page.evaluate("""() => Array.from(document.querySelector('#inspector .hoverlayer .hovertext')
-        .querySelectorAll('text.nums tspan.line')).map(t => t.textContent).join('\\n')"""))
+    # the label of this cell (a label of an earlier hover may still be on screen for a moment)
+    label = """want => { const h = document.querySelector('#inspector .hoverlayer .hovertext');
+        const t = h ? Array.from(h.querySelectorAll('text.nums tspan.line')).map(t => t.textContent).join('\\n') : '';
+        return t.includes(want) ? t : ''; }"""
+    return str(page.wait_for_function(label, arg=expect).json_value())
 
 
 def _overlaps(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -97,11 +100,11 @@ def test_thumbnail_axis_reaches_the_tensors_last_row_and_hover_names_the_rows(li
     page.wait_for_selector("#inspector .js-plotly-plot .heatmaplayer")
     lo, hi = sorted(page.evaluate("document.querySelector('#inspector .js-plotly-plot')._fullLayout.yaxis.range"))
     assert lo <= 0 and hi >= 127  # the axis counts the tensor's 128 rows, not the thumbnail's 64 cells
-    text = _hover(page, 0, 3, 2.5)  # the cell holding rows 2 and 3 of column 3
+    text = _hover(page, 0, 3, 2.5, "col 3")  # the cell holding rows 2 and 3 of column 3
     assert "rows 2–3, col 3: mean of 2 elements" in text
     value = float(text.split("\n")[1])
     assert abs(value - g[2:4, 3].mean()) <= 1e-3 * abs(g[2:4, 3].mean()) + 1e-7
-    text = _hover(page, 0, 0, 127)  # the last row is on the axis
+    text = _hover(page, 0, 0, 127, "col 0")  # the last row is on the axis
     assert "rows 126–127, col 0" in text
     _no_errors(page)
 
@@ -117,7 +120,7 @@ def test_hovering_a_full_values_cell_gives_its_exact_index_and_value(live_server
     page.set_viewport_size(SMALL)
     page.goto(f"{live_server.url}/?run=r&step=0&node={addmm.id}")
     page.wait_for_function("document.querySelectorAll('#inspector .js-plotly-plot .heatmaplayer').length >= 4")
-    text = _hover(page, 3, 7, 5)
+    text = _hover(page, 3, 7, 5, "col 7")
     assert "row 5, col 7" in text
     assert f"{float(mat2[5, 7]):.9g}" in text
     _no_errors(page)
