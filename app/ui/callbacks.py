@@ -207,13 +207,17 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
             return html.P(str(exc), className="gs-hint"), [], hidden
         if not 0 <= node < len(wire["nodes"]):
             return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
-        arrays = store.read_arrays(run, step, view.node_tensors(wire, node))
+        module = wire["nodes"][node].get("module")
+        wanted = set(view.node_tensors(wire, node))
+        if module and module in (wire.get("modules") or {}):
+            wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
+        arrays = store.read_arrays(run, step, sorted(wanted))
         panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
         slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
         full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
         options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
             if full_4d else []
-        return (_inspector(wire, node, panel, data.flow_over_steps(run, step)), options,
+        return (_inspector(wire, node, panel, data.flow_over_steps(run, step), arrays), options,
                 {"width": "160px"} if full_4d else hidden)
 
     # "live" (with the tracer's counts) / "offline" / "connecting…", in the browser: tracer status
@@ -321,7 +325,7 @@ def _stats_table(rows: list[dict[str, Any]]) -> Any:
         html.Tr([html.Th(r["stat"]) for r in rows]), html.Tr([html.Td(r["text"]) for r in rows])])
 
 
-def _slot(slot: dict[str, Any], kind: str, index: int) -> Any:
+def _slot(slot: dict[str, Any], kind: str, index: int, call: int | None = None) -> Any:
     fig = slot.get("figure")
     body: list[Any] = [html.Div(f"{kind}[{index}] · {slot.get('title', '')}", className="gs-slot-title")]
     if slot.get("source"):
@@ -329,13 +333,16 @@ def _slot(slot: dict[str, Any], kind: str, index: int) -> Any:
     if slot.get("note"):
         body.append(html.Div(slot["note"], className="gs-slot-note"))
     if fig is not None:
+        # the graph's box as tall as the figure: a shorter box let the plot draw over the next heading
         body.append(dcc.Graph(figure=fig, config={"displayModeBar": False, "responsive": True},
-                              className="gs-heatmap", style={"height": "230px"}))
+                              className="gs-heatmap", style={"height": f"{fig['layout'].get('height', 320)}px"}))
     body.append(_stats_table(slot.get("stats") or []))
-    return html.Div(body, className="gs-slot", id={"type": "slot", "kind": kind, "index": index})
+    key = {"type": "slot", "kind": kind, "index": index, **({"call": call} if call is not None else {})}
+    return html.Div(body, className="gs-slot", id=key)
 
 
-def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any]) -> Any:
+def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any],
+               arrays: dict[int, Any] | None = None) -> Any:
     n = wire["nodes"][node_id]
     shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("in_shapes") or []) or "—"
     shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("out_shapes") or []) or "—"
@@ -355,7 +362,7 @@ def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_s
     tabs = [dcc.Tab(label="Node", value="node", children=node_tab)]
     module = n.get("module")
     if module and module in (wire.get("modules") or {}):
-        tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module)))
+        tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module, arrays)))
     tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
         dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
                   style={"height": "320px"}),
@@ -364,23 +371,21 @@ def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_s
     return dcc.Tabs(id=ids.TABS, value="node", children=tabs)
 
 
-def _module_tab(wire: dict[str, Any], module: str) -> list[Any]:
-    d = view.module_detail(wire, module)
+def _module_tab(wire: dict[str, Any], module: str, arrays: dict[int, Any] | None = None) -> list[Any]:
+    d = view.module_detail(wire, module, arrays)
     out: list[Any] = [html.Div(f"{module} ({d.get('type')})", className="gs-meta"),
                       html.Div(d["backward_hook"]["text"], className="gs-explain")]
     for call in d["calls"]:
-        out.append(html.H3(f"call {call['call']}: grad_output (∂L/∂ output) and grad_input (∂L/∂ input, "
-                           "through this module only)"))
-        out.append(_rows_table(call["grad_output"] + call["grad_input"]))
+        out.append(html.H3(f"call {call['call']}: grad_output (∂L/∂ output)"))
+        out.extend(_slot(s, "grad_output", k, call["call"])
+                   for k, s in enumerate(call["slots"]["grad_output"]))
+        out.append(html.H3(f"call {call['call']}: grad_input (∂L/∂ input, through this module only)"))
+        out.extend(_slot(s, "grad_input", k, call["call"])
+                   for k, s in enumerate(call["slots"]["grad_input"]))
     if d["params"]:
         out.append(html.H3("parameter gradients"))
-        out.append(_rows_table(d["params"]))
+        table = d["param_table"]
+        out.append(html.Table(className="gs-table gs-params", children=[
+            html.Tr([html.Th(c) for c in table["columns"]]),
+            *[html.Tr([html.Td(v) for v in row]) for row in table["rows"]]]))
     return out
-
-
-def _rows_table(rows: list[dict[str, Any]]) -> Any:
-    if not rows:
-        return html.Div("—", className="gs-slot-note")
-    keys = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
-    return html.Table(className="gs-table", children=[
-        html.Tr([html.Th(k) for k in keys]), *[html.Tr([html.Td(str(r.get(k, ""))) for k in keys]) for r in rows]])

@@ -37,7 +37,7 @@ from app.view.elements import (
 from app.view.flow import flow_rows, gradient_flow, norm_over_steps
 from app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from app.view.layout import count_crossings, layout_graph
-from app.view.modules import backward_hook_note, module_detail, module_table, param_rows
+from app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
 
 __all__ = [
     "COLOR_BY",
@@ -57,6 +57,7 @@ __all__ = [
     "legend",
     "module_detail",
     "module_table",
+    "module_tensors",
     "node_tensors",
     "norm_over_steps",
     "param_rows",

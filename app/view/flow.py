@@ -13,7 +13,10 @@ from typing import Any
 
 from app.view._wire import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, tensor
 
-Y_TITLE = "|grad| (log): RMS = ‖g‖₂/√numel (the mean |g| is not recorded), max = max(|min|, |max|)"
+Y_TITLE = "|grad| (log scale)"
+# A log axis reads well with ticks at powers of ten only, written 1e-3, 1e+0, …: plotly's own minor
+# ticks on a log axis ("2, 3, 0.1, 2, 3") name no decade and read as a different scale.
+LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": ".0e", "automargin": True}
 
 
 def _forward_order(wire: Wire) -> list[str]:
@@ -84,6 +87,21 @@ def _positive(v: float | None) -> float | None:
     return v if v is not None and v > 0 and math.isfinite(v) else None
 
 
+def decades(values: list[float | None]) -> list[int] | None:
+    """A log axis range (in powers of ten) from the decade below the smallest value to the one above
+    the largest, so at least two power-of-ten ticks show; None without a positive value."""
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals:
+        return None
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    return [lo, hi if hi > lo else lo + 1]
+
+
+def _log_axis(title: str, values: list[float | None]) -> dict[str, Any]:
+    span = decades(values)
+    return {**LOG_AXIS, "title": {"text": title, "standoff": 8}, **({"range": span} if span else {})}
+
+
 def gradient_flow(wire: Wire) -> dict[str, Any]:
     """A plotly bar figure dict: max |g| and RMS |g| per layer for this step."""
     rows = flow_rows(wire)
@@ -92,16 +110,22 @@ def gradient_flow(wire: Wire) -> dict[str, Any]:
              + (f"<br>NaN {r['nan']}, Inf {r['inf']}" if r["nan"] or r["inf"] else "")
              + ("<br>all-zero gradient" if not r["norm"] else "") for r in rows]
     bad = ["#d62728" if r["nan"] or r["inf"] else None for r in rows]
+    maxes = [_positive(r["max"]) for r in rows]
+    rmses = [_positive(r["rms"]) for r in rows]
     data = [
-        {"type": "bar", "name": "max |g|", "x": x, "y": [_positive(r["max"]) for r in rows], "hovertext": hover,
-         "marker": {"color": [c or "#9ecae1" for c in bad]}, "opacity": 0.8},
-        {"type": "bar", "name": "RMS |g| (‖g‖₂/√numel)", "x": x, "y": [_positive(r["rms"]) for r in rows],
+        {"type": "bar", "name": "max |g| = max(|min|, |max|)", "x": x, "y": maxes,
+         "hovertext": hover, "marker": {"color": [c or "#9ecae1" for c in bad]}, "opacity": 0.8},
+        {"type": "bar", "name": "RMS |g| = ‖g‖₂/√numel", "x": x, "y": rmses,
          "hovertext": hover, "marker": {"color": [c or "#08519c" for c in bad]}},
     ]
-    layout = {"title": {"text": f"Gradient flow, step {wire.get('step')} (forward order, input → output)"},
-              "barmode": "overlay", "xaxis": {"title": {"text": "layer (module with parameters)"}, "type": "category"},
-              "yaxis": {"type": "log", "title": {"text": Y_TITLE}}, "legend": {"orientation": "h"},
-              "margin": {"l": 60, "r": 10, "t": 50, "b": 80}}
+    layout = {"title": {"text": f"Gradient flow, step {wire.get('step')}"
+                        "<br><sup>forward order, input → output; RMS shown: the mean |g| is not recorded</sup>",
+                        "font": {"size": 14}},
+              "barmode": "overlay", "xaxis": {"title": {"text": "layer (module with parameters)"}, "type": "category",
+                                              "automargin": True},
+              "yaxis": _log_axis(Y_TITLE, maxes + rmses),
+              "legend": {"orientation": "h", "y": -0.35, "yanchor": "top"},
+              "margin": {"l": 60, "r": 10, "t": 56, "b": 80}}
     return {"data": data, "layout": layout}
 
 
@@ -115,12 +139,14 @@ def norm_over_steps(steps: list[Wire]) -> dict[str, Any]:
         layers += [name for name in table if name not in layers]
     xs = [w.get("step") for w in ordered]
     data = []
+    every: list[float | None] = []
     for layer in layers:
         ys = [_positive(t[layer]["norm"]) if layer in t else None for t in per_step]
+        every += ys
         data.append({"type": "scatter", "mode": "lines+markers", "name": layer, "x": xs, "y": ys,
                      "hovertemplate": f"{layer}<br>step %{{x}}: ‖g‖₂ %{{y:.3g}}<extra></extra>"})
-    layout = {"title": {"text": "Gradient norm per layer over training steps"},
-              "xaxis": {"title": {"text": "training step"}},
-              "yaxis": {"type": "log", "title": {"text": "‖g‖₂ of the layer's parameter gradients (log)"}},
+    layout = {"title": {"text": "Gradient norm per layer over training steps", "font": {"size": 14}},
+              "xaxis": {"title": {"text": "training step"}, "automargin": True},
+              "yaxis": _log_axis("layer ‖g‖₂ (log scale)", every),
               "margin": {"l": 60, "r": 10, "t": 50, "b": 50}}
     return {"data": data, "layout": layout}

@@ -126,21 +126,142 @@ def _thumb_padding(shape: list[int], thumb: np.ndarray) -> np.ndarray:
     return mask
 
 
+# ---------------------------------------------------------------------------- positions
+def block_edges(n: int, cells: int) -> list[int]:
+    """Where the `cells` block means of `n` consecutive elements start, plus `n` at the end: the
+    tensor indices behind each cell. Blocks hold k = ceil(n / cells) elements (the thumbnail and
+    `view_2d` rule), the last one whatever is left, so its range is honestly shorter."""
+    if cells <= 0 or n <= cells:
+        return list(range(n + 1))
+    k = math.ceil(n / cells)
+    while k > 1 and math.ceil(n / (k - 1)) == cells:  # the smallest block size that gives `cells` blocks
+        k -= 1
+    return [min(i * k, n) for i in range(cells)] + [n]
+
+
+def _span(a: int, b: int) -> str:
+    """Indices a..b-1 in words: `5` or `2–3`."""
+    return str(a) if b - a <= 1 else f"{a}–{b - 1}"
+
+
+def _axis_words(what: str, a: int, b: int) -> str:
+    """`row 5` or `rows 2–3`."""
+    return f"{what} {a}" if b - a <= 1 else f"{what}s {a}–{b - 1}"
+
+
+def _row_words(shape: list[int], a: int, b: int) -> str:
+    """Rows a..b-1 of the 2-D view; for 3-D and above also the leading indices they flatten."""
+    words = f"row {a}" if b - a <= 1 else f"rows {a}–{b - 1}"
+    lead = shape[:-1]
+    if len(lead) >= 2:
+        first = np.unravel_index(a, lead)
+        last = np.unravel_index(b - 1, lead)
+        multi = "[" + ", ".join(map(str, first)) + ", :]"
+        if b - a > 1:
+            multi += "…[" + ", ".join(map(str, last)) + ", :]"
+        words += f" = {multi}"
+    return words
+
+
+def _fmt_value(v: float, exact: bool) -> str:
+    if math.isnan(v):
+        return "NaN"
+    return f"{v:.9g}" if exact else f"{v:.4g}"
+
+
+def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, exact: bool,
+              sample: int = 0) -> dict[str, Any]:
+    """Where each cell of a 2-D view `z` of a tensor of `shape` sits in the tensor.
+
+    Returns plotly heatmap keys: `x`/`y` as cell edges in the tensor's own indices (edge i − 0.5,
+    so an axis runs to the tensor's last row even when a cell averages several), `text` (per cell:
+    which indices it holds or averages, and its value) and the axis titles. 4-D gradients are shown
+    as tiles, one per channel; their cells name channel, rows and columns and the axes carry no
+    index ticks (an index there would belong to no single channel)."""
+    rows_z, cols_z = z.shape
+    pad = np.zeros(z.shape, dtype=bool) if padding is None else padding
+    if len(shape) == 4 and shape[0] and shape[1]:
+        n, c, h, w = shape
+        gr, gc = _grid(c)
+        th, tw = max(rows_z // gr, 1), max(cols_z // gc, 1)
+        ye, xe = block_edges(h, th), block_edges(w, tw)
+        text = []
+        for i in range(rows_z):
+            line = []
+            ti, ci = divmod(i, th)
+            for j in range(cols_z):
+                tj, cj = divmod(j, tw)
+                ch = ti * gc + tj
+                if pad[i, j] or ch >= c:
+                    line.append("no channel here (padding)")
+                    continue
+                count = (ye[ci + 1] - ye[ci]) * (xe[cj + 1] - xe[cj])
+                where = f"sample {sample}, channel {ch}, {_axis_words('row', ye[ci], ye[ci + 1])}, " \
+                        f"{_axis_words('col', xe[cj], xe[cj + 1])}"
+                what = "" if count == 1 else f" (mean of {count})"
+                line.append(f"{where}{what}<br>{_fmt_value(float(z[i, j]), exact and count == 1)}")
+            text.append(line)
+        return {"text": text, "x": None, "y": None, "blocked": th < h or tw < w,
+                "x_title": f"{gc} tiles across, each {w} cols", "y_title": f"{gr} tiles down, each {h} rows",
+                "ticks": False}
+    rows, cols = matrix_shape(shape)
+    ye, xe = block_edges(rows, rows_z), block_edges(cols, cols_z)
+    blocked = rows_z < rows or cols_z < cols
+    rank_words = len(shape) >= 3
+    out: dict[str, Any] = {"blocked": blocked, "ticks": True, "x": None, "y": None, "text": None,
+                           "x_title": "col" if len(shape) <= 1 else f"col (dim {len(shape) - 1})",
+                           "y_title": "row" if len(shape) <= 2 else
+                           "row (dims " + "·".join(map(str, range(len(shape) - 1))) + " flattened)"}
+    if blocked:
+        out["y"] = [e - 0.5 for e in ye]
+        out["x"] = [e - 0.5 for e in xe]
+    if blocked or rank_words:
+        row_words = [_row_words(list(shape), ye[i], ye[i + 1]) for i in range(rows_z)]
+        col_words = [_axis_words("col", xe[j], xe[j + 1]) for j in range(cols_z)]
+        text = []
+        for i in range(rows_z):
+            line = []
+            for j in range(cols_z):
+                count = (ye[i + 1] - ye[i]) * (xe[j + 1] - xe[j])
+                what = "" if count == 1 else f": mean of {count} elements"
+                line.append(f"{row_words[i]}, {col_words[j]}{what}<br>"
+                            f"{_fmt_value(float(z[i, j]), exact and count == 1)}")
+            text.append(line)
+        out["text"] = text
+    return out
+
+
 # ---------------------------------------------------------------------------- figures
-def heatmap_figure(z: np.ndarray, title: str, padding: np.ndarray | None = None) -> dict[str, Any]:
+def figure_height(z: np.ndarray) -> int:
+    """The figure's height in pixels; the page gives its graph the same height, so nothing is drawn
+    past the graph's box (over the next heading)."""
+    rows = z.shape[0] if z.ndim == 2 else 1
+    return 150 if rows <= 2 else 320
+
+
+def heatmap_figure(z: np.ndarray, title: str, padding: np.ndarray | None = None,
+                   where: dict[str, Any] | None = None) -> dict[str, Any]:
     """A plotly figure dict: diverging scale centred at 0, symmetric (zmin = −m, zmax = m with m the
     largest finite |value| shown), rows downwards like a matrix. NaN and ±Inf cells are drawn over
-    it in fixed colours (black, magenta, green): a debugger must show them, not blank them."""
+    it in fixed colours (black, magenta, green): a debugger must show them, not blank them.
+    `where` (from `positions`) places the cells at the tensor's own indices and words the hover."""
     z = np.asarray(z, dtype=np.float64)
     pad = np.zeros(z.shape, dtype=bool) if padding is None else padding
     finite = np.isfinite(z)
     m = float(np.abs(z[finite]).max()) if finite.any() else 0.0
     m = m if m > 0 else 1.0  # an all-zero gradient: any symmetric range shows it white
-    data: list[dict[str, Any]] = [{
+    w = where or {}
+    main: dict[str, Any] = {
         "type": "heatmap", "z": _to_lists(np.where(finite, z, np.nan)), "colorscale": DIVERGING,
         "zmin": -m, "zmax": m, "zmid": 0.0, "colorbar": {"thickness": 12, "tickformat": ".2g"},
-        "hovertemplate": "row %{y}, col %{x}<br>%{z:.4g}<extra></extra>", "name": "gradient",
-    }]
+        "hovertemplate": "row %{y}, col %{x}<br>%{z:.9g}<extra></extra>", "name": "gradient",
+    }
+    for key in ("x", "y", "text"):
+        if w.get(key) is not None:
+            main[key] = w[key]
+    if w.get("text") is not None:
+        main["hovertemplate"] = "%{text}<extra></extra>"
+    data: list[dict[str, Any]] = [main]
     bad = ~finite & ~pad
     if bad.any():
         code = np.where(np.isnan(z), 1.0, np.where(z > 0, 2.0, 3.0))
@@ -149,12 +270,14 @@ def heatmap_figure(z: np.ndarray, title: str, padding: np.ndarray | None = None)
             "type": "heatmap", "z": _to_lists(marks), "zmin": 1, "zmax": 3, "showscale": False,
             "colorscale": [[0.0, NONFINITE_COLORS[1]], [0.5, NONFINITE_COLORS[2]], [1.0, NONFINITE_COLORS[3]]],
             "hovertemplate": "row %{y}, col %{x}<br>non-finite (1 NaN, 2 +Inf, 3 −Inf): %{z}<extra></extra>",
-            "name": "NaN/Inf",
+            "name": "NaN/Inf", **{k: w[k] for k in ("x", "y") if w.get(k) is not None},
         })
-    rows = z.shape[0] if z.ndim == 2 else 1
-    layout = {"title": {"text": title, "font": {"size": 12}}, "margin": {"l": 40, "r": 10, "t": 40, "b": 30},
-              "yaxis": {"autorange": "reversed", "title": {"text": "row"}}, "xaxis": {"title": {"text": "col"}},
-              "height": 140 if rows <= 2 else 320}
+    ticks = w.get("ticks", True)
+    axis = {"showticklabels": ticks, "ticks": "outside" if ticks else "", "automargin": True}
+    layout = {"title": {"text": title, "font": {"size": 12}}, "margin": {"l": 40, "r": 10, "t": 44, "b": 30},
+              "yaxis": {"autorange": "reversed", "title": {"text": w.get("y_title", "row")}, **axis},
+              "xaxis": {"title": {"text": w.get("x_title", "col")}, **axis},
+              "height": figure_height(z)}
     return {"data": data, "layout": layout}
 
 
@@ -206,25 +329,42 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
                 title=f"{label} · {fmt_shape(shape)} {t.get('dtype', '')}".rstrip())
     entry = arrays.get(index) if index is not None else None
     values, thumb = _decode(entry, "values"), _decode(entry, "thumb")
+    exact = values is not None
     if values is not None:
         z, pad, words = view_2d(values, sample=sample, max_side=max_side)
         slot["source"] = "full values" + (", block means" if "block means" in words else "")
         slot["view"] = words
+        shown = sample if len(shape) == 4 else 0
     elif thumb is not None:
         z = np.asarray(thumb, dtype=np.float64)
         pad = _thumb_padding(shape, z)
-        slot["source"] = f"thumbnail: block means of {_thumb_blocks(shape, z)} elements"
+        blocks = _thumb_blocks(shape, z)
+        whole = blocks == "1×1" and len(shape) != 4
+        slot["source"] = ("thumbnail: every value (as float32)" if whole
+                          else f"thumbnail: block means of {blocks} elements")
         slot["view"] = t.get("view") or _view_words(tuple(shape))
         if len(shape) == 4 and sample:
             slot["note"] = "the thumbnail shows sample 0 only; trace with tensors='full' to see other samples"
+        shown = 0
     else:
         slot["note"] = "no values stored for this tensor (statistics only)"
         return slot
     if z.size == 0:
         slot["note"] = "empty tensor"
         return slot
-    slot["figure"] = heatmap_figure(z, f"{slot['title']}<br><sup>{slot['view']} · {slot['source']}</sup>", pad)
+    if len(shape) == 4 and shape[0]:
+        shown = min(max(shown, 0), shape[0] - 1)
+    where = positions(shape, z, pad, exact=exact, sample=shown)
+    slot["figure"] = heatmap_figure(z, f"{slot['title']}<br><sup>{slot['view']} · {slot['source']}</sup>", pad,
+                                    where)
     return slot
+
+
+def slot_of(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, Any], *,
+            sample: int = 0, max_side: int = 128) -> dict[str, Any]:
+    """One gradient as the inspector shows it (heatmap, label, shape, statistics): the slot of
+    `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output)."""
+    return _slot(wire, kind, j, index, label, arrays, sample, max_side)
 
 
 def _output_label(node: dict[str, Any], i: int, count: int) -> str:

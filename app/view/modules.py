@@ -13,6 +13,7 @@ for the user's own module, with the slots' labels and shapes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from app.view._wire import (
@@ -26,7 +27,7 @@ from app.view._wire import (
     stat,
     tensor,
 )
-from app.view.heatmaps import stats_rows
+from app.view.heatmaps import slot_of, stats_rows
 
 
 def _tensor_row(wire: Wire, k: int, index: int | None, what: str) -> dict[str, Any]:
@@ -100,22 +101,60 @@ def backward_hook_note(wire: Wire, module: str) -> dict[str, Any]:
     return {"node": f"n{last}", "name": node["name"], "slots": slots, "text": text}
 
 
-def module_detail(wire: Wire, module: str) -> dict[str, Any]:
-    """Everything the module tab shows for one module: per call, its grad_input and grad_output
-    rows; its parameters' gradients; and the `register_backward_hook` note."""
+PARAM_COLUMNS = ("parameter", "shape", "‖g‖₂", "RMS", "max |g|", "mean", "nan", "inf")
+
+
+def param_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parameter gradients as a display table: `{"columns", "rows"}` of strings (shapes as
+    `[30×20]`, numbers to 4 significant digits)."""
+    out = []
+    for r in rows:
+        stats = {s["stat"]: s for s in r.get("stats") or []}
+        if r.get("shape") is None:
+            out.append([r["name"], "—", "no gradient", "", "", "", "", ""])
+            continue
+        out.append([r["name"], f"{fmt_shape(r['shape'])} {r.get('dtype') or ''}".rstrip(), fmt_num(r.get("norm")),
+                    fmt_num(r.get("rms")), fmt_num(r.get("maxabs")),
+                    *(stats[k]["text"] if k in stats else "—" for k in ("mean", "nan", "inf"))])
+    return {"columns": list(PARAM_COLUMNS), "rows": out}
+
+
+def module_tensors(wire: Wire, module: str) -> list[int]:
+    """The tensor indices `module_detail` shows as heatmaps: what to pass to `read_arrays`."""
+    mod = (wire.get("modules") or {}).get(module) or {}
+    found = {i for call in mod.get("calls") or [] for i in (call.get("go") or []) + (call.get("gi") or [])
+             if i is not None}
+    return sorted(found)
+
+
+def module_detail(wire: Wire, module: str, arrays: Mapping[int, Any] | None = None) -> dict[str, Any]:
+    """Everything the module tab shows for one module: per call, its grad_output and grad_input
+    as rows (statistics) and as slots (heatmap figure, label, shape and statistics, the same as the
+    node tab's; `arrays` from `read_arrays(run, step, module_tensors(...))`, without it statistics
+    only); its parameters' gradients (`params` rows and a display `param_table`); and the
+    `register_backward_hook` note."""
     modules = wire.get("modules") or {}
     if module not in modules:
         raise KeyError(f"no module {module!r} in this step (modules: {', '.join(list(modules)[:8])}…)")
     mod = modules[module]
+    got = arrays or {}
     calls = []
     for c, call in enumerate(mod.get("calls") or []):
+        go, gi = call.get("go") or [], call.get("gi") or []
         calls.append({
             "call": c, "last": None if call.get("last") is None else f"n{call['last']}",
-            "grad_output": [_tensor_row(wire, k, i, f"∂L/∂output {k}") for k, i in enumerate(call.get("go") or [])],
-            "grad_input": [_tensor_row(wire, k, i, f"∂L/∂input {k}") for k, i in enumerate(call.get("gi") or [])],
+            "grad_output": [_tensor_row(wire, k, i, f"∂L/∂output {k}") for k, i in enumerate(go)],
+            "grad_input": [_tensor_row(wire, k, i, f"∂L/∂input {k}") for k, i in enumerate(gi)],
+            "slots": {
+                "grad_output": [slot_of(wire, "grad_output", k, i, f"∂L/∂output {k}", got)
+                                for k, i in enumerate(go)],
+                "grad_input": [slot_of(wire, "grad_input", k, i, f"∂L/∂input {k} (positional argument {k})", got)
+                               for k, i in enumerate(gi)],
+            },
         })
-    return {"module": module, "type": mod.get("type"), "calls": calls, "params": param_rows(wire, module),
-            "backward_hook": backward_hook_note(wire, module)}
+    params = param_rows(wire, module)
+    return {"module": module, "type": mod.get("type"), "calls": calls, "params": params,
+            "param_table": param_table(params), "backward_hook": backward_hook_note(wire, module)}
 
 
 def module_table(wire: Wire) -> list[dict[str, Any]]:

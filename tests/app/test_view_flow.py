@@ -44,7 +44,7 @@ def test_gradient_flow_bars_are_rms_and_max_per_layer() -> None:
         g = grads[layer].double()
         assert rms_bar["y"][k] == pytest.approx(g.pow(2).mean().sqrt().item(), rel=1e-5)
         assert max_bar["y"][k] == pytest.approx(g.abs().max().item(), rel=1e-6)
-    title = fig["layout"]["yaxis"]["title"]["text"]
+    title = fig["layout"]["title"]["text"]
     assert "RMS" in title and "not recorded" in title and fig["layout"]["yaxis"]["type"] == "log"
 
 
@@ -70,3 +70,15 @@ def test_norm_over_steps_tracks_each_layer() -> None:
         expected = [g[layer].double().norm().item() for g in grads]
         assert line["y"] == pytest.approx(expected, rel=1e-5)
     assert not math.isclose(lines["fc3"]["y"][0], lines["fc3"]["y"][2])  # training moved them
+
+
+def test_log_axes_tick_powers_of_ten_over_whole_decades() -> None:
+    wires, _, _ = train("mlp", 2)
+    for fig in (gradient_flow(wires[-1]), norm_over_steps(wires)):
+        axis = fig["layout"]["yaxis"]
+        assert axis["type"] == "log" and axis["dtick"] == 1 and axis["tickformat"] == ".0e"
+        ys = [y for trace in fig["data"] for y in trace["y"] if y]
+        lo, hi = axis["range"]
+        assert isinstance(lo, int) and isinstance(hi, int) and hi > lo
+        assert 10 ** lo <= min(ys) and max(ys) <= 10 ** hi
+        assert len(axis["title"]["text"]) <= 30  # a short title: it fits beside a 320 px chart

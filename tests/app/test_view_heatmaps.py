@@ -16,7 +16,7 @@ from zoo import build
 
 import tracer
 from app.view import explain, node_tensors, slot_figures
-from app.view.heatmaps import ARRIVING, SENT
+from app.view.heatmaps import ARRIVING, SENT, block_edges
 from tracer._codec import decode_array, step_to_wire
 
 Store = tuple[tracer.TraceStore, str, int]
@@ -120,7 +120,7 @@ def test_summary_mode_shows_the_thumbnail(store_dir: Path) -> None:
                 continue
             thumb = decode_array(arrays[slot["tensor"]]["thumb"])
             assert arrays[slot["tensor"]]["values"] is None
-            assert slot["source"].startswith("thumbnail: block means of")
+            assert slot["source"].startswith(("thumbnail: block means of", "thumbnail: every value"))
             np.testing.assert_array_equal(z_of(slot), thumb.astype(np.float64))
             shown += 1
     assert shown > 10
@@ -237,3 +237,81 @@ def test_explain_uses_the_real_shapes(mlp_full: Store) -> None:
     weight = next(n["id"] for n in wire["nodes"] if n["param"] == "fc2.weight")
     assert explain(wire, f"n{weight}") == "this is the parameter's .grad contribution: fc2.weight [30×20]"
     assert "(the seed passed to backward)" in explain(wire, 0)
+
+
+# ---------------------------------------------------------------------------- positions
+def test_block_edges_follow_the_thumbnail_rule() -> None:
+    assert block_edges(128, 64) == list(range(0, 129, 2))
+    assert block_edges(5, 5) == [0, 1, 2, 3, 4, 5]
+    # 200 rows in 50 cells: 4 each; 130 rows shown in 44 cells: 3 each, the last holds one row only
+    assert block_edges(200, 50)[-2:] == [196, 200]
+    e = block_edges(130, 44)
+    assert len(e) == 45 and e[1] == 3 and e[-2:] == [129, 130]
+    t = torch.arange(130.0)
+    from tracer._summary import _block_mean
+    means = _block_mean(t, 0, 64)  # what the tracer's thumbnail holds, cell by cell
+    assert means.shape[0] == 44
+    for i in range(44):
+        assert means[i].item() == pytest.approx(t[e[i]:e[i + 1]].mean().item())
+
+
+def test_thumbnail_axes_count_tensor_rows(tmp_path: Path) -> None:
+    """A 128×32 gradient shown from its 64×32 thumbnail: the y axis runs over the tensor's 128 rows,
+    each cell names the two rows it averages and holds their mean."""
+    model = nn.Linear(32, 128, bias=False)
+    path = tmp_path / "tall.sqlite"
+    with tracer.Tracer(model, sink=str(path), run="tall") as tr, tr.step(0):
+        model(torch.randn(4, 32)).pow(2).sum().backward()
+    db = tracer.TraceStore(path, readonly=True)
+    wire = db.read_graph("tall", 0)
+    weight = next(n["id"] for n in wire["nodes"] if n["param"] == "weight")
+    slot = slot_figures(wire, weight, db.read_arrays("tall", 0, node_tensors(wire, weight)))["grad_outputs"]["slots"][0]
+    trace = slot["figure"]["data"][0]
+    assert slot["shape"] == [128, 32] and z_of(slot).shape == (64, 32)
+    assert trace["y"][0] == -0.5 and trace["y"][-1] == 127.5 and len(trace["y"]) == 65
+    assert trace["x"][-1] == 31.5
+    g = model.weight.grad.double().numpy()
+    assert trace["text"][1][3].startswith("rows 2–3, col 3: mean of 2 elements<br>")
+    assert float(trace["text"][1][3].split("<br>")[1]) == pytest.approx(g[2:4, 3].mean(), rel=1e-3)
+    assert trace["hovertemplate"] == "%{text}<extra></extra>"
+
+
+def test_full_values_hover_gives_exact_index_and_value(mlp_full: Store) -> None:
+    _, fig, arrays = panel(mlp_full, 5)
+    slot = fig["grad_inputs"]["slots"][2]  # [20×30], shown cell by cell
+    trace = slot["figure"]["data"][0]
+    assert "x" not in trace and "y" not in trace and "text" not in trace  # cells at their own indices
+    assert trace["hovertemplate"] == "row %{y}, col %{x}<br>%{z:.9g}<extra></extra>"
+
+
+def test_3d_rows_name_their_leading_indices(store_dir: Path) -> None:
+    store = traced_store(store_dir, "transformer", "full")
+    wire = store[0].read_graph(store[1], store[2])
+    found = 0
+    for node in wire["nodes"]:
+        _, fig, _ = panel(store, node["id"])
+        for slot in all_slots(fig):
+            if slot["figure"] is None or len(slot["shape"]) != 3:
+                continue
+            b, t, d = slot["shape"]
+            text = slot["figure"]["data"][0]["text"]
+            assert text[t + 1][2].startswith(f"row {t + 1} = [1, 1, :], col 2<br>")
+            found += 1
+    assert found
+
+
+def test_4d_cells_name_sample_channel_row_and_col(store_dir: Path) -> None:
+    store = traced_store(store_dir, "cnn", "full")
+    wire = store[0].read_graph(store[1], store[2])
+    for node in wire["nodes"]:
+        _, fig, arrays = panel(store, node["id"], sample=1)
+        for slot in all_slots(fig):
+            if slot["figure"] is None or len(slot["shape"]) != 4:
+                continue
+            n, c, h, w = slot["shape"]
+            values = decode_array(arrays[slot["tensor"]]["values"])
+            text = slot["figure"]["data"][0]["text"]
+            want = f"sample 1, channel 0, row {h - 1}, col {w - 1}<br>{float(values[1, 0, h - 1, w - 1]):.9g}"
+            assert text[h - 1][w - 1] == want
+            return
+    raise AssertionError("no 4-D gradient in the cnn trace")

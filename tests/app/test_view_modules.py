@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from zoo import build
 
 import tracer
-from app.view import backward_hook_note, module_detail, module_table, param_rows
+from app.view import backward_hook_note, module_detail, module_table, module_tensors, param_rows
 from tracer._codec import step_to_wire
 
 
@@ -98,3 +100,30 @@ def test_module_never_called_and_table() -> None:
     assert head["grad_output"] == "[2×5×11]" and head["params"] == 2
     with pytest.raises(KeyError, match="no module"):
         module_detail(wire, "nope")
+
+
+def test_module_calls_carry_heatmap_slots_of_the_real_gradients(mlp: dict[str, Any]) -> None:
+    """grad_input/grad_output of each call as the node tab shows slots: a heatmap of the values the
+    full backward hook saw, a label, the shape and statistics to 4 significant digits."""
+    arrays = {i: mlp["tensors"][i] for i in module_tensors(mlp, "fc2")}
+    detail = module_detail(mlp, "fc2", arrays)
+    grad_input, grad_output = hooked("mlp", "fc2", full=True)
+    slots = detail["calls"][0]["slots"]
+    for got, want, label in ((slots["grad_input"][0], grad_input[0], "∂L/∂input 0"),
+                             (slots["grad_output"][0], grad_output[0], "∂L/∂output 0")):
+        assert got["label"].startswith(label) and got["shape"] == list(want.shape)
+        z = np.array(got["figure"]["data"][0]["z"], dtype=np.float64)
+        np.testing.assert_allclose(z, want.double().numpy(), rtol=1e-5, atol=1e-7)
+        norm = next(r for r in got["stats"] if r["stat"] == "norm")
+        assert norm["text"] == f"{want.norm().item():.4g}" or norm["text"] == f"{want.norm().item():.3e}"
+
+
+def test_param_table_is_display_ready(mlp: dict[str, Any]) -> None:
+    table = module_detail(mlp, "fc2")["param_table"]
+    assert table["columns"][:3] == ["parameter", "shape", "‖g‖₂"]
+    assert "index" not in table["columns"] and "tensor" not in table["columns"] and "text" not in table["columns"]
+    weight = next(r for r in table["rows"] if r[0] == "fc2.weight")
+    assert weight[1] == "[30×20] float32"
+    for cell in weight[2:6]:  # numbers: at most 4 significant digits
+        digits = re.sub(r"e[-+]\d+$", "", cell).lstrip("-").replace(".", "").lstrip("0")
+        assert len(digits) <= 4, cell
