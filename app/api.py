@@ -24,10 +24,9 @@ import numpy as np
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from tracer._codec import TraceFormatError, decode_array
-from tracer._model import STAT_NAMES
 from tracer.protocol import MAX_NAME, ProtocolError, check_name
 from tracer.store import StoreError, TraceStore
+from tracer.wire import STAT_NAMES, TraceFormatError, decode_array
 
 server_log = logging.getLogger(__name__)
 MAX_INDEX = (1 << 63) - 1  # SQLite's INTEGER range: a step or node number beyond it cannot exist
