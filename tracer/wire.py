@@ -194,7 +194,7 @@ def step_to_wire(st: StepTrace) -> dict[str, Any]:
     passes = [{"index": p.index, "api": p.api, "roots": list(p.roots), "root_grads": tab.refs(p.root_grads),
                "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}
               for p in st.passes]
-    return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": dict(st.meta),
+    return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": _plain(st.meta, "meta"),
             "nodes": nodes, "edges": [list(e) for e in st.edges], "modules": modules,
             "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
             "execution": [list(e) for e in st.execution], "tensors": tab.items,
