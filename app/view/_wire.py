@@ -109,7 +109,7 @@ def node_module(node: dict[str, Any]) -> str | None:
     return None if module in (None, ROOT_MODULE) else module
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def prefixes(module: str | None) -> tuple[str, ...]:
     """`blocks.3.attn` → `("blocks", "blocks.3", "blocks.3.attn")` (outermost first); cached, since
     every node of a module asks for the same answer."""
