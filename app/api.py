@@ -7,19 +7,29 @@
 
 JSON has no NaN or Infinity: non-finite numbers are written as null (the `nan`/`inf` counts of each
 tensor say how many there were). Arrays are nested lists.
+
+Every answer under `/api/` is JSON, errors included (`{"error": "..."}`): parameters are checked here
+(400 names the bad one), a missing run, step or node is 404, an unknown path 404, a wrong method 405.
+Error texts say what was not found, never where the server keeps its files. A 5xx is a bug; it is
+still answered as JSON, without a traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import numpy as np
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException, InternalServerError
 
-from tracer._codec import TraceFormatError, decode_array
-from tracer._model import STAT_NAMES
+from tracer.protocol import MAX_NAME, ProtocolError, check_name
 from tracer.store import StoreError, TraceStore
+from tracer.wire import STAT_NAMES, TraceFormatError, decode_array
+
+server_log = logging.getLogger(__name__)
+MAX_INDEX = (1 << 63) - 1  # SQLite's INTEGER range: a step or node number beyond it cannot exist
 
 
 def _finite(x: Any) -> Any:
@@ -87,48 +97,100 @@ def _error(message: str, status: int) -> Response:
     return resp
 
 
+class BadParameter(ValueError):
+    """A route parameter is malformed (answered 400); the text names the parameter."""
+
+
+class NotFound(LookupError):
+    """What a route asked for does not exist (answered 404); the text says what, never where."""
+
+
+def check_run(run: str) -> str:
+    try:
+        return check_name(run, "run")
+    except ProtocolError as exc:
+        raise BadParameter(str(exc)) from None
+
+
+def check_index(text: str, what: str) -> int:
+    """A step or node number from the path: decimal digits only, 0..2^63-1 (SQLite's range)."""
+    if not (0 < len(text) <= 19 and text.isascii() and text.isdigit()):
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise BadParameter(f"{what} must be an integer in 0..{MAX_INDEX}, got {shown!r}")
+    value = int(text)
+    if value > MAX_INDEX:
+        raise BadParameter(f"{what} must be an integer in 0..{MAX_INDEX}, got {text!r}")
+    return value
+
+
+def _read_graph(store: TraceStore, run: str, step: int) -> dict[str, Any]:
+    try:
+        return store.read_graph(run, step)
+    except StoreError:
+        raise NotFound(f"no step {step} in run {run!r}") from None
+
+
 def register_api(server: Flask, store: TraceStore, state: Any = None) -> None:
+    """Add the routes, and the error handling every `/api/` path shares (routes added later by other
+    modules get it too: it is keyed on the path, not on the route)."""
+
     @server.get("/api/runs")
     def api_runs() -> Response:
         return jsonify({"runs": store.runs()})
 
     @server.get("/api/runs/<run>/steps")
     def api_steps(run: str) -> Response:
+        check_run(run)
         steps = store.steps(run)
         if not steps and run not in {r["run"] for r in store.runs()}:
-            return _error(f"no run {run!r}", 404)
+            raise NotFound(f"no run {run!r}")
         return jsonify({"run": run, "steps": steps})
 
     @server.get("/api/runs/<run>/steps/<step>")
     def api_step(run: str, step: str) -> Response:
-        try:
-            wire = store.read_graph(run, _int(step))
-        except ValueError as exc:
-            return _error(str(exc), 400)
-        except StoreError as exc:
-            return _error(str(exc), 404)
-        return jsonify(graph_json(wire))
+        check_run(run)
+        return jsonify(graph_json(_read_graph(store, run, check_index(step, "step"))))
 
     @server.get("/api/runs/<run>/steps/<step>/nodes/<node>")
     def api_node(run: str, step: str, node: str) -> Response:
-        try:
-            s, nid = _int(step), _int(node)
-            wire = store.read_graph(run, s)
-        except ValueError as exc:
-            return _error(str(exc), 400)
-        except StoreError as exc:
-            return _error(str(exc), 404)
+        check_run(run)
+        s, nid = check_index(step, "step"), check_index(node, "node")
+        wire = _read_graph(store, run, s)
         if not 0 <= nid < len(wire["nodes"]):
-            return _error(f"no node {nid} in step {s} of run {run!r} (it has {len(wire['nodes'])})", 404)
+            raise NotFound(f"no node {nid} in step {s} of run {run!r} (it has {len(wire['nodes'])})")
         arrays = store.read_arrays(run, s, node_tensor_indices(wire["nodes"][nid]))
         try:
             return jsonify(node_json(wire, nid, arrays))
         except TraceFormatError as exc:
-            return _error(f"stored tensors of node {nid} are malformed: {exc}", 500)
+            return _error(f"stored tensors of node {nid} of step {s} in run {run!r} are malformed: {exc}", 500)
+
+    @server.route("/api/", methods=_ALL_METHODS)
+    @server.route("/api/<path:rest>", methods=_ALL_METHODS)
+    def api_unknown(rest: str = "") -> Response:
+        # Without this, Dash's catch-all page route answers any unknown /api/ path with the page.
+        return _error(f"no API route {_shown_path()} (see docs/api.md)", 404)
+
+    server.register_error_handler(BadParameter, lambda exc: _error(str(exc), 400))
+    server.register_error_handler(NotFound, lambda exc: _error(str(exc), 404))
+    server.register_error_handler(HTTPException, _http_error)  # 500 included: Flask's wrapper of any other error
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not an integer") from None
+_ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+def _shown_path() -> str:
+    path = request.path
+    return repr(path if len(path) <= MAX_NAME else path[:MAX_NAME] + "…")
+
+
+def _http_error(exc: HTTPException) -> Any:
+    if not request.path.startswith("/api/"):
+        return exc
+    if isinstance(exc, InternalServerError):
+        cause = exc.original_exception
+        server_log.error("gradscape: %s %s failed", request.method, request.path, exc_info=cause)
+        return _error(f"internal error answering {_shown_path()} ({type(cause).__name__}); the server log has "
+                      "details", 500)
+    if exc.code == 405:
+        return _error(f"{request.method} is not allowed on {_shown_path()}", 405)
+    return _error(f"{exc.name} ({_shown_path()})", exc.code or 400)

@@ -1,7 +1,8 @@
 """The gradscape server: one process serving the Dash page, the Socket.IO endpoint and the JSON API.
 
-`create_app(store=...)` builds everything and returns `(dash_app, socketio)`; there are no module
-globals, so tests build as many servers as they like. The tracer streams steps on `/tracer`
+`create_app(store=...)` builds everything and returns a `GradscapeApp`: it unpacks as
+`(dash_app, socketio)`, and `close()` stops its notifier thread and closes the trace file it opened.
+There are no module globals, so tests build as many servers as they like. The tracer streams steps on `/tracer`
 (`TracerNamespace`), every step is validated and written to the SQLite trace file in one
 transaction, and the browser gets light notifications on `/ui` and reads data from the store.
 See `tracer.protocol` for the messages and docs/api.md for the JSON API.
@@ -21,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import dash
 from flask import Flask, Response, request
@@ -29,8 +30,8 @@ from flask_socketio import Namespace, SocketIO, emit
 
 from app.api import register_api
 from tracer import protocol
-from tracer._codec import TraceFormatError, step_from_wire, unpack
 from tracer.store import TraceStore
+from tracer.wire import TraceFormatError, step_from_wire, step_to_wire, unpack
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +102,13 @@ class Notifier:
         if self._thread is None:
             self._thread = self.socketio.start_background_task(self._loop)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the push thread and wait (up to `timeout`) until it has ended."""
         self._stop.set()
         self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and hasattr(thread, "join") and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def step(self, run: str, step: int) -> None:
         with self._lock:
@@ -160,6 +165,11 @@ class TracerNamespace(Namespace):
                 return super().trigger_event(event, *args)
             except protocol.ProtocolError as exc:
                 return {"ok": False, "error": str(exc)}
+            except ConnectionRefusedError:
+                raise
+            except Exception as exc:  # a bug or a store failure: still an answer, so the tracer never waits
+                log.exception("gradscape: /tracer %s failed", event)
+                return {"ok": False, "error": f"server error on {event!r}: {type(exc).__name__}: {exc}"}
         return {"ok": False, "error": f"unknown event {event!r}; the /tracer namespace handles "
                                       f"{list(protocol.TRACER_EVENTS)}"}
 
@@ -207,15 +217,14 @@ class TracerNamespace(Namespace):
             del st.pending[key]
         blob = b"".join(p.parts[i] for i in range(chunks))
         try:
-            wire = unpack(blob)
-            step_from_wire(wire)  # full validation (shapes, dtypes, byte lengths, indices) before storing
+            trace = step_from_wire(unpack(blob))  # every field checked (shapes, dtypes, byte lengths, indices)
         except TraceFormatError as exc:
             raise protocol.ProtocolError(f"step_chunk: step {step} is malformed: {exc}") from exc
-        if wire["run"] != run or wire["step"] != step:
-            raise protocol.ProtocolError(f"step_chunk: data is run {wire['run']!r} step {wire['step']}, "
+        if trace.run != run or trace.step != step:
+            raise protocol.ProtocolError(f"step_chunk: data is run {trace.run!r} step {trace.step}, "
                                          f"the message says run {run!r} step {step}")
         new_run = run not in st.known_runs
-        st.store.write_wire(wire)
+        st.store.write_wire(step_to_wire(trace))  # what is stored is the schema's own form, unknown keys dropped
         st.known_runs.add(run)
         if new_run:
             st.notifier.run(run)
@@ -260,6 +269,8 @@ class ServerState:
     sessions: dict[str, str] = field(default_factory=dict)
     tracer_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     known_runs: set[str] = field(default_factory=set)
+    owns_store: bool = False  # create_app opened it, so close() closes it
+    closed: bool = False
 
     def token_ok(self, token: Any) -> bool:
         want = self.config.token
@@ -303,10 +314,30 @@ class GradscapeDash(dash.Dash):
                                              app_entry=app_entry, favicon=favicon, renderer=renderer))
 
 
+class GradscapeApp(NamedTuple):
+    """What `create_app` returns: unpacks as `(dash_app, socketio)`; `close()` when done with it."""
+
+    dash: dash.Dash
+    socketio: SocketIO
+
+    @property
+    def state(self) -> ServerState:
+        return self.dash._gradscape_state  # type: ignore[attr-defined, no-any-return]
+
+    def close(self) -> None:
+        """Stop the notifier thread; close the trace file if `create_app` opened it. Idempotent."""
+        state = self.state
+        state.notifier.stop()
+        if state.owns_store and not state.closed:
+            state.closed = True
+            state.store.close()
+
+
 def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfig | None = None,
-               layout: Callable[[], Any] | None = None) -> tuple[dash.Dash, SocketIO]:
+               layout: Callable[[], Any] | None = None) -> GradscapeApp:
     """Build the Dash app and its SocketIO around one trace file. Nothing global is touched."""
     config = config or ServerConfig()
+    owns_store = not isinstance(store, TraceStore)
     store = store if isinstance(store, TraceStore) else TraceStore(store)
     server = Flask("gradscape")
     # Dash's annotations leave out two values it documents: a Flask instance as `server` (they say
@@ -318,7 +349,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
                         max_http_buffer_size=protocol.MAX_MESSAGE, cors_allowed_origins=None,
                         logger=False, engineio_logger=False)
     notifier = Notifier(socketio, config.notify_interval)
-    state = ServerState(store=store, config=config, notifier=notifier)
+    state = ServerState(store=store, config=config, notifier=notifier, owns_store=owns_store)
     state.known_runs.update(r["run"] for r in store.runs())
     socketio.on_namespace(TracerNamespace("/tracer", state))
     socketio.on_namespace(UINamespace("/ui", state))
@@ -362,8 +393,8 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     if "*" not in allowed:
         server.wsgi_app = HostCheck(server.wsgi_app, allowed)  # type: ignore[method-assign]
     notifier.start()
-    app._gradscape_state = state  # type: ignore[attr-defined]  # for tests and the CLI
-    return app, socketio
+    app._gradscape_state = state  # type: ignore[attr-defined]  # GradscapeApp.state
+    return GradscapeApp(app, socketio)
 
 
 def _assets_folder() -> str:

@@ -7,7 +7,8 @@
         loss.backward()
 """
 
-from tracer._codec import TraceFormatError
+from typing import TYPE_CHECKING, Any
+
 from tracer._model import (
     STAT_NAMES,
     BackwardPass,
@@ -20,8 +21,22 @@ from tracer._model import (
     TensorTrace,
 )
 from tracer._sinks import FileSink, MemorySink, Sink
-from tracer._tracer import Tracer, trace
 from tracer.store import StoreError, TraceStore, load
+from tracer.wire import TraceFormatError
+
+if TYPE_CHECKING:
+    from tracer._tracer import Tracer, trace
+
+
+def __getattr__(name: str) -> Any:
+    # torch is imported with the tracer itself, not with the schema and the store: the server's view
+    # layer reads traces without paying torch's import (about 2 s).
+    if name in ("Tracer", "trace"):
+        from tracer import _tracer
+
+        return getattr(_tracer, name)
+    raise AttributeError(f"module 'tracer' has no attribute {name!r}")
+
 
 __all__ = [
     "STAT_NAMES",

@@ -44,6 +44,7 @@ import torch
 from tracer import _compat
 from tracer._model import TensorTrace
 from tracer._native import check_geometry, native
+from tracer.wire import matrix_shape, thumbnail_view
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _EXACT_FLOAT32_COUNT = 1 << 24  # a float32 dot of ±1/0 counts exactly up to 2**24 elements
@@ -151,37 +152,12 @@ def stats_from_array(a: np.ndarray) -> dict[str, float]:
     return stats_from_raw(raw)
 
 
-def matrix_shape(shape: tuple[int, ...] | list[int]) -> tuple[int, int]:
-    """(rows, cols) of the 2-D view of every rank but 4 (NOTE [Thumbnail views]): a scalar is 1×1,
-    a vector a 1×n strip, anything else the leading dimensions flattened against the last."""
-    r = len(shape)
-    rows = 1 if r <= 1 else math.prod(shape[:-1])
-    cols = 1 if r == 0 else int(shape[-1])
-    return rows, cols
-
-
 def _fits(shape: tuple[int, ...], size: int) -> bool:
     """True when the thumbnail is the whole tensor, uncompressed (see NOTE [Thumbnail views])."""
     if len(shape) == 4:
         return False
     rows, cols = matrix_shape(shape)
     return rows <= size and cols <= size
-
-
-def thumbnail_view(shape: tuple[int, ...]) -> str:
-    """Words for the 2-D view a thumbnail of this shape shows. See NOTE [Thumbnail views]."""
-    r = len(shape)
-    if r == 0:
-        return "scalar"
-    if r == 1:
-        return f"strip 1×{shape[0]}"
-    if r == 2:
-        return f"rows {shape[0]} × cols {shape[1]}"
-    if r == 3:
-        return f"rows {shape[0]}·{shape[1]} (dim0·dim1) × cols {shape[2]}"
-    if r == 4:
-        return f"sample 0 of {shape[0]}: {shape[1]} channels as tiles of {shape[2]}×{shape[3]}"
-    return f"rows {'·'.join(map(str, shape[:-1]))} × cols {shape[-1]}"
 
 
 def _block_mean(v: torch.Tensor, dim: int, out: int) -> torch.Tensor:

@@ -11,7 +11,7 @@ sender's wall clock (seconds). Events on the `/tracer` namespace, sent with `cal
                 ack     {"ok": true, "protocol": 1, "max_message": 16777216, "chunk": 4194304}
     step_chunk  payload {"step": 7, "chunk": 0, "chunks": 3, "data": <bytes>}
                 `data` of all chunks, concatenated, is the msgpack-packed wire form of one StepTrace
-                (`tracer._codec`); the server validates and stores it in one transaction after the
+                (`tracer.wire`); the server validates and stores it in one transaction after the
                 last chunk, so a step is visible whole or not at all.
                 ack     {"ok": true, "step": 7, "chunk": 2, "stored": true}
     status      payload {"sent": 10, "spilled": 2, "dropped": 0}      (tracer counters, for the UI)

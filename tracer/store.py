@@ -8,7 +8,7 @@ appends. A step is written in one transaction: it is visible whole or not at all
     steps(run, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, step)
     tensors(run, step, idx, arrays BLOB)                        PRIMARY KEY (run, step, idx)
 
-`graph` is the step's wire form (`tracer._codec`) with every tensor's arrays taken out; `arrays`
+`graph` is the step's wire form (`tracer.wire`) with every tensor's arrays taken out; `arrays`
 is the msgpack map `{"thumb": A|None, "values": A|None}` of tensor `idx`, so a view that needs one
 node's heatmaps reads only those rows. Arrays are raw little-endian bytes with dtype and shape.
 """
@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tracer._codec import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
 from tracer._model import StepTrace
+from tracer.wire import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
 
 SCHEMA_VERSION = 1
 

@@ -1,4 +1,4 @@
-"""Small readers over a step's wire form (see `tracer._codec`), shared by the view modules.
+"""Small readers over a step's wire form (see `tracer.wire`), shared by the view modules.
 
 The UI never rebuilds a `StepTrace`: the server's store hands out the wire dict (without arrays),
 and everything here reads it as plain data. Node ids are positions in `wire["nodes"]`; tensors are
@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tracer._model import STAT_NAMES
+from tracer.wire import STAT_NAMES
 
 Wire = dict[str, Any]
 
@@ -109,7 +109,7 @@ def node_module(node: dict[str, Any]) -> str | None:
     return None if module in (None, ROOT_MODULE) else module
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def prefixes(module: str | None) -> tuple[str, ...]:
     """`blocks.3.attn` → `("blocks", "blocks.3", "blocks.3.attn")` (outermost first); cached, since
     every node of a module asks for the same answer."""

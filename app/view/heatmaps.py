@@ -29,8 +29,7 @@ from app.view._wire import (
     stat,
     tensor,
 )
-from tracer._codec import decode_array
-from tracer._summary import matrix_shape, thumbnail_view
+from tracer.wire import decode_array, matrix_shape, thumbnail_view
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
 NONFINITE_COLORS = {1: "#000000", 2: "#ff00ff", 3: "#00c000"}  # NaN, +Inf, -Inf cells drawn over the map

@@ -14,16 +14,16 @@ import pytest
 from zoo import build
 
 import tracer
-from app.server import ServerConfig, create_app
+from app.server import GradscapeApp, ServerConfig, create_app
 from tracer import protocol
 from tracer._codec import pack, step_to_wire
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
-    dash_app, sio = create_app(str(tmp_path / "store.sqlite"), ServerConfig(notify_interval=0.02))
-    yield dash_app, sio
-    dash_app._gradscape_state.notifier.stop()
+def app(tmp_path: Path) -> Iterator[GradscapeApp]:
+    created = create_app(str(tmp_path / "store.sqlite"), ServerConfig(notify_interval=0.02))
+    yield created
+    created.close()
 
 
 def _step(name: str = "mlp", run: str = "r") -> tracer.StepTrace:
@@ -35,7 +35,7 @@ def _step(name: str = "mlp", run: str = "r") -> tracer.StepTrace:
     return st
 
 
-def _client(app: tuple[Any, Any], ns: str = "/tracer", **kw: Any) -> Any:
+def _client(app: GradscapeApp, ns: str = "/tracer", **kw: Any) -> Any:
     dash_app, sio = app
     return sio.test_client(dash_app.server, namespace=ns, **kw)
 
@@ -52,13 +52,13 @@ def _send_step(c: Any, st: tracer.StepTrace, chunk_bytes: int = protocol.CHUNK_B
                    namespace="/tracer", callback=True) for k, p in enumerate(parts)]
 
 
-def test_hello_and_chunked_step_are_stored_whole(app: tuple[Any, Any]) -> None:
+def test_hello_and_chunked_step_are_stored_whole(app: GradscapeApp) -> None:
     c = _client(app)
     ack = c.emit("hello", _msg("hello", {"client": "t", "accepts": [1], "pid": 1, "host": "h"}), namespace="/tracer",
                  callback=True)
     assert ack["ok"] and ack["protocol"] == 1 and ack["max_message"] == protocol.MAX_MESSAGE
     st = _step()
-    store = app[0]._gradscape_state.store
+    store = app.state.store
     acks = _send_step(c, st, chunk_bytes=2000)  # many chunks
     assert len(acks) > 3 and all(a["ok"] for a in acks)
     assert [a["stored"] for a in acks] == [False] * (len(acks) - 1) + [True]
@@ -66,7 +66,7 @@ def test_hello_and_chunked_step_are_stored_whole(app: tuple[Any, Any]) -> None:
     assert store.read_step("r", 3).nodes[0].name == st.nodes[0].name
 
 
-def test_ui_hears_about_new_steps(app: tuple[Any, Any]) -> None:
+def test_ui_hears_about_new_steps(app: GradscapeApp) -> None:
     ui = _client(app, "/ui")
     c = _client(app)
     c.emit("hello", _msg("hello", {"client": "t", "accepts": [1], "pid": 1, "host": "h"}), namespace="/tracer",
@@ -87,7 +87,7 @@ def test_ui_hears_about_new_steps(app: tuple[Any, Any]) -> None:
     assert ("step", {"run": "r", "step": 3}) in got, got
 
 
-def test_wrong_protocol_version_names_the_accepted_ones(app: tuple[Any, Any]) -> None:
+def test_wrong_protocol_version_names_the_accepted_ones(app: GradscapeApp) -> None:
     c = _client(app)
     ack = c.emit("hello", _msg("hello", {"accepts": [7]}), namespace="/tracer", callback=True)
     assert not ack["ok"] and "accepts [1]" in ack["error"]
@@ -144,21 +144,21 @@ BAD: list[tuple[str, str, Callable[[], Any], str]] = [
 
 
 @pytest.mark.parametrize("event, build_msg, expect", [(e, b, x) for _, e, b, x in BAD], ids=[b[0] for b in BAD])
-def test_malformed_messages_get_clear_errors(app: tuple[Any, Any], event: str, build_msg: Callable[[], Any],
+def test_malformed_messages_get_clear_errors(app: GradscapeApp, event: str, build_msg: Callable[[], Any],
                                               expect: str) -> None:
     bad = _client(app)
     good = _client(app)
     ack = bad.emit(event, build_msg(), namespace="/tracer", callback=True)
     assert isinstance(ack, dict) and ack["ok"] is False
     assert expect in ack["error"], ack["error"]
-    store = app[0]._gradscape_state.store
+    store = app.state.store
     assert store.runs() == []  # nothing partial stored
     assert all(a["ok"] for a in _send_step(good, _step(run="fine")))  # other clients carry on
     assert [r["run"] for r in store.runs()] == ["fine"]
     assert bad.is_connected("/tracer")
 
 
-def test_duplicate_chunk_is_refused(app: tuple[Any, Any]) -> None:
+def test_duplicate_chunk_is_refused(app: GradscapeApp) -> None:
     c = _client(app)
     msg = _chunk(b"abc", chunks=2)
     assert c.emit("step_chunk", msg, namespace="/tracer", callback=True)["ok"]
@@ -167,7 +167,8 @@ def test_duplicate_chunk_is_refused(app: tuple[Any, Any]) -> None:
 
 
 def test_token_checked_on_connect(tmp_path: Path) -> None:
-    dash_app, sio = create_app(str(tmp_path / "t.sqlite"), ServerConfig(token="abc"))
+    created = create_app(str(tmp_path / "t.sqlite"), ServerConfig(token="abc"))
+    dash_app, sio = created
     try:
         bad = sio.test_client(dash_app.server, namespace="/tracer", auth={"token": "nope"})
         assert not bad.is_connected("/tracer")
@@ -176,4 +177,52 @@ def test_token_checked_on_connect(tmp_path: Path) -> None:
         ui = sio.test_client(dash_app.server, namespace="/ui", auth={"token": "nope"})
         assert not ui.is_connected("/ui")
     finally:
-        dash_app._gradscape_state.notifier.stop()
+        created.close()
+
+
+def _send_wire(c: Any, wire: dict[str, Any], step: int = 3) -> dict[str, Any]:
+    return c.emit("step_chunk", _msg("step_chunk", {"step": step, "chunk": 0, "chunks": 1, "data": pack(wire)}),
+                  namespace="/tracer", callback=True)
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("modules", [1], "modules: expected a map"),
+    ("passes", [7], "passes[0]: expected a map"),
+    ("execution", [[1]], "execution[0]"),
+    ("meta", {"k": [b"x"]}, "meta.k[0]"),
+])
+def test_malformed_step_fields_are_acked_with_the_field(app: GradscapeApp, field: str, value: Any,
+                                                        named: str) -> None:
+    wire = step_to_wire(_step())
+    wire[field] = value
+    ack = _send_wire(_client(app), wire)
+    assert ack["ok"] is False and named in ack["error"], ack
+    assert app.state.store.steps("r") == []
+
+
+def test_unknown_keys_are_not_stored(app: GradscapeApp) -> None:
+    wire = step_to_wire(_step())
+    wire["nodes"][0]["extra"] = b"\x00"
+    wire["extra"] = {"x": 1}
+    assert _send_wire(_client(app), wire)["ok"]
+    graph = app.state.store.read_graph("r", 3)
+    assert "extra" not in graph and "extra" not in graph["nodes"][0]
+
+
+def test_a_store_failure_is_acked_not_raised(app: GradscapeApp) -> None:
+    c = _client(app)
+    app.state.store.close()  # a real fault: the trace file is gone from under the server
+    ack = _send_wire(c, step_to_wire(_step()))
+    assert ack["ok"] is False and "server error on 'step_chunk'" in ack["error"]
+    status = c.emit("status", _msg("status", {"sent": 1, "spilled": 0, "dropped": 0}), namespace="/tracer",
+                    callback=True)
+    assert status == {"ok": True}  # the namespace carries on
+
+
+def test_close_stops_the_notifier_thread(tmp_path: Path) -> None:
+    created = create_app(str(tmp_path / "c.sqlite"), ServerConfig(notify_interval=0.01))
+    thread = created.state.notifier._thread
+    assert thread is not None and thread.is_alive()
+    created.close()
+    assert not thread.is_alive()
+    created.close()  # idempotent

@@ -43,8 +43,8 @@ def test_streamed_steps_equal_the_recorded_ones(server: Server, tmp_path: Path) 
 def test_api_errors_are_named(server: Server) -> None:
     finish(worker(server.url, "r", "--steps", "1", "--model", "mlp"))
     for path, status, text in [("/api/runs/nope/steps", 404, "no run 'nope'"),
-                               ("/api/runs/r/steps/9", 404, "no step 9 of run 'r'"),
-                               ("/api/runs/r/steps/x", 400, "'x' is not an integer"),
+                               ("/api/runs/r/steps/9", 404, "no step 9 in run 'r'"),
+                               ("/api/runs/r/steps/x", 400, "step must be an integer in 0.."),
                                ("/api/runs/r/steps/0/nodes/999", 404, "no node 999")]:
         with pytest.raises(ApiError) as err:
             server.api(path)

@@ -40,7 +40,8 @@ def _newest_step(layout: dict) -> int:
 def test_layout_is_cached_until_the_store_changes(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite"
     _record(store, 1)
-    app, _ = create_app(str(store), ServerConfig())
+    created = create_app(str(store), ServerConfig())
+    app = created.dash
     try:
         c = app.server.test_client()
         first = c.get("/_dash-layout").data
@@ -50,14 +51,15 @@ def test_layout_is_cached_until_the_store_changes(tmp_path: Path) -> None:
         _record(store, 2)  # the same run again: steps 0 and 1, so the key changes
         assert _newest_step(json.loads(c.get("/_dash-layout").data)) == 1
     finally:
-        app._gradscape_state.notifier.stop()
+        created.close()
 
 
 def test_index_leaves_out_dash_table(tmp_path: Path) -> None:
-    app, _ = create_app(str(tmp_path / "s.sqlite"), ServerConfig())
+    created = create_app(str(tmp_path / "s.sqlite"), ServerConfig())
+    app = created.dash
     try:
         html = app.server.test_client().get("/").data.decode()
         assert "/dash_table/" not in html
         assert "dash_cytoscape" in html and "dash_renderer" in html
     finally:
-        app._gradscape_state.notifier.stop()
+        created.close()

@@ -1,0 +1,80 @@
+"""Encode and decode one traced step (W4 by default) with the wire schema, `tracer.wire`.
+
+Rows, each the median of `--rounds` timings, ratios against the first row of its direction:
+    encode  step_to_wire + msgpack (the tracer's sender)        baseline
+            msgspec.msgpack over the same map (byte layer only)
+    decode  msgpack + step_from_wire (the server: every field checked)   baseline
+            msgpack only (what checking adds)
+            msgspec.msgpack only (byte layer, no checking)
+msgspec is optional: its rows are skipped when it is not installed. A typed msgspec schema
+(Structs validated while decoding) would replace both the byte layer and the checks; these rows
+bound what it could save.
+
+    python bench/wire.py [--workload W4] [--rounds 9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import msgpack  # noqa: E402
+import workloads  # noqa: E402
+
+import tracer  # noqa: E402
+from tracer.wire import pack, step_from_wire, step_to_wire, unpack  # noqa: E402
+
+
+def _median(fn: Callable[[], Any], rounds: int) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="W4")
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args()
+    wl = workloads.build(args.workload)
+    with tracer.Tracer(wl.model, run="bench") as tr, tr.step(0) as st:
+        wl.loss(wl.model, wl.batch()).backward()
+    assert st is not None
+    blob = pack(step_to_wire(st))
+    wire = unpack(blob)
+    print(f"{args.workload}: {len(st.nodes)} nodes, {len(wire['tensors'])} tensors, {len(blob) / 1e6:.2f} MB encoded")
+    rows: list[tuple[str, str, Callable[[], Any]]] = [
+        ("encode", "step_to_wire + msgpack", lambda: pack(step_to_wire(st))),
+        ("decode", "msgpack + step_from_wire", lambda: step_from_wire(unpack(blob))),
+        ("decode", "msgpack only", lambda: msgpack.unpackb(blob, raw=False, strict_map_key=False)),
+    ]
+    try:
+        import msgspec
+
+        enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
+        assert dec.decode(enc.encode(wire)) == wire
+        rows.insert(1, ("encode", "step_to_wire + msgspec", lambda: enc.encode(step_to_wire(st))))
+        rows.append(("decode", "msgspec only", lambda: dec.decode(blob)))
+    except ImportError:
+        print("msgspec not installed: its rows are skipped")
+    base: dict[str, float] = {}
+    for direction, name, fn in rows:
+        t = _median(fn, args.rounds)
+        base.setdefault(direction, t)
+        print(f"{direction:7s} {name:28s} {t * 1e3:8.2f} ms   x{t / base[direction]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

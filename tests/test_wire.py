@@ -1,0 +1,184 @@
+"""The wire schema (`tracer.wire`): real steps round-trip, and random mutations of real steps raise nothing
+but `TraceFormatError` (naming a field); what decodes is storable and answered by the JSON API's readers."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from zoo import build
+
+import tracer
+from app.api import graph_json
+from tracer.store import TraceStore
+from tracer.wire import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _step(name: str, tensors: str = "summary") -> tracer.StepTrace:
+    case = build(name)
+    tr = tracer.Tracer(case.model, run=f"fuzz-{name}", tensors=tensors)
+    with tr.step(2) as st:
+        case.loss(case.model, case.batch).backward()
+    assert st is not None
+    return st
+
+
+@pytest.fixture(scope="module")
+def wires() -> list[dict[str, Any]]:
+    return [unpack(pack(step_to_wire(_step("mlp", "full")))), unpack(pack(step_to_wire(_step("cnn"))))]
+
+
+def _thin(wire: dict[str, Any]) -> dict[str, Any]:
+    """The step with its arrays cut to a few bytes (same fields), so each mutation copies little."""
+    w = copy.deepcopy(wire)
+    for t in w["tensors"]:
+        for key in ("thumb", "values"):
+            if t[key] is not None:
+                t[key] = {"dtype": "<f4", "shape": [1, 1], "data": b"\0\0\0\0"}
+    return w
+
+
+HOSTILE: list[Any] = [None, -1, 0, 1, 2 ** 63, 2 ** 64 - 1, -(2 ** 63) - 1, True, 1.5, float("nan"), "", "x",
+                      "\x00", b"\xff", [], [None], [1, 2, 3], [[1, -1]], {}, {"k": 1}, {1: 2}, {"dtype": "<f4"}]
+
+
+def _paths(v: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(v, dict):
+        for k, x in v.items():
+            out += _paths(x, (*path, k))
+    elif isinstance(v, list):
+        for k, x in enumerate(v):
+            out += _paths(x, (*path, k))
+    return out
+
+
+def _mutate(wire: dict[str, Any], paths: list[tuple[Any, ...]], rng: random.Random) -> dict[str, Any]:
+    w = copy.deepcopy(wire)
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        path = rng.choice(paths)
+        parent = w
+        try:
+            for k in path[:-1]:
+                parent = parent[k]
+        except (TypeError, IndexError, KeyError):  # an earlier mutation changed the way there
+            continue
+        key = path[-1]
+        if not isinstance(parent, (dict, list)):
+            continue
+        op = rng.random()
+        try:
+            if op < 0.15 and isinstance(parent, dict):
+                del parent[key]
+            elif op < 0.25 and isinstance(parent, list):
+                del parent[key:]
+            elif op < 0.3 and isinstance(parent, dict):
+                parent[rng.choice(HOSTILE) if rng.random() < 0.3 else "extra"] = rng.choice(HOSTILE)
+            else:
+                parent[key] = copy.deepcopy(rng.choice(HOSTILE))
+        except (TypeError, IndexError, KeyError):  # an unhashable key, a list already cut
+            continue
+    return w
+
+
+def test_real_steps_round_trip(wires: list[dict[str, Any]]) -> None:
+    for w in wires:
+        st = step_from_wire(w)
+        assert unpack(pack(step_to_wire(st))) == w
+
+
+def test_version_one_trace_files_still_read(tmp_path: Path) -> None:
+    # A v1 step as the previous release wrote it (no problems/rank/world_size keys) reads back.
+    w = step_to_wire(_step("mlp"))
+    for key in ("problems", "rank", "world_size"):
+        del w[key]
+    st = step_from_wire(unpack(pack(w)))
+    assert st.problems == [] and st.rank is None and st.world_size is None
+
+
+def test_random_mutations_raise_only_trace_format_error(wires: list[dict[str, Any]], tmp_path: Path) -> None:
+    rng = random.Random(1234)
+    rejected = accepted = 0
+    store = TraceStore(tmp_path / "fuzz.sqlite")
+    thin = [_thin(w) for w in wires]
+    paths = [[p for p in _paths(w) if p] for w in thin]
+    for k in range(2000):
+        bad = _mutate(thin[k % len(thin)], paths[k % len(thin)], rng)
+        try:
+            st = step_from_wire(bad)
+        except TraceFormatError as exc:
+            assert str(exc), "an error must name what was wrong"
+            rejected += 1
+            continue
+        accepted += 1
+        if accepted % 20 == 0:  # what decodes can be stored and served, as the server does
+            canonical = step_to_wire(st)
+            store.write_wire(canonical)
+            graph_json(store.read_graph(st.run, st.step))
+    store.close()
+    assert rejected > 700 and accepted > 100, (rejected, accepted)
+
+
+def test_mutated_bytes_raise_only_trace_format_error(wires: list[dict[str, Any]]) -> None:
+    rng = random.Random(99)
+    blob = pack(wires[1])
+    for _ in range(1500):
+        b = bytearray(blob)
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        if rng.random() < 0.2:
+            b = b[:rng.randrange(len(b))]
+        with contextlib.suppress(TraceFormatError):
+            step_from_wire(unpack(bytes(b)))
+
+
+@pytest.mark.parametrize(("path", "value", "named"), [
+    (("modules",), [1], "modules: expected a map"),
+    (("modules", "fc1"), 3, "modules['fc1']: expected a map"),
+    (("modules", "fc1", "calls"), [{"in": [99999]}], "modules['fc1'].calls[0].in"),
+    (("passes",), [7], "passes[0]: expected a map"),
+    (("passes", 0, "roots"), None, "passes[0].roots"),
+    (("passes", 0, "index"), "0", "passes[0].index"),
+    (("execution",), [[1]], "execution[0]"),
+    (("execution",), [[10 ** 6, 0]], "execution[0]"),
+    (("nodes", 1, "runs"), [[0]], "nodes[1].runs[0]"),
+    (("nodes", 1, "labels"), [3], "nodes[1].labels[0]"),
+    (("nodes", 1, "in_shapes"), [["a"]], "nodes[1].in_shapes[0]"),
+    (("nodes", 1, "order"), "first", "nodes[1].order"),
+    (("nodes", 1, "gi"), [10 ** 6], "nodes[1].gi[0]"),
+    (("step",), 2 ** 64 - 1, "step"),
+    (("meta",), {"k": b"\x00"}, "meta.k"),
+    (("v",), True, "wire version"),
+])
+def test_malformed_fields_are_named(wires: list[dict[str, Any]], path: tuple[Any, ...], value: Any,
+                                    named: str) -> None:
+    w = copy.deepcopy(wires[0])
+    parent = w
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = value
+    with pytest.raises(TraceFormatError) as info:
+        step_from_wire(w)
+    assert named in str(info.value)
+
+
+def test_arrays_keep_their_values(wires: list[dict[str, Any]]) -> None:
+    st = step_from_wire(wires[0])
+    full = [t for t in st.params.values() if t.values is not None]
+    assert full and all(isinstance(t.values, np.ndarray) for t in full)
+
+
+def test_view_layer_does_not_import_torch() -> None:
+    code = "import sys, app.view, app.api, tracer.wire, tracer.store; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "False", out.stderr
