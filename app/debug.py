@@ -173,7 +173,10 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
         return None
 
     def body() -> dict[str, Any]:
-        data = request.get_json(force=True, silent=True)
+        try:
+            data = request.get_json(force=True, silent=True)
+        except RecursionError:  # silent=True covers parse errors, not a body nested past the parser's depth
+            raise ValueError("the body is nested too deeply to be a breakpoint or a resume request") from None
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")
         return data

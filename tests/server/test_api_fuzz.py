@@ -22,7 +22,21 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/api/runs/{run}/steps"),
     ("GET", "/api/runs/{run}/steps/{step}"),
     ("GET", "/api/runs/{run}/steps/{step}/nodes/{node}"),
+    # the debugger's routes (app/debug.py)
+    ("GET", "/api/runs/{run}/breakpoints"),
+    ("POST", "/api/runs/{run}/breakpoints"),
+    ("DELETE", "/api/runs/{run}/breakpoints"),
+    ("GET", "/api/runs/{run}/paused"),
+    ("GET", "/api/runs/{run}/paused/nodes"),
+    ("POST", "/api/runs/{run}/resume"),
 ]
+
+# what each route answers to good parameters (and this body): the run is not paused
+GOOD_ANSWERS: dict[tuple[str, str], tuple[bytes | None, int]] = {
+    ("POST", "/api/runs/{run}/breakpoints"): (b'{"on": "nonfinite"}', 201),
+    ("GET", "/api/runs/{run}/paused/nodes"): (None, 409),
+    ("POST", "/api/runs/{run}/resume"): (b'{"mode": "continue"}', 409),
+}
 
 GOOD = {"run": "fuzz-run", "step": "3", "node": "0"}
 
@@ -100,7 +114,18 @@ def test_every_route_answers_json_4xx_for_hostile_parameters(served: Server) -> 
 
 def test_good_parameters_answer_200(served: Server) -> None:
     for method, template in ROUTES:
-        assert _check(served, method, template.format(**GOOD)) == 200, template
+        body, want = GOOD_ANSWERS.get((method, template), (None, 200))
+        assert _check(served, method, template.format(**GOOD), body) == want, (method, template)
+
+
+def test_hostile_bodies_on_the_write_routes_are_json_4xx(served: Server) -> None:
+    for method, template in ROUTES:
+        if method == "GET":
+            continue
+        for body in [*BODIES, b'{"on": "norm", "above": "x"}', b'{"on": "node"}', b'{"on": "teleport"}',
+                     b'{"mode": "sideways"}', b"[" * 100000, b'{"on": "node", "name": "' + b"x" * 100000 + b'"}']:
+            status = _check(served, method, template.format(**GOOD), body)
+            assert status < 500, (method, template, body[:50])
 
 
 @pytest.mark.parametrize("url", ["/api/runs/fuzz-run/steps/99999999999999999999999",
