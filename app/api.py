@@ -1,9 +1,12 @@
 """The read-only JSON API over the trace store (docs/api.md has examples).
 
-    GET /api/runs                                   runs, with step counts
+    GET /api/runs                                   runs, with step counts and their ranks
     GET /api/runs/<run>/steps                       steps of a run
     GET /api/runs/<run>/steps/<step>                the graph: nodes, edges, execution order, stats
     GET /api/runs/<run>/steps/<step>/nodes/<id>     one node with its tensors, thumbnails included
+
+The three routes under a run take `?rank=R` (torch.distributed rank, default 0; a run outside
+torch.distributed has rank 0 only): not an integer ≥ 0 → 400, a rank the run does not have → 404.
 
 JSON has no NaN or Infinity: non-finite numbers are written as null (the `nan`/`inf` counts of each
 tensor say how many there were). Arrays are nested lists.
@@ -15,7 +18,7 @@ import math
 from typing import Any
 
 import numpy as np
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, jsonify, request
 
 from tracer._codec import TraceFormatError, decode_array
 from tracer._model import STAT_NAMES
@@ -55,7 +58,8 @@ def graph_json(wire: dict[str, Any]) -> dict[str, Any]:
     """The step as JSON: nodes refer to tensors by index into `tensors` (summaries, no arrays)."""
     nodes = wire["nodes"]
     order = [n["id"] for n in sorted((n for n in nodes if n.get("order") is not None), key=lambda n: n["order"])]
-    return {"run": wire["run"], "step": wire["step"], "error": wire.get("error"), "meta": wire.get("meta", {}),
+    return {"run": wire["run"], "step": wire["step"], "rank": wire.get("rank"), "world_size": wire.get("world_size"),
+            "error": wire.get("error"), "meta": wire.get("meta", {}),
             "nodes": [{k: _clean(v) if k != "runs" else v for k, v in n.items()} for n in nodes],
             "edges": wire["edges"], "order": order, "execution": wire.get("execution", []),
             "modules": wire.get("modules", {}), "params": wire.get("params", {}),
@@ -92,17 +96,39 @@ def register_api(server: Flask, store: TraceStore, state: Any = None) -> None:
     def api_runs() -> Response:
         return jsonify({"runs": store.runs()})
 
+    def rank_arg(run: str) -> int | Response:
+        """`?rank=` (default 0), or the error answer: 400 when malformed, 404 when the run lacks it."""
+        text = request.args.get("rank")
+        if text is None:
+            return 0
+        try:
+            rank = _int(text)
+        except ValueError as exc:
+            return _error(f"rank: {exc}", 400)
+        if rank < 0:
+            return _error(f"rank: {rank} is negative (ranks are 0 .. world_size - 1)", 400)
+        ranks = store.ranks(run)
+        if rank not in ranks and (ranks or rank != 0):
+            return _error(f"run {run!r} has no rank {rank} (its ranks: {ranks})", 404)
+        return rank
+
     @server.get("/api/runs/<run>/steps")
     def api_steps(run: str) -> Response:
-        steps = store.steps(run)
+        rank = rank_arg(run)
+        if isinstance(rank, Response):
+            return rank
+        steps = store.steps(run, rank)
         if not steps and run not in {r["run"] for r in store.runs()}:
             return _error(f"no run {run!r}", 404)
-        return jsonify({"run": run, "steps": steps})
+        return jsonify({"run": run, "rank": rank, "steps": steps})
 
     @server.get("/api/runs/<run>/steps/<step>")
     def api_step(run: str, step: str) -> Response:
+        rank = rank_arg(run)
+        if isinstance(rank, Response):
+            return rank
         try:
-            wire = store.read_graph(run, _int(step))
+            wire = store.read_graph(run, _int(step), rank)
         except ValueError as exc:
             return _error(str(exc), 400)
         except StoreError as exc:
@@ -111,16 +137,19 @@ def register_api(server: Flask, store: TraceStore, state: Any = None) -> None:
 
     @server.get("/api/runs/<run>/steps/<step>/nodes/<node>")
     def api_node(run: str, step: str, node: str) -> Response:
+        rank = rank_arg(run)
+        if isinstance(rank, Response):
+            return rank
         try:
             s, nid = _int(step), _int(node)
-            wire = store.read_graph(run, s)
+            wire = store.read_graph(run, s, rank)
         except ValueError as exc:
             return _error(str(exc), 400)
         except StoreError as exc:
             return _error(str(exc), 404)
         if not 0 <= nid < len(wire["nodes"]):
             return _error(f"no node {nid} in step {s} of run {run!r} (it has {len(wire['nodes'])})", 404)
-        arrays = store.read_arrays(run, s, node_tensor_indices(wire["nodes"][nid]))
+        arrays = store.read_arrays(run, s, node_tensor_indices(wire["nodes"][nid]), rank)
         try:
             return jsonify(node_json(wire, nid, arrays))
         except TraceFormatError as exc:

@@ -211,6 +211,9 @@ class TracerNamespace(Namespace):
             step_from_wire(wire)  # full validation (shapes, dtypes, byte lengths, indices) before storing
         except TraceFormatError as exc:
             raise protocol.ProtocolError(f"step_chunk: step {step} is malformed: {exc}") from exc
+        if wire.get("rank") is not None and not 0 <= wire["rank"] < (wire.get("world_size") or wire["rank"] + 1):
+            raise protocol.ProtocolError(f"step_chunk: rank {wire['rank']} is outside 0 .. world_size - 1 "
+                                         f"(world_size {wire.get('world_size')})")
         if wire["run"] != run or wire["step"] != step:
             raise protocol.ProtocolError(f"step_chunk: data is run {wire['run']!r} step {wire['step']}, "
                                          f"the message says run {run!r} step {step}")
