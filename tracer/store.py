@@ -103,7 +103,7 @@ class TraceStore:
                     self._db.execute("ROLLBACK")
                     raise
                 self._db.execute("COMMIT")
-                self._db.isolation_level = ""  # back to the module's transactions for the writes
+                self._db.isolation_level = "DEFERRED"  # back to the module's transactions for the writes
             except sqlite3.OperationalError as exc:  # a missing folder, no permission, a directory
                 raise StoreError(f"cannot open the trace file {self.path} for writing: {exc}") from exc
         self._check_version()

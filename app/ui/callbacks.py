@@ -24,7 +24,7 @@ import dash
 from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
 
 from app import view
-from app.ui import ids
+from app.ui import compare, ids
 from tracer.store import StoreError, TraceStore
 
 MAX_STEPS_OVER_TIME = 30
@@ -87,6 +87,7 @@ def _exec_order(wire: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
 
 def register(app: dash.Dash, store: TraceStore) -> UIData:
     data = UIData(store)
+    compare.register(app, store)  # rank select and compare view
 
     # ?run=&step=&node= → {run, step, node}, or no update without a link (the page was rendered with
     # the newest step already)

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from app.ui import ids
+from app.ui import compare, ids
 
 STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node", "style": {
@@ -103,6 +103,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                 player,
             ]),
             html.Div(className="gs-right", children=[
+                compare.panel(),  # rank select and compare view (app/ui/compare.py)
                 # no value until there are options: a value missing from them is reset (to None) by the
                 # dropdown itself as it mounts, and that would fire the inspector's callback on load
                 dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=[], style={"display": "none"},

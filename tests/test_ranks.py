@@ -1,0 +1,77 @@
+"""torch.distributed ranks streaming into one server: two gloo processes on CPU (tests/ddp_stream_worker.py)
+send their steps to a real `gradscape serve`; both ranks' steps are stored side by side and read back
+through the JSON API's `?rank=`, and the parameter gradients are checked against torch.autograd.grad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch.distributed as dist
+from distributed_runs import run_ranks
+from serving import ApiError, Server, free_port
+
+from tracer import TraceStore
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
+
+@pytest.fixture
+def server(tmp_path: Path) -> Any:
+    srv = Server(tmp_path / "ranks.sqlite", free_port()).start()
+    yield srv
+    srv.stop()
+
+
+def test_ddp_ranks_stream_side_by_side(server: Server, tmp_path: Path) -> None:
+    grads, infos = run_ranks(server.url, "ddp", "ddp", tmp_path / "out")
+    for r, info in enumerate(infos):
+        assert (info["rank"], info["world_size"], info["errors"]) == (r, 2, [])
+        assert info["stats"]["dropped"] == 0 and info["stats"]["spilled"] == 0, info["stats"]
+    (entry,) = [e for e in server.api("/api/runs")["runs"] if e["run"] == "ddp"]
+    assert entry["ranks"] == [0, 1] and entry["steps"] == 2
+    names = infos[0]["names"]
+    stats: dict[int, dict[str, Any]] = {}
+    for rank in (0, 1):
+        assert [s["step"] for s in server.api(f"/api/runs/ddp/steps?rank={rank}")["steps"]] == [0, 1]
+        g = server.api(f"/api/runs/ddp/steps/1?rank={rank}")
+        assert (g["rank"], g["world_size"]) == (rank, 2)
+        stats[rank] = {name: g["tensors"][g["params"][name]]["stats"] for name in names}
+        # a node route on this rank: the parameter's AccumulateGrad node
+        nid = next(n["id"] for n in g["nodes"] if n["param"] == names[0])
+        node = server.api(f"/api/runs/ddp/steps/1/nodes/{nid}?rank={rank}")
+        assert node["param"] == names[0] and node["grad_outputs"][0]["values"] is not None
+    assert stats[0] == stats[1]  # all-reduced: the same gradient on both ranks
+    with TraceStore(server.store, readonly=True) as store:  # the server's file, exact values
+        for rank in (0, 1):
+            st = store.read_step("ddp", 1, rank)
+            assert st.rank == rank
+            for name in names:
+                got = st.params[name].values
+                assert got is not None
+                assert np.array_equal(got, grads[rank][f"1/{name}"]), (rank, name)  # what the optimizer saw
+                assert np.array_equal(got, grads[0][f"1/{name}"]), (rank, name)  # equal across ranks
+                ref = grads[rank][f"ref/{name.removeprefix('module.')}"]
+                assert np.allclose(got, ref, rtol=1e-5, atol=1e-7), (rank, name)  # autograd.grad, averaged
+    with pytest.raises(ApiError) as bad:
+        server.api("/api/runs/ddp/steps/1?rank=x")
+    assert bad.value.code == 400 and "rank" in bad.value.body
+    with pytest.raises(ApiError) as missing:
+        server.api("/api/runs/ddp/steps?rank=5")
+    assert missing.value.code == 404 and "no rank 5" in missing.value.body
+    with pytest.raises(ApiError) as neg:
+        server.api("/api/runs/ddp/steps/1/nodes/0?rank=-1")
+    assert neg.value.code == 400
+
+
+def test_ranks_without_all_reduce_differ(server: Server, tmp_path: Path) -> None:
+    grads, infos = run_ranks(server.url, "desync", "desync", tmp_path / "out")
+    with TraceStore(server.store, readonly=True) as store:
+        a, b = store.read_step("desync", 1, 0), store.read_step("desync", 1, 1)
+    for name in infos[0]["names"]:
+        va, vb = a.params[name].values, b.params[name].values
+        assert va is not None and vb is not None
+        assert np.allclose(va, grads[0][f"ref/{name}"], rtol=1e-5, atol=1e-7)  # rank-local autograd.grad
+        assert np.allclose(vb, grads[1][f"ref/{name}"], rtol=1e-5, atol=1e-7)
+        assert not np.allclose(va, vb)  # no all-reduce: the ranks disagree
