@@ -75,3 +75,21 @@ def test_ranks_without_all_reduce_differ(server: Server, tmp_path: Path) -> None
         assert np.allclose(va, grads[0][f"ref/{name}"], rtol=1e-5, atol=1e-7)  # rank-local autograd.grad
         assert np.allclose(vb, grads[1][f"ref/{name}"], rtol=1e-5, atol=1e-7)
         assert not np.allclose(va, vb)  # no all-reduce: the ranks disagree
+
+
+def test_fsdp2_ranks_write_one_shared_file(tmp_path: Path) -> None:
+    """FSDP2 (`fully_shard`) on gloo CPU, each rank's file sink writing the same SQLite file at once: both
+    ranks' steps are there side by side. (The tracer records no parameter gradients under FSDP2 yet:
+    its parameters are DTensor shards; `st.params` is empty there.)"""
+    shared = tmp_path / "fsdp.sqlite"
+    grads, infos = run_ranks(str(shared), "fsdp", "fsdp", tmp_path / "out")
+    for r, info in enumerate(infos):
+        assert (info["rank"], info["world_size"], info["errors"]) == (r, 2, [])
+    for key in grads[0].files:
+        assert np.array_equal(grads[0][key], grads[1][key]), key  # the reduced gradient, whole on each rank
+    with TraceStore(shared, readonly=True) as store:
+        assert store.ranks("fsdp") == [0, 1]
+        for rank in (0, 1):
+            assert [s["step"] for s in store.steps("fsdp", rank)] == [0, 1]
+            st = store.read_step("fsdp", 1, rank)
+            assert st.rank == rank and st.world_size == 2 and st.error is None and st.nodes
