@@ -304,7 +304,8 @@ def initial_state(data: UIData) -> dict[str, Any]:
               if order and order["nodes"] else "")
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
             "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
-            "info": info, "player": player}  # search options follow in a callback: indexing them is not urgent
+            "info": info, "player": player,  # search options follow in a callback: indexing them is not urgent
+            "ranks": data.store.ranks(run) if run else []}
 
 
 def _legend(info: dict[str, Any]) -> Any:

@@ -19,13 +19,23 @@ from tracer.store import StoreError, TraceStore
 HIDDEN = {"display": "none"}
 
 
-def panel() -> Any:
-    """The rank field, the button opening the compare view, and the view (hidden until opened)."""
+def rank_field(ranks: list[int] | None) -> tuple[list[dict[str, Any]], int, bool, dict[str, str]]:
+    """The rank select's options, value, disabled flag and its field's style for a run's ranks."""
+    ranks = ranks or []
+    options = [{"label": f"rank {r}", "value": r} for r in ranks] or [{"label": "rank 0", "value": 0}]
+    one = len(ranks) <= 1
+    return options, ranks[0] if ranks else 0, one, HIDDEN if one else {}
+
+
+def panel(ranks: list[int] | None = None) -> Any:
+    """The rank field (for the run shown first, with `ranks`), the button opening the compare view, and
+    the view (hidden until opened)."""
+    options, value, one, style = rank_field(ranks)
     return html.Div(className="gs-compare", children=[
         html.Div(className="gs-compare-bar", children=[
-            html.Label(["on", dcc.Dropdown(id=ids.RANK_SELECT, clearable=False, value=0, disabled=True,
-                                           options=[{"label": "rank 0", "value": 0}], className="gs-rank")],
-                       id=ids.RANK_FIELD, className="gs-field gs-rank-field", style=HIDDEN),
+            html.Label(["on", dcc.Dropdown(id=ids.RANK_SELECT, clearable=False, value=value, disabled=one,
+                                           options=options, className="gs-rank")],
+                       id=ids.RANK_FIELD, className="gs-field gs-rank-field", style=style),
             html.Button("compare…", id=ids.COMPARE_OPEN, n_clicks=0, className="gs-btn",
                         title="the selected node or parameter on two ranks or two steps"),
         ]),
@@ -44,13 +54,12 @@ def panel() -> Any:
 def register(app: dash.Dash, store: TraceStore) -> None:
     @app.callback(Output(ids.RANK_SELECT, "options"), Output(ids.RANK_SELECT, "value"),
                   Output(ids.RANK_SELECT, "disabled"), Output(ids.RANK_FIELD, "style"),
-                  Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "options"), State(ids.RANK_SELECT, "value"))
+                  Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "options"), State(ids.RANK_SELECT, "value"),
+                  prevent_initial_call=True)  # first load: the layout holds the ranks
     def sync_ranks(run: str | None, _steps: Any, current: int | None) -> Any:
         ranks = store.ranks(run) if run else []
-        options = [{"label": f"rank {r}", "value": r} for r in ranks] or [{"label": "rank 0", "value": 0}]
-        value = current if current in ranks else (ranks[0] if ranks else 0)
-        one = len(ranks) <= 1
-        return options, value, one, HIDDEN if one else {}
+        options, first, one, style = rank_field(ranks)
+        return options, current if current in ranks else first, one, style
 
     @app.callback(Output(ids.COMPARE, "style"), Input(ids.COMPARE_OPEN, "n_clicks"), prevent_initial_call=True)
     def toggle(n: int | None) -> Any:
@@ -58,8 +67,10 @@ def register(app: dash.Dash, store: TraceStore) -> None:
 
     @app.callback(Output(ids.COMPARE_OTHER, "options"), Output(ids.COMPARE_OTHER, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.RANK_SELECT, "value"),
-                  Input(ids.COMPARE_AGAINST, "value"), State(ids.COMPARE_OTHER, "value"))
-    def other_choices(run: str | None, step: int | None, rank: int | None, against: str, current: Any) -> Any:
+                  Input(ids.COMPARE_AGAINST, "value"), Input(ids.COMPARE_OPEN, "n_clicks"),
+                  State(ids.COMPARE_OTHER, "value"), prevent_initial_call=True)
+    def other_choices(run: str | None, step: int | None, rank: int | None, against: str, _open: Any,
+                      current: Any) -> Any:
         if not run or step is None:
             return [], None
         rank = int(rank or 0)
@@ -78,9 +89,10 @@ def register(app: dash.Dash, store: TraceStore) -> None:
 
     @app.callback(Output(ids.COMPARE_TARGET, "options"), Output(ids.COMPARE_TARGET, "value"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.RANK_SELECT, "value"),
-                  Input(ids.SELECTED, "data"), State(ids.COMPARE_TARGET, "value"))
+                  Input(ids.SELECTED, "data"), Input(ids.COMPARE_OPEN, "n_clicks"), State(ids.COMPARE_TARGET, "value"),
+                  prevent_initial_call=True)
     def target_choices(run: str | None, step: int | None, rank: int | None, selected: dict[str, Any] | None,
-                       current: str | None) -> Any:
+                       _open: Any, current: str | None) -> Any:
         if not run or step is None:
             return [], None
         try:

@@ -103,7 +103,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                 player,
             ]),
             html.Div(className="gs-right", children=[
-                compare.panel(),  # rank select and compare view (app/ui/compare.py)
+                compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
                 # no value until there are options: a value missing from them is reset (to None) by the
                 # dropdown itself as it mounts, and that would fire the inspector's callback on load
                 dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=[], style={"display": "none"},
