@@ -93,3 +93,44 @@ def test_fsdp2_ranks_write_one_shared_file(tmp_path: Path) -> None:
             assert [s["step"] for s in store.steps("fsdp", rank)] == [0, 1]
             st = store.read_step("fsdp", 1, rank)
             assert st.rank == rank and st.world_size == 2 and st.error is None and st.nodes
+
+
+def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_path: Path) -> None:
+    """In-process (flask-socketio's test client): rank 0 and rank 1 send step 0 of one run; both are kept
+    (no overwrite); a rank outside 0 .. world_size - 1 is refused with an error naming it."""
+    import torch
+
+    import tracer
+    from app.server import ServerConfig, create_app
+    from tracer import protocol
+    from tracer._codec import pack, step_to_wire
+
+    dash_app, sio = create_app(str(tmp_path / "s.sqlite"), ServerConfig(notify_interval=0.02))
+    try:
+        lin = torch.nn.Linear(3, 2)
+        tr = tracer.Tracer(lin, run="r", tensors="full")
+        wires = []
+        for scale in (1.0, 5.0):
+            lin.zero_grad()
+            with tr.step(0) as st:
+                (scale * lin(torch.ones(2, 3))).sum().backward()
+            assert st is not None
+            wires.append(step_to_wire(st))
+        tr.close()
+        acks = []
+        for rank, world, wire in ((0, 2, wires[0]), (1, 2, wires[1]), (3, 2, wires[1])):
+            c = sio.test_client(dash_app.server, namespace="/tracer")
+            c.emit("hello", protocol.envelope("hello", "r", 0, {"client": "t", "accepts": [1], "pid": rank,
+                                                                "host": "h"}), namespace="/tracer", callback=True)
+            data = pack({**wire, "rank": rank, "world_size": world})
+            acks.append(c.emit("step_chunk", protocol.envelope("step_chunk", "r", 1, {
+                "step": 0, "chunk": 0, "chunks": 1, "data": data}), namespace="/tracer", callback=True))
+            c.disconnect(namespace="/tracer")
+        assert acks[0]["ok"] and acks[1]["ok"]
+        assert not acks[2]["ok"] and "rank 3 is outside 0 .. world_size - 1" in acks[2]["error"]
+        store = dash_app._gradscape_state.store
+        assert store.ranks("r") == [0, 1]
+        b0, b1 = store.read_step("r", 0, 0).params["bias"].values, store.read_step("r", 0, 1).params["bias"].values
+        assert b0 is not None and b1 is not None and np.allclose(b0, [2.0, 2.0]) and np.allclose(b1, [10.0, 10.0])
+    finally:
+        dash_app._gradscape_state.notifier.stop()
