@@ -93,20 +93,33 @@ class TraceStore:
                 self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=BUSY_TIMEOUT,
                                            isolation_level=None)
                 self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                # BEGIN IMMEDIATE: two processes creating or migrating the same file take turns
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._create_or_migrate()
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
+                self._set_up()
                 self._db.isolation_level = "DEFERRED"  # back to the module's transactions for the writes
             except sqlite3.OperationalError as exc:  # a missing folder, no permission, a directory
                 raise StoreError(f"cannot open the trace file {self.path} for writing: {exc}") from exc
         self._check_version()
+
+    def _set_up(self) -> None:
+        """WAL mode, then the tables created or migrated under BEGIN IMMEDIATE (two processes opening a
+        new file take turns). Switching a file to WAL can be refused at once ("database is locked", the
+        busy timeout does not apply) while another process does the same: retried until BUSY_TIMEOUT."""
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        try:
+            self._create_or_migrate()
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def _create_or_migrate(self) -> None:
         has_meta = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
