@@ -1,9 +1,12 @@
 """The read-only JSON API over the trace store (docs/api.md has examples).
 
-    GET /api/runs                                   runs, with step counts
+    GET /api/runs                                   runs, with step counts and their ranks
     GET /api/runs/<run>/steps                       steps of a run
     GET /api/runs/<run>/steps/<step>                the graph: nodes, edges, execution order, stats
     GET /api/runs/<run>/steps/<step>/nodes/<id>     one node with its tensors, thumbnails included
+
+The three routes under a run take `?rank=R` (torch.distributed rank, default 0; a run outside
+torch.distributed has rank 0 only): not an integer ≥ 0 → 400, a rank the run does not have → 404.
 
 JSON has no NaN or Infinity: non-finite numbers are written as null (the `nan`/`inf` counts of each
 tensor say how many there were). Arrays are nested lists.
@@ -65,7 +68,8 @@ def graph_json(wire: dict[str, Any]) -> dict[str, Any]:
     """The step as JSON: nodes refer to tensors by index into `tensors` (summaries, no arrays)."""
     nodes = wire["nodes"]
     order = [n["id"] for n in sorted((n for n in nodes if n.get("order") is not None), key=lambda n: n["order"])]
-    return {"run": wire["run"], "step": wire["step"], "error": wire.get("error"), "meta": wire.get("meta", {}),
+    return {"run": wire["run"], "step": wire["step"], "rank": wire.get("rank"), "world_size": wire.get("world_size"),
+            "error": wire.get("error"), "meta": wire.get("meta", {}),
             "nodes": [{k: _clean(v) if k != "runs" else v for k, v in n.items()} for n in nodes],
             "edges": wire["edges"], "order": order, "execution": wire.get("execution", []),
             "modules": wire.get("modules", {}), "params": wire.get("params", {}),
@@ -123,11 +127,11 @@ def check_index(text: str, what: str) -> int:
     return value
 
 
-def _read_graph(store: TraceStore, run: str, step: int) -> dict[str, Any]:
+def _read_graph(store: TraceStore, run: str, step: int, rank: int = 0) -> dict[str, Any]:
     try:
-        return store.read_graph(run, step)
+        return store.read_graph(run, step, rank)
     except StoreError:
-        raise NotFound(f"no step {step} in run {run!r}") from None
+        raise NotFound(f"no step {step} in run {run!r}" + (f" (rank {rank})" if rank else "")) from None
 
 
 def register_api(server: Flask, store: TraceStore, state: Any = None) -> None:
@@ -138,27 +142,41 @@ def register_api(server: Flask, store: TraceStore, state: Any = None) -> None:
     def api_runs() -> Response:
         return jsonify({"runs": store.runs()})
 
+    def rank_arg(run: str) -> int:
+        """`?rank=` (default 0): BadParameter when malformed, NotFound when the run lacks that rank."""
+        text = request.args.get("rank")
+        if text is None:
+            return 0
+        rank = check_index(text, "rank")
+        ranks = store.ranks(run)
+        if rank not in ranks and (ranks or rank != 0):
+            raise NotFound(f"run {run!r} has no rank {rank} (its ranks: {ranks})")
+        return rank
+
     @server.get("/api/runs/<run>/steps")
     def api_steps(run: str) -> Response:
         check_run(run)
-        steps = store.steps(run)
+        rank = rank_arg(run)
+        steps = store.steps(run, rank)
         if not steps and run not in {r["run"] for r in store.runs()}:
             raise NotFound(f"no run {run!r}")
-        return jsonify({"run": run, "steps": steps})
+        return jsonify({"run": run, "rank": rank, "steps": steps})
 
     @server.get("/api/runs/<run>/steps/<step>")
     def api_step(run: str, step: str) -> Response:
         check_run(run)
-        return jsonify(graph_json(_read_graph(store, run, check_index(step, "step"))))
+        rank = rank_arg(run)
+        return jsonify(graph_json(_read_graph(store, run, check_index(step, "step"), rank)))
 
     @server.get("/api/runs/<run>/steps/<step>/nodes/<node>")
     def api_node(run: str, step: str, node: str) -> Response:
         check_run(run)
+        rank = rank_arg(run)
         s, nid = check_index(step, "step"), check_index(node, "node")
-        wire = _read_graph(store, run, s)
+        wire = _read_graph(store, run, s, rank)
         if not 0 <= nid < len(wire["nodes"]):
             raise NotFound(f"no node {nid} in step {s} of run {run!r} (it has {len(wire['nodes'])})")
-        arrays = store.read_arrays(run, s, node_tensor_indices(wire["nodes"][nid]))
+        arrays = store.read_arrays(run, s, node_tensor_indices(wire["nodes"][nid]), rank)
         try:
             return jsonify(node_json(wire, nid, arrays))
         except TraceFormatError as exc:

@@ -220,6 +220,9 @@ class TracerNamespace(Namespace):
             trace = step_from_wire(unpack(blob))  # every field checked (shapes, dtypes, byte lengths, indices)
         except TraceFormatError as exc:
             raise protocol.ProtocolError(f"step_chunk: step {step} is malformed: {exc}") from exc
+        if trace.rank is not None and not 0 <= trace.rank < (trace.world_size or trace.rank + 1):
+            raise protocol.ProtocolError(f"step_chunk: rank {trace.rank} is outside 0 .. world_size - 1 "
+                                         f"(world_size {trace.world_size})")
         if trace.run != run or trace.step != step:
             raise protocol.ProtocolError(f"step_chunk: data is run {trace.run!r} step {trace.step}, "
                                          f"the message says run {run!r} step {step}")

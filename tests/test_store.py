@@ -91,7 +91,7 @@ def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     _traced(name="mlp", steps=1, sink=str(path))
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "2"
     blob = db.execute("SELECT arrays FROM tensors LIMIT 1").fetchone()[0]
     arrays = msgpack.unpackb(blob, raw=False)  # plain msgpack maps with raw bytes: no pickle
     assert set(arrays) == {"thumb", "values"} and isinstance(arrays["thumb"]["data"], bytes)

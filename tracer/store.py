@@ -5,8 +5,15 @@ appends. A step is written in one transaction: it is visible whole or not at all
 
     meta(key TEXT PRIMARY KEY, value TEXT)                      schema_version, created_by
     runs(run TEXT PRIMARY KEY, created REAL, updated REAL)
-    steps(run, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, step)
-    tensors(run, step, idx, arrays BLOB)                        PRIMARY KEY (run, step, idx)
+    steps(run, rank, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, rank, step)
+    tensors(run, rank, step, idx, arrays BLOB)                  PRIMARY KEY (run, rank, step, idx)
+
+Ranks (torch.distributed): every rank of a run writes its steps side by side, keyed by its rank (0
+outside torch.distributed, where the step's `rank` is None). Several processes may write ONE file at
+once (one per rank, or the server): SQLite's WAL journal serialises the writers and each connection
+waits up to `BUSY_TIMEOUT` seconds for the write lock instead of failing. A version-1 file (no rank)
+is migrated in place, in one transaction, the first time it is opened for writing; its steps become
+rank 0.
 
 `graph` is the step's wire form (`tracer.wire`) with every tensor's arrays taken out; `arrays`
 is the msgpack map `{"thumb": A|None, "values": A|None}` of tensor `idx`, so a view that needs one
@@ -25,19 +32,44 @@ from typing import Any
 from tracer._model import StepTrace
 from tracer.wire import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs(run TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS steps(
-    run TEXT NOT NULL, step INTEGER NOT NULL, created REAL NOT NULL,
+    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, created REAL NOT NULL,
     n_nodes INTEGER NOT NULL, n_edges INTEGER NOT NULL, error TEXT, graph BLOB NOT NULL,
-    PRIMARY KEY(run, step));
+    PRIMARY KEY(run, rank, step));
 CREATE TABLE IF NOT EXISTS tensors(
-    run TEXT NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT NULL, arrays BLOB NOT NULL,
-    PRIMARY KEY(run, step, idx));
+    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, idx INTEGER NOT NULL,
+    arrays BLOB NOT NULL, PRIMARY KEY(run, rank, step, idx));
 """
+
+# version 1 -> 2: the rank joins the keys; the old rows become rank 0
+_MIGRATE_1_2 = """
+ALTER TABLE steps RENAME TO steps_v1;
+ALTER TABLE tensors RENAME TO tensors_v1;
+CREATE TABLE steps(
+    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, created REAL NOT NULL,
+    n_nodes INTEGER NOT NULL, n_edges INTEGER NOT NULL, error TEXT, graph BLOB NOT NULL,
+    PRIMARY KEY(run, rank, step));
+CREATE TABLE tensors(
+    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, idx INTEGER NOT NULL,
+    arrays BLOB NOT NULL, PRIMARY KEY(run, rank, step, idx));
+INSERT INTO steps SELECT run, 0, step, created, n_nodes, n_edges, error, graph FROM steps_v1;
+INSERT INTO tensors SELECT run, 0, step, idx, arrays FROM tensors_v1;
+DROP TABLE steps_v1;
+DROP TABLE tensors_v1;
+UPDATE meta SET value='2' WHERE key='schema_version';
+"""
+
+
+def wire_rank(wire: dict[str, Any]) -> int:
+    """The rank a step is stored under: its `rank`, 0 when it has none (outside torch.distributed)."""
+    r = wire.get("rank")
+    return 0 if r is None else int(r)
 
 
 class StoreError(RuntimeError):
@@ -55,26 +87,61 @@ class TraceStore:
             if not Path(self.path).exists():
                 raise StoreError(f"no trace file at {self.path}")
             uri = f"file:{Path(self.path).resolve()}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT)
         else:
             try:
-                self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=NORMAL")
-                with self._db:
-                    self._db.executescript(_SCHEMA)
-                    self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)",
-                                     (str(SCHEMA_VERSION),))
-                    self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
+                self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=BUSY_TIMEOUT,
+                                           isolation_level=None)
+                self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
+                self._set_up()
+                self._db.isolation_level = "DEFERRED"  # back to the module's transactions for the writes
             except sqlite3.OperationalError as exc:  # a missing folder, no permission, a directory
                 raise StoreError(f"cannot open the trace file {self.path} for writing: {exc}") from exc
         self._check_version()
+
+    def _set_up(self) -> None:
+        """WAL mode, then the tables created or migrated under BEGIN IMMEDIATE (two processes opening a
+        new file take turns). Switching a file to WAL can be refused at once ("database is locked", the
+        busy timeout does not apply) while another process does the same: retried until BUSY_TIMEOUT."""
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        try:
+            self._create_or_migrate()
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _create_or_migrate(self) -> None:
+        has_meta = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() if has_meta else None
+        if row is not None and row[0] == "1":
+            for stmt in _MIGRATE_1_2.split(";"):
+                if stmt.strip():
+                    self._db.execute(stmt)
+        for stmt in _SCHEMA.split(";"):
+            if stmt.strip():
+                self._db.execute(stmt)
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
 
     def _check_version(self) -> None:
         try:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path} is not a gradscape trace file: {exc}") from exc
+        if row is not None and row[0] == "1" and self.readonly:
+            raise StoreError(f"{self.path}: trace schema version 1 (before ranks); open it once for writing "
+                             f"(e.g. `gradscape serve --store {self.path}`) to migrate it to version {SCHEMA_VERSION}")
         if row is None or row[0] != str(SCHEMA_VERSION):
             raise StoreError(f"{self.path}: trace schema version {row[0] if row else None!r}, "
                              f"this gradscape reads version {SCHEMA_VERSION}")
@@ -95,70 +162,86 @@ class TraceStore:
             stripped.append({k: v for k, v in t.items() if k not in ("thumb", "values")})
         graph["tensors"] = stripped
         now = time.time()
-        run, step = wire["run"], int(wire["step"])
+        run, step, rank = wire["run"], int(wire["step"]), wire_rank(wire)
         with self._lock, self._db:
             self._db.execute("INSERT INTO runs VALUES(?,?,?) ON CONFLICT(run) DO UPDATE SET updated=excluded.updated",
                              (run, now, now))
-            self._db.execute("DELETE FROM tensors WHERE run=? AND step=?", (run, step))
-            self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?)",
-                             (run, step, now, len(wire["nodes"]), len(wire["edges"]), wire.get("error"),
+            self._db.execute("DELETE FROM tensors WHERE run=? AND rank=? AND step=?", (run, rank, step))
+            self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?,?)",
+                             (run, rank, step, now, len(wire["nodes"]), len(wire["edges"]), wire.get("error"),
                               pack(graph)))
-            self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?)",
-                                 [(run, step, i, pack(a)) for i, a in enumerate(tensors)])
+            self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
+                                 [(run, rank, step, i, pack(a)) for i, a in enumerate(tensors)])
 
     # ------------------------------------------------------------------ reading
     def runs(self) -> list[dict[str, Any]]:
+        """Each run with its rank 0 step count and last step (the only rank outside torch.distributed)
+        and `ranks`, the ranks that stored steps."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT r.run, r.created, r.updated, COUNT(s.step), MAX(s.step) FROM runs r "
-                "LEFT JOIN steps s ON s.run = r.run GROUP BY r.run ORDER BY r.created").fetchall()
-        return [{"run": r, "created": c, "updated": u, "steps": n, "last_step": last} for r, c, u, n, last in rows]
+                "LEFT JOIN steps s ON s.run = r.run AND s.rank = 0 GROUP BY r.run ORDER BY r.created").fetchall()
+            ranks: dict[str, list[int]] = {}
+            for run, rank in self._db.execute("SELECT DISTINCT run, rank FROM steps ORDER BY run, rank"):
+                ranks.setdefault(run, []).append(int(rank))
+        return [{"run": r, "created": c, "updated": u, "steps": n, "last_step": last, "ranks": ranks.get(r, [])}
+                for r, c, u, n, last in rows]
 
-    def steps(self, run: str) -> list[dict[str, Any]]:
+    def ranks(self, run: str) -> list[int]:
+        """The ranks of `run` that stored steps, ascending."""
         with self._lock:
-            rows = self._db.execute("SELECT step, created, n_nodes, n_edges, error FROM steps WHERE run=? "
-                                    "ORDER BY step", (run,)).fetchall()
+            rows = self._db.execute("SELECT DISTINCT rank FROM steps WHERE run=? ORDER BY rank", (run,)).fetchall()
+        return [int(r) for (r,) in rows]
+
+    def steps(self, run: str, rank: int = 0) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT step, created, n_nodes, n_edges, error FROM steps WHERE run=? AND rank=? "
+                                    "ORDER BY step", (run, int(rank))).fetchall()
         return [{"step": s, "created": c, "nodes": n, "edges": e, "error": err} for s, c, n, e, err in rows]
 
-    def latest_step(self, run: str | None = None) -> tuple[str, int] | None:
+    def latest_step(self, run: str | None = None, rank: int = 0) -> tuple[str, int] | None:
         with self._lock:
             if run is None:
-                row = self._db.execute("SELECT run, step FROM steps ORDER BY created DESC LIMIT 1").fetchone()
+                row = self._db.execute("SELECT run, step FROM steps WHERE rank=? ORDER BY created DESC LIMIT 1",
+                                       (int(rank),)).fetchone()
             else:
-                row = self._db.execute("SELECT run, step FROM steps WHERE run=? ORDER BY step DESC LIMIT 1",
-                                       (run,)).fetchone()
+                row = self._db.execute("SELECT run, step FROM steps WHERE run=? AND rank=? ORDER BY step DESC LIMIT 1",
+                                       (run, int(rank))).fetchone()
         return None if row is None else (row[0], int(row[1]))
 
-    def read_graph(self, run: str, step: int) -> dict[str, Any]:
+    def read_graph(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
         """The step's wire form without arrays (tensors carry stats, shape and dtype only)."""
         with self._lock:
-            row = self._db.execute("SELECT graph FROM steps WHERE run=? AND step=?", (run, int(step))).fetchone()
+            row = self._db.execute("SELECT graph FROM steps WHERE run=? AND rank=? AND step=?",
+                                   (run, int(rank), int(step))).fetchone()
         if row is None:
-            raise StoreError(f"no step {step} of run {run!r} in {self.path}")
+            where = f" on rank {rank}" if rank else ""
+            raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
         return dict(unpack(row[0]))
 
-    def read_arrays(self, run: str, step: int, indices: Iterable[int]) -> dict[int, dict[str, Any]]:
+    def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, dict[str, Any]]:
         idx = sorted({int(i) for i in indices})
         if not idx:
             return {}
         out: dict[int, dict[str, Any]] = {}
         with self._lock:
             for chunk in (idx[i:i + 500] for i in range(0, len(idx), 500)):
-                q = f"SELECT idx, arrays FROM tensors WHERE run=? AND step=? AND idx IN ({','.join('?' * len(chunk))})"
-                for i, blob in self._db.execute(q, (run, int(step), *chunk)):
+                q = (f"SELECT idx, arrays FROM tensors WHERE run=? AND rank=? AND step=? "
+                     f"AND idx IN ({','.join('?' * len(chunk))})")
+                for i, blob in self._db.execute(q, (run, int(rank), int(step), *chunk)):
                     out[int(i)] = dict(unpack(blob))
         return out
 
-    def read_wire(self, run: str, step: int) -> dict[str, Any]:
-        graph = self.read_graph(run, step)
-        arrays = self.read_arrays(run, step, range(len(graph["tensors"])))
+    def read_wire(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
+        graph = self.read_graph(run, step, rank)
+        arrays = self.read_arrays(run, step, range(len(graph["tensors"])), rank)
         graph["tensors"] = [{**t, **arrays.get(i, {"thumb": None, "values": None})}
                             for i, t in enumerate(graph["tensors"])]
         return graph
 
-    def read_step(self, run: str, step: int) -> StepTrace:
+    def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:
         try:
-            return step_from_wire(self.read_wire(run, step))
+            return step_from_wire(self.read_wire(run, step, rank))
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
 
@@ -173,8 +256,8 @@ class TraceStore:
         self.close()
 
 
-def load(path: str | Path, run: str | None = None, step: int | None = None) -> StepTrace:
-    """Read one step back from a trace file. Defaults: the only run (or the newest), its last step."""
+def load(path: str | Path, run: str | None = None, step: int | None = None, rank: int = 0) -> StepTrace:
+    """Read one step back from a trace file. Defaults: the only run (or the newest), its last step, rank 0."""
     with TraceStore(path, readonly=True) as store:
         if run is None:
             runs = store.runs()
@@ -182,8 +265,8 @@ def load(path: str | Path, run: str | None = None, step: int | None = None) -> S
                 raise StoreError(f"{path} holds no runs")
             run = runs[-1]["run"]
         if step is None:
-            latest = store.latest_step(run)
+            latest = store.latest_step(run, rank)
             if latest is None:
-                raise StoreError(f"run {run!r} in {path} has no steps")
+                raise StoreError(f"run {run!r} in {path} has no steps on rank {rank}")
             step = latest[1]
-        return store.read_step(run, int(step))
+        return store.read_step(run, int(step), rank)

@@ -24,7 +24,7 @@ import dash
 from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
 
 from app import view
-from app.ui import ids, problems
+from app.ui import compare, ids, problems
 from tracer.store import StoreError, TraceStore
 
 MAX_STEPS_OVER_TIME = 30
@@ -87,6 +87,7 @@ def _exec_order(wire: dict[str, Any], layout: dict[str, Any]) -> dict[str, Any]:
 
 def register(app: dash.Dash, store: TraceStore) -> UIData:
     data = UIData(store)
+    compare.register(app, store)  # rank select and compare view
 
     # ?run=&step=&node= → {run, step, node}, or no update without a link (the page was rendered with
     # the newest step already)
@@ -309,7 +310,8 @@ def initial_state(data: UIData) -> dict[str, Any]:
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
             "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
             "info": info, "player": player,  # search options follow in a callback: indexing them is not urgent
-            "problems": problems.lines_of(data, run, step)}  # the problems panel (app/ui/problems.py)
+            "problems": problems.lines_of(data, run, step),  # the problems panel (app/ui/problems.py)
+            "ranks": data.store.ranks(run) if run else []}
 
 
 def _legend(info: dict[str, Any]) -> Any:

@@ -49,3 +49,14 @@ BP_STATE = "bp-state"
 BP_SENT = "bp-sent"
 
 PROBLEMS = "problems"
+
+# ranks and the compare view (app/ui/compare.py)
+RANK_SELECT = "rank-select"
+RANK_FIELD = "rank-field"
+COMPARE_OPEN = "compare-open"
+COMPARE = "compare-view"
+COMPARE_AGAINST = "compare-against"
+COMPARE_OTHER = "compare-other"
+COMPARE_TARGET = "compare-target"
+COMPARE_RESULT = "compare-result"
+COMPARE_STATUS = "compare-status"

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from app.ui import debugger, ids, problems
+from app.ui import compare, debugger, ids, problems
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -110,6 +110,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
             html.Div(className="gs-right", children=[
                 problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
                 debugger.panel(),  # breakpoints (app/ui/debugger.py)
+                compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
                 # no value until there are options: a value missing from them is reset (to None) by the
                 # dropdown itself as it mounts, and that would fire the inspector's callback on load
                 dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=[], style={"display": "none"},

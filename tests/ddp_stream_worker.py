@@ -1,0 +1,90 @@
+"""One rank of a 2-process gloo run streaming into a gradscape server; run by tests/test_ranks.py as a
+subprocess with MASTER_ADDR/MASTER_PORT set.
+
+    ddp_stream_worker.py RANK WORLD URL RUN MODE OUT
+
+MODE `ddp`: DistributedDataParallel (gradients all-reduced); `desync`: the same model WITHOUT DDP, each
+rank its own data (no all-reduce: the ranks' parameter gradients differ, the bug the compare view
+shows); `fsdp`: FSDP2 `fully_shard`. Writes the gradients the optimizer saw to `OUT/rank<r>.npz`,
+checked against torch.autograd.grad in the same process (`OUT/rank<r>.json` says so)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+import tracer
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(3, 8)
+        self.fc2 = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def main() -> None:
+    rank, world, url, run, mode, out = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5],
+                                        Path(sys.argv[6]))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    base = MLP()
+    if mode == "ddp":
+        model: nn.Module = DistributedDataParallel(base)
+    elif mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        model = fully_shard(base)
+    else:
+        model = base
+    gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    batches = [(torch.randn(8, 3, generator=gen), torch.randint(0, 2, (8,), generator=gen)) for _ in range(2)]
+    tr = tracer.Tracer(model, run=run, sink=url, tensors="full")
+    grads: dict[str, np.ndarray] = {}
+    info: dict[str, object] = {"rank": None, "world_size": None, "errors": []}
+    for i, (x, y) in enumerate(batches):
+        model.zero_grad()
+        with tr.step(i) as st:
+            F.cross_entropy(model(x), y).backward()
+        assert st is not None
+        info.update(rank=st.rank, world_size=st.world_size)
+        if st.error:
+            info["errors"].append(st.error)  # type: ignore[attr-defined]
+        for name, p in model.named_parameters():
+            g = p.grad
+            if g is not None and hasattr(g, "full_tensor"):
+                g = g.full_tensor()  # a DTensor shard (FSDP2): the whole gradient
+            grads[f"{i}/{name}"] = g.detach().numpy().copy()  # type: ignore[union-attr]
+    # the reference: what autograd computes for this rank's data, then (DDP) averaged across ranks
+    if mode != "fsdp":
+        ref = MLP()
+        ref.load_state_dict({k.removeprefix("module."): v for k, v in base.state_dict().items()})
+        x, y = batches[-1]
+        local = torch.autograd.grad(F.cross_entropy(ref(x), y), list(ref.parameters()))
+        for (name, _), g in zip(ref.named_parameters(), local):
+            if mode == "ddp":
+                g = g.clone()
+                dist.all_reduce(g)
+                g /= world
+            grads[f"ref/{name}"] = g.numpy()
+    tr.close(30)
+    np.savez(out / f"rank{rank}.npz", **grads)
+    (out / f"rank{rank}.json").write_text(json.dumps({**info, "names": [n for n, _ in model.named_parameters()],
+                                                      "stats": tr.stats}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
