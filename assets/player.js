@@ -2,6 +2,17 @@
  * deep-link parser and the connection badge.
  * The graph is dash-cytoscape's, reachable as window.cy; classes change in place, so stepping
  * through thousands of elements never round-trips through Python. */
+/* dash-cytoscape always hands cytoscape its own default wheelSensitivity (1), and cytoscape warns about
+ * a "custom" wheel sensitivity whenever the option is present at all: that one message is dropped, so
+ * the console shows only what needs attention. Runs before the graph is created (assets load first). */
+(function () {
+  const warn = console.warn;
+  console.warn = function (msg) {
+    if (typeof msg === "string" && msg.indexOf("You have set a custom wheel sensitivity") === 0) return;
+    return warn.apply(console, arguments);
+  };
+})();
+
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
     deepLink: function (search) {
@@ -13,6 +24,12 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         const v = q.get(key);
         if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
       });
+      // a link that names a step pins it: "follow live" goes off (visibly). Only the address the page
+      // was opened with: the page itself writes the selection into the address later on
+      if (!window.__gsLinkRead) {
+        window.__gsLinkRead = true;
+        if (out.step !== undefined) window.dash_clientside.set_props("follow-live", {value: []});
+      }
       return Object.keys(out).length ? out : window.dash_clientside.no_update;
     },
     liveRuns: function (note, current) {
@@ -50,7 +67,10 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           // the catch-up with nothing new leaves the page where it is (a deep link may have moved it)
           if (note.catchup && steps.join(",") === had.join(",")) return;
           if (!steps.length) return;
-          const value = ((follow && follow.length) || steps.indexOf(current) < 0) ? steps[steps.length - 1] : current;
+          // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
+          const box = document.querySelector("#follow-live input");
+          const following = box ? box.checked : !!(follow && follow.length);
+          const value = (following || steps.indexOf(current) < 0) ? steps[steps.length - 1] : current;
           window.dash_clientside.set_props("step-select", {
             options: steps.map(function (s) { return {label: "step " + s, value: s}; }), value: value});
         })
@@ -133,11 +153,45 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         if (el.length) {
           cy.elements(":selected").unselect();
           el.select();
-          const ext = cy.extent(), p = el.position();
-          if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+          // another node chosen: bring it into view and show its inspector from the top; the same node in
+          // a new step (a run streaming) leaves the view and the inspector's scroll as the person left them
+          const key = selected.run + "/" + selected.node;
+          if (key !== window.__gsFocused) {
+            if (window.__gsFocused !== undefined) {
+              const ins = document.getElementById("inspector");
+              if (ins) ins.scrollTop = 0;
+              if (window.gradscapeScroll) window.gradscapeScroll.want = 0;
+            }
+            const ext = cy.extent(), p = el.position();
+            if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+          }
+          window.__gsFocused = key;
         }
       }
       return "gs-graph";
     },
   },
 });
+
+/* The inspector's scroll position holds while its content is rendered again for a new step: the new
+ * content briefly stands shorter than the old, which pulls the scroll up; once it has grown back, the
+ * position the person chose is put back. A new node starts at the top (`focus` sets `want` to 0). */
+(function () {
+  const S = window.gradscapeScroll = {want: null};
+  const wait = setInterval(function () {
+    const ins = document.getElementById("inspector");
+    if (!ins) return;
+    clearInterval(wait);
+    ins.addEventListener("scroll", function () {
+      const bottom = ins.scrollHeight - ins.clientHeight;
+      // pulled up to the bottom by shorter content: not the person's doing
+      if (S.want !== null && ins.scrollTop < S.want && ins.scrollTop >= bottom - 1) return;
+      S.want = ins.scrollTop;
+    });
+    new MutationObserver(function () {
+      if (S.want !== null && ins.scrollTop !== S.want && ins.scrollHeight - ins.clientHeight >= S.want) {
+        ins.scrollTop = S.want;
+      }
+    }).observe(ins, {childList: true, subtree: true, attributes: true});
+  }, 50);
+})();

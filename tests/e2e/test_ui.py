@@ -66,6 +66,7 @@ def test_deep_link_opens_the_inspector_with_the_stored_values(live_server: Any, 
         st = store.read_step("r", 0)
     addmm = next(n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "fc2")
     page.goto(f"{live_server.url}/?run=r&step=0&node={addmm.id}")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{addmm.id},')")
     page.wait_for_selector("#inspector .js-plotly-plot")
     text = page.inner_text("#inspector")
     assert "AddmmBackward0" in text and "mat2 → fc2.weight (transposed)" in text
