@@ -195,3 +195,23 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
     }).observe(ins, {childList: true, subtree: true, attributes: true});
   }, 50);
 })();
+
+/* Keys: left/right step the player, space plays or pauses, f fits the graph, Esc clears the selection.
+ * Not while typing (the find box or any other field). */
+document.addEventListener("keydown", function (evt) {
+  if (evt.ctrlKey || evt.metaKey || evt.altKey) return;
+  const t = evt.target;
+  if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+  const click = function (id) { const b = document.getElementById(id); if (b) b.click(); };
+  const cy = window.cy;
+  if (evt.key === "ArrowLeft") click("player-prev");
+  else if (evt.key === "ArrowRight") click("player-next");
+  else if (evt.key === " ") click("player-play");
+  else if (evt.key === "f" && cy && window.gradscapeGraph && window.gradscapeGraph.fit) window.gradscapeGraph.fit(cy);
+  else if (evt.key === "Escape") {
+    if (cy) cy.elements(":selected").unselect();
+    window.__gsFocused = undefined;
+    window.dash_clientside.set_props("selected-node", {data: null});
+  } else return;
+  evt.preventDefault();
+});

@@ -28,6 +28,7 @@ from app.ui import ids
 from tracer.store import StoreError, TraceStore
 
 MAX_STEPS_OVER_TIME = 30
+HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
 
 
 class UIData:
@@ -198,8 +199,8 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
                   Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
     def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
-        if not selected:
-            return no_update, no_update, no_update
+        if not selected:  # cleared (Esc): the hint again
+            return [html.P(HINT, className="gs-hint")], [], {"display": "none"}
         return inspector_payload(data, selected, sample)
 
     # "live" (with the tracer's counts) / "offline" / "connecting…", in the browser: tracer status

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from app.ui import debugger, ids
+from app.ui import callbacks, debugger, ids
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -86,8 +86,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
     ])
     # the inspector opens on the player's node (`initial_state`), or with a hint on an empty store
     inspector, sample_options, sample_style = st.get("inspector") or (
-        [html.P("Click a node of the graph (or step through the backward pass) to see what arrived at it and what "
-                "it sent on.", className="gs-hint")], [], {"display": "none"})
+        [html.P(callbacks.HINT, className="gs-hint")], [], {"display": "none"})
     graph = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
                            layout={"name": "preset", "fit": False},  # first view: assets/graph.js
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
