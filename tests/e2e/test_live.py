@@ -140,3 +140,34 @@ def test_a_link_naming_only_the_run_follows_live(streaming: Any, page: Page) -> 
     first = shown_step(page)
     wait_shown_step_above(page, wait_shown_step_above(page, first))
     clean_console(page)
+
+
+def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_returns(
+        tmp_path: Path, page: Page) -> None:
+    from serving import Server, free_port
+    from test_ui import _record
+
+    store = tmp_path / "s.sqlite"
+    _record(store, "mlp", run="r", steps=1)
+    srv = Server(store, free_port()).start()
+    try:
+        open_page(page, srv.url)
+        nodes = page.evaluate("window.cy.nodes().length")
+        srv.stop()
+        page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                               ".innerText.includes('offline')", timeout=10_000)
+        # what the page had is still shown
+        assert page.evaluate("window.cy.nodes().length") == nodes
+        assert "step 0" in page.inner_text("#step-select")
+        _record(store, "mlp", run="r", steps=3)  # steps stored while the page was cut off
+        srv.start()
+        page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                               ".innerText.includes('live')", timeout=30_000)
+        page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''})"
+                               ".innerText.includes('step 2')", timeout=15_000)
+    finally:
+        srv.stop()
+    # the browser logs the failed reconnection attempts while the server is away; nothing else
+    errors = [e for e in page.console_errors if "ERR_CONNECTION_REFUSED" not in e  # type: ignore[attr-defined]
+              and "WebSocket connection" not in e]
+    assert errors == []
