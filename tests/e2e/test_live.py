@@ -144,12 +144,12 @@ def test_a_link_naming_only_the_run_follows_live(streaming: Any, page: Page) -> 
 
 def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_returns(
         tmp_path: Path, page: Page) -> None:
-    from serving import Server, free_port
+    from serving import Server
     from test_ui import _record
 
     store = tmp_path / "s.sqlite"
     _record(store, "mlp", run="r", steps=1)
-    srv = Server(store, free_port()).start()
+    srv = Server(store).start()
     try:
         open_page(page, srv.url)
         nodes = page.evaluate("window.cy.nodes().length")
