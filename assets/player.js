@@ -28,7 +28,10 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       // was opened with: the page itself writes the selection into the address later on
       if (!window.__gsLinkRead) {
         window.__gsLinkRead = true;
-        if (out.step !== undefined) window.dash_clientside.set_props("follow-live", {value: []});
+        if (out.step !== undefined) {
+          window.__gsPinned = true;  // until the person ticks "follow live" again (the box may not show it yet)
+          window.dash_clientside.set_props("follow-live", {value: []});
+        }
       }
       return Object.keys(out).length ? out : window.dash_clientside.no_update;
     },
@@ -69,7 +72,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           if (!steps.length) return;
           // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
           const box = document.querySelector("#follow-live input");
-          const following = box ? box.checked : !!(follow && follow.length);
+          const following = !window.__gsPinned && (box ? box.checked : !!(follow && follow.length));
           const value = (following || steps.indexOf(current) < 0) ? steps[steps.length - 1] : current;
           window.dash_clientside.set_props("step-select", {
             options: steps.map(function (s) { return {label: "step " + s, value: s}; }), value: value});
@@ -195,6 +198,10 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
     }).observe(ins, {childList: true, subtree: true, attributes: true});
   }, 50);
 })();
+
+document.addEventListener("click", function (evt) {
+  if (evt.target && evt.target.closest && evt.target.closest("#follow-live")) window.__gsPinned = false;
+});
 
 /* Keys: left/right step the player, space plays or pauses, f fits the graph, Esc clears the selection.
  * Not while typing (the find box or any other field). */

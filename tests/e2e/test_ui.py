@@ -307,6 +307,7 @@ def test_keys_step_play_fit_and_clear_but_not_while_typing(live_server: Any, pag
     page.wait_for_function(f"window.cy.$('.current').id() === '{order[-1]}'")
     page.click("#graph-info")  # the page has the focus, no field
     page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"window.cy.$('.current').id() === '{order[-2]}'")
     page.keyboard.press("ArrowLeft")
     page.wait_for_function(f"window.cy.$('.current').id() === '{order[-3]}'")
     page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node {order[-3]},')")
@@ -333,4 +334,13 @@ def test_keys_step_play_fit_and_clear_but_not_while_typing(live_server: Any, pag
     assert page.evaluate("window.cy.$('.current').id()") == current
     assert page.evaluate("window.cy.zoom()") == zoom
     assert page.inner_text("#player-play") == "▶"
+    _no_errors(page)
+
+
+def test_at_1280_by_720_the_page_does_not_scroll_sideways(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "transformer")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    _open(page, live_server.url)
+    page.wait_for_function("document.querySelector('#inspector').innerText.includes('(node n')")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     _no_errors(page)
