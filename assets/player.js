@@ -73,9 +73,11 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
           const box = document.querySelector("#follow-live input");
           const following = !window.__gsPinned && (box ? box.checked : !!(follow && follow.length));
-          const value = (following || steps.indexOf(current) < 0) ? steps[steps.length - 1] : current;
-          window.dash_clientside.set_props("step-select", {
-            options: steps.map(function (s) { return {label: "step " + s, value: s}; }), value: value});
+          const props = {options: steps.map(function (s) { return {label: "step " + s, value: s}; })};
+          // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
+          // the value is set only when following or when the step shown is gone
+          if (following || steps.indexOf(current) < 0) props.value = steps[steps.length - 1];
+          window.dash_clientside.set_props("step-select", props);
         })
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
