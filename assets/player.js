@@ -118,7 +118,19 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
-      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v]};
+      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
+                                step: order.step};
+      if (cy && !cy.__gsTap) {
+        // a click on a node selects it here, in the browser: a server answer may be dropped when a streamed
+        // step changes an input of the same callback while it is in flight, and the click would be lost
+        cy.__gsTap = true;
+        cy.on("tap", "node", function (evt) {
+          const id = evt.target.id(), p = window.gradscapePlayer;
+          if (p && /^n[0-9]+$/.test(id)) {
+            dash_clientside.set_props("selected-node", {data: {run: p.run, step: p.step, node: parseInt(id.slice(1), 10)}});
+          }
+        });
+      }
       return "#" + v + " of " + order.nodes.length + ": " + order.names[v] + " (n" + order.nodes[v] + ")";
     },
     paintWhenReady: function (v, order, tries) {
