@@ -173,12 +173,11 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           // another node chosen: bring it into view and show its inspector from the top; the same node in
           // a new step (a run streaming) leaves the view and the inspector's scroll as the person left them
           const key = selected.run + "/" + selected.node;
-          if (key !== window.__gsFocused) {
-            if (window.__gsFocused !== undefined) {
-              const ins = document.getElementById("inspector");
-              if (ins) ins.scrollTop = 0;
-              if (window.gradscapeScroll) window.gradscapeScroll.want = 0;
-            }
+          // the page's first node (the player's, as served) keeps the first view (assets/graph.js)
+          if (key !== window.__gsFocused && window.__gsFocused !== undefined) {
+            const ins = document.getElementById("inspector");
+            if (ins) ins.scrollTop = 0;
+            if (window.gradscapeScroll) window.gradscapeScroll.want = 0;
             const ext = cy.extent(), p = el.position();
             if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
           }
