@@ -137,10 +137,18 @@ def serve(store: str, host: str, port: int, token: str | None, ready: object = N
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)  # WS close frames read as bad requests
     Path(store).parent.mkdir(parents=True, exist_ok=True)
+    from werkzeug.serving import make_server
+
     config = ServerConfig(host=host, port=port, token=resolve_token(host, token))
-    app, socketio = create_app(store, config)
+    app, _socketio = create_app(store, config)
+    # bound before the URL is printed: `--port 0` takes a free port and the line names it (tests read it)
+    srv = make_server(host, port, app.server, threaded=True)
+    config.port = srv.server_port
     print(f"gradscape serving {store} at {config.url()}", flush=True)
-    socketio.run(app.server, host=host, port=port, allow_unsafe_werkzeug=True, log_output=False)
+    try:
+        srv.serve_forever()
+    finally:
+        srv.server_close()
     return 0
 
 

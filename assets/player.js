@@ -2,6 +2,17 @@
  * deep-link parser and the connection badge.
  * The graph is dash-cytoscape's, reachable as window.cy; classes change in place, so stepping
  * through thousands of elements never round-trips through Python. */
+/* dash-cytoscape always hands cytoscape its own default wheelSensitivity (1), and cytoscape warns about
+ * a "custom" wheel sensitivity whenever the option is present at all: that one message is dropped, so
+ * the console shows only what needs attention. Runs before the graph is created (assets load first). */
+(function () {
+  const warn = console.warn;
+  console.warn = function (msg) {
+    if (typeof msg === "string" && msg.indexOf("You have set a custom wheel sensitivity") === 0) return;
+    return warn.apply(console, arguments);
+  };
+})();
+
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
     deepLink: function (search) {
@@ -13,6 +24,15 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         const v = q.get(key);
         if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
       });
+      // a link that names a step pins it: "follow live" goes off (visibly). Only the address the page
+      // was opened with: the page itself writes the selection into the address later on
+      if (!window.__gsLinkRead) {
+        window.__gsLinkRead = true;
+        if (out.step !== undefined) {
+          window.__gsPinned = true;  // until the person ticks "follow live" again (the box may not show it yet)
+          window.dash_clientside.set_props("follow-live", {value: []});
+        }
+      }
       return Object.keys(out).length ? out : window.dash_clientside.no_update;
     },
     liveRuns: function (note, current) {
@@ -50,9 +70,14 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           // the catch-up with nothing new leaves the page where it is (a deep link may have moved it)
           if (note.catchup && steps.join(",") === had.join(",")) return;
           if (!steps.length) return;
-          const value = ((follow && follow.length) || steps.indexOf(current) < 0) ? steps[steps.length - 1] : current;
-          window.dash_clientside.set_props("step-select", {
-            options: steps.map(function (s) { return {label: "step " + s, value: s}; }), value: value});
+          // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
+          const box = document.querySelector("#follow-live input");
+          const following = !window.__gsPinned && (box ? box.checked : !!(follow && follow.length));
+          const props = {options: steps.map(function (s) { return {label: "step " + s, value: s}; })};
+          // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
+          // the value is set only when following or when the step shown is gone
+          if (following || steps.indexOf(current) < 0) props.value = steps[steps.length - 1];
+          window.dash_clientside.set_props("step-select", props);
         })
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
@@ -93,7 +118,19 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
-      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v]};
+      window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
+                                step: order.step};
+      if (cy && !cy.__gsTap) {
+        // a click on a node selects it here, in the browser: a server answer may be dropped when a streamed
+        // step changes an input of the same callback while it is in flight, and the click would be lost
+        cy.__gsTap = true;
+        cy.on("tap", "node", function (evt) {
+          const id = evt.target.id(), p = window.gradscapePlayer;
+          if (p && /^n[0-9]+$/.test(id)) {
+            dash_clientside.set_props("selected-node", {data: {run: p.run, step: p.step, node: parseInt(id.slice(1), 10)}});
+          }
+        });
+      }
       return "#" + v + " of " + order.nodes.length + ": " + order.names[v] + " (n" + order.nodes[v] + ")";
     },
     paintWhenReady: function (v, order, tries) {
@@ -133,11 +170,68 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         if (el.length) {
           cy.elements(":selected").unselect();
           el.select();
-          const ext = cy.extent(), p = el.position();
-          if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+          // another node chosen: bring it into view and show its inspector from the top; the same node in
+          // a new step (a run streaming) leaves the view and the inspector's scroll as the person left them
+          const key = selected.run + "/" + selected.node;
+          // the page's first node (the player's, as served) keeps the first view (assets/graph.js)
+          if (key !== window.__gsFocused && window.__gsFocused !== undefined) {
+            const ins = document.getElementById("inspector");
+            if (ins) ins.scrollTop = 0;
+            if (window.gradscapeScroll) window.gradscapeScroll.want = 0;
+            const ext = cy.extent(), p = el.position();
+            if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+          }
+          window.__gsFocused = key;
         }
       }
       return "gs-graph";
     },
   },
+});
+
+/* The inspector's scroll position holds while its content is rendered again for a new step: the new
+ * content briefly stands shorter than the old, which pulls the scroll up; once it has grown back, the
+ * position the person chose is put back. A new node starts at the top (`focus` sets `want` to 0). */
+(function () {
+  const S = window.gradscapeScroll = {want: null};
+  const wait = setInterval(function () {
+    const ins = document.getElementById("inspector");
+    if (!ins) return;
+    clearInterval(wait);
+    ins.addEventListener("scroll", function () {
+      const bottom = ins.scrollHeight - ins.clientHeight;
+      // pulled up to the bottom by shorter content: not the person's doing
+      if (S.want !== null && ins.scrollTop < S.want && ins.scrollTop >= bottom - 1) return;
+      S.want = ins.scrollTop;
+    });
+    new MutationObserver(function () {
+      if (S.want !== null && ins.scrollTop !== S.want && ins.scrollHeight - ins.clientHeight >= S.want) {
+        ins.scrollTop = S.want;
+      }
+    }).observe(ins, {childList: true, subtree: true, attributes: true});
+  }, 50);
+})();
+
+document.addEventListener("click", function (evt) {
+  if (evt.target && evt.target.closest && evt.target.closest("#follow-live")) window.__gsPinned = false;
+});
+
+/* Keys: left/right step the player, space plays or pauses, f fits the graph, Esc clears the selection.
+ * Not while typing (the find box or any other field). */
+document.addEventListener("keydown", function (evt) {
+  if (evt.ctrlKey || evt.metaKey || evt.altKey) return;
+  const t = evt.target;
+  if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+  const click = function (id) { const b = document.getElementById(id); if (b) b.click(); };
+  const cy = window.cy;
+  if (evt.key === "ArrowLeft") click("player-prev");
+  else if (evt.key === "ArrowRight") click("player-next");
+  else if (evt.key === " ") click("player-play");
+  else if (evt.key === "f" && cy && window.gradscapeGraph && window.gradscapeGraph.fit) window.gradscapeGraph.fit(cy);
+  else if (evt.key === "Escape") {
+    if (cy) cy.elements(":selected").unselect();
+    window.__gsFocused = undefined;
+    window.dash_clientside.set_props("selected-node", {data: null});
+  } else return;
+  evt.preventDefault();
 });

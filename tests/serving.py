@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,8 @@ ROOT = TESTS.parent
 
 
 def free_port() -> int:
+    """A port nothing listens on right now (for "no server there" cases); a server to talk to binds port 0
+    itself instead (`Server`), as a port freed here may be taken before the server binds it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -57,20 +60,40 @@ def wait_http(url: str, timeout: float = 30.0, headers: dict[str, str] | None = 
 
 
 class Server:
-    def __init__(self, store: Path, port: int, *extra: str) -> None:
+    """`gradscape serve` in a subprocess. Port 0 (the default): the server binds a free port itself and
+    prints its URL, read here; a restart binds the port it had."""
+
+    def __init__(self, store: Path, port: int = 0, *extra: str) -> None:
         self.store, self.port, self.extra = store, port, extra
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[str] | None = None
-        self.log = store.with_suffix(f".{port}.log")
+        self.log = store.with_suffix(".serve.log")
 
-    def start(self) -> Server:
+    def start(self, timeout: float = 60.0) -> Server:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log, "a") as log:
+            start = log.tell()
             self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--store", str(self.store), "--port",
                                           str(self.port), *self.extra], stdout=log, stderr=subprocess.STDOUT,
                                          text=True, cwd=ROOT, env=env)
+        if self.port == 0:
+            self.port = self._bound_port(start, timeout)
+            self.url = f"http://127.0.0.1:{self.port}"
         wait_http(self.url + "/api/runs")
         return self
+
+    def _bound_port(self, start: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.log) as log:
+                log.seek(start)
+                found = re.search(r"gradscape serving .* at http://[^:/]+:(\d+)/", log.read())
+            if found:
+                return int(found.group(1))
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"gradscape serve exited ({self.proc.returncode}); see {self.log}")
+            time.sleep(0.05)
+        raise TimeoutError(f"gradscape serve printed no URL within {timeout:.0f} s; see {self.log}")
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -28,6 +28,7 @@ from app.ui import compare, ids, problems
 from tracer.store import StoreError, TraceStore
 
 MAX_STEPS_OVER_TIME = 30
+HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
 
 
 class UIData:
@@ -181,8 +182,9 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                 new_folded = sorted(view.reveal(wire, current, node))
             elif found.startswith("m:"):
                 new_folded = sorted(view.expand_module(current, found[2:]))
-        elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT) and not selected and link and link.get("run") == run \
-                and link.get("step") == step and link.get("node") is not None:
+        elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT) and link and link.get("run") == run \
+                and link.get("step") == step and link.get("node") is not None \
+                and (trigger == ids.DEEP_LINK or not selected or selected.get("step") != step):
             node = link["node"]  # the page was opened from a deep link: once run and step are in place
             new_folded = sorted(view.reveal(wire, current, node)) if 0 <= node < len(wire["nodes"]) else None
         elif trigger == ids.STEP_SELECT and selected and selected.get("run") == run:
@@ -198,28 +200,9 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
                   Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
     def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
-        hidden = {"display": "none"}
-        if not selected:
-            return no_update, no_update, no_update
-        run, step, node = selected["run"], selected["step"], selected["node"]
-        try:
-            wire = data.graph(run, step)
-        except StoreError as exc:
-            return html.P(str(exc), className="gs-hint"), [], hidden
-        if not 0 <= node < len(wire["nodes"]):
-            return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
-        module = wire["nodes"][node].get("module")
-        wanted = set(view.node_tensors(wire, node))
-        if module and module in (wire.get("modules") or {}):
-            wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
-        arrays = store.read_arrays(run, step, sorted(wanted))
-        panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
-        slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
-        full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
-        options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
-            if full_4d else []
-        return (_inspector(wire, node, panel, data.flow_over_steps(run, step), arrays), options,
-                {"width": "160px"} if full_4d else hidden)
+        if not selected:  # cleared (Esc): the hint again
+            return [html.P(HINT, className="gs-hint")], [], {"display": "none"}
+        return inspector_payload(data, selected, sample)
 
     # "live" (with the tracer's counts) / "offline" / "connecting…", in the browser: tracer status
     # notifications arrive up to ten times a second
@@ -299,6 +282,30 @@ def graph_payload(data: UIData, run: str | None, step: int | None, color_by: str
             data.search_index(run, step) if with_search else [])
 
 
+def inspector_payload(data: UIData, selected: dict[str, Any], sample: int | None = None) -> tuple[Any, Any, Any]:
+    """The inspector for one selected node: its panel, and the sample choices (hidden without a 4-D tensor)."""
+    hidden = {"display": "none"}
+    run, step, node = selected["run"], selected["step"], selected["node"]
+    try:
+        wire = data.graph(run, step)
+    except StoreError as exc:
+        return html.P(str(exc), className="gs-hint"), [], hidden
+    if not 0 <= node < len(wire["nodes"]):
+        return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
+    module = wire["nodes"][node].get("module")
+    wanted = set(view.node_tensors(wire, node))
+    if module and module in (wire.get("modules") or {}):
+        wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
+    arrays = data.store.read_arrays(run, step, sorted(wanted))
+    panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
+    slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
+    full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
+    options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
+        if full_4d else []
+    return (_inspector(wire, node, panel, data.flow_over_steps(run, step), arrays), options,
+            {"width": "160px"} if full_4d else hidden)
+
+
 def initial_state(data: UIData) -> dict[str, Any]:
     """The page as first served: the newest run and step already drawn, so the first paint needs
     no callback round trip (a deep link then moves it, in the browser)."""
@@ -307,9 +314,12 @@ def initial_state(data: UIData) -> dict[str, Any]:
     elements, order, last, value, legend, info, _ = graph_payload(data, run, step, "norm", None, with_search=False)
     player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} (n{order['nodes'][value]})"
               if order and order["nodes"] else "")
+    # the inspector opens on the player's node, so the two agree from the first paint
+    selected = {"run": run, "step": step, "node": order["nodes"][value]} if order and order["nodes"] else None
+    inspector = inspector_payload(data, selected) if selected else None
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
             "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
-            "info": info, "player": player,  # search options follow in a callback: indexing them is not urgent
+            "info": info, "player": player, "selected": selected, "inspector": inspector,
             "problems": problems.lines_of(data, run, step),  # the problems panel (app/ui/problems.py)
             "ranks": data.store.ranks(run) if run else []}
 
@@ -370,7 +380,9 @@ def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_s
                   style={"height": "320px"}),
         dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
                   style={"height": "320px"})]))
-    return dcc.Tabs(id=ids.TABS, value="node", children=tabs)
+    # the tab the person picked survives a new render (a streamed step re-renders the inspector): Dash's
+    # persistence re-applies their choice while the value rendered here stays "node"
+    return dcc.Tabs(id=ids.TABS, value="node", children=tabs, persistence=True, persistence_type="memory")
 
 
 def _module_tab(wire: dict[str, Any], module: str, arrays: dict[int, Any] | None = None) -> list[Any]:

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from app.ui import compare, debugger, ids, problems
+from app.ui import callbacks, compare, debugger, ids, problems
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -84,6 +84,9 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         html.Div(id=ids.PLAYER_INFO, className="gs-player-info", children=st.get("player", "")),
         dcc.Interval(id=ids.TICKER, interval=400, disabled=True),
     ])
+    # the inspector opens on the player's node (`initial_state`), or with a hint on an empty store
+    inspector, sample_options, sample_style = st.get("inspector") or (
+        [html.P(callbacks.HINT, className="gs-hint")], [], {"display": "none"})
     graph = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
                            layout={"name": "preset", "fit": False},  # first view: assets/graph.js
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
@@ -93,7 +96,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
                      eventNames=["run", "step", "tracer", "paused", "breakpoints"]),  # the last two: app/debug.py
-        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED), dcc.Store(id=ids.COLLAPSED),
+        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         header,
@@ -113,11 +116,9 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                 compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
                 # no value until there are options: a value missing from them is reset (to None) by the
                 # dropdown itself as it mounts, and that would fire the inspector's callback on load
-                dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=[], style={"display": "none"},
-                             placeholder="sample"),
-                html.Div(id=ids.INSPECTOR, className="gs-inspector", children=[
-                    html.P("Click a node of the graph (or step through the backward pass) to see what arrived "
-                           "at it and what it sent on.", className="gs-hint")]),
+                dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=sample_options,
+                             style=sample_style, placeholder="sample"),
+                html.Div(id=ids.INSPECTOR, className="gs-inspector", children=inspector),
             ]),
         ]),
     ])

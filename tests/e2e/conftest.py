@@ -87,8 +87,11 @@ def page(browser: Browser) -> Iterator[Page]:
     pg = ctx.new_page()
     pg.set_default_timeout(45_000)
     errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    warnings: list[str] = []
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else
+          warnings.append(m.text) if m.type == "warning" else None)
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.console_errors = errors  # type: ignore[attr-defined]
+    pg.console_warnings = warnings  # type: ignore[attr-defined]
     yield pg
     ctx.close()

@@ -40,8 +40,8 @@ def _graph_counts(page: Page) -> tuple[int, int]:
 
 
 def _no_errors(page: Page) -> None:
-    errors = [e for e in page.console_errors if "wheel sensitivity" not in e]  # type: ignore[attr-defined]
-    assert errors == []
+    assert page.console_errors == []  # type: ignore[attr-defined]
+    assert page.console_warnings == []  # type: ignore[attr-defined]
 
 
 def test_page_loads_and_graph_matches_the_store(live_server: Any, page: Page) -> None:
@@ -66,6 +66,7 @@ def test_deep_link_opens_the_inspector_with_the_stored_values(live_server: Any, 
         st = store.read_step("r", 0)
     addmm = next(n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "fc2")
     page.goto(f"{live_server.url}/?run=r&step=0&node={addmm.id}")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{addmm.id},')")
     page.wait_for_selector("#inspector .js-plotly-plot")
     text = page.inner_text("#inspector")
     assert "AddmmBackward0" in text and "mat2 → fc2.weight (transposed)" in text
@@ -181,10 +182,25 @@ def test_screenshot_for_the_readme(live_server: Any, page: Page, tmp_path: Path)
     page.goto(f"{live_server.url}/?run=r&step=1&node={node}")
     page.wait_for_selector("#inspector .js-plotly-plot")
     page.wait_for_function("window.cy && window.cy.nodes().length > 0")
-    page.wait_for_timeout(800)
+    page.wait_for_function(f"window.cy.$(':selected').id() === 'n{node}'")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{node},')")
     out = Path(os.environ.get("GRADSCAPE_SCREENSHOT", tmp_path / "page.png"))
     page.screenshot(path=str(out))
-    assert out.stat().st_size > 20_000
+    # the picture shows the page: a PNG of the viewport's size, the graph drawn (its canvas holds more than
+    # one colour), the inspector's heatmaps there
+    png = out.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1500, 950)
+    colours = page.evaluate("""(() => { const c = document.querySelector('#graph canvas:last-of-type');
+        const all = Array.from(document.querySelectorAll('#graph canvas'));
+        const seen = new Set();
+        for (const cv of all) { const g = cv.getContext('2d'); if (!g || !cv.width) continue;
+          const d = g.getImageData(0, 0, cv.width, cv.height).data;
+          for (let i = 0; i < d.length; i += 4 * 97) if (d[i + 3]) seen.add(d[i] + ',' + d[i + 1] + ',' + d[i + 2]); }
+        return seen.size; })()""")
+    assert colours > 3
+    assert page.locator("#inspector .js-plotly-plot").count() >= 2
+    assert page.locator("#inspector").is_visible() and page.locator("#graph").is_visible()
     _no_errors(page)
 
 
@@ -201,7 +217,10 @@ def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any
     _open(page, live_server.url)
     page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
                            ".innerText.includes('live')")
-    page.wait_for_timeout(800)
+    page.wait_for_function("document.querySelector('#search') !== null")
+    deadline = time.monotonic() + 15  # the search options' answer and the catch-up's read of the step list
+    while (not api or not any(r.response() for r in posts)) and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
     outputs = {json.loads(r.post_data)["output"].split("@")[0]: r for r in posts}
     assert sorted(outputs) == ["search.options"], list(outputs)
     with TraceStore(live_server.store_path, readonly=True) as store:
@@ -266,4 +285,62 @@ def test_a_reconnecting_page_catches_up_on_steps_it_was_not_told_about(live_serv
         sock.close(wait=False, abort=True)  # the page's socket drops and reconnects
     page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText.includes('step 1')",
                            timeout=15_000)
+    _no_errors(page)
+
+
+def test_on_load_the_player_and_the_inspector_show_the_same_node(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "mlp")
+    _open(page, live_server.url)
+    player = page.inner_text("#player-info")
+    shown = player.rsplit("(", 1)[1].rstrip(")")  # "#14 of 15: Name (n3)" -> "n3"
+    assert page.evaluate("window.cy.$('.current').id()") == shown
+    assert f"(node {shown}," in page.inner_text("#inspector")
+    _no_errors(page)
+
+
+def test_keys_step_play_fit_and_clear_but_not_while_typing(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "mlp")
+    _open(page, live_server.url)
+    with TraceStore(live_server.store_path, readonly=True) as store:
+        wire = store.read_graph("r", 1)
+    order = [f"n{n}" for n, _ in wire["execution"]]
+    page.wait_for_function(f"window.cy.$('.current').id() === '{order[-1]}'")
+    page.click("#graph-info")  # the page has the focus, no field
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"window.cy.$('.current').id() === '{order[-2]}'")
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"window.cy.$('.current').id() === '{order[-3]}'")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node {order[-3]},')")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(f"window.cy.$('.current').id() === '{order[-2]}'")
+    page.keyboard.press(" ")
+    page.wait_for_function("document.querySelector('#player-play').innerText === '❚❚'")
+    page.keyboard.press(" ")
+    page.wait_for_function("document.querySelector('#player-play').innerText === '▶'")
+    page.evaluate("window.cy.viewport({zoom: 3, pan: {x: -4000, y: -4000}})")
+    page.keyboard.press("f")  # the whole graph in view
+    page.wait_for_function("(() => { const e = window.cy.extent(), b = window.cy.elements().boundingBox();"
+                           " return e.x1 <= b.x1 && e.y1 <= b.y1 && e.x2 >= b.x2 && e.y2 >= b.y2; })()")
+    page.keyboard.press("Escape")
+    page.wait_for_function("window.cy.$(':selected').length === 0")
+    page.wait_for_function("document.querySelector('#inspector').innerText.includes('Click a node')")
+    # typing in the find box moves nothing
+    current = page.evaluate("window.cy.$('.current').id()")
+    zoom = page.evaluate("window.cy.zoom()")
+    page.click("#search")
+    page.keyboard.type("f")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press(" ")
+    assert page.evaluate("window.cy.$('.current').id()") == current
+    assert page.evaluate("window.cy.zoom()") == zoom
+    assert page.inner_text("#player-play") == "▶"
+    _no_errors(page)
+
+
+def test_at_1280_by_720_the_page_does_not_scroll_sideways(live_server: Any, page: Page) -> None:
+    _record(live_server.store_path, "transformer")
+    page.set_viewport_size({"width": 1280, "height": 720})
+    _open(page, live_server.url)
+    page.wait_for_function("document.querySelector('#inspector').innerText.includes('(node n')")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     _no_errors(page)

@@ -70,8 +70,8 @@ def test_server_absent_at_start_spills_and_serve_shows_them(tmp_path: Path) -> N
 
 def test_sigkill_mid_run_then_restart(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
-    port = free_port()
-    servers = [Server(store, port).start()]
+    servers = [Server(store).start()]
+    port = servers[0].port
     proc = worker(servers[0].url, "crash", "--steps", "150", "--pause", "0.1", "--spill", str(tmp_path / "s.sqlite"))
     try:
         assert proc.stdout is not None
@@ -125,7 +125,7 @@ def test_foreign_host_header_is_refused(server: Server) -> None:
 
 
 def test_token_is_required_when_set(tmp_path: Path) -> None:
-    srv = Server(tmp_path / "s.sqlite", free_port(), "--token", "s3cret").start()
+    srv = Server(tmp_path / "s.sqlite", 0, "--token", "s3cret").start()
     try:
         assert f"http://127.0.0.1:{srv.port}/?token=s3cret" in srv.log.read_text()  # the URL carries the token
         with pytest.raises(ApiError) as err:

@@ -131,9 +131,7 @@ def test_bad_input_is_a_json_4xx(server: Server) -> None:
 
 
 def test_token_server_needs_the_token(tmp_path: Path) -> None:
-    from serving import free_port
-
-    srv = Server(tmp_path / "t.sqlite", free_port(), "--host", "127.0.0.1", "--token", "sekrit").start()
+    srv = Server(tmp_path / "t.sqlite", 0, "--host", "127.0.0.1", "--token", "sekrit").start()
     try:
         with pytest.raises(ApiError) as e:
             srv.api("/api/runs/x/paused")

@@ -1,0 +1,175 @@
+"""The page while a run streams: a real training subprocess (tests/stream_worker.py) sends steps to a real
+server, real headless Chromium shows them; what the person chose (tab, node, view, step) holds still."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page
+from serving import get_json, worker
+
+from tracer.store import TraceStore
+
+RUN = "stream"
+# the selection (written into the address) has moved on to a new step
+URL_STEP_AT_LEAST = "s => { const m = location.search.match(/step=(\\d+)/); return !!m && parseInt(m[1]) >= s; }"
+
+
+@pytest.fixture
+def streaming(live_server: Any) -> Iterator[Any]:
+    """A training loop streaming an MLP's steps into the server, a few a second, until the test ends."""
+    proc = worker(live_server.url, RUN, "--model", "mlp", "--steps", "600", "--pause", "0.25")
+    try:
+        wait_steps(live_server.url, 2)
+        yield live_server
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
+def stored_steps(url: str) -> list[int]:
+    try:
+        return [s["step"] for s in get_json(f"{url}/api/runs/{RUN}/steps")["steps"]]
+    except Exception:  # the run is not there yet
+        return []
+
+
+def wait_steps(url: str, n: int, timeout: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = stored_steps(url)
+        if len(steps) >= n:
+            return steps
+        time.sleep(0.05)
+    raise TimeoutError(f"fewer than {n} steps of {RUN} stored")
+
+
+def shown_step(page: Page) -> int:
+    text = page.evaluate("(document.querySelector('#step-select') || {innerText: ''}).innerText").strip()
+    return int(text.split()[-1]) if text.startswith("step ") else -1
+
+
+def wait_shown_step_above(page: Page, step: int) -> int:
+    page.wait_for_function("s => { const t = (document.querySelector('#step-select') || {innerText: ''}).innerText;"
+                           " const m = t.match(/step (\\d+)/); return m && parseInt(m[1]) > s; }", arg=step,
+                           timeout=20_000)
+    return shown_step(page)
+
+
+def module_node(store_path: Path) -> int:
+    with TraceStore(store_path, readonly=True) as store:
+        wire = store.read_graph(RUN, store.steps(RUN)[0]["step"])
+    return next(i for i, n in enumerate(wire["nodes"]) if n["name"] == "AddmmBackward0" and n.get("module"))
+
+
+def open_page(page: Page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                           ".innerText.includes('live')")
+
+
+def selected_tab(page: Page) -> str:
+    return str(page.evaluate("(document.querySelector('#inspector-tabs .tab--selected') || {innerText: ''})"
+                             ".innerText")).strip()
+
+
+def clean_console(page: Page) -> None:
+    assert page.console_errors == []  # type: ignore[attr-defined]
+    assert page.console_warnings == []  # type: ignore[attr-defined]
+
+
+def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: Page) -> None:
+    open_page(page, streaming.url)
+    node = module_node(streaming.store_path)
+    page.evaluate(f"void window.cy.getElementById('n{node}').emit('tap')")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{node},')")
+    # a view of the person's own: zoom and pan, and the inspector scrolled down
+    page.evaluate("window.cy.viewport({zoom: 0.77, pan: {x: 31, y: 17}})")
+    scrolled = page.evaluate("(() => { const i = document.getElementById('inspector');"
+                             " i.scrollTop = Math.min(120, i.scrollHeight - i.clientHeight); return i.scrollTop; })()")
+    assert scrolled > 0
+    step = wait_shown_step_above(page, shown_step(page))
+    step = wait_shown_step_above(page, step)  # two new steps drawn while the node stays selected
+    page.wait_for_function(URL_STEP_AT_LEAST, arg=step)  # the selection moved with them
+    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    assert page.evaluate("[window.cy.zoom(), window.cy.pan().x, window.cy.pan().y]") == pytest.approx([0.77, 31, 17])
+    assert page.evaluate("document.getElementById('inspector').scrollTop") == scrolled
+    # another tab: it stays chosen through new steps; only the data under it changes
+    page.click("#inspector-tabs >> text=Gradient flow")
+    page.wait_for_selector("#flow-chart")
+    assert selected_tab(page) == "Gradient flow"
+    step = wait_shown_step_above(page, step)
+    step = wait_shown_step_above(page, step)
+    page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
+    page.wait_for_selector("#flow-chart")
+    assert selected_tab(page) == "Gradient flow"
+    page.click("#inspector-tabs >> text=Module")
+    page.wait_for_function("document.querySelector('#inspector').innerText.includes('parameter gradients')")
+    step = wait_shown_step_above(page, step)
+    page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
+    assert selected_tab(page).startswith("Module")
+    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    clean_console(page)
+
+
+def test_a_link_naming_a_step_pins_it(streaming: Any, page: Page) -> None:
+    node = module_node(streaming.store_path)
+    seen: list[int] = []
+    page.on("response", lambda r: seen.append(len(r.json()["steps"])) if r.url.endswith(f"/runs/{RUN}/steps")
+            and r.ok else None)
+    open_page(page, f"{streaming.url}/?run={RUN}&step=0&node={node}")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{node},')")
+    assert page.is_checked("#follow-live input") is False  # visibly off
+    # the page hears of newer steps (it reads the step list) and stays on step 0
+    deadline = time.monotonic() + 20
+    while (not seen or seen[-1] < 4) and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert seen and seen[-1] >= 4
+    assert shown_step(page) == 0
+    assert "step=0" in page.url
+    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    clean_console(page)
+
+
+def test_a_link_naming_only_the_run_follows_live(streaming: Any, page: Page) -> None:
+    open_page(page, f"{streaming.url}/?run={RUN}")
+    assert page.is_checked("#follow-live input") is True
+    first = shown_step(page)
+    wait_shown_step_above(page, wait_shown_step_above(page, first))
+    clean_console(page)
+
+
+def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_returns(
+        tmp_path: Path, page: Page) -> None:
+    from serving import Server
+    from test_ui import _record
+
+    store = tmp_path / "s.sqlite"
+    _record(store, "mlp", run="r", steps=1)
+    srv = Server(store).start()
+    try:
+        open_page(page, srv.url)
+        nodes = page.evaluate("window.cy.nodes().length")
+        srv.stop()
+        page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                               ".innerText.includes('offline')", timeout=10_000)
+        # what the page had is still shown
+        assert page.evaluate("window.cy.nodes().length") == nodes
+        assert "step 0" in page.inner_text("#step-select")
+        _record(store, "mlp", run="r", steps=3)  # steps stored while the page was cut off
+        srv.start()
+        page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                               ".innerText.includes('live')", timeout=30_000)
+        page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''})"
+                               ".innerText.includes('step 2')", timeout=15_000)
+    finally:
+        srv.stop()
+    # the browser logs the failed reconnection attempts while the server is away; nothing else
+    errors = [e for e in page.console_errors if "ERR_CONNECTION_REFUSED" not in e  # type: ignore[attr-defined]
+              and "WebSocket connection" not in e]
+    assert errors == []
