@@ -12,9 +12,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 from playwright.sync_api import Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from zoo import build
 
 import tracer
+from app.ui import ids
 from tracer.store import TraceStore
 
 SMALL = {"width": 1280, "height": 720}
@@ -45,21 +47,34 @@ def _no_errors(page: Page) -> None:
 
 def _hover(page: Page, plot: int, x: float, y: float, expect: str) -> str:
     """Move the mouse over data point (x, y) of the `plot`-th visible heatmap; the hover label's text,
-    once it holds `expect`."""
-    page.evaluate("i => Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))"
-                  ".filter(gd => gd.offsetParent !== null)[i].scrollIntoView({block: 'center'})", plot)
-    px, py = page.evaluate("""([i, x, y]) => {
-        const gd = Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))
-          .filter(gd => gd.offsetParent !== null)[i];
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
-        return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
-    }""", [plot, x, y])
-    page.mouse.move(px, py)
+    once it holds `expect`. The plot's place is read again on each try: the inspector may still be
+    re-rendering or restoring its scroll position when the first try moves the mouse."""
     # the label of this cell (a label of an earlier hover may still be on screen for a moment)
     label = """want => { const h = document.querySelector('#inspector .hoverlayer .hovertext');
         const t = h ? Array.from(h.querySelectorAll('text.nums tspan.line')).map(t => t.textContent).join('\\n') : '';
         return t.includes(want) ? t : ''; }"""
-    return str(page.wait_for_function(label, arg=expect).json_value())
+    for attempt in range(10):
+        page.evaluate("i => Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))"
+                      ".filter(gd => gd.offsetParent !== null)[i].scrollIntoView({block: 'center'})", plot)
+        px, py = page.evaluate("""([i, x, y]) => {
+            const gd = Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))
+              .filter(gd => gd.offsetParent !== null)[i];
+            const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
+            return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
+        }""", [plot, x, y])
+        page.mouse.move(1, 1)  # leave, so the move below is a fresh hover
+        page.mouse.move(px, py)
+        try:
+            return str(page.wait_for_function(label, arg=expect, timeout=4000 if attempt < 9 else 30000).json_value())
+        except PlaywrightTimeoutError:
+            continue
+    raise AssertionError(f"no hover label holding {expect!r}")
+
+
+def _open_node(page: Page, url: str, node: int) -> None:
+    """Open a deep link and wait until the inspector shows its node (the page first shows the player's)."""
+    page.goto(url)
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{node},')")
 
 
 def _overlaps(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -96,7 +111,7 @@ def test_thumbnail_axis_reaches_the_tensors_last_row_and_hover_names_the_rows(li
         wire = store.read_graph("r", 0)
     weight = next(n["id"] for n in wire["nodes"] if n["param"] == "weight")
     page.set_viewport_size(SMALL)
-    page.goto(f"{live_server.url}/?run=r&step=0&node={weight}")
+    _open_node(page, f"{live_server.url}/?run=r&step=0&node={weight}", weight)
     page.wait_for_selector("#inspector .js-plotly-plot .heatmaplayer")
     lo, hi = sorted(page.evaluate("document.querySelector('#inspector .js-plotly-plot')._fullLayout.yaxis.range"))
     assert lo <= 0 and hi >= 127  # the axis counts the tensor's 128 rows, not the thumbnail's 64 cells
@@ -118,7 +133,7 @@ def test_hovering_a_full_values_cell_gives_its_exact_index_and_value(live_server
     addmm = next(n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "fc2")
     mat2 = addmm.grad_inputs[2].values  # [20×30]: grad_outputs[0], then self, mat1, mat2
     page.set_viewport_size(SMALL)
-    page.goto(f"{live_server.url}/?run=r&step=0&node={addmm.id}")
+    _open_node(page, f"{live_server.url}/?run=r&step=0&node={addmm.id}", addmm.id)
     page.wait_for_function("document.querySelectorAll('#inspector .js-plotly-plot .heatmaplayer').length >= 4")
     text = _hover(page, 3, 7, 5, "col 7")
     assert "row 5, col 7" in text
@@ -143,9 +158,10 @@ def test_module_tab_and_headings_while_a_run_streams(live_server: Any, page: Pag
         wire = store.read_graph("live", 0)
     addmm = next(n["id"] for n in wire["nodes"] if n["name"] == "AddmmBackward0" and n["module"] == "fc2")
     page.set_viewport_size(SMALL)
-    page.goto(f"{live_server.url}/?run=live&step=0&node={addmm}")
+    _open_node(page, f"{live_server.url}/?run=live&step=0&node={addmm}", addmm)
     page.wait_for_function("document.querySelectorAll('#inspector .js-plotly-plot .heatmaplayer').length >= 4")
-    for i in (1, 2, 3):  # the run goes on; the page follows it, keeping the node
+    page.check(f"#{ids.FOLLOW} input")  # the link named a step, which pinned it: follow the run again
+    for i in (1, 2, 3):  # the run goes on; the page follows it (a link naming a step pins it: followed again above)
         train(i)
     page.wait_for_function("location.search.includes('step=3')")
     page.wait_for_function("document.querySelectorAll('#inspector .js-plotly-plot .heatmaplayer').length >= 4")
