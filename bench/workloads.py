@@ -183,7 +183,16 @@ def gpt12(device: str | torch.device = "cpu") -> Workload:
     return _gpt("gpt12", n_layers=12, d_model=768, n_heads=12, batch=4, device=device)
 
 
-WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12}
+def lenet_compiled(device: str | torch.device = "cpu") -> Workload:
+    """W5: W2 under `torch.compile` (plain = the untraced compiled step; traced steps compile it once more)."""
+    w = lenet(device)
+    w.model = torch.compile(w.model)  # type: ignore[assignment]
+    w.name = "lenet-compiled"
+    return w
+
+
+WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12,
+                                                 "W5": lenet_compiled}
 
 
 def build(key: str, device: str | torch.device = "cpu") -> Workload:
