@@ -13,6 +13,10 @@
   };
 })();
 
+/* the address the page was opened with: only that one can pin a step (the page writes each selection
+ * into the address later on, and those are not links someone opened) */
+window.__gsOpenedWith = window.location.search;
+
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
     deepLink: function (search) {
@@ -28,7 +32,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       // was opened with: the page itself writes the selection into the address later on
       if (!window.__gsLinkRead) {
         window.__gsLinkRead = true;
-        if (out.step !== undefined) {
+        if (out.step !== undefined && (search || "") === window.__gsOpenedWith) {
           window.__gsPinned = true;  // until the person ticks "follow live" again (the box may not show it yet)
           window.dash_clientside.set_props("follow-live", {value: []});
         }

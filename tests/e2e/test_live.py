@@ -88,6 +88,8 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     node = module_node(streaming.store_path)
     page.evaluate(f"void window.cy.getElementById('n{node}').emit('tap')")
     page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{node},')")
+    # the page has focused the new node (which scrolls the inspector to the top) before the person scrolls
+    page.wait_for_function(f"(window.__gsFocused || '').endsWith('/{node}')")
     # a view of the person's own: zoom and pan, and the inspector scrolled down
     page.evaluate("window.cy.viewport({zoom: 0.77, pan: {x: 31, y: 17}})")
     scrolled = page.evaluate("(() => { const i = document.getElementById('inspector');"
@@ -147,7 +149,7 @@ def test_a_link_naming_only_the_run_follows_live(streaming: Any, page: Page) -> 
 def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_returns(
         tmp_path: Path, page: Page) -> None:
     from serving import Server
-    from test_ui import _record
+    from .test_ui import _record
 
     store = tmp_path / "s.sqlite"
     _record(store, "mlp", run="r", steps=1)

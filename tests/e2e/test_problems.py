@@ -56,16 +56,18 @@ def test_the_panel_lists_the_problems_and_a_click_selects_the_origin(live_server
         assert p.message in lines.nth(k).inner_text()
     origin = st.problems[0]
     assert origin.kind == "nonfinite_forward" and origin.node is not None
-    # nothing selected yet; a click on the first line selects the inner sqrt
-    assert "(node n" not in page.inner_text("#inspector")
+    # the page opens on the player's node: first the loss line selects the root, then the first line
+    # selects the inner sqrt (two different nodes, so each click is seen to move the selection)
+    root = st.problems[1].node
+    assert root is not None and root != origin.node
+    lines.nth(1).click()
+    page.wait_for_function(f"window.cy.$(':selected').id() === 'n{root}'")
+    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{root},')")
     lines.nth(0).click()
     page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{origin.node},')")
     text = page.inner_text("#inspector")
     assert "SqrtBackward0" in text and line_of("@inner-sqrt") in text
     page.wait_for_function(f"window.cy.$(':selected').id() === 'n{origin.node}'")
-    # the loss line selects the root
-    lines.nth(1).click()
-    page.wait_for_function(f"window.cy.$(':selected').id() === 'n{st.problems[1].node}'")
     _no_errors(page)
 
 
@@ -89,6 +91,7 @@ def test_a_streamed_step_brings_its_problems_into_the_panel(live_server: Any, pa
         lines.nth(0).click()
     page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{st.problems[0].node},')")
     assert "LogBackward0" in page.inner_text("#inspector")
+    assert page.is_checked("#follow-live input")  # a selection written into the address pins nothing
     _finite_step(tr, 2)
     page.wait_for_function(f"{PANEL}.includes('no problems found')", timeout=10_000)
     tr.close()
