@@ -149,6 +149,7 @@ def test_a_link_naming_only_the_run_follows_live(streaming: Any, page: Page) -> 
 def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_returns(
         tmp_path: Path, page: Page) -> None:
     from serving import Server
+
     from .test_ui import _record
 
     store = tmp_path / "s.sqlite"
