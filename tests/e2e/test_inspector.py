@@ -171,7 +171,8 @@ def test_module_tab_and_headings_while_a_run_streams(live_server: Any, page: Pag
 
     page.locator("#inspector-tabs .tab", has_text="Module fc2").click()
     page.wait_for_function("document.querySelectorAll('#inspector .js-plotly-plot .heatmaplayer').length >= 2"
-                           " && document.querySelector('#inspector').innerText.includes('parameter gradients')")
+                           " && (document.querySelector('#inspector')?.innerText || '')"
+                           ".includes('parameter gradients')")
     train(4)  # still streaming while the tab is read
     text = page.inner_text("#inspector")
     assert "grad_output[0] · ∂L/∂output 0 · [8×30] float32" in text  # slot labels and shapes

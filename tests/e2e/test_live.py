@@ -87,7 +87,7 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     open_page(page, streaming.url)
     node = module_node(streaming.store_path)
     page.evaluate(f"void window.cy.getElementById('n{node}').emit('tap')")
-    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{node},')")
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{node},')")
     # the page has focused the new node (which scrolls the inspector to the top) before the person scrolls
     page.wait_for_function(f"(window.__gsFocused || '').endsWith('/{node}')")
     # a view of the person's own: zoom and pan, and the inspector scrolled down
@@ -111,7 +111,7 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     page.wait_for_selector("#flow-chart")
     assert selected_tab(page) == "Gradient flow"
     page.click("#inspector-tabs >> text=Module")
-    page.wait_for_function("document.querySelector('#inspector').innerText.includes('parameter gradients')")
+    page.wait_for_function("(document.querySelector('#inspector')?.innerText || '').includes('parameter gradients')")
     step = wait_shown_step_above(page, step)
     page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
     assert selected_tab(page).startswith("Module")
@@ -125,7 +125,7 @@ def test_a_link_naming_a_step_pins_it(streaming: Any, page: Page) -> None:
     page.on("response", lambda r: seen.append(len(r.json()["steps"])) if r.url.endswith(f"/runs/{RUN}/steps")
             and r.ok else None)
     open_page(page, f"{streaming.url}/?run={RUN}&step=0&node={node}")
-    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{node},')")
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{node},')")
     assert page.is_checked("#follow-live input") is False  # visibly off
     # the page hears of newer steps (it reads the step list) and stays on step 0
     deadline = time.monotonic() + 20

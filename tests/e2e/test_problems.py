@@ -62,9 +62,9 @@ def test_the_panel_lists_the_problems_and_a_click_selects_the_origin(live_server
     assert root is not None and root != origin.node
     lines.nth(1).click()
     page.wait_for_function(f"window.cy.$(':selected').id() === 'n{root}'")
-    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{root},')")
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{root},')")
     lines.nth(0).click()
-    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{origin.node},')")
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{origin.node},')")
     text = page.inner_text("#inspector")
     assert "SqrtBackward0" in text and line_of("@inner-sqrt") in text
     page.wait_for_function(f"window.cy.$(':selected').id() === 'n{origin.node}'")
@@ -89,7 +89,8 @@ def test_a_streamed_step_brings_its_problems_into_the_panel(live_server: Any, pa
     # wait for that answer, or it could arrive after step 2 and put the list back on step 1
     with page.expect_response(_answer_for("step-select.value")):
         lines.nth(0).click()
-    page.wait_for_function(f"document.querySelector('#inspector').innerText.includes('(node n{st.problems[0].node},')")
+    origin = st.problems[0].node
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{origin},')")
     assert "LogBackward0" in page.inner_text("#inspector")
     assert page.is_checked("#follow-live input")  # a selection written into the address pins nothing
     _finite_step(tr, 2)
