@@ -42,7 +42,9 @@
     cy.viewport({zoom: z, pan: {x: W / 2 - z * (bb.x1 + bb.w / 2), y: top}});
   };
 
-  G.fit = function (cy) { cy.fit(undefined, PAD); };
+  // a view the person asks for wins over the page's own recentring (assets/player.js), which animates:
+  // stop that first, or its later frames would move the view away again
+  G.fit = function (cy) { cy.stop(true, false); cy.fit(undefined, PAD); };
 
   G.zoomToSelection = function (cy) {
     let el = cy.elements(":selected");
@@ -50,6 +52,7 @@
       el = cy.getElementById(window.gradscapePlayer.element);
     }
     if (!el.length) return;
+    cy.stop(true, false);
     cy.fit(el, 80);
     if (cy.zoom() > MAX_OPEN) cy.zoom({level: MAX_OPEN, position: el.position ? el.boundingBox() && {
       x: (el.boundingBox().x1 + el.boundingBox().x2) / 2, y: (el.boundingBox().y1 + el.boundingBox().y2) / 2} : undefined});

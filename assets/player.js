@@ -181,7 +181,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           if (key !== window.__gsFocused && window.__gsFocused !== undefined) {
             const ins = document.getElementById("inspector");
             if (ins) ins.scrollTop = 0;
-            if (window.gradscapeScroll) window.gradscapeScroll.want = 0;
+            if (window.gradscapeScroll) { window.gradscapeScroll.want = 0; window.gradscapeScroll.pulled = false; }
             const ext = cy.extent(), p = el.position();
             if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
           }
@@ -194,24 +194,41 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
 });
 
 /* The inspector's scroll position holds while its content is rendered again for a new step: the new
- * content briefly stands shorter than the old, which pulls the scroll up; once it has grown back, the
- * position the person chose is put back. A new node starts at the top (`focus` sets `want` to 0). */
+ * content can briefly stand shorter than the old, which pulls the scroll up; once it has grown back, the
+ * position the person chose is put back. Shorter content only ever pulls the scroll up, and only when
+ * content is replaced or the scroll sits at the new bottom; every other move is the person's (a wheel, a
+ * drag, find-in-page, a script) and becomes the position to keep. The content's changes are seen (a
+ * MutationObserver) before the scroll events they cause. A new node starts at the top (`focus` sets
+ * `want` to 0). */
 (function () {
-  const S = window.gradscapeScroll = {want: null};
+  const S = window.gradscapeScroll = {want: null, pulled: false, input: -1e9};
+  const used = function () { S.input = performance.now(); };
+  const touched = function () { return performance.now() - S.input < 1000; };
+  function keep(ins, replaced) {  // after a change of the content
+    const top = ins.scrollTop, bottom = ins.scrollHeight - ins.clientHeight;
+    if (S.want === null || top > S.want || touched()) { S.want = top; S.pulled = false; return; }
+    if (top === S.want) { S.pulled = false; return; }
+    if (S.pulled || replaced || top >= bottom - 1) {
+      S.pulled = bottom < S.want;
+      if (!S.pulled) ins.scrollTop = S.want;
+    } else {
+      S.want = top;
+    }
+  }
+  function moved(ins) {  // a scroll event
+    const top = ins.scrollTop;
+    if (S.pulled && !touched() && top >= ins.scrollHeight - ins.clientHeight - 1) return;  // held at the bottom
+    S.want = top;
+    S.pulled = false;
+  }
   const wait = setInterval(function () {
     const ins = document.getElementById("inspector");
     if (!ins) return;
     clearInterval(wait);
-    ins.addEventListener("scroll", function () {
-      const bottom = ins.scrollHeight - ins.clientHeight;
-      // pulled up to the bottom by shorter content: not the person's doing
-      if (S.want !== null && ins.scrollTop < S.want && ins.scrollTop >= bottom - 1) return;
-      S.want = ins.scrollTop;
-    });
-    new MutationObserver(function () {
-      if (S.want !== null && ins.scrollTop !== S.want && ins.scrollHeight - ins.clientHeight >= S.want) {
-        ins.scrollTop = S.want;
-      }
+    for (const t of ["wheel", "keydown", "pointerdown", "touchmove"]) ins.addEventListener(t, used, {passive: true});
+    ins.addEventListener("scroll", function () { moved(ins); });
+    new MutationObserver(function (records) {
+      keep(ins, records.some(function (r) { return r.removedNodes.length > 0; }));
     }).observe(ins, {childList: true, subtree: true, attributes: true});
   }, 50);
 })();

@@ -50,6 +50,24 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
 
 
 @pytest.fixture
+def make_tracer(live_server: LiveServer) -> Iterator[Any]:
+    """`make_tracer(model, run=..., sink=live_server.url)`: a Tracer closed when the test ends, while the
+    server still runs, even when the test fails half-way (a tracer left open would leave its socket to
+    be collected, and warned about, in some later test)."""
+    import tracer
+
+    made: list[tracer.Tracer] = []
+
+    def make(*args: Any, **kwargs: Any) -> tracer.Tracer:
+        made.append(tracer.Tracer(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for tr in made:
+        tr.close(timeout=5.0)
+
+
+@pytest.fixture
 def token_server(tmp_path: Path) -> Iterator[LiveServer]:
     """A server that wants a token (as when bound beyond loopback); its `url` carries it."""
     yield from _serve(tmp_path, ServerConfig(notify_interval=0.05, token="e2e-token"), "/?token=e2e-token")

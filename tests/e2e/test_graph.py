@@ -209,11 +209,11 @@ def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any
     _no_errors(page)
 
 
-def test_a_streamed_step_keeps_the_view_the_person_chose(live_server: Any, page: Page) -> None:
+def test_a_streamed_step_keeps_the_view_the_person_chose(live_server: Any, page: Page, make_tracer: Any) -> None:
     from zoo import build
 
     case = build("mlp")
-    tr = tracer.Tracer(case.model, run="live", sink=live_server.url)
+    tr = make_tracer(case.model, run="live", sink=live_server.url)
     with tr.step(0):
         case.loss(case.model, case.batch).backward()
     sink = tr.sinks[1]

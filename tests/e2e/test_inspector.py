@@ -141,9 +141,9 @@ def test_hovering_a_full_values_cell_gives_its_exact_index_and_value(live_server
     _no_errors(page)
 
 
-def test_module_tab_and_headings_while_a_run_streams(live_server: Any, page: Page) -> None:
+def test_module_tab_and_headings_while_a_run_streams(live_server: Any, page: Page, make_tracer: Any) -> None:
     case = build("mlp")
-    tr = tracer.Tracer(case.model, run="live", sink=live_server.url)
+    tr = make_tracer(case.model, run="live", sink=live_server.url)
     sink = tr.sinks[1]
 
     def train(i: int) -> None:

@@ -71,8 +71,8 @@ def test_the_panel_lists_the_problems_and_a_click_selects_the_origin(live_server
     _no_errors(page)
 
 
-def test_a_streamed_step_brings_its_problems_into_the_panel(live_server: Any, page: Page) -> None:
-    tr = tracer.Tracer(run="live", sink=live_server.url)
+def test_a_streamed_step_brings_its_problems_into_the_panel(live_server: Any, page: Page, make_tracer: Any) -> None:
+    tr = make_tracer(run="live", sink=live_server.url)
     _finite_step(tr, 0)
     sink = tr.sinks[1]
     sink._net.wait_empty(time.monotonic() + 10)  # type: ignore[attr-defined]

@@ -107,9 +107,9 @@ def test_player_steps_through_the_execution_order(live_server: Any, page: Page) 
     _no_errors(page)
 
 
-def test_a_streamed_step_appears_within_two_seconds(live_server: Any, page: Page) -> None:
+def test_a_streamed_step_appears_within_two_seconds(live_server: Any, page: Page, make_tracer: Any) -> None:
     case = build("mlp")
-    tr = tracer.Tracer(case.model, run="live", sink=live_server.url)
+    tr = make_tracer(case.model, run="live", sink=live_server.url)
     with tr.step(0):
         case.loss(case.model, case.batch).backward()
     tr.sinks[1]._net.wait_empty(time.monotonic() + 10)  # type: ignore[attr-defined]
@@ -252,13 +252,14 @@ def test_a_token_page_goes_live_over_a_websocket(token_server: Any, page: Page) 
     _no_errors(page)
 
 
-def test_a_new_run_appears_in_the_run_list_and_the_shown_run_stays(live_server: Any, page: Page) -> None:
+def test_a_new_run_appears_in_the_run_list_and_the_shown_run_stays(live_server: Any, page: Page,
+                                                                  make_tracer: Any) -> None:
     _record(live_server.store_path, "mlp", run="first", steps=1)
     _open(page, live_server.url)
     page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
                            ".innerText.includes('live')")
     case = build("mlp")
-    tr = tracer.Tracer(case.model, run="second", sink=live_server.url)
+    tr = make_tracer(case.model, run="second", sink=live_server.url)
     with tr.step(0):
         case.loss(case.model, case.batch).backward()
     sink = tr.sinks[1]
