@@ -19,8 +19,10 @@ window.__gsOpenedWith = window.location.search;
 
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
-    deepLink: function (search) {
-      // "?run=r&step=3&node=12" → {run: "r", step: 3, node: 12}; nothing (no update) without a link
+    deepLink: function (search, selected) {
+      // "?run=r&step=3&node=12" → {run: "r", step: 3, node: 12}; nothing (no update) without a link, and
+      // nothing for the address the page wrote itself for the selection it shows (read back as a link, it
+      // took the step list back to the selection's step while a run streamed on)
       const q = new URLSearchParams(search || "");
       const out = {};
       if (q.get("run")) out.run = q.get("run");
@@ -28,6 +30,8 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         const v = q.get(key);
         if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
       });
+      if (selected && window.__gsLinkRead && out.run === selected.run && out.step === selected.step &&
+          out.node === selected.node) return window.dash_clientside.no_update;
       // a link that names a step pins it: "follow live" goes off (visibly). Only the address the page
       // was opened with: the page itself writes the selection into the address later on
       if (!window.__gsLinkRead) {
@@ -86,6 +90,15 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
     },
+    problemPick: function (_clicks, run, step) {
+      // a click on a problem line (its id names the node) → {run, step, node, at}; new lines (a step
+      // change) also fire this, with no click: nothing then
+      const t = (dash_clientside.callback_context.triggered || [])[0];
+      if (!t || !t.value || !run || step === null || step === undefined) return window.dash_clientside.no_update;
+      let id;
+      try { id = JSON.parse(t.prop_id.slice(0, t.prop_id.lastIndexOf("."))); } catch (e) { return window.dash_clientside.no_update; }
+      return {run: run, step: step, node: id.node, at: Date.now()};
+    },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them
       if (connected === false) return ["offline: no connection to the server", "gs-connection offline"];
@@ -101,17 +114,37 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
     advance: function (ticks, prev, next, value, max) {
       const trig = (dash_clientside.callback_context.triggered[0] || {}).prop_id || "";
       let v = value || 0;
-      if (trig.startsWith("player-prev")) v = Math.max(0, v - 1);
-      else if (trig.startsWith("player-next")) v = Math.min(max || 0, v + 1);
+      // clicks (or ←/→ keys) quicker than the page can answer arrive as one call with a count several higher:
+      // each one moves the player
+      const seen = window.__gsClicks || (window.__gsClicks = {prev: 0, next: 0});
+      const by = function (key, now) { const d = Math.max(1, (now || 0) - seen[key]); seen[key] = now || 0; return d; };
+      if (trig.startsWith("player-prev")) v = Math.max(0, v - by("prev", prev));
+      else if (trig.startsWith("player-next")) v = Math.min(max || 0, v + by("next", next));
       else if (trig.startsWith("player-ticker")) v = v >= (max || 0) ? 0 : v + 1;
       return v;
     },
     player: function (value, order, _elements, max) {
       const cy = window.cy;
       if (!order || !order.nodes || !order.nodes.length) return "";
-      const v = Math.min(value || 0, order.nodes.length - 1);
+      const last = order.nodes.length - 1;
+      let v = Math.min(value || 0, last);
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
-      const moved = trig.indexOf("player-slider.value") >= 0 && trig.indexOf("exec-order.data") < 0;
+      const fresh = trig.indexOf("exec-order.data") >= 0;
+      const sig = order.run + "|" + order.nodes.join(",");
+      const prev = window.gradscapePlayer;
+      if (fresh && prev) {
+        // a new step of the same graph (a run streaming, a fold, the person picking another step) keeps the
+        // player's place in the backward order; another graph opens fully executed
+        const want = prev.sig === sig ? v : last;
+        if (want !== (value || 0)) {
+          window.__gsHold = want;  // the slider is set below: that change is not the person moving it
+          dash_clientside.set_props("player-slider", {value: want});
+        }
+        v = want;
+      }
+      const held = !fresh && window.__gsHold === v;
+      if (!fresh) window.__gsHold = undefined;
+      const moved = trig.indexOf("player-slider.value") >= 0 && !fresh && !held;  // the person moved it
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
       if (cy && trig.indexOf("exec-order.data") >= 0) window.gradscapeGraph.shown(cy, order);
       else if (!window.gradscapeGraph.key) {
@@ -123,7 +156,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
       window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
-                                step: order.step};
+                                step: order.step, sig: sig};
       if (cy && !cy.__gsTap) {
         // a click on a node selects it here, in the browser: a server answer may be dropped when a streamed
         // step changes an input of the same callback while it is in flight, and the click would be lost

@@ -93,7 +93,7 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
     # ?run=&step=&node= → {run, step, node}, or no update without a link (the page was rendered with
     # the newest step already)
     app.clientside_callback(ClientsideFunction("gradscape", "deepLink"), Output(ids.DEEP_LINK, "data"),
-                            Input(ids.URL, "search"))
+                            Input(ids.URL, "search"), State(ids.SELECTED, "data"))
 
     @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
                   Input(ids.DEEP_LINK, "data"), State(ids.RUN_SELECT, "value"),
@@ -124,8 +124,9 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                             State(ids.STEP_SELECT, "value"), State(ids.STEP_SELECT, "options"),
                             State(ids.FOLLOW, "value"), prevent_initial_call=True)
 
+    # the player's position is not set here: in the browser, a new step of the same graph keeps it and
+    # another graph opens fully executed (`gradscape.player`); set here too, it raced the person's keys
     @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
-                  Output(ids.SLIDER, "value", allow_duplicate=True),
                   Output(ids.LEGEND, "children"), Output(ids.GRAPH_INFO, "children"), Output(ids.SEARCH, "options"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.COLOR_BY, "value"),
                   Input(ids.COLLAPSED, "data"), prevent_initial_call=True)
@@ -133,8 +134,9 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         # the search options belong to the step: a fold or a new colouring keeps them (the dropdown
         # re-indexes every option it is given, ~0.1 s in the browser for a 500-node step)
         new_step = any(p.split(".")[0] in (ids.RUN_SELECT, ids.STEP_SELECT) for p in ctx.triggered_prop_ids)
-        out = graph_payload(data, run, step, color_by, collapsed, with_search=new_step)
-        return out if new_step else (*out[:-1], no_update)
+        elements, order, last, _value, legend, info, search = graph_payload(data, run, step, color_by, collapsed,
+                                                                            with_search=new_step)
+        return elements, order, last, legend, info, search if new_step else no_update
 
     @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "id"),
                   State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
@@ -149,53 +151,46 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
         except StoreError:
             return no_update
 
+    # Node selection and folds. Three callbacks, one per source, because Dash drops the answer of a
+    # callback whose input changes while it is in flight and asks again with only the newest trigger:
+    # with the step list as an input of the same callback, a streamed step arriving during a click on a
+    # module box or a pick in the find box lost that click. The player selects its current node, and a
+    # click on a node selects it, in the browser as well (assets/player.js).
     @app.callback(Output(ids.SELECTED, "data"), Output(ids.COLLAPSED, "data"), Output(ids.URL, "search"),
-                  Input(ids.GRAPH, "tapNodeData"), Input(ids.SEARCH, "value"),
+                  Output(ids.LINK_USED, "data"),
                   Input(ids.DEEP_LINK, "data"), Input(ids.STEP_SELECT, "value"),
                   State(ids.RUN_SELECT, "value"), State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"),
-                  prevent_initial_call=True)  # first load: nothing is selected yet
-    def select(tap: dict[str, Any] | None, found: str | None, link: dict[str, Any] | None,
-               step: int | None, run: str | None, selected: dict[str, Any] | None,
-               collapsed: dict[str, Any] | None) -> Any:
-        """Node selection from a click, a search hit, a deep link or a step change; the player selects
-        its current node in the browser (assets/player.js)."""
-        trigger = ctx.triggered_id
-        if not run or step is None:
-            return no_update, no_update, no_update
-        wire = data.graph(run, step)
-        folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
-        current = data.layout(run, step, folded)["collapsed"]
-        node: int | None = None
-        new_folded: list[str] | None = None
-        if trigger == ids.GRAPH and tap:
-            el = str(tap.get("id", ""))
-            if el.startswith("m:"):
-                return no_update, {"run": run, "collapsed": sorted(view.expand_one_level(wire, current, el[2:]))}, \
-                    no_update
-            if el.startswith("g:"):
-                return no_update, {"run": run, "collapsed": sorted(view.collapse_module(current, el[2:]))}, no_update
-            if el.startswith("n") and el[1:].isdigit():
-                node = int(el[1:])
-        elif trigger == ids.SEARCH and found:
-            if found.startswith("n") and found[1:].isdigit():
-                node = int(found[1:])
-                new_folded = sorted(view.reveal(wire, current, node))
-            elif found.startswith("m:"):
-                new_folded = sorted(view.expand_module(current, found[2:]))
-        elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT) and link and link.get("run") == run \
-                and link.get("step") == step and link.get("node") is not None \
-                and (trigger == ids.DEEP_LINK or not selected or selected.get("step") != step):
-            node = link["node"]  # the page was opened from a deep link: once run and step are in place
-            new_folded = sorted(view.reveal(wire, current, node)) if 0 <= node < len(wire["nodes"]) else None
-        elif trigger == ids.STEP_SELECT and selected and selected.get("run") == run:
-            node = selected.get("node")  # same node, new step (ids are stable for the same model)
-        if node is None or not 0 <= node < len(wire["nodes"]):
-            return no_update, ({"run": run, "collapsed": new_folded} if new_folded is not None else no_update), \
-                no_update
-        sel = {"run": run, "step": step, "node": node}
-        folded_out = {"run": run, "collapsed": new_folded} if new_folded is not None and new_folded != current \
-            else no_update
-        return sel, folded_out, "?" + urlencode(sel)
+                  State(ids.LINK_USED, "data"), prevent_initial_call=True)  # first load: nothing is selected yet
+    def select_for_step(link: dict[str, Any] | None, step: int | None, run: str | None,
+                        selected: dict[str, Any] | None, collapsed: dict[str, Any] | None,
+                        used: dict[str, Any] | None) -> Any:
+        """A deep link's node once its run and step are shown (once: a later visit to that step keeps what
+        the person selected since); the same node in a new step."""
+        fresh = link if link and link != used else None
+        sel, folded, address = selection(data, ctx.triggered_id, run, step, selected, collapsed, link=fresh)
+        applied = fresh is not None and isinstance(sel, dict) and sel.get("step") == fresh.get("step") \
+            and sel.get("node") == fresh.get("node")
+        return sel, folded, address, fresh if applied else no_update
+
+    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
+                  Output(ids.COLLAPSED, "data", allow_duplicate=True),
+                  Output(ids.URL, "search", allow_duplicate=True),
+                  Input(ids.GRAPH, "tapNodeData"), State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
+                  State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"), prevent_initial_call=True)
+    def select_in_graph(tap: dict[str, Any] | None, run: str | None, step: int | None,
+                        selected: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
+        """A click on the graph: a node selects it, a folded module opens a level, a box folds."""
+        return selection(data, ids.GRAPH, run, step, selected, collapsed, tap=tap)
+
+    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
+                  Output(ids.COLLAPSED, "data", allow_duplicate=True),
+                  Output(ids.URL, "search", allow_duplicate=True),
+                  Input(ids.SEARCH, "value"), State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
+                  State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"), prevent_initial_call=True)
+    def select_found(found: str | None, run: str | None, step: int | None,
+                     selected: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
+        """A pick in the find box: a node is selected and unfolded into view, a module is opened."""
+        return selection(data, ids.SEARCH, run, step, selected, collapsed, found=found)
 
     @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
                   Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
@@ -229,6 +224,52 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
                             Input(ids.SELECTED, "data"), Input(ids.EXEC_ORDER, "data"))
     problems.register(app, data)  # the problems panel (app/ui/problems.py)
     return data
+
+
+def selection(data: UIData, trigger: Any, run: str | None, step: int | None, selected: dict[str, Any] | None,
+              collapsed: dict[str, Any] | None, tap: dict[str, Any] | None = None, found: str | None = None,
+              link: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """(selected node, folded modules, address) after a click (`tap`), a find (`found`), a deep link or
+    a step change (`trigger` says which); `no_update` for what does not change."""
+    if not run or step is None:
+        return no_update, no_update, no_update
+    try:
+        wire = data.graph(run, step)
+    except StoreError:
+        return no_update, no_update, no_update
+    folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
+    current = data.layout(run, step, folded)["collapsed"]
+    node: int | None = None
+    new_folded: list[str] | None = None
+    if trigger == ids.GRAPH and tap:
+        el = str(tap.get("id", ""))
+        if el.startswith("m:"):
+            return no_update, {"run": run, "collapsed": sorted(view.expand_one_level(wire, current, el[2:]))}, \
+                no_update
+        if el.startswith("g:"):
+            return no_update, {"run": run, "collapsed": sorted(view.collapse_module(current, el[2:]))}, no_update
+        if el.startswith("n") and el[1:].isdigit():
+            node = int(el[1:])
+    elif trigger == ids.SEARCH and found:
+        if found.startswith("n") and found[1:].isdigit():
+            node = int(found[1:])
+            new_folded = sorted(view.reveal(wire, current, node))
+        elif found.startswith("m:"):
+            new_folded = sorted(view.expand_module(current, found[2:]))
+    elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT) and link and link.get("run") == run \
+            and link.get("step") == step and link.get("node") is not None \
+            and (trigger == ids.DEEP_LINK or not selected or selected.get("step") != step):
+        node = link["node"]  # the page was opened from a deep link: once run and step are in place
+        new_folded = sorted(view.reveal(wire, current, node)) if 0 <= node < len(wire["nodes"]) else None
+    elif trigger == ids.STEP_SELECT and selected and selected.get("run") == run:
+        node = selected.get("node")  # same node, new step (ids are stable for the same model)
+    if node is None or not 0 <= node < len(wire["nodes"]):
+        return no_update, ({"run": run, "collapsed": new_folded} if new_folded is not None else no_update), \
+            no_update
+    sel = {"run": run, "step": step, "node": node}
+    folded_out = {"run": run, "collapsed": new_folded} if new_folded is not None and new_folded != current \
+        else no_update
+    return sel, folded_out, "?" + urlencode(sel)
 
 
 def run_choices(store: TraceStore, link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ CONNECTION = "connection-status"
 URL = "url"
 SOCKET = "ui-socket"
 DEEP_LINK = "deep-link"
+LINK_USED = "deep-link-used"  # the deep link whose node has been selected
 SELECTED = "selected-node"
 COLLAPSED = "collapsed-modules"
 EXEC_ORDER = "exec-order"

@@ -96,7 +96,8 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
                      eventNames=["run", "step", "tracer", "paused", "breakpoints"]),  # the last two: app/debug.py
-        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
+        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
+        dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         header,
@@ -112,6 +113,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
             ]),
             html.Div(className="gs-right", children=[
                 problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
+                dcc.Store(id=problems.PICK),  # the problem line last clicked (outside the panel, which re-renders)
                 debugger.panel(),  # breakpoints (app/ui/debugger.py)
                 compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
                 # no value until there are options: a value missing from them is reset (to None) by the

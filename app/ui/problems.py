@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import dash
-from dash import ALL, Input, Output, State, ctx, html, no_update
+from dash import ALL, ClientsideFunction, Input, Output, State, html, no_update
 
 from app import view
 from app.ui import ids
@@ -15,6 +15,7 @@ from app.view.problems import problem_lines
 from tracer.store import StoreError
 
 LINE = "problem-line"  # pattern-matching id type of a clickable line
+PICK = "problem-pick"  # the line last clicked: {run, step, node, at}
 
 
 def lines_of(data: Any, run: str | None, step: int | None) -> dict[str, Any]:
@@ -56,20 +57,22 @@ def register(app: dash.Dash, data: Any) -> None:
     def show_problems(run: str | None, step: int | None) -> Any:
         return children(lines_of(data, run, step))
 
+    # A click on a line → `PICK`, in the browser; the selection follows on the server. The lines are re-rendered
+    # with every step, so a server callback with them as inputs lost a click made while a run streamed (Dash
+    # drops the answer of a callback whose input changes while it is in flight).
+    app.clientside_callback(ClientsideFunction("gradscape", "problemPick"), Output(PICK, "data"),
+                            Input({"type": LINE, "k": ALL, "node": ALL}, "n_clicks"),
+                            State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
+                            prevent_initial_call=True)
+
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.COLLAPSED, "data", allow_duplicate=True),
                   Output(ids.URL, "search", allow_duplicate=True),
-                  Input({"type": LINE, "k": ALL, "node": ALL}, "n_clicks"),
-                  State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.COLLAPSED, "data"),
-                  prevent_initial_call=True)
-    def select_problem(clicks: list[int | None], run: str | None, step: int | None,
-                       collapsed: dict[str, Any] | None) -> Any:
-        trig = ctx.triggered_id
-        # new lines (a step change) also trigger this, with no clicks: only a click selects
-        if not isinstance(trig, dict) or not ctx.triggered or not ctx.triggered[0].get("value") \
-                or not run or step is None:
+                  Input(PICK, "data"), State(ids.COLLAPSED, "data"), prevent_initial_call=True)
+    def select_problem(pick: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
+        if not pick or not pick.get("run") or pick.get("step") is None or pick.get("node") is None:
             return no_update, no_update, no_update
-        node = int(trig["node"])
+        run, step, node = pick["run"], int(pick["step"]), int(pick["node"])
         try:
             wire = data.graph(run, step)
         except StoreError:

@@ -176,3 +176,47 @@ def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_re
     errors = [e for e in page.console_errors if "ERR_CONNECTION_REFUSED" not in e  # type: ignore[attr-defined]
               and "WebSocket connection" not in e]
     assert errors == []
+
+
+def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, page: Page) -> None:
+    """What else the person set up holds through new steps: the colouring, a folded module, a node found
+    by name, and the player's place in the backward order (the graph is the same in every step)."""
+    open_page(page, streaming.url)
+    # colour by the fraction of zeros
+    before = page.evaluate("window.cy.nodes().map(n => n.data('color')).join()")
+    page.click("#color-by")
+    page.get_by_text("fraction of zeros", exact=True).click()
+    page.wait_for_function(f"window.cy.nodes().map(n => n.data('color')).join() !== {before!r}")
+    # fold fc1 (a click on its box)
+    page.wait_for_function("window.cy.getElementById('g:fc1').length === 1")
+    page.evaluate("void window.cy.getElementById('g:fc1').emit('tap')")
+    page.wait_for_function("window.cy.getElementById('m:fc1').length === 1")
+    # the player: three back from the end (which selects its node)
+    page.click("#graph-info")  # the keys act when no field has the focus
+    last = page.evaluate("window.gradscapePlayer.position")
+    for _ in range(3):
+        page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"window.gradscapePlayer.position === {last - 3}")
+    current = page.evaluate("window.cy.$('.current').id()")
+    # find fc2's weight by name
+    with TraceStore(streaming.store_path, readonly=True) as store:
+        wire = store.read_graph(RUN, store.steps(RUN)[0]["step"])
+    weight = next(i for i, n in enumerate(wire["nodes"]) if n.get("param") == "fc2.weight")
+    page.click("#search")
+    page.keyboard.type("fc2.weight")
+    page.get_by_text("AccumulateGrad · fc2.weight", exact=False).first.click()
+    page.wait_for_function(f"window.cy.$(':selected').id() === 'n{weight}'")
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{weight},')")
+    step = wait_shown_step_above(page, shown_step(page))
+    step = wait_shown_step_above(page, step)
+    page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
+    page.wait_for_function(f"window.gradscapeGraph.key === '{RUN}/{step}'")
+    assert "fraction of zeros" in page.inner_text("#color-by")
+    assert "exactly 0" in page.inner_text("#legend")  # its title: "fraction of ∂L/∂output that is exactly 0"
+    assert page.evaluate("[window.cy.getElementById('m:fc1').length, window.cy.getElementById('g:fc1').length]") \
+        == [1, 0]
+    assert page.evaluate("window.cy.$(':selected').id()") == f"n{weight}"
+    assert f"(node n{weight}," in page.inner_text("#inspector")
+    assert page.evaluate("window.gradscapePlayer.position") == last - 3
+    assert page.evaluate("window.cy.$('.current').id()") == current
+    clean_console(page)
