@@ -1,7 +1,7 @@
 """The read-only JSON API over the trace store (docs/api.md has examples).
 
     GET /api/runs                                   runs, with step counts and their ranks
-    GET /api/runs/<run>/steps                       steps of a run
+    GET /api/runs/<run>/steps                       steps of a run (of one rank), and its ranks
     GET /api/runs/<run>/steps/<step>                the graph: nodes, edges, execution order, stats
     GET /api/runs/<run>/steps/<step>/nodes/<id>     one node with its tensors, thumbnails included
 
@@ -160,7 +160,7 @@ def register_api(server: Flask, store: TraceStore, state: Any = None) -> None:
         steps = store.steps(run, rank)
         if not steps and run not in {r["run"] for r in store.runs()}:
             raise NotFound(f"no run {run!r}")
-        return jsonify({"run": run, "rank": rank, "steps": steps})
+        return jsonify({"run": run, "rank": rank, "ranks": store.ranks(run), "steps": steps})
 
     @server.get("/api/runs/<run>/steps/<step>")
     def api_step(run: str, step: str) -> Response:

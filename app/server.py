@@ -85,13 +85,17 @@ class HostCheck:
 class Notifier:
     """Coalesces /ui notifications and pushes them at most every `interval` seconds from one thread.
     A notification only says what changed; the page reads the current state from the store, so
-    nothing is lost when several merge (Dash props are state, not events: docs/web-stack.md)."""
+    nothing is lost when several merge (Dash props are state, not events: docs/web-stack.md).
+
+    A step notification names its rank when it is not 0 (`{"run", "step", "rank"}`): the page hears a
+    prop change only when the value differs, and each rank of a distributed run stores the same step
+    numbers, often one after the other."""
 
     def __init__(self, socketio: SocketIO, interval: float) -> None:
         self.socketio = socketio
         self.interval = interval
         self._lock = threading.Lock()
-        self._steps: dict[str, int] = {}
+        self._steps: dict[tuple[str, int], int] = {}
         self._runs: list[str] = []
         self._tracers: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
@@ -110,9 +114,9 @@ class Notifier:
         if thread is not None and hasattr(thread, "join") and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def step(self, run: str, step: int) -> None:
+    def step(self, run: str, step: int, rank: int = 0) -> None:
         with self._lock:
-            self._steps[run] = max(step, self._steps.get(run, -1))
+            self._steps[(run, rank)] = max(step, self._steps.get((run, rank), -1))
         self._wake.set()
 
     def run(self, run: str) -> None:
@@ -136,8 +140,8 @@ class Notifier:
                 tracers, self._tracers = self._tracers, {}
             for r in runs:
                 self.socketio.emit("run", {"run": r}, namespace="/ui")
-            for r, s in steps.items():
-                self.socketio.emit("step", {"run": r, "step": s}, namespace="/ui")
+            for (r, rank), s in steps.items():
+                self.socketio.emit("step", {"run": r, "step": s, **({"rank": rank} if rank else {})}, namespace="/ui")
             for t in tracers.values():
                 self.socketio.emit("tracer", t, namespace="/ui")
             time.sleep(self.interval)
@@ -231,7 +235,7 @@ class TracerNamespace(Namespace):
         st.known_runs.add(run)
         if new_run:
             st.notifier.run(run)
-        st.notifier.step(run, step)
+        st.notifier.step(run, step, trace.rank or 0)
         return {"ok": True, "step": step, "chunk": chunk, "stored": True}
 
     def on_status(self, msg: Any) -> dict[str, Any]:

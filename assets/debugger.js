@@ -127,7 +127,8 @@ window.dash_clientside = window.dash_clientside || {};
         return null;
       }
       if (kind === "node-id") { send("POST", "/breakpoints", {on: "node", id: selected.node}); return trig; }
-      getJson(api(selected.run || run, "/steps/" + (selected.step ?? step) + "/nodes/" + selected.node)).then(function (n) {
+      getJson(api(selected.run || run, "/steps/" + (selected.step ?? step) + "/nodes/" + selected.node +
+                  (selected.rank ? "?rank=" + selected.rank : ""))).then(function (n) {
         if (!n) { fail("cannot read node " + selected.node); return; }
         if (kind === "module") {
           const m = n.module || (n.param ? n.param.split(".").slice(0, -1).join(".") : null);

@@ -96,12 +96,15 @@
     else if (evt.target.closest("#graph-zoom-selection")) G.zoomToSelection(cy);
   });
 
+  // which graph an execution order belongs to: "run/step", with the rank after it on any rank but 0
+  G.keyOf = function (order) { return order.run + "/" + order.step + (order.rank ? "/rank " + order.rank : ""); };
+
   // called by the player when a graph arrives: a fold or an expansion (same step) keeps the zoom and
-  // shows what was tapped; a new step of the same run (a live run streaming) keeps the view as the
-  // person left it (node ids are stable for the same model); another run opens afresh
+  // shows what was tapped; a new step or another rank of the same run (a live run streaming) keeps the
+  // view as the person left it (node ids are stable for the same model); another run opens afresh
   G.shown = function (cy, order) {
     attach(cy);
-    const key = order ? order.run + "/" + order.step : "";
+    const key = order ? G.keyOf(order) : "";
     const run = order ? order.run : null;
     if (key && key === G.key) G.refresh(cy);
     else if (run !== null && run === G.run && G.opened) G.tapped = null;

@@ -20,18 +20,19 @@ window.__gsOpenedWith = window.location.search;
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
     deepLink: function (search, selected) {
-      // "?run=r&step=3&node=12" → {run: "r", step: 3, node: 12}; nothing (no update) without a link, and
-      // nothing for the address the page wrote itself for the selection it shows (read back as a link, it
+      // "?run=r&rank=1&step=3&node=12" → {run: "r", rank: 1, step: 3, node: 12}; nothing (no update) without
+      // a link. No rank: rank 0 (the page writes rank= only for another rank, app/ui/address.py). Nothing
+      // either for the address the page wrote itself for the selection it shows (read back as a link, it
       // took the step list back to the selection's step while a run streamed on)
       const q = new URLSearchParams(search || "");
       const out = {};
       if (q.get("run")) out.run = q.get("run");
-      ["step", "node"].forEach(function (key) {
+      ["rank", "step", "node"].forEach(function (key) {
         const v = q.get(key);
         if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
       });
-      if (selected && window.__gsLinkRead && out.run === selected.run && out.step === selected.step &&
-          out.node === selected.node) return window.dash_clientside.no_update;
+      if (selected && window.__gsLinkRead && out.run === selected.run && (out.rank || 0) === (selected.rank || 0) &&
+          out.step === selected.step && out.node === selected.node) return window.dash_clientside.no_update;
       // a link that names a step pins it: "follow live" goes off (visibly). Only the address the page
       // was opened with: the page itself writes the selection into the address later on
       if (!window.__gsLinkRead) {
@@ -62,21 +63,35 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         .catch(function () { /* offline: the next notification brings the list up to date */ });
       return seq;
     },
-    liveSteps: function (note, run, current, shown, follow) {
-      // a step notification for this run, or the server's catch-up on (re)connecting → read the run's
-      // steps from the JSON API and set the step list; the newest answer wins (a sequence number)
+    liveSteps: function (note, run, rank, current, shown, follow, rankOptions) {
+      // a step notification for this run (of any rank), or the server's catch-up on (re)connecting → read
+      // the steps of the rank shown from the JSON API and set the step list; the newest answer wins (a
+      // sequence number), and only while that run and rank are still shown
       const nu = window.dash_clientside.no_update;
+      const r = rank || 0;
+      window.__gsStepsOf = run + "\n" + r;  // another run or rank chosen: its step list comes from the server
+      const trig = (dash_clientside.callback_context.triggered || []).map(function (t) { return t.prop_id; });
+      if (trig.indexOf("ui-socket.data-step") < 0) return nu;
       if (!note || !run || (!note.catchup && note.run !== run)) return nu;
       const seq = (window.__gsStepSeq = (window.__gsStepSeq || 0) + 1);
-      fetch(new URL("/api/runs/" + encodeURIComponent(run) + "/steps", window.location.origin),
-            {credentials: "same-origin"})
-        .then(function (r) { return r.ok ? r.json() : null; })
+      fetch(new URL("/api/runs/" + encodeURIComponent(run) + "/steps" + (r ? "?rank=" + r : ""),
+                    window.location.origin), {credentials: "same-origin"})
+        .then(function (res) { return res.ok ? res.json() : null; })
         .then(function (body) {
-          if (!body || !body.steps || seq !== window.__gsStepSeq) return;
+          if (!body || !body.steps || seq !== window.__gsStepSeq || window.__gsStepsOf !== run + "\n" + r) return;
+          // a rank that started storing steps after the page loaded joins the rank select (shown from two)
+          const ranks = body.ranks || [];
+          const hadRanks = (rankOptions || []).map(function (o) { return o.value; });
+          if (ranks.length && ranks.join(",") !== hadRanks.join(",")) {
+            window.dash_clientside.set_props("rank-select", {
+              options: ranks.map(function (k) { return {label: "rank " + k, value: k}; }), disabled: ranks.length < 2});
+            window.dash_clientside.set_props("rank-field", {style: ranks.length < 2 ? {display: "none"} : {}});
+          }
           const steps = body.steps.map(function (s) { return s.step; });
           const had = (shown || []).map(function (o) { return o.value; });
-          // the catch-up with nothing new leaves the page where it is (a deep link may have moved it)
-          if (note.catchup && steps.join(",") === had.join(",")) return;
+          // nothing new (the catch-up, or another rank's step) leaves the page where it is (a deep link may
+          // have moved it)
+          if (steps.join(",") === had.join(",")) return;
           if (!steps.length) return;
           // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
           const box = document.querySelector("#follow-live input");
@@ -90,14 +105,14 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
     },
-    problemPick: function (_clicks, run, step) {
-      // a click on a problem line (its id names the node) → {run, step, node, at}; new lines (a step
+    problemPick: function (_clicks, run, step, rank) {
+      // a click on a problem line (its id names the node) → {run, rank, step, node, at}; new lines (a step
       // change) also fire this, with no click: nothing then
       const t = (dash_clientside.callback_context.triggered || [])[0];
       if (!t || !t.value || !run || step === null || step === undefined) return window.dash_clientside.no_update;
       let id;
       try { id = JSON.parse(t.prop_id.slice(0, t.prop_id.lastIndexOf("."))); } catch (e) { return window.dash_clientside.no_update; }
-      return {run: run, step: step, node: id.node, at: Date.now()};
+      return {run: run, rank: rank || 0, step: step, node: id.node, at: Date.now()};
     },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them
@@ -148,15 +163,16 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
       if (cy && trig.indexOf("exec-order.data") >= 0) window.gradscapeGraph.shown(cy, order);
       else if (!window.gradscapeGraph.key) {
-        window.gradscapeGraph.key = order.run + "/" + order.step;
+        window.gradscapeGraph.key = window.gradscapeGraph.keyOf(order);
         window.gradscapeGraph.run = order.run;
       }
       if (moved) {  // the user moved the player: the inspector follows its current node
-        dash_clientside.set_props("selected-node", {data: {run: order.run, step: order.step, node: order.nodes[v]}});
+        dash_clientside.set_props("selected-node", {data: {run: order.run, rank: order.rank || 0, step: order.step,
+                                                           node: order.nodes[v]}});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
       window.gradscapePlayer = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
-                                step: order.step, sig: sig};
+                                rank: order.rank || 0, step: order.step, sig: sig};
       if (cy && !cy.__gsTap) {
         // a click on a node selects it here, in the browser: a server answer may be dropped when a streamed
         // step changes an input of the same callback while it is in flight, and the click would be lost
@@ -164,7 +180,8 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         cy.on("tap", "node", function (evt) {
           const id = evt.target.id(), p = window.gradscapePlayer;
           if (p && /^n[0-9]+$/.test(id)) {
-            dash_clientside.set_props("selected-node", {data: {run: p.run, step: p.step, node: parseInt(id.slice(1), 10)}});
+            dash_clientside.set_props("selected-node", {data: {run: p.run, rank: p.rank, step: p.step,
+                                                               node: parseInt(id.slice(1), 10)}});
           }
         });
       }

@@ -97,7 +97,11 @@ def test_fsdp2_ranks_write_one_shared_file(tmp_path: Path) -> None:
 
 def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_path: Path) -> None:
     """In-process (flask-socketio's test client): rank 0 and rank 1 send step 0 of one run; both are kept
-    (no overwrite); a rank outside 0 .. world_size - 1 is refused with an error naming it."""
+    (no overwrite), the page hears of each (rank 1's notification names its rank: the same step number
+    twice in a row would be no change to the page), and the steps list names the run's ranks; a rank
+    outside 0 .. world_size - 1 is refused with an error naming it."""
+    import time
+
     import torch
 
     import tracer
@@ -118,6 +122,7 @@ def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_p
             wires.append(step_to_wire(st))
         tr.close()
         acks = []
+        ui = sio.test_client(dash_app.server, namespace="/ui")
         for rank, world, wire in ((0, 2, wires[0]), (1, 2, wires[1]), (3, 2, wires[1])):
             c = sio.test_client(dash_app.server, namespace="/tracer")
             c.emit("hello", protocol.envelope("hello", "r", 0, {"client": "t", "accepts": [1], "pid": rank,
@@ -132,5 +137,16 @@ def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_p
         assert store.ranks("r") == [0, 1]
         b0, b1 = store.read_step("r", 0, 0).params["bias"].values, store.read_step("r", 0, 1).params["bias"].values
         assert b0 is not None and b1 is not None and np.allclose(b0, [2.0, 2.0]) and np.allclose(b1, [10.0, 10.0])
+        want = [{"run": "r", "step": 0}, {"run": "r", "step": 0, "rank": 1}]
+        heard: list[Any] = []
+        deadline = time.monotonic() + 5
+        while not all(w in heard for w in want) and time.monotonic() < deadline:
+            heard += [m["args"][0] for m in ui.get_received("/ui") if m["name"] == "step"]
+            time.sleep(0.02)
+        assert all(w in heard for w in want), heard
+        api = dash_app.server.test_client()
+        for rank in (0, 1):
+            answer = api.get(f"/api/runs/r/steps?rank={rank}").get_json()
+            assert (answer["rank"], answer["ranks"], [s["step"] for s in answer["steps"]]) == (rank, [0, 1], [0])
     finally:
         dash_app._gradscape_state.notifier.stop()

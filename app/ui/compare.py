@@ -1,8 +1,15 @@
 """The rank selector and the compare view (torch.distributed): the selected node or parameter on two
 ranks of one step, or on two steps of one rank, as a difference heatmap (`app.view.compare`).
 
-`#rank-select` is the rank the compare view reads (side A); it is disabled and hidden while the run
-has one rank. The graph and inspector show rank 0.
+`#rank-select` is the rank the whole page shows: the step list holds that rank's steps, and the graph,
+the player, the inspector (its gradient flow over steps included), the problems panel, the search and
+"follow live" read that rank; the compare view reads it as side A. A selection on a rank other than 0
+writes `rank=` into the address (app/ui/address.py). The select is disabled and hidden while the run
+has one rank (always, outside torch.distributed).
+
+The rank follows the run and deep links here (`sync_ranks`); the step list follows the rank
+(`callbacks.sync_steps`). A rank that starts storing steps after the page loaded is added to the select
+in the browser, from the step list's read (`gradscape.liveSteps` in assets/player.js).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from app.ui import ids
+from app.ui.address import link_rank
 from app.view import compare as cmp
 from tracer.store import StoreError, TraceStore
 
@@ -25,6 +33,17 @@ def rank_field(ranks: list[int] | None) -> tuple[list[dict[str, Any]], int, bool
     options = [{"label": f"rank {r}", "value": r} for r in ranks] or [{"label": "rank 0", "value": 0}]
     one = len(ranks) <= 1
     return options, ranks[0] if ranks else 0, one, HIDDEN if one else {}
+
+
+def rank_choice(ranks: list[int], run: str | None, link: dict[str, Any] | None, current: int | None) -> int:
+    """The rank to show of a run with `ranks`: a deep link's when it names this run (a link without
+    `rank=` names rank 0), else the current one, else the run's first; always one the run has (0 when it
+    has none). `link`: only when the address has just changed."""
+    if link and link.get("run") == run and link_rank(link) in ranks:
+        return link_rank(link)
+    if current is not None and current in ranks:
+        return current
+    return ranks[0] if ranks else 0
 
 
 def panel(ranks: list[int] | None = None) -> Any:
@@ -54,12 +73,16 @@ def panel(ranks: list[int] | None = None) -> Any:
 def register(app: dash.Dash, store: TraceStore) -> None:
     @app.callback(Output(ids.RANK_SELECT, "options"), Output(ids.RANK_SELECT, "value"),
                   Output(ids.RANK_SELECT, "disabled"), Output(ids.RANK_FIELD, "style"),
-                  Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "options"), State(ids.RANK_SELECT, "value"),
+                  Input(ids.RUN_SELECT, "value"), Input(ids.DEEP_LINK, "data"), State(ids.RANK_SELECT, "value"),
                   prevent_initial_call=True)  # first load: the layout holds the ranks
-    def sync_ranks(run: str | None, _steps: Any, current: int | None) -> Any:
+    def sync_ranks(run: str | None, link: dict[str, Any] | None, current: int | None) -> Any:
+        """Another run, or an address naming a rank. The value changes only when the rank does: every
+        view of the page reads the rank, and an unchanged one would redraw them all."""
         ranks = store.ranks(run) if run else []
-        options, first, one, style = rank_field(ranks)
-        return options, current if current in ranks else first, one, style
+        options, _, one, style = rank_field(ranks)
+        from_link = f"{ids.DEEP_LINK}.data" in ctx.triggered_prop_ids
+        rank = rank_choice(ranks, run, link if from_link else None, current)
+        return options, rank if rank != current else no_update, one, style
 
     @app.callback(Output(ids.COMPARE, "style"), Input(ids.COMPARE_OPEN, "n_clicks"), prevent_initial_call=True)
     def toggle(n: int | None) -> Any:

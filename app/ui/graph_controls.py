@@ -22,14 +22,14 @@ def register(app: dash.Dash, data: Any) -> None:
     """`data`: the page's `callbacks.UIData` (its cache of decoded steps)."""
 
     @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "search_value"),
-                  State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.SEARCH, "value"),
-                  State(ids.SEARCH, "options"), prevent_initial_call=True)
-    def search_big_step(query: str | None, run: str | None, step: int | None, value: str | None,
+                  State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),
+                  State(ids.SEARCH, "value"), State(ids.SEARCH, "options"), prevent_initial_call=True)
+    def search_big_step(query: str | None, run: str | None, step: int | None, rank: int | None, value: str | None,
                         options: list[dict[str, str]] | None) -> Any:
         if not query or not run or step is None:
             return no_update
         try:
-            wire = data.graph(run, step)
+            wire = data.graph(run, step, int(rank or 0))
         except StoreError:
             return no_update
         if not view.searched_on_server(wire):

@@ -1,29 +1,30 @@
-"""The problems panel (`#problems`): a count badge and one line per problem of the step shown,
-root cause first; clicking a line that names a node selects it in the graph and the inspector."""
+"""The problems panel (`#problems`): a count badge and one line per problem of the step shown (of the
+rank shown), root cause first; clicking a line that names a node selects it in the graph and the
+inspector."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 import dash
 from dash import ALL, ClientsideFunction, Input, Output, State, html, no_update
 
 from app import view
 from app.ui import ids
+from app.ui.address import address
 from app.view.problems import problem_lines
 from tracer.store import StoreError
 
 LINE = "problem-line"  # pattern-matching id type of a clickable line
-PICK = "problem-pick"  # the line last clicked: {run, step, node, at}
+PICK = "problem-pick"  # the line last clicked: {run, rank, step, node, at}
 
 
-def lines_of(data: Any, run: str | None, step: int | None) -> dict[str, Any]:
-    """The panel's content for a step (`problem_lines`); an empty panel when there is no step."""
+def lines_of(data: Any, run: str | None, step: int | None, rank: int = 0) -> dict[str, Any]:
+    """The panel's content for a step of a rank (`problem_lines`); an empty panel when there is no step."""
     if not run or step is None:
         return problem_lines(None)
     try:
-        return problem_lines(data.graph(run, step))
+        return problem_lines(data.graph(run, step, rank))
     except StoreError:
         return problem_lines(None)
 
@@ -53,9 +54,9 @@ def panel(info: dict[str, Any] | None = None) -> Any:
 
 def register(app: dash.Dash, data: Any) -> None:
     @app.callback(Output(ids.PROBLEMS, "children"), Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"),
-                  prevent_initial_call=True)  # first load: the layout already holds them
-    def show_problems(run: str | None, step: int | None) -> Any:
-        return children(lines_of(data, run, step))
+                  Input(ids.RANK_SELECT, "value"), prevent_initial_call=True)  # first load: the layout holds them
+    def show_problems(run: str | None, step: int | None, rank: int | None) -> Any:
+        return children(lines_of(data, run, step, int(rank or 0)))
 
     # A click on a line → `PICK`, in the browser; the selection follows on the server. The lines are re-rendered
     # with every step, so a server callback with them as inputs lost a click made while a run streamed (Dash
@@ -63,7 +64,7 @@ def register(app: dash.Dash, data: Any) -> None:
     app.clientside_callback(ClientsideFunction("gradscape", "problemPick"), Output(PICK, "data"),
                             Input({"type": LINE, "k": ALL, "node": ALL}, "n_clicks"),
                             State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
-                            prevent_initial_call=True)
+                            State(ids.RANK_SELECT, "value"), prevent_initial_call=True)
 
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.COLLAPSED, "data", allow_duplicate=True),
@@ -72,16 +73,15 @@ def register(app: dash.Dash, data: Any) -> None:
     def select_problem(pick: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
         if not pick or not pick.get("run") or pick.get("step") is None or pick.get("node") is None:
             return no_update, no_update, no_update
-        run, step, node = pick["run"], int(pick["step"]), int(pick["node"])
+        run, step, node, rank = pick["run"], int(pick["step"]), int(pick["node"]), int(pick.get("rank") or 0)
         try:
-            wire = data.graph(run, step)
+            wire = data.graph(run, step, rank)
         except StoreError:
             return no_update, no_update, no_update
         if not 0 <= node < len(wire["nodes"]):
             return no_update, no_update, no_update
         folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
-        current = data.layout(run, step, folded)["collapsed"]
+        current = data.layout(run, step, folded, rank)["collapsed"]
         new_folded = sorted(view.reveal(wire, current, node))
-        sel = {"run": run, "step": step, "node": node}
-        return sel, ({"run": run, "collapsed": new_folded} if new_folded != current else no_update), \
-            "?" + urlencode(sel)
+        sel = {"run": run, "rank": rank, "step": step, "node": node}
+        return sel, ({"run": run, "collapsed": new_folded} if new_folded != current else no_update), address(sel)
