@@ -65,7 +65,8 @@ def main() -> None:
         for name, p in model.named_parameters():
             g = p.grad
             if g is not None and hasattr(g, "full_tensor"):
-                g = g.full_tensor()  # a DTensor shard (FSDP2): the whole gradient
+                grads[f"{i}/local/{name}"] = g.to_local().detach().numpy().copy()  # this rank's shard (FSDP2)
+                g = g.full_tensor()  # the whole gradient
             grads[f"{i}/{name}"] = g.detach().numpy().copy()  # type: ignore[union-attr]
     # the reference: what autograd computes for this rank's data, then (DDP) averaged across ranks
     if mode != "fsdp":

@@ -264,5 +264,8 @@ def test_a_layer_run_under_no_grad_and_one_whose_output_is_dropped_say_why() -> 
     assert st is not None
     why = {p.param: p.message for p in st.problems if p.kind == "no_grad"}
     assert set(why) == {"frozen.weight", "frozen.bias", "dropped.weight", "dropped.bias"}
-    assert "computed under torch.no_grad()" in why["frozen.weight"]
+    line = f"test_problems.py:{_Cuts.forward.__code__.co_firstlineno + 2}"  # `self.frozen(x)`
+    assert why["frozen.weight"] == f"frozen.weight got no gradient: it was used under torch.no_grad() (at {line}), " \
+        "which records no graph to it."
+    assert {p.source for p in st.problems if p.param in ("frozen.weight", "frozen.bias")} == {line}
     assert "never reached the loss: it is unused" in why["dropped.bias"]

@@ -79,20 +79,28 @@ def test_ranks_without_all_reduce_differ(server: Server, tmp_path: Path) -> None
 
 def test_fsdp2_ranks_write_one_shared_file(tmp_path: Path) -> None:
     """FSDP2 (`fully_shard`) on gloo CPU, each rank's file sink writing the same SQLite file at once: both
-    ranks' steps are there side by side. (The tracer records no parameter gradients under FSDP2 yet:
-    its parameters are DTensor shards; `st.params` is empty there.)"""
+    ranks' steps are there side by side, and `st.params[name]` is the rank's shard of the reduced gradient
+    (what its optimizer steps with), exactly; the shards of the two ranks make up the whole gradient."""
     shared = tmp_path / "fsdp.sqlite"
     grads, infos = run_ranks(str(shared), "fsdp", "fsdp", tmp_path / "out")
     for r, info in enumerate(infos):
         assert (info["rank"], info["world_size"], info["errors"]) == (r, 2, [])
     for key in grads[0].files:
-        assert np.array_equal(grads[0][key], grads[1][key]), key  # the reduced gradient, whole on each rank
+        if "/local/" not in key:
+            assert np.array_equal(grads[0][key], grads[1][key]), key  # the reduced gradient, whole on each rank
     with TraceStore(shared, readonly=True) as store:
         assert store.ranks("fsdp") == [0, 1]
         for rank in (0, 1):
             assert [s["step"] for s in store.steps("fsdp", rank)] == [0, 1]
             st = store.read_step("fsdp", 1, rank)
             assert st.rank == rank and st.world_size == 2 and st.error is None and st.nodes
+            assert sorted(st.params) == sorted(infos[rank]["names"])
+            for name in infos[rank]["names"]:
+                got = st.params[name].values
+                assert got is not None and np.array_equal(got, grads[rank][f"1/local/{name}"]), (rank, name)
+    for name in infos[0]["names"]:  # the two shards, in order along dim 0, are the whole gradient
+        whole = np.concatenate([grads[0][f"1/local/{name}"], grads[1][f"1/local/{name}"]])
+        assert np.array_equal(whole, grads[0][f"1/{name}"]), name
 
 
 def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_path: Path) -> None:

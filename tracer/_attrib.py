@@ -156,6 +156,7 @@ class ForwardRecorder:
     _leaf_lo: int = 0  # the sequence number when that call started
     _thread: int = 0  # the thread whose function-mode stack holds the mode
     on_detach: Callable[[Any, Any], None] | None = None  # problem finder: (tensor, caller frame) of a detach
+    on_no_grad: Callable[[Any, Any], None] | None = None  # problem finder: (args, caller frame) of an op in no_grad
 
     def start(self) -> None:
         if not _active:
@@ -230,6 +231,8 @@ class ForwardRecorder:
             if lib and self._step_aside():
                 self._leaf = mod
                 self._leaf_lo = _seqnr()
+                if self.on_no_grad is not None and not _grad_enabled():  # its ops go unseen: its parameters
+                    self.on_no_grad(tuple(mod._parameters.values()), sys._getframe(1))
         return None
 
     def _post(self, mod: Any, args: Any, out: Any) -> None:
@@ -370,6 +373,7 @@ def _remove_hooks() -> None:
 
 
 _DETACH = (torch.Tensor.detach, torch.detach)  # noted for the problem finder (a cut in the graph)
+_grad_enabled = torch.is_grad_enabled
 _BACKWARD_FUNCS = {torch.Tensor.backward: "Tensor.backward",
                    torch.autograd.backward: "autograd.backward",
                    torch.autograd.grad: "autograd.grad"}
@@ -389,6 +393,8 @@ class _StepMode(TorchFunctionMode):
             return self.recorder.on_backward(api, func, args, kwargs)
         if func in _DETACH and self.recorder.on_detach is not None and args:  # problem finder: a graph cut
             self.recorder.on_detach(args[0], sys._getframe(1))
+        if not _grad_enabled() and self.recorder.on_no_grad is not None:  # problem finder: an op under no_grad
+            self.recorder.on_no_grad(args, sys._getframe(1))
         before = _seqnr()
         out = func(*args, **kwargs)
         after = _seqnr()

@@ -67,6 +67,7 @@ HISTORY_MIN = 5  # steps of history needed before comparing with it
 MIN_LAYERS = 3  # layers with a gradient needed before comparing a layer with the median of all
 MAX_FORWARD = 5  # forward origins listed at most
 MAX_DETACHES = 256  # detaches of a step remembered at most (each holds its graph until the step ends)
+MAX_NO_GRAD_USES = 256  # leaf tensors needing grad that an op used under no_grad, remembered at most per step
 
 log = logging.getLogger(__name__)
 
@@ -131,12 +132,24 @@ class StepProblems:
         self.origins: list[dict[str, Any]] = []
         self.bad_forward: set[int] = set()  # node ids whose forward output held NaN/Inf
         self.detaches: list[tuple[Any, str | None]] = []  # (grad_fn of a detached tensor, line of the detach)
+        # leaf tensors that need a gradient (parameters) used by an op under torch.no_grad(): the op's line
+        self.no_grad_uses: dict[Any, str | None] = {}
 
     def note_detach(self, t: Any, frame: Any) -> None:
         """A `.detach()` in the step's forward, of a tensor with a graph: where a graph may have been cut."""
         fn = getattr(t, "grad_fn", None) if isinstance(t, torch.Tensor) else None
         if fn is not None and enabled and len(self.detaches) < MAX_DETACHES:
             self.detaches.append((fn, user_frame(frame)))
+
+    def note_no_grad(self, args: tuple[Any, ...], frame: Any) -> None:
+        """An op run under torch.no_grad() in the step: the parameters among its arguments, and its line (the
+        first for each; a cut that explains a parameter without a gradient)."""
+        uses = self.no_grad_uses
+        if not enabled or len(uses) >= MAX_NO_GRAD_USES:
+            return
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.requires_grad and a.grad_fn is None and a not in uses:
+                uses[a] = user_frame(frame)
 
     # ------------------------------------------------------------------ backward start
     def at_backward(self, recs: list[Any], root_ids: list[int], values: list[torch.Tensor | None],
@@ -183,8 +196,8 @@ class StepProblems:
                                + ("; every gradient is finite, so only the loss shows it." if
                                   not _any_bad_gradient(st) else "."), rid, None, n.source))
         out.extend(_backward_born(st, self.bad_forward))
-        out.extend(_no_grad(st, recorder, self.detaches))
-        self.detaches = []
+        out.extend(_no_grad(st, recorder, self.detaches, self.no_grad_uses))
+        self.detaches, self.no_grad_uses = [], {}
         out.extend(_layer_norms(st, recorder.module_params, self.history))
         out.extend(_dead(st))
         return out
@@ -276,7 +289,8 @@ def _cut_at(node: Any, detaches: list[tuple[Any, str | None]]) -> str | None:
     return None
 
 
-def _no_grad(st: StepTrace, rec: Any, detaches: list[tuple[Any, str | None]]) -> list[Problem]:
+def _no_grad(st: StepTrace, rec: Any, detaches: list[tuple[Any, str | None]],
+             no_grad_uses: dict[Any, str | None] | None = None) -> list[Problem]:
     """Parameters that need a gradient and got none, in the model's order, with the reason when known."""
     if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
         return []  # autograd.grad fills no .grad: no parameter is expected to get one
@@ -296,8 +310,13 @@ def _no_grad(st: StepTrace, rec: Any, detaches: list[tuple[Any, str | None]]) ->
         node = in_graph.get(name)
         mod = owner.get(name)
         source = None
+        p = rec._param_by_name.get(name)
         if node is not None:
             why = "it is in the graph, but every path from the loss to it carried no gradient (None)."
+        elif no_grad_uses and p is not None and p in no_grad_uses:
+            source = no_grad_uses[p]
+            why = (f"it was used under torch.no_grad() (at {source}), which records no graph to it."
+                   if source else "it was used under torch.no_grad(), which records no graph to it.")
         elif mod is None or mod == "<root>" or not calls.get(mod):
             why = (f"its module {mod} was not called in this step's forward (an unused layer)."
                    if mod not in (None, "<root>") else "it has no path to the loss (unused, or cut by "

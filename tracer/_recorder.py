@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 __all__ = ["StepRecorder", "StructureCache"]
 
 
+def _dtensor_type() -> Any:
+    """torch.distributed's DTensor class, or None where torch.distributed is not built."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:
+        return None
+    return DTensor
+
+
 def _dist_initialized() -> bool:
     dist = torch.distributed
     return bool(dist.is_available() and dist.is_initialized())
@@ -100,6 +109,7 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self.breaker = breaker(run)  # breakpoints: see NOTE [Breakpoints] in tracer._breakpoints
         self.problems = StepProblems(self.statics)  # the problem finder (tracer/_problems.py)
         self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
+        self.forward.on_no_grad = self.problems.note_no_grad
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
@@ -207,6 +217,21 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
                 self._param_trace[name] = tr
             else:
                 self._param_trace[name] = self.summ.summarise(g)
+        if self._distributed:
+            self._sharded_params()
+
+    def _sharded_params(self) -> None:
+        """FSDP2 (`fully_shard`): the parameters are DTensor shards, and gradients arrive at the unsharded
+        copies it makes for each forward, which carry no name, so none arrive above. After the backward,
+        a parameter's `.grad` is this rank's shard of the reduced gradient: what its optimizer steps with,
+        kept as `st.params[name]` (the local shard, in the shard's own shape)."""
+        dtensor = _dtensor_type()
+        if dtensor is None:
+            return
+        for name, p in self._param_by_name.items():
+            g = p.grad
+            if isinstance(g, dtensor):
+                self._param_trace[name] = self.summ.summarise(g.to_local())
 
     def _note_once(self, why: str) -> None:
         """Keep the reason something of this step went untraced in `st.meta["notes"]`, and warn about

@@ -190,23 +190,20 @@ def register(app: dash.Dash, store: TraceStore) -> UIData:
             and sel.get("node") == fresh.get("node")
         return sel, folded, where, fresh if applied else no_update
 
-    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
-                  Output(ids.COLLAPSED, "data", allow_duplicate=True),
-                  Output(ids.URL, "search", allow_duplicate=True),
-                  Input(ids.GRAPH, "tapNodeData"), State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
-                  State(ids.RANK_SELECT, "value"), State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"),
-                  prevent_initial_call=True)
+    def selecting(source: Input) -> list[Any]:
+        """The selection, folds and address, set from `source` with what the page shows as its state."""
+        return [Output(ids.SELECTED, "data", allow_duplicate=True), Output(ids.COLLAPSED, "data", allow_duplicate=True),
+                Output(ids.URL, "search", allow_duplicate=True), source,
+                State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),
+                State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data")]
+
+    @app.callback(*selecting(Input(ids.GRAPH, "tapNodeData")), prevent_initial_call=True)
     def select_in_graph(tap: dict[str, Any] | None, run: str | None, step: int | None, rank: int | None,
                         selected: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
         """A click on the graph: a node selects it, a folded module opens a level, a box folds."""
         return selection(data, ids.GRAPH, run, step, int(rank or 0), selected, collapsed, tap=tap)
 
-    @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
-                  Output(ids.COLLAPSED, "data", allow_duplicate=True),
-                  Output(ids.URL, "search", allow_duplicate=True),
-                  Input(ids.SEARCH, "value"), State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
-                  State(ids.RANK_SELECT, "value"), State(ids.SELECTED, "data"), State(ids.COLLAPSED, "data"),
-                  prevent_initial_call=True)
+    @app.callback(*selecting(Input(ids.SEARCH, "value")), prevent_initial_call=True)
     def select_found(found: str | None, run: str | None, step: int | None, rank: int | None,
                      selected: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
         """A pick in the find box: a node is selected and unfolded into view, a module is opened."""
