@@ -16,6 +16,7 @@ page (a `?token=` visit sets a cookie). Dash's version check is never enabled.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import secrets
 import threading
@@ -317,8 +318,19 @@ class GradscapeDash(dash.Dash):
     def interpolate_index(self, metas: str = "", title: str = "", css: str = "", config: str = "", scripts: str = "",
                           app_entry: str = "", favicon: str = "", renderer: str = "") -> str:
         scripts = "\n".join(line for line in scripts.split("\n") if "/dash_table/" not in line)
+        scripts = _ids_script() + "\n" + scripts
         return str(super().interpolate_index(metas=metas, title=title, css=css, config=config, scripts=scripts,
                                              app_entry=app_entry, favicon=favicon, renderer=renderer))
+
+
+def _ids_script() -> str:
+    """`window.gradscapeIds`: the page's element ids (app/ui/ids.py) for its scripts in assets/, which read
+    them from there instead of repeating them; written before the scripts that use them."""
+    from app.ui import ids, problems
+
+    table = {k: v for k, v in vars(ids).items() if k.isupper() and isinstance(v, str)}
+    table["PROBLEM_PICK"] = problems.PICK
+    return "<script>window.gradscapeIds = " + json.dumps(table).replace("</", "<\\/") + ";</script>"
 
 
 class GradscapeApp(NamedTuple):

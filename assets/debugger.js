@@ -1,6 +1,7 @@
 // The breakpoint panel (app/ui/debugger.py). Notifications on /ui say which run changed; the state is
 // read from the JSON API (app/debug.py) and written to the page with set_props.
 window.dash_clientside = window.dash_clientside || {};
+var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written into the page by the server)
 (function () {
   const MARK = "node.gs-bp-mark";  // a class no element has: it tags the stylesheet rules added here
   const api = function (run, rest) {
@@ -57,8 +58,8 @@ window.dash_clientside = window.dash_clientside || {};
       if (note && note.catchup && (note.runs || []).indexOf(run) < 0) {
         // the server's catch-up on connecting: nothing paused or set for this run, nothing to read
         if (window.__gsPaused) {
-          set("bp-banner", {style: {display: "none"}});
-          set("graph", {stylesheet: sheet(stylesheet, null)});
+          set(ID.BP_BANNER, {style: {display: "none"}});
+          set(ID.GRAPH, {stylesheet: sheet(stylesheet, null)});
           window.__gsPaused = null;
         }
         return seq;
@@ -68,12 +69,12 @@ window.dash_clientside = window.dash_clientside || {};
         const paused = res[0], bps = res[1];
         if (seq !== window.__gsBpSeq) return null;
         if (bps) {
-          set("bp-list", {children: bps.breakpoints.length ? "breaks on: " + bps.breakpoints.map(describe).join(", ")
+          set(ID.BP_LIST, {children: bps.breakpoints.length ? "breaks on: " + bps.breakpoints.map(describe).join(", ")
                                                            : "no breakpoints"});
         }
         if (!paused || !paused.paused) {
-          set("bp-banner", {style: {display: "none"}});
-          set("graph", {stylesheet: sheet(stylesheet, null)});
+          set(ID.BP_BANNER, {style: {display: "none"}});
+          set(ID.GRAPH, {stylesheet: sheet(stylesheet, null)});
           window.__gsPaused = null;
           return null;
         }
@@ -81,7 +82,7 @@ window.dash_clientside = window.dash_clientside || {};
           if (seq !== window.__gsBpSeq || !doc) return;
           const n = doc.node;
           window.__gsPaused = {run: run, step: doc.step, node: n.id, executed: doc.executed};
-          set("bp-where", {children: "paused in step " + doc.step + " at " + n.name + " #" + n.id +
+          set(ID.BP_WHERE, {children: "paused in step " + doc.step + " at " + n.name + " #" + n.id +
                                      (n.module ? " (" + n.module + ")" : "") + (n.source ? " · " + n.source : "") +
                                      " · " + doc.executed + " nodes run"});
           const rows = doc.nodes.slice().reverse().map(function (x) {
@@ -92,9 +93,9 @@ window.dash_clientside = window.dash_clientside || {};
               h("Td", {}, x.module || x.param || ""),
               h("Td", {className: bad(sent) ? "gs-bp-bad" : ""}, grads(sent))]);
           });
-          set("bp-nodes", {children: h("Table", {}, h("Tbody", {}, rows))});
-          set("bp-banner", {style: {display: "block"}});
-          set("graph", {stylesheet: sheet(stylesheet, doc.nodes, n.id)});
+          set(ID.BP_NODES, {children: h("Table", {}, h("Tbody", {}, rows))});
+          set(ID.BP_BANNER, {style: {display: "block"}});
+          set(ID.GRAPH, {stylesheet: sheet(stylesheet, doc.nodes, n.id)});
         });
       }).catch(function () { /* offline: the next notification or reconnect reads the state again */ });
       return seq;
@@ -102,7 +103,7 @@ window.dash_clientside = window.dash_clientside || {};
     write: function (setClicks, clearClicks, stepClicks, contClicks, kind, above, selected, run, step) {
       const trig = ((dash_clientside.callback_context.triggered || [])[0] || {}).prop_id || "";
       const set = window.dash_clientside.set_props;
-      const fail = function (msg) { set("bp-list", {children: h("Span", {className: "gs-bp-error"}, msg)}); };
+      const fail = function (msg) { set(ID.BP_LIST, {children: h("Span", {className: "gs-bp-error"}, msg)}); };
       if (!run) { fail("no run to break in"); return null; }
       const send = function (method, rest, body) {
         return fetch(api(run, rest), {method: method, credentials: "same-origin",
@@ -111,11 +112,11 @@ window.dash_clientside = window.dash_clientside || {};
           .then(function (r) { return r.json().then(function (b) { if (!r.ok) fail(b.error || r.statusText); return b; }); })
           .catch(function (e) { fail(String(e)); });
       };
-      if (trig.startsWith("bp-step") || trig.startsWith("bp-continue")) {
-        send("POST", "/resume", {mode: trig.startsWith("bp-step") ? "step" : "continue"});
+      if (trig.startsWith(ID.BP_STEP + ".") || trig.startsWith(ID.BP_CONTINUE + ".")) {
+        send("POST", "/resume", {mode: trig.startsWith(ID.BP_STEP + ".") ? "step" : "continue"});
         return trig;
       }
-      if (trig.startsWith("bp-clear")) { send("DELETE", "/breakpoints"); return trig; }
+      if (trig.startsWith(ID.BP_CLEAR + ".")) { send("DELETE", "/breakpoints"); return trig; }
       if (kind === "nonfinite") { send("POST", "/breakpoints", {on: "nonfinite"}); return trig; }
       if (kind === "norm") {
         if (typeof above !== "number") { fail("type a number for the norm threshold"); return null; }

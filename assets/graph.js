@@ -1,6 +1,7 @@
 /* gradscape graph view: the first viewport of a graph (labels legible), the full label on hover,
  * and the graph's "fit" and "zoom to selection" buttons. dash-cytoscape's graph is window.cy.
  * Labels are 12 px in model units; LEGIBLE is the least zoom at which they are 10 px on screen. */
+var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written into the page by the server)
 (function () {
   const LEGIBLE = 10 / 12, MAX_OPEN = 1.5, PAD = 24;
   const G = window.gradscapeGraph = window.gradscapeGraph || {};
@@ -92,8 +93,8 @@
   document.addEventListener("click", function (evt) {
     const cy = window.cy;
     if (!cy || !evt.target || !evt.target.closest) return;
-    if (evt.target.closest("#graph-fit")) G.fit(cy);
-    else if (evt.target.closest("#graph-zoom-selection")) G.zoomToSelection(cy);
+    if (evt.target.closest("#" + ID.GRAPH_FIT)) G.fit(cy);
+    else if (evt.target.closest("#" + ID.GRAPH_ZOOM_SELECTION)) G.zoomToSelection(cy);
   });
 
   // which graph an execution order belongs to: "run/step", with the rank after it on any rank but 0

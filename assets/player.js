@@ -13,6 +13,9 @@
   };
 })();
 
+/* the page's element ids, from app/ui/ids.py (the server writes them into the page before the assets) */
+var ID = window.gradscapeIds;
+
 /* the address the page was opened with: only that one can pin a step (the page writes each selection
  * into the address later on, and those are not links someone opened) */
 window.__gsOpenedWith = window.location.search;
@@ -39,7 +42,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         window.__gsLinkRead = true;
         if (out.step !== undefined && (search || "") === window.__gsOpenedWith) {
           window.__gsPinned = true;  // until the person ticks "follow live" again (the box may not show it yet)
-          window.dash_clientside.set_props("follow-live", {value: []});
+          window.dash_clientside.set_props(ID.FOLLOW, {value: []});
         }
       }
       return Object.keys(out).length ? out : window.dash_clientside.no_update;
@@ -56,7 +59,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           const runs = body.runs.slice().sort(function (a, b) { return (a.updated > b.updated) - (a.updated < b.updated); });
           if (!runs.length) return;
           const names = runs.map(function (r) { return r.run; });
-          window.dash_clientside.set_props("run-select", {
+          window.dash_clientside.set_props(ID.RUN_SELECT, {
             options: runs.map(function (r) { return {label: r.run + " (" + r.steps + " steps)", value: r.run}; }),
             value: names.indexOf(current) >= 0 ? current : names[names.length - 1]});
         })
@@ -71,7 +74,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       const r = rank || 0;
       window.__gsStepsOf = run + "\n" + r;  // another run or rank chosen: its step list comes from the server
       const trig = (dash_clientside.callback_context.triggered || []).map(function (t) { return t.prop_id; });
-      if (trig.indexOf("ui-socket.data-step") < 0) return nu;
+      if (trig.indexOf(ID.SOCKET + ".data-step") < 0) return nu;
       if (!note || !run || (!note.catchup && note.run !== run)) return nu;
       const seq = (window.__gsStepSeq = (window.__gsStepSeq || 0) + 1);
       fetch(new URL("/api/runs/" + encodeURIComponent(run) + "/steps" + (r ? "?rank=" + r : ""),
@@ -83,9 +86,9 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           const ranks = body.ranks || [];
           const hadRanks = (rankOptions || []).map(function (o) { return o.value; });
           if (ranks.length && ranks.join(",") !== hadRanks.join(",")) {
-            window.dash_clientside.set_props("rank-select", {
+            window.dash_clientside.set_props(ID.RANK_SELECT, {
               options: ranks.map(function (k) { return {label: "rank " + k, value: k}; }), disabled: ranks.length < 2});
-            window.dash_clientside.set_props("rank-field", {style: ranks.length < 2 ? {display: "none"} : {}});
+            window.dash_clientside.set_props(ID.RANK_FIELD, {style: ranks.length < 2 ? {display: "none"} : {}});
           }
           const steps = body.steps.map(function (s) { return s.step; });
           const had = (shown || []).map(function (o) { return o.value; });
@@ -94,13 +97,13 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           if (steps.join(",") === had.join(",")) return;
           if (!steps.length) return;
           // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
-          const box = document.querySelector("#follow-live input");
+          const box = document.querySelector("#" + ID.FOLLOW + " input");
           const following = !window.__gsPinned && (box ? box.checked : !!(follow && follow.length));
           const props = {options: steps.map(function (s) { return {label: "step " + s, value: s}; })};
           // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
           // the value is set only when following or when the step shown is gone
           if (following || steps.indexOf(current) < 0) props.value = steps[steps.length - 1];
-          window.dash_clientside.set_props("step-select", props);
+          window.dash_clientside.set_props(ID.STEP_SELECT, props);
         })
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
@@ -133,9 +136,9 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       // each one moves the player
       const seen = window.__gsClicks || (window.__gsClicks = {prev: 0, next: 0});
       const by = function (key, now) { const d = Math.max(1, (now || 0) - seen[key]); seen[key] = now || 0; return d; };
-      if (trig.startsWith("player-prev")) v = Math.max(0, v - by("prev", prev));
-      else if (trig.startsWith("player-next")) v = Math.min(max || 0, v + by("next", next));
-      else if (trig.startsWith("player-ticker")) v = v >= (max || 0) ? 0 : v + 1;
+      if (trig.startsWith(ID.PREV + ".")) v = Math.max(0, v - by("prev", prev));
+      else if (trig.startsWith(ID.NEXT + ".")) v = Math.min(max || 0, v + by("next", next));
+      else if (trig.startsWith(ID.TICKER + ".")) v = v >= (max || 0) ? 0 : v + 1;
       return v;
     },
     player: function (value, order, _elements, max) {
@@ -144,7 +147,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       const last = order.nodes.length - 1;
       let v = Math.min(value || 0, last);
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
-      const fresh = trig.indexOf("exec-order.data") >= 0;
+      const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;
       const sig = order.run + "|" + order.nodes.join(",");
       const prev = window.gradscapePlayer;
       if (fresh && prev) {
@@ -153,21 +156,21 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         const want = prev.sig === sig ? v : last;
         if (want !== (value || 0)) {
           window.__gsHold = want;  // the slider is set below: that change is not the person moving it
-          dash_clientside.set_props("player-slider", {value: want});
+          dash_clientside.set_props(ID.SLIDER, {value: want});
         }
         v = want;
       }
       const held = !fresh && window.__gsHold === v;
       if (!fresh) window.__gsHold = undefined;
-      const moved = trig.indexOf("player-slider.value") >= 0 && !fresh && !held;  // the person moved it
+      const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !fresh && !held;  // the person moved it
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
-      if (cy && trig.indexOf("exec-order.data") >= 0) window.gradscapeGraph.shown(cy, order);
+      if (cy && trig.indexOf(ID.EXEC_ORDER + ".data") >= 0) window.gradscapeGraph.shown(cy, order);
       else if (!window.gradscapeGraph.key) {
         window.gradscapeGraph.key = window.gradscapeGraph.keyOf(order);
         window.gradscapeGraph.run = order.run;
       }
       if (moved) {  // the user moved the player: the inspector follows its current node
-        dash_clientside.set_props("selected-node", {data: {run: order.run, rank: order.rank || 0, step: order.step,
+        dash_clientside.set_props(ID.SELECTED, {data: {run: order.run, rank: order.rank || 0, step: order.step,
                                                            node: order.nodes[v]}});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
@@ -180,7 +183,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         cy.on("tap", "node", function (evt) {
           const id = evt.target.id(), p = window.gradscapePlayer;
           if (p && /^n[0-9]+$/.test(id)) {
-            dash_clientside.set_props("selected-node", {data: {run: p.run, rank: p.rank, step: p.step,
+            dash_clientside.set_props(ID.SELECTED, {data: {run: p.run, rank: p.rank, step: p.step,
                                                                node: parseInt(id.slice(1), 10)}});
           }
         });
@@ -229,7 +232,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           const key = selected.run + "/" + selected.node;
           // the page's first node (the player's, as served) keeps the first view (assets/graph.js)
           if (key !== window.__gsFocused && window.__gsFocused !== undefined) {
-            const ins = document.getElementById("inspector");
+            const ins = document.getElementById(ID.INSPECTOR);
             if (ins) ins.scrollTop = 0;
             if (window.gradscapeScroll) { window.gradscapeScroll.want = 0; window.gradscapeScroll.pulled = false; }
             const ext = cy.extent(), p = el.position();
@@ -272,7 +275,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
     S.pulled = false;
   }
   const wait = setInterval(function () {
-    const ins = document.getElementById("inspector");
+    const ins = document.getElementById(ID.INSPECTOR);
     if (!ins) return;
     clearInterval(wait);
     for (const t of ["wheel", "keydown", "pointerdown", "touchmove"]) ins.addEventListener(t, used, {passive: true});
@@ -284,7 +287,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
 })();
 
 document.addEventListener("click", function (evt) {
-  if (evt.target && evt.target.closest && evt.target.closest("#follow-live")) window.__gsPinned = false;
+  if (evt.target && evt.target.closest && evt.target.closest("#" + ID.FOLLOW)) window.__gsPinned = false;
 });
 
 /* Keys: left/right step the player, space plays or pauses, f fits the graph, Esc clears the selection.
@@ -295,14 +298,14 @@ document.addEventListener("keydown", function (evt) {
   if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
   const click = function (id) { const b = document.getElementById(id); if (b) b.click(); };
   const cy = window.cy;
-  if (evt.key === "ArrowLeft") click("player-prev");
-  else if (evt.key === "ArrowRight") click("player-next");
-  else if (evt.key === " ") click("player-play");
+  if (evt.key === "ArrowLeft") click(ID.PREV);
+  else if (evt.key === "ArrowRight") click(ID.NEXT);
+  else if (evt.key === " ") click(ID.PLAY);
   else if (evt.key === "f" && cy && window.gradscapeGraph && window.gradscapeGraph.fit) window.gradscapeGraph.fit(cy);
   else if (evt.key === "Escape") {
     if (cy) cy.elements(":selected").unselect();
     window.__gsFocused = undefined;
-    window.dash_clientside.set_props("selected-node", {data: null});
+    window.dash_clientside.set_props(ID.SELECTED, {data: null});
   } else return;
   evt.preventDefault();
 });

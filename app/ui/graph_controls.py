@@ -19,7 +19,7 @@ from tracer.store import StoreError
 
 
 def register(app: dash.Dash, data: Any) -> None:
-    """`data`: the page's `callbacks.UIData` (its cache of decoded steps)."""
+    """`data`: the page's `app.ui.data.UIData` (its cache of decoded steps)."""
 
     @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "search_value"),
                   State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from app.ui import callbacks, compare, debugger, ids, problems
+from app.ui import compare, debugger, ids, inspector, problems
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -85,8 +85,8 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Interval(id=ids.TICKER, interval=400, disabled=True),
     ])
     # the inspector opens on the player's node (`initial_state`), or with a hint on an empty store
-    inspector, sample_options, sample_style = st.get("inspector") or (
-        [html.P(callbacks.HINT, className="gs-hint")], [], {"display": "none"})
+    panel, sample_options, sample_style = st.get("inspector") or (
+        [html.P(inspector.HINT, className="gs-hint")], [], {"display": "none"})
     graph = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
                            layout={"name": "preset", "fit": False},  # first view: assets/graph.js
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
@@ -120,7 +120,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                 # dropdown itself as it mounts, and that would fire the inspector's callback on load
                 dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=sample_options,
                              style=sample_style, placeholder="sample"),
-                html.Div(id=ids.INSPECTOR, className="gs-inspector", children=inspector),
+                html.Div(id=ids.INSPECTOR, className="gs-inspector", children=panel),
             ]),
         ]),
     ])

@@ -15,8 +15,9 @@ import torch.nn as nn
 
 import tracer
 from app import view
-from app.ui import callbacks, compare, ids, problems
+from app.ui import callbacks, compare, ids, inspector, problems
 from app.ui.address import address, link_rank
+from app.ui.data import UIData
 from app.view.problems import problem_lines
 from tracer._codec import step_to_wire
 from tracer.store import TraceStore
@@ -117,7 +118,7 @@ def test_the_step_list_holds_the_steps_of_the_rank_shown(store: TraceStore) -> N
 
 
 def test_every_read_of_the_page_is_keyed_by_rank(store: TraceStore) -> None:
-    data = callbacks.UIData(store)
+    data = UIData(store)
     g0, g1 = data.graph("ddp", 1, 0), data.graph("ddp", 1, 1)
     assert (g0["rank"], g1["rank"]) == (0, 1)
     assert g1 == store.read_graph("ddp", 1, 1)
@@ -132,26 +133,26 @@ def test_every_read_of_the_page_is_keyed_by_rank(store: TraceStore) -> None:
 
 
 def test_the_graph_inspector_and_problems_of_a_rank(store: TraceStore) -> None:
-    data = callbacks.UIData(store)
+    data = UIData(store)
     elements, order, *_ = callbacks.graph_payload(data, "ddp", 1, "norm", None, rank=1)
     wire1 = store.read_graph("ddp", 1, 1)
     assert elements == view.cytoscape_elements(wire1, view.layout_graph(wire1), "norm")
     assert order is not None and (order["run"], order["rank"], order["step"]) == ("ddp", 1, 1)
     node = _differing_node(store.read_graph("ddp", 1, 0), wire1)
-    panels = {rank: callbacks.inspector_payload(data, {"run": "ddp", "rank": rank, "step": 1, "node": node})[0]
+    panels = {rank: inspector.inspector_payload(data, {"run": "ddp", "rank": rank, "step": 1, "node": node})[0]
               for rank in (0, 1)}
     text1 = _texts(panels[1])
     assert "rank 1 of 2" in text1 and "rank 1 of 2" not in _texts(panels[0])
     norm = next(r["text"] for r in view.stats_rows(_arrived(wire1, node)) if r["stat"] == "norm")
     assert norm in text1 and norm not in _texts(panels[0])  # the rank's own statistics
     assert problems.lines_of(data, "ddp", 1, 1) == problem_lines(wire1)
-    single = callbacks.inspector_payload(data, {"run": "single", "step": 0, "node": node})[0]
+    single = inspector.inspector_payload(data, {"run": "single", "step": 0, "node": node})[0]
     assert " · rank " not in _texts(single)  # outside torch.distributed: no rank shown
 
 
 def test_the_first_page_of_a_run_shows_its_first_rank(tmp_path: Path) -> None:
     with TraceStore(tmp_path / "t.sqlite") as st:
         st.write_wire(_wire(0, 1, 2))  # rank 0 has stored nothing yet
-        state = callbacks.initial_state(callbacks.UIData(st))
+        state = callbacks.initial_state(UIData(st))
     assert state["ranks"] == [1] and state["step"] == 0 and state["order"]["rank"] == 1
     assert state["selected"]["rank"] == 1

@@ -1,0 +1,130 @@
+"""The inspector (`#inspector`): the selected node's Node tab (what arrived at it, grad_outputs, and what
+it sent on, grad_inputs, each slot a heatmap with its label and statistics), its module's tab
+(grad_input / grad_output per call, parameter gradients) and the gradient flow tab. The figures come
+from `app.view`; this module lays them out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, dcc, html
+
+from app import view
+from app.ui import ids
+from app.ui.data import UIData
+from tracer.store import StoreError
+
+HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
+
+
+def register(app: dash.Dash, data: UIData) -> None:
+    @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
+                  Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
+    def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
+        if not selected:  # cleared (Esc): the hint again
+            return [html.P(HINT, className="gs-hint")], [], {"display": "none"}
+        return inspector_payload(data, selected, sample)
+
+
+def inspector_payload(data: UIData, selected: dict[str, Any], sample: int | None = None) -> tuple[Any, Any, Any]:
+    """The inspector for one selected node (of its `rank`, 0 when it names none): its panel, and the
+    sample choices (hidden without a 4-D tensor)."""
+    hidden = {"display": "none"}
+    run, step, node = selected["run"], selected["step"], selected["node"]
+    rank = int(selected.get("rank") or 0)
+    try:
+        wire = data.graph(run, step, rank)
+    except StoreError as exc:
+        return html.P(str(exc), className="gs-hint"), [], hidden
+    if not 0 <= node < len(wire["nodes"]):
+        return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
+    module = wire["nodes"][node].get("module")
+    wanted = set(view.node_tensors(wire, node))
+    if module and module in (wire.get("modules") or {}):
+        wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
+    arrays = data.store.read_arrays(run, step, sorted(wanted), rank)
+    panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
+    slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
+    full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
+    options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
+        if full_4d else []
+    return (_inspector(wire, node, panel, data.flow_over_steps(run, step, rank), arrays), options,
+            {"width": "160px"} if full_4d else hidden)
+
+
+def _stats_table(rows: list[dict[str, Any]]) -> Any:
+    if not rows:
+        return None
+    return html.Table(className="gs-stats", children=[
+        html.Tr([html.Th(r["stat"]) for r in rows]), html.Tr([html.Td(r["text"]) for r in rows])])
+
+
+def _slot(slot: dict[str, Any], kind: str, index: int, call: int | None = None) -> Any:
+    fig = slot.get("figure")
+    body: list[Any] = [html.Div(f"{kind}[{index}] · {slot.get('title', '')}", className="gs-slot-title")]
+    if slot.get("source"):
+        body.append(html.Div(f"{slot.get('view', '')} · {slot['source']}", className="gs-slot-note"))
+    if slot.get("note"):
+        body.append(html.Div(slot["note"], className="gs-slot-note"))
+    if fig is not None:
+        # the graph's box as tall as the figure: a shorter box let the plot draw over the next heading
+        body.append(dcc.Graph(figure=fig, config={"displayModeBar": False, "responsive": True},
+                              className="gs-heatmap", style={"height": f"{fig['layout'].get('height', 320)}px"}))
+    body.append(_stats_table(slot.get("stats") or []))
+    key = {"type": "slot", "kind": kind, "index": index, **({"call": call} if call is not None else {})}
+    return html.Div(body, className="gs-slot", id=key)
+
+
+def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any],
+               arrays: dict[int, Any] | None = None) -> Any:
+    n = wire["nodes"][node_id]
+    shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("in_shapes") or []) or "—"
+    shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("out_shapes") or []) or "—"
+    meta = html.Div(className="gs-meta", children=[
+        html.Div([html.B(n["name"]), f"  (node n{node_id}, {n.get('kind')})",
+                  f", ran #{n['order']}" if n.get("order") is not None else ", did not run in this backward",
+                  # which process's trace this is (torch.distributed only: the ranks' gradients differ)
+                  f" · rank {wire['rank']} of {wire.get('world_size')}" if wire.get("rank") is not None else ""]),
+        html.Div(["schema: ", html.Code(n.get("schema") or "—")]),
+        html.Div(f"module: {n.get('module') or '—'} · source: {n.get('source') or '—'}"
+                 + (f" · parameter: {n['param']}" if n.get("param") else "")),
+        html.Div(f"forward inputs: {shapes_in} → forward outputs: {shapes_out}"),
+    ])
+    slots_out = [_slot(s, "grad_outputs", i) for i, s in enumerate(panel["grad_outputs"]["slots"])]
+    slots_in = [_slot(s, "grad_inputs", j) for j, s in enumerate(panel["grad_inputs"]["slots"])]
+    node_tab = [meta, html.Div(panel["explain"], className="gs-explain"),
+                html.H3(panel["grad_outputs"]["title"]), *slots_out,
+                html.H3(panel["grad_inputs"]["title"]), *slots_in]
+    tabs = [dcc.Tab(label="Node", value="node", children=node_tab)]
+    module = n.get("module")
+    if module and module in (wire.get("modules") or {}):
+        tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module, arrays)))
+    tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
+        dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
+                  style={"height": "320px"}),
+        dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
+                  style={"height": "320px"})]))
+    # the tab the person picked survives a new render (a streamed step re-renders the inspector): Dash's
+    # persistence re-applies their choice while the value rendered here stays "node"
+    return dcc.Tabs(id=ids.TABS, value="node", children=tabs, persistence=True, persistence_type="memory")
+
+
+def _module_tab(wire: dict[str, Any], module: str, arrays: dict[int, Any] | None = None) -> list[Any]:
+    d = view.module_detail(wire, module, arrays)
+    out: list[Any] = [html.Div(f"{module} ({d.get('type')})", className="gs-meta"),
+                      html.Div(d["backward_hook"]["text"], className="gs-explain")]
+    for call in d["calls"]:
+        out.append(html.H3(f"call {call['call']}: grad_output (∂L/∂ output)"))
+        out.extend(_slot(s, "grad_output", k, call["call"])
+                   for k, s in enumerate(call["slots"]["grad_output"]))
+        out.append(html.H3(f"call {call['call']}: grad_input (∂L/∂ input, through this module only)"))
+        out.extend(_slot(s, "grad_input", k, call["call"])
+                   for k, s in enumerate(call["slots"]["grad_input"]))
+    if d["params"]:
+        out.append(html.H3("parameter gradients"))
+        table = d["param_table"]
+        out.append(html.Table(className="gs-table gs-params", children=[
+            html.Tr([html.Th(c) for c in table["columns"]]),
+            *[html.Tr([html.Td(v) for v in row]) for row in table["rows"]]]))
+    return out

@@ -1,0 +1,30 @@
+"""The backward player: play/pause and speed on the server, stepping and painting in the browser
+(`gradscape.advance`, `gradscape.player`, `gradscape.focus` in assets/player.js), so stepping through
+thousands of elements never round-trips through Python."""
+
+from __future__ import annotations
+
+import dash
+from dash import ClientsideFunction, Input, Output, State, ctx
+
+from app.ui import ids
+
+
+def register(app: dash.Dash) -> None:
+    @app.callback(Output(ids.TICKER, "disabled"), Output(ids.PLAY, "children"), Output(ids.TICKER, "interval"),
+                  Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"), State(ids.TICKER, "disabled"),
+                  prevent_initial_call=True)
+    def play(n: int | None, speed: int | None, disabled: bool) -> tuple[bool, str, int]:
+        if ctx.triggered_id == ids.PLAY:
+            disabled = not disabled
+        return disabled, ("▶" if disabled else "❚❚"), int(speed or 400)
+
+    app.clientside_callback(ClientsideFunction("gradscape", "advance"), Output(ids.SLIDER, "value"),
+                            Input(ids.TICKER, "n_intervals"), Input(ids.PREV, "n_clicks"),
+                            Input(ids.NEXT, "n_clicks"), State(ids.SLIDER, "value"), State(ids.SLIDER, "max"),
+                            prevent_initial_call=True)
+    app.clientside_callback(ClientsideFunction("gradscape", "player"), Output(ids.PLAYER_INFO, "children"),
+                            Input(ids.SLIDER, "value"), Input(ids.EXEC_ORDER, "data"), Input(ids.GRAPH, "elements"),
+                            State(ids.SLIDER, "max"))
+    app.clientside_callback(ClientsideFunction("gradscape", "focus"), Output(ids.GRAPH, "className"),
+                            Input(ids.SELECTED, "data"), Input(ids.EXEC_ORDER, "data"))
