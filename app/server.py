@@ -326,11 +326,9 @@ class GradscapeDash(dash.Dash):
 def _ids_script() -> str:
     """`window.gradscapeIds`: the page's element ids (app/ui/ids.py) for its scripts in assets/, which read
     them from there instead of repeating them; written before the scripts that use them."""
-    from app.ui import ids, problems
+    from app.ui import ids
 
-    table = {k: v for k, v in vars(ids).items() if k.isupper() and isinstance(v, str)}
-    table["PROBLEM_PICK"] = problems.PICK
-    return "<script>window.gradscapeIds = " + json.dumps(table).replace("</", "<\\/") + ";</script>"
+    return "<script>window.gradscapeIds = " + json.dumps(ids.table()).replace("</", "<\\/") + ";</script>"
 
 
 class GradscapeApp(NamedTuple):

@@ -148,8 +148,9 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       let v = Math.min(value || 0, last);
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
       const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;
-      const sig = order.run + "|" + order.nodes.join(",");
       const prev = window.gradscapePlayer;
+      // which graph this is (its run and backward order), worked out once per new order, not per tick
+      const sig = fresh || !prev ? order.run + "|" + order.nodes.join(",") : prev.sig;
       if (fresh && prev) {
         // a new step of the same graph (a run streaming, a fold, the person picking another step) keeps the
         // player's place in the backward order; another graph opens fully executed

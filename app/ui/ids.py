@@ -50,6 +50,7 @@ BP_STATE = "bp-state"
 BP_SENT = "bp-sent"
 
 PROBLEMS = "problems"
+PROBLEM_PICK = "problem-pick"  # the problem line last clicked: {run, rank, step, node, at}
 
 # ranks and the compare view (app/ui/compare.py)
 RANK_SELECT = "rank-select"
@@ -61,3 +62,8 @@ COMPARE_OTHER = "compare-other"
 COMPARE_TARGET = "compare-target"
 COMPARE_RESULT = "compare-result"
 COMPARE_STATUS = "compare-status"
+
+
+def table() -> dict[str, str]:
+    """Every id by its name: what the server writes into the page for its scripts (`window.gradscapeIds`)."""
+    return {k: v for k, v in globals().items() if k.isupper() and isinstance(v, str)}

@@ -113,7 +113,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
             ]),
             html.Div(className="gs-right", children=[
                 problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
-                dcc.Store(id=problems.PICK),  # the problem line last clicked (outside the panel, which re-renders)
+                dcc.Store(id=ids.PROBLEM_PICK),  # the problem line last clicked (outside the panel, which re-renders)
                 debugger.panel(),  # breakpoints (app/ui/debugger.py)
                 compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
                 # no value until there are options: a value missing from them is reset (to None) by the

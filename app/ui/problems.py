@@ -16,7 +16,6 @@ from app.view.problems import problem_lines
 from tracer.store import StoreError
 
 LINE = "problem-line"  # pattern-matching id type of a clickable line
-PICK = "problem-pick"  # the line last clicked: {run, rank, step, node, at}
 
 
 def lines_of(data: Any, run: str | None, step: int | None, rank: int = 0) -> dict[str, Any]:
@@ -58,10 +57,10 @@ def register(app: dash.Dash, data: Any) -> None:
     def show_problems(run: str | None, step: int | None, rank: int | None) -> Any:
         return children(lines_of(data, run, step, int(rank or 0)))
 
-    # A click on a line → `PICK`, in the browser; the selection follows on the server. The lines are re-rendered
-    # with every step, so a server callback with them as inputs lost a click made while a run streamed (Dash
-    # drops the answer of a callback whose input changes while it is in flight).
-    app.clientside_callback(ClientsideFunction("gradscape", "problemPick"), Output(PICK, "data"),
+    # A click on a line → `ids.PROBLEM_PICK`, in the browser; the selection follows on the server. The lines
+    # are re-rendered with every step, so a server callback with them as inputs lost a click made while a run
+    # streamed (Dash drops the answer of a callback whose input changes while it is in flight).
+    app.clientside_callback(ClientsideFunction("gradscape", "problemPick"), Output(ids.PROBLEM_PICK, "data"),
                             Input({"type": LINE, "k": ALL, "node": ALL}, "n_clicks"),
                             State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"),
                             State(ids.RANK_SELECT, "value"), prevent_initial_call=True)
@@ -69,7 +68,7 @@ def register(app: dash.Dash, data: Any) -> None:
     @app.callback(Output(ids.SELECTED, "data", allow_duplicate=True),
                   Output(ids.COLLAPSED, "data", allow_duplicate=True),
                   Output(ids.URL, "search", allow_duplicate=True),
-                  Input(PICK, "data"), State(ids.COLLAPSED, "data"), prevent_initial_call=True)
+                  Input(ids.PROBLEM_PICK, "data"), State(ids.COLLAPSED, "data"), prevent_initial_call=True)
     def select_problem(pick: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
         if not pick or not pick.get("run") or pick.get("step") is None or pick.get("node") is None:
             return no_update, no_update, no_update

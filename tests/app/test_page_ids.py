@@ -8,14 +8,14 @@ import re
 from pathlib import Path
 
 from app.server import ServerConfig, create_app
-from app.ui import ids, problems
+from app.ui import ids
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
 
 def _table() -> dict[str, str]:
     table = {k: v for k, v in vars(ids).items() if k.isupper() and isinstance(v, str)}
-    table["PROBLEM_PICK"] = problems.PICK
+    assert {"GRAPH", "INSPECTOR", "SELECTED", "PROBLEM_PICK"} <= set(table)
     return table
 
 
