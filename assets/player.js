@@ -165,7 +165,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
       if (!fresh) window.__gsHold = undefined;
       const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !fresh && !held;  // the person moved it
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
-      if (cy && trig.indexOf(ID.EXEC_ORDER + ".data") >= 0) window.gradscapeGraph.shown(cy, order);
+      if (cy && fresh) window.gradscapeGraph.shown(cy, order);
       else if (!window.gradscapeGraph.key) {
         window.gradscapeGraph.key = window.gradscapeGraph.keyOf(order);
         window.gradscapeGraph.run = order.run;

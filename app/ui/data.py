@@ -13,6 +13,7 @@ from tracer.store import TraceStore
 
 MAX_STEPS_OVER_TIME = 30
 
+
 class UIData:
     """Reads for the page, with a small LRU of decoded step graphs and their layouts. Every entry is
     keyed by (run, step, rank): the ranks of one step are different traces (their own batches)."""
