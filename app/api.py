@@ -29,7 +29,18 @@ from werkzeug.exceptions import HTTPException, InternalServerError
 
 from tracer.protocol import MAX_NAME, ProtocolError, check_name
 from tracer.store import StoreError, TraceStore
-from tracer.wire import STAT_NAMES, TraceFormatError, decode_array
+from tracer.wire import (
+    STAT_NAMES,
+    TensorArrays,
+    TensorRefs,
+    TraceFormatError,
+    WireArray,
+    WireNode,
+    WireStep,
+    WireTensor,
+    decode_array,
+    node_runs,
+)
 
 server_log = logging.getLogger(__name__)
 MAX_INDEX = (1 << 63) - 1  # SQLite's INTEGER range: a step or node number beyond it cannot exist
@@ -41,7 +52,7 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def _array(a: dict[str, Any] | None, where: str) -> list[Any] | None:
+def _array(a: WireArray | None, where: str) -> list[Any] | None:
     if a is None:
         return None
     arr = decode_array(a, where).astype(np.float64)
@@ -55,44 +66,44 @@ def _clean(v: Any) -> Any:
     return _finite(v)
 
 
-def tensor_json(t: dict[str, Any], arrays: dict[str, Any] | None = None, index: int = 0) -> dict[str, Any]:
-    out = {"index": index, "shape": t["shape"], "dtype": t["dtype"], "view": t.get("view", ""),
-           "device": t.get("device", "cpu"), "stats": {k: _finite(v) for k, v in zip(STAT_NAMES, t["stats"])}}
+def tensor_json(t: WireTensor, arrays: TensorArrays | None = None, index: int = 0) -> dict[str, Any]:
+    out = {"index": index, "shape": t["shape"], "dtype": t["dtype"], "view": t["view"],
+           "device": t["device"], "stats": {k: _finite(v) for k, v in zip(STAT_NAMES, t["stats"])}}
     if arrays is not None:
-        out["thumb"] = _array(arrays.get("thumb"), f"tensor {index} thumb")
-        out["values"] = _array(arrays.get("values"), f"tensor {index} values")
+        out["thumb"] = _array(arrays["thumb"], f"tensor {index} thumb")
+        out["values"] = _array(arrays["values"], f"tensor {index} values")
     return out
 
 
-def graph_json(wire: dict[str, Any]) -> dict[str, Any]:
+def graph_json(wire: WireStep) -> dict[str, Any]:
     """The step as JSON: nodes refer to tensors by index into `tensors` (summaries, no arrays)."""
     nodes = wire["nodes"]
-    order = [n["id"] for n in sorted((n for n in nodes if n.get("order") is not None), key=lambda n: n["order"])]
-    return {"run": wire["run"], "step": wire["step"], "rank": wire.get("rank"), "world_size": wire.get("world_size"),
-            "error": wire.get("error"), "meta": wire.get("meta", {}),
+    ran = sorted((order, n["id"]) for n in nodes if (order := n["order"]) is not None)
+    return {"run": wire["run"], "step": wire["step"], "rank": wire["rank"], "world_size": wire["world_size"],
+            "error": wire["error"], "meta": wire["meta"],
             "nodes": [{k: _clean(v) if k != "runs" else v for k, v in n.items()} for n in nodes],
-            "edges": wire["edges"], "order": order, "execution": wire.get("execution", []),
-            "modules": wire.get("modules", {}), "params": wire.get("params", {}),
-            "passes": wire.get("passes", []), "problems": wire.get("problems", []),
-            "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])]}
+            "edges": wire["edges"], "order": [nid for _, nid in ran], "execution": wire["execution"],
+            "modules": wire["modules"], "params": wire["params"], "passes": wire["passes"],
+            "problems": wire["problems"], "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])]}
 
 
-def node_json(wire: dict[str, Any], node_id: int, arrays: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def node_json(wire: WireStep, node_id: int, arrays: dict[int, TensorArrays]) -> dict[str, Any]:
     n = wire["nodes"][node_id]
+    none: TensorArrays = {"thumb": None, "values": None}
 
-    def tens(ix: list[int | None] | None) -> list[Any] | None:
+    def tens(ix: TensorRefs | None) -> list[Any] | None:
         if ix is None:
             return None
-        return [None if i is None else tensor_json(wire["tensors"][i], arrays.get(i, {}), i) for i in ix]
+        return [None if i is None else tensor_json(wire["tensors"][i], arrays.get(i, none), i) for i in ix]
 
     return {**{k: _clean(v) for k, v in n.items() if k not in ("gi", "go", "runs")},
-            "grad_inputs": tens(n.get("gi")), "grad_outputs": tens(n.get("go")),
-            "runs": [{"pass": r[0], "order": r[1], "grad_outputs": r[2], "grad_inputs": r[3], "time_us": r[4]}
-                     for r in n.get("runs", [])]}
+            "grad_inputs": tens(n["gi"]), "grad_outputs": tens(n["go"]),
+            "runs": [{"pass": r.pass_index, "order": r.order, "grad_outputs": r.go, "grad_inputs": r.gi,
+                      "time_us": r.time_us} for r in node_runs(n)]}
 
 
-def node_tensor_indices(n: dict[str, Any]) -> set[int]:
-    return {i for i in (n.get("gi") or []) + (n.get("go") or []) if i is not None}
+def node_tensor_indices(n: WireNode) -> set[int]:
+    return {i for i in (n["gi"] or []) + (n["go"] or []) if i is not None}
 
 
 def _error(message: str, status: int) -> Response:
@@ -127,7 +138,7 @@ def check_index(text: str, what: str) -> int:
     return value
 
 
-def _read_graph(store: TraceStore, run: str, step: int, rank: int = 0) -> dict[str, Any]:
+def _read_graph(store: TraceStore, run: str, step: int, rank: int = 0) -> WireStep:
     try:
         return store.read_graph(run, step, rank)
     except StoreError:

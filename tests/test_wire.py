@@ -18,7 +18,23 @@ from zoo import build
 import tracer
 from app.api import graph_json
 from tracer.store import TraceStore
-from tracer.wire import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
+from tracer._model import Problem
+from tracer.wire import (
+    TraceFormatError,
+    WireCall,
+    WireModule,
+    WireNode,
+    WirePass,
+    WireProblem,
+    WireRun,
+    WireStep,
+    WireTensor,
+    node_runs,
+    pack,
+    step_from_wire,
+    step_to_wire,
+    unpack,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,6 +110,52 @@ def test_real_steps_round_trip(wires: list[dict[str, Any]]) -> None:
     for w in wires:
         st = step_from_wire(w)
         assert unpack(pack(step_to_wire(st))) == w
+
+
+def test_typed_structures_are_the_wire_form() -> None:
+    # The types the view and API are checked against (tracer.wire) name exactly the keys a real step has.
+    st = _step("cnn")
+    st.problems.append(Problem(kind="no_grad", message="m", node=0, param="p", source="x.py:1"))
+    w: Any = unpack(pack(step_to_wire(st)))
+    assert set(w) == WireStep.__required_keys__
+    assert w["nodes"] and all(set(n) == WireNode.__required_keys__ for n in w["nodes"])
+    for t in w["tensors"]:
+        assert WireTensor.__required_keys__ <= set(t) <= WireTensor.__required_keys__ | WireTensor.__optional_keys__
+    assert w["modules"] and all(set(m) == WireModule.__required_keys__ for m in w["modules"].values())
+    calls = [c for m in w["modules"].values() for c in m["calls"]]
+    assert calls and all(set(c) == WireCall.__required_keys__ for c in calls)
+    assert w["passes"] and all(set(p) == WirePass.__required_keys__ for p in w["passes"])
+    assert all(set(p) == WireProblem.__required_keys__ for p in w["problems"])
+    ran = [n for n in st.nodes if n.runs]
+    assert ran
+    for n in ran:
+        runs = node_runs(w["nodes"][n.id])
+        assert all(len(r) == len(WireRun._fields) for r in w["nodes"][n.id]["runs"])
+        assert [(r.pass_index, r.order, r.time_us) for r in runs] == [(r.pass_index, r.order, r.time_us) for r in n.runs]
+        assert [len(r.go) for r in runs] == [len(r.grad_outputs) for r in n.runs]
+
+
+def test_files_from_an_earlier_release_read_with_every_field(tmp_path: Path) -> None:
+    # A step written before `problems`, `rank`, `world_size` (and a node's `runs` and `t`) existed: the
+    # store fills what step_from_wire would take them to mean, so the view and API can index every key.
+    from app import view
+    from app.view.problems import problem_lines
+
+    w: Any = step_to_wire(_step("mlp"))
+    for key in ("problems", "rank", "world_size"):
+        del w[key]
+    for n in w["nodes"]:
+        del n["runs"], n["t"]
+    with TraceStore(tmp_path / "old.sqlite") as store:
+        store.write_wire(w)
+        graph = store.read_graph("fuzz-mlp", 2)
+    assert set(graph) == WireStep.__required_keys__
+    assert graph["problems"] == [] and graph["rank"] is None and graph["world_size"] is None
+    assert all(n["runs"] == [] and n["t"] is None for n in graph["nodes"])
+    assert problem_lines(graph)["count"] == 0
+    assert graph_json(graph)["rank"] is None
+    elements = view.cytoscape_elements(graph, view.layout_graph(graph))
+    assert len([e for e in elements if e["group"] == "nodes" and "node" in e["data"]]) == len(graph["nodes"])
 
 
 def test_version_one_trace_files_still_read(tmp_path: Path) -> None:

@@ -27,10 +27,20 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from tracer._model import StepTrace
-from tracer.wire import TraceFormatError, pack, step_from_wire, step_to_wire, unpack
+from tracer.wire import (
+    TensorArrays,
+    TraceFormatError,
+    WireStep,
+    WireTensor,
+    pack,
+    step_from_wire,
+    step_to_wire,
+    unpack,
+    with_defaults,
+)
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
@@ -66,7 +76,26 @@ UPDATE meta SET value='2' WHERE key='schema_version';
 """
 
 
-def wire_rank(wire: dict[str, Any]) -> int:
+class RunInfo(TypedDict):
+    """A row of `TraceStore.runs()` (and of the JSON API's `/api/runs`)."""
+    run: str
+    created: float
+    updated: float
+    steps: int  # on rank 0
+    last_step: int | None
+    ranks: list[int]
+
+
+class StepInfo(TypedDict):
+    """A row of `TraceStore.steps()` (and of the JSON API's `/api/runs/<run>/steps`)."""
+    step: int
+    created: float
+    nodes: int
+    edges: int
+    error: str | None
+
+
+def wire_rank(wire: WireStep) -> int:
     """The rank a step is stored under: its `rank`, 0 when it has none (outside torch.distributed)."""
     r = wire.get("rank")
     return 0 if r is None else int(r)
@@ -150,17 +179,17 @@ class TraceStore:
     def write_step(self, st: StepTrace) -> None:
         self.write_wire(step_to_wire(st))
 
-    def write_wire(self, wire: dict[str, Any]) -> None:
+    def write_wire(self, wire: WireStep) -> None:
         """Store a step given in wire form (already validated), in one transaction."""
         if self.readonly:
             raise StoreError(f"{self.path} is open read-only")
-        graph = dict(wire)
-        tensors = []
-        stripped = []
+        tensors: list[TensorArrays] = []
+        stripped: list[WireTensor] = []
         for t in wire["tensors"]:
             tensors.append({"thumb": t.get("thumb"), "values": t.get("values")})
-            stripped.append({k: v for k, v in t.items() if k not in ("thumb", "values")})
-        graph["tensors"] = stripped
+            stripped.append({"shape": t["shape"], "dtype": t["dtype"], "stats": t["stats"], "view": t["view"],
+                             "device": t["device"]})
+        graph: WireStep = {**wire, "tensors": stripped}
         now = time.time()
         run, step, rank = wire["run"], int(wire["step"]), wire_rank(wire)
         with self._lock, self._db:
@@ -174,7 +203,7 @@ class TraceStore:
                                  [(run, rank, step, i, pack(a)) for i, a in enumerate(tensors)])
 
     # ------------------------------------------------------------------ reading
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[RunInfo]:
         """Each run with its rank 0 step count and last step (the only rank outside torch.distributed)
         and `ranks`, the ranks that stored steps."""
         with self._lock:
@@ -193,7 +222,7 @@ class TraceStore:
             rows = self._db.execute("SELECT DISTINCT rank FROM steps WHERE run=? ORDER BY rank", (run,)).fetchall()
         return [int(r) for (r,) in rows]
 
-    def steps(self, run: str, rank: int = 0) -> list[dict[str, Any]]:
+    def steps(self, run: str, rank: int = 0) -> list[StepInfo]:
         with self._lock:
             rows = self._db.execute("SELECT step, created, n_nodes, n_edges, error FROM steps WHERE run=? AND rank=? "
                                     "ORDER BY step", (run, int(rank))).fetchall()
@@ -209,34 +238,40 @@ class TraceStore:
                                        (run, int(rank))).fetchone()
         return None if row is None else (row[0], int(row[1]))
 
-    def read_graph(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
-        """The step's wire form without arrays (tensors carry stats, shape and dtype only)."""
+    def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:
+        """The step's wire form without arrays (tensors carry stats, shape and dtype only).
+
+        Not checked again on reading: what is stored was written by `write_wire` from the schema's
+        own form (`step_to_wire`, after `step_from_wire` checked it on the server); fields that an
+        earlier release did not write yet get their defaults (`with_defaults`). `read_step` checks
+        the whole step."""
         with self._lock:
             row = self._db.execute("SELECT graph FROM steps WHERE run=? AND rank=? AND step=?",
                                    (run, int(rank), int(step))).fetchone()
         if row is None:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
-        return dict(unpack(row[0]))
+        return with_defaults(dict(unpack(row[0])))
 
-    def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, dict[str, Any]]:
+    def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
         idx = sorted({int(i) for i in indices})
         if not idx:
             return {}
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, TensorArrays] = {}
         with self._lock:
             for chunk in (idx[i:i + 500] for i in range(0, len(idx), 500)):
                 q = (f"SELECT idx, arrays FROM tensors WHERE run=? AND rank=? AND step=? "
                      f"AND idx IN ({','.join('?' * len(chunk))})")
                 for i, blob in self._db.execute(q, (run, int(rank), int(step), *chunk)):
-                    out[int(i)] = dict(unpack(blob))
+                    out[int(i)] = cast(TensorArrays, dict(unpack(blob)))
         return out
 
-    def read_wire(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
+    def read_wire(self, run: str, step: int, rank: int = 0) -> WireStep:
+        """The whole step, arrays included."""
         graph = self.read_graph(run, step, rank)
         arrays = self.read_arrays(run, step, range(len(graph["tensors"])), rank)
-        graph["tensors"] = [{**t, **arrays.get(i, {"thumb": None, "values": None})}
-                            for i, t in enumerate(graph["tensors"])]
+        none: TensorArrays = {"thumb": None, "values": None}
+        graph["tensors"] = [{**t, **arrays.get(i, none)} for i, t in enumerate(graph["tensors"])]
         return graph
 
     def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:

@@ -26,7 +26,7 @@ Wire form, version `WIRE_VERSION` (every key is always present):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple, TypedDict, cast
 
 import msgpack
 import numpy as np
@@ -50,6 +50,156 @@ MAX_ARRAY_ELEMENTS = 1 << 28
 
 class TraceFormatError(ValueError):
     """A trace (from the wire or a file) is malformed; the message names what is wrong."""
+
+
+# ---------------------------------------------------------------------- typed structures
+# The wire form above, as types: the codec builds these, `step_from_wire` checks them, the store
+# keeps them, and the JSON API and the view read them. They are plain dicts and lists at run time
+# (msgpack gives nothing else); the types let mypy check every key the readers use against this one
+# definition, so a renamed or misspelt field fails `make lint` instead of reading None.
+class WireArray(TypedDict):
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+
+class _WireTensorBase(TypedDict):
+    shape: list[int]
+    dtype: str
+    stats: list[float]  # STAT_NAMES order
+    view: str
+    device: str
+
+
+class WireTensor(_WireTensorBase, total=False):
+    """A tensor's summary. `thumb` and `values` are present on the wire and in a step read whole
+    from the store; the store's graph form (`TraceStore.read_graph`) leaves them out."""
+    thumb: WireArray | None
+    values: WireArray | None
+
+
+class TensorArrays(TypedDict):
+    """A tensor's arrays alone: how the store keeps them, apart from the graph, so a view that
+    needs one node's heatmaps reads only those (`TraceStore.read_arrays`)."""
+    thumb: WireArray | None
+    values: WireArray | None
+
+
+TensorRefs = list[int | None]  # positions in WireStep["tensors"], None for a slot without a gradient
+
+
+class WireRun(NamedTuple):
+    """One run of a node (a node runs once per backward pass that reaches it). On the wire a run is
+    the list `[pass, order, go, gi, t]`; read it with `node_runs`, never by position."""
+    pass_index: int
+    order: int
+    go: TensorRefs
+    gi: TensorRefs | None
+    time_us: float | None
+
+
+class WireNode(TypedDict):
+    id: int
+    name: str
+    kind: str
+    module: str | None
+    param: str | None
+    source: str | None
+    schema: str | None
+    order: int | None
+    labels: list[str]
+    args: list[str]
+    in_shapes: list[list[int] | None]
+    out_shapes: list[list[int] | None]
+    out_dtypes: list[str | None]
+    gi: TensorRefs | None  # ∂L/∂inputs, sent on (None when the node's hook did not see them)
+    go: TensorRefs | None  # ∂L/∂outputs, arriving
+    t: float | None
+    runs: list[list[Any]]  # each a WireRun's fields, in order
+
+
+# "in" is a Python keyword, hence the functional form
+WireCall = TypedDict("WireCall", {"gi": TensorRefs, "go": TensorRefs, "in": list[int | None],
+                                  "out": list[int | None], "last": int | None})
+
+
+class WireModule(TypedDict):
+    type: str
+    params: list[str]
+    calls: list[WireCall]
+
+
+class WirePass(TypedDict):
+    index: int
+    api: str
+    roots: list[int]
+    root_grads: TensorRefs
+    retain_graph: bool
+    create_graph: bool
+    start: int
+    end: int
+
+
+class WireProblem(TypedDict):
+    kind: str
+    message: str
+    node: int | None
+    param: str | None
+    source: str | None
+
+
+class WireStep(TypedDict):
+    v: int
+    run: str
+    step: int
+    error: str | None
+    meta: dict[str, Any]
+    nodes: list[WireNode]
+    edges: list[list[int]]  # [src, dst, slot]
+    modules: dict[str, WireModule]
+    params: dict[str, int | None]
+    passes: list[WirePass]
+    execution: list[list[int]]  # [node id, run index]
+    tensors: list[WireTensor]
+    problems: list[WireProblem]
+    rank: int | None
+    world_size: int | None
+
+
+# What `step_from_wire` takes a missing field to mean. Files written by an earlier release of the same
+# wire version can lack fields added since (`problems`, `rank`, `world_size`); `with_defaults` fills
+# them in so that every reader can index every key of the types above.
+_STEP_DEFAULTS: dict[str, Any] = {"error": None, "meta": dict, "modules": dict, "params": dict, "passes": list,
+                                  "execution": list, "problems": list, "rank": None, "world_size": None}
+_NODE_DEFAULTS: dict[str, Any] = {"kind": "op", "module": None, "param": None, "source": None, "schema": None,
+                                  "order": None, "labels": list, "args": list, "in_shapes": list, "out_shapes": list,
+                                  "out_dtypes": list, "gi": None, "go": None, "t": None, "runs": list}
+_TENSOR_DEFAULTS: dict[str, Any] = {"view": "", "device": "cpu"}
+_MODULE_DEFAULTS: dict[str, Any] = {"type": "", "params": list, "calls": list}
+
+
+def _fill(d: dict[str, Any], defaults: dict[str, Any]) -> None:
+    for k, v in defaults.items():
+        if k not in d:
+            d[k] = v() if isinstance(v, type) else v
+
+
+def with_defaults(d: dict[str, Any]) -> WireStep:
+    """A step as stored (checked when it was written, `TraceStore.read_graph`), with every field an
+    earlier writer left out set to what `step_from_wire` takes its absence to mean. In place; cheap
+    when nothing is missing (one look at the first node, tensor and module)."""
+    _fill(d, _STEP_DEFAULTS)
+    for items, defaults in ((d.get("nodes") or [], _NODE_DEFAULTS), (d.get("tensors") or [], _TENSOR_DEFAULTS),
+                            (list(d["modules"].values()), _MODULE_DEFAULTS)):
+        if items and not all(k in items[0] for k in defaults):
+            for x in items:
+                _fill(x, defaults)
+    return cast(WireStep, d)  # every WireStep key is now present
+
+
+def node_runs(node: WireNode) -> list[WireRun]:
+    """A node's runs, named (the wire keeps each as a short list)."""
+    return [WireRun(*r) for r in node.get("runs") or ()]
 
 
 # ---------------------------------------------------------------------- thumbnails
@@ -81,7 +231,7 @@ def thumbnail_view(shape: tuple[int, ...]) -> str:
 
 
 # ---------------------------------------------------------------------- arrays
-def encode_array(a: np.ndarray) -> dict[str, Any]:
+def encode_array(a: np.ndarray) -> WireArray:
     a = np.asarray(a)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
@@ -117,7 +267,7 @@ def decode_array(d: Any, where: str = "array") -> np.ndarray:
 # ---------------------------------------------------------------------- tensors
 class _TensorTable:
     def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+        self.items: list[WireTensor] = []
         self._index: dict[int, int] = {}
 
     def ref(self, t: TensorTrace | None) -> int | None:
@@ -129,11 +279,14 @@ class _TensorTable:
             self.items.append(tensor_to_wire(t))
         return self._index[k]
 
-    def refs(self, ts: list[TensorTrace | None] | None) -> list[int | None] | None:
+    def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
         return None if ts is None else [self.ref(t) for t in ts]
 
+    def refs_all(self, ts: list[TensorTrace | None]) -> TensorRefs:
+        return [self.ref(t) for t in ts]
 
-def tensor_to_wire(t: TensorTrace) -> dict[str, Any]:
+
+def tensor_to_wire(t: TensorTrace) -> WireTensor:
     return {"shape": list(t.shape), "dtype": t.dtype,
             "stats": [float(t.stats.get(k, float("nan"))) for k in STAT_NAMES],
             "view": t.thumb_view, "device": t.device,
@@ -171,9 +324,9 @@ def _str(v: Any, where: str) -> str:
 
 
 # ---------------------------------------------------------------------- steps
-def step_to_wire(st: StepTrace) -> dict[str, Any]:
+def step_to_wire(st: StepTrace) -> WireStep:
     tab = _TensorTable()
-    nodes = []
+    nodes: list[WireNode] = []
     for n in st.nodes:
         nodes.append({
             "id": n.id, "name": n.name, "kind": n.kind, "module": n.module, "param": n.param,
@@ -183,15 +336,16 @@ def step_to_wire(st: StepTrace) -> dict[str, Any]:
             "out_shapes": [None if s is None else list(s) for s in n.output_shapes],
             "out_dtypes": list(n.output_dtypes),
             "gi": tab.refs(n.grad_inputs), "go": tab.refs(n.grad_outputs), "t": n.time_us,
-            "runs": [[r.pass_index, r.order, tab.refs(r.grad_outputs), tab.refs(r.grad_inputs), r.time_us]
-                     for r in n.runs],
+            "runs": [list(WireRun(r.pass_index, r.order, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs),
+                                  r.time_us)) for r in n.runs],
         })
-    modules = {name: {"type": m.type, "params": list(m.params),
-                      "calls": [{"gi": tab.refs(c.grad_input), "go": tab.refs(c.grad_output),
+    modules: dict[str, WireModule] = {name: {"type": m.type, "params": list(m.params),
+                      "calls": [{"gi": tab.refs_all(c.grad_input), "go": tab.refs_all(c.grad_output),
                                  "in": list(c.input_nodes), "out": list(c.output_nodes), "last": c.last_op}
                                 for c in m.calls]}
                for name, m in st.modules.items()}
-    passes = [{"index": p.index, "api": p.api, "roots": list(p.roots), "root_grads": tab.refs(p.root_grads),
+    passes: list[WirePass] = [{"index": p.index, "api": p.api, "roots": list(p.roots),
+               "root_grads": tab.refs_all(p.root_grads),
                "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}
               for p in st.passes]
     return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": _plain(st.meta, "meta"),

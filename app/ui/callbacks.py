@@ -30,14 +30,15 @@ from app.ui import compare, ids, inspector, player, problems, selection
 from app.ui.address import link_rank
 from app.ui.data import UIData
 from tracer.store import StoreError, TraceStore
+from tracer.wire import WireStep
 
 
-def _exec_order(wire: dict[str, Any], layout: dict[str, Any], rank: int = 0) -> dict[str, Any]:
+def _exec_order(wire: WireStep, layout: dict[str, Any], rank: int = 0) -> dict[str, Any]:
     """Per execution index: the node id and the drawn element that shows it (itself or its folded
     module), so the player highlights what is on screen; with the run, rank and step it belongs to (the
     player selects its current node there, in the browser)."""
     elements, nodes = [], []
-    for nid, _run in wire.get("execution") or []:
+    for nid, _run in wire["execution"]:
         el = view.visible_element(layout, f"n{nid}")
         elements.append(el)
         nodes.append(nid)

@@ -10,6 +10,7 @@ from typing import Any
 
 from app import view
 from tracer.store import TraceStore
+from tracer.wire import WireStep
 
 MAX_STEPS_OVER_TIME = 30
 
@@ -21,7 +22,7 @@ class UIData:
     def __init__(self, store: TraceStore, size: int = 6) -> None:
         self.store = store
         self.size = size
-        self._graphs: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
+        self._graphs: OrderedDict[tuple[str, int, int], WireStep] = OrderedDict()
         self._layouts: OrderedDict[tuple[str, int, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
         self._flows: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
         self._search: OrderedDict[tuple[str, int, int], list[dict[str, str]]] = OrderedDict()
@@ -39,7 +40,7 @@ class UIData:
                 cache.popitem(last=False)
         return value
 
-    def graph(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
+    def graph(self, run: str, step: int, rank: int = 0) -> WireStep:
         return self._lru(self._graphs, (run, int(step), int(rank)),
                          lambda: self.store.read_graph(run, int(step), int(rank)))
 

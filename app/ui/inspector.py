@@ -5,6 +5,7 @@ from `app.view`; this module lays them out."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dash
@@ -14,6 +15,7 @@ from app import view
 from app.ui import ids
 from app.ui.data import UIData
 from tracer.store import StoreError
+from tracer.wire import TensorArrays, WireStep
 
 HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
 
@@ -39,9 +41,9 @@ def inspector_payload(data: UIData, selected: dict[str, Any], sample: int | None
         return html.P(str(exc), className="gs-hint"), [], hidden
     if not 0 <= node < len(wire["nodes"]):
         return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
-    module = wire["nodes"][node].get("module")
+    module = wire["nodes"][node]["module"]
     wanted = set(view.node_tensors(wire, node))
-    if module and module in (wire.get("modules") or {}):
+    if module and module in wire["modules"]:
         wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
     arrays = data.store.read_arrays(run, step, sorted(wanted), rank)
     panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
@@ -76,19 +78,19 @@ def _slot(slot: dict[str, Any], kind: str, index: int, call: int | None = None) 
     return html.Div(body, className="gs-slot", id=key)
 
 
-def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any],
-               arrays: dict[int, Any] | None = None) -> Any:
+def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any],
+               arrays: Mapping[int, TensorArrays] | None = None) -> Any:
     n = wire["nodes"][node_id]
-    shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("in_shapes") or []) or "—"
-    shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n.get("out_shapes") or []) or "—"
+    shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n["in_shapes"]) or "—"
+    shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n["out_shapes"]) or "—"
     meta = html.Div(className="gs-meta", children=[
-        html.Div([html.B(n["name"]), f"  (node n{node_id}, {n.get('kind')})",
-                  f", ran #{n['order']}" if n.get("order") is not None else ", did not run in this backward",
+        html.Div([html.B(n["name"]), f"  (node n{node_id}, {n['kind']})",
+                  f", ran #{n['order']}" if n["order"] is not None else ", did not run in this backward",
                   # which process's trace this is (torch.distributed only: the ranks' gradients differ)
-                  f" · rank {wire['rank']} of {wire.get('world_size')}" if wire.get("rank") is not None else ""]),
-        html.Div(["schema: ", html.Code(n.get("schema") or "—")]),
-        html.Div(f"module: {n.get('module') or '—'} · source: {n.get('source') or '—'}"
-                 + (f" · parameter: {n['param']}" if n.get("param") else "")),
+                  f" · rank {wire['rank']} of {wire['world_size']}" if wire["rank"] is not None else ""]),
+        html.Div(["schema: ", html.Code(n["schema"] or "—")]),
+        html.Div(f"module: {n['module'] or '—'} · source: {n['source'] or '—'}"
+                 + (f" · parameter: {n['param']}" if n["param"] else "")),
         html.Div(f"forward inputs: {shapes_in} → forward outputs: {shapes_out}"),
     ])
     slots_out = [_slot(s, "grad_outputs", i) for i, s in enumerate(panel["grad_outputs"]["slots"])]
@@ -97,8 +99,8 @@ def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_s
                 html.H3(panel["grad_outputs"]["title"]), *slots_out,
                 html.H3(panel["grad_inputs"]["title"]), *slots_in]
     tabs = [dcc.Tab(label="Node", value="node", children=node_tab)]
-    module = n.get("module")
-    if module and module in (wire.get("modules") or {}):
+    module = n["module"]
+    if module and module in wire["modules"]:
         tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module, arrays)))
     tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
         dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
@@ -110,7 +112,7 @@ def _inspector(wire: dict[str, Any], node_id: int, panel: dict[str, Any], flow_s
     return dcc.Tabs(id=ids.TABS, value="node", children=tabs, persistence=True, persistence_type="memory")
 
 
-def _module_tab(wire: dict[str, Any], module: str, arrays: dict[int, Any] | None = None) -> list[Any]:
+def _module_tab(wire: WireStep, module: str, arrays: Mapping[int, TensorArrays] | None = None) -> list[Any]:
     d = view.module_detail(wire, module, arrays)
     out: list[Any] = [html.Div(f"{module} ({d.get('type')})", className="gs-meta"),
                       html.Div(d["backward_hook"]["text"], className="gs-explain")]

@@ -1,8 +1,9 @@
 """Small readers over a step's wire form (see `tracer.wire`), shared by the view modules.
 
-The UI never rebuilds a `StepTrace`: the server's store hands out the wire dict (without arrays),
-and everything here reads it as plain data. Node ids are positions in `wire["nodes"]`; tensors are
-referred to by index into `wire["tensors"]`.
+The UI never rebuilds a `StepTrace`: the server's store hands out the step's wire form (without
+arrays), typed by `tracer.wire`'s structures (`WireStep`, `WireNode`, `WireTensor`, ...), so mypy
+checks every key read here and in the view against the schema's one definition. Node ids are
+positions in `wire["nodes"]`; tensors are referred to by index into `wire["tensors"]`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import functools
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
 
-from tracer.wire import STAT_NAMES
+from tracer.wire import STAT_NAMES, WireNode, WireStep, WireTensor
 
-Wire = dict[str, Any]
+Wire = WireStep
 
 ROOT_MODULE = "<root>"
 ACCUMULATE = "torch::autograd::AccumulateGrad"
@@ -23,19 +23,19 @@ _STAT = {name: i for i, name in enumerate(STAT_NAMES)}
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
 
-def tensor(wire: Wire, index: int | None) -> dict[str, Any] | None:
+def tensor(wire: Wire, index: int | None) -> WireTensor | None:
     """Tensor `index` of the step, or None for a missing slot (no gradient, or out of range)."""
     if index is None:
         return None
-    tensors = wire.get("tensors") or []
+    tensors = wire["tensors"]
     return tensors[index] if 0 <= index < len(tensors) else None
 
 
-def stat(t: dict[str, Any] | None, name: str) -> float | None:
+def stat(t: WireTensor | None, name: str) -> float | None:
     """One statistic (`min max mean std norm nan inf zeros`) of a wire tensor; None when absent."""
     if t is None:
         return None
-    stats = t.get("stats") or []
+    stats = t["stats"]
     i = _STAT[name]
     return float(stats[i]) if i < len(stats) else None
 
@@ -47,7 +47,7 @@ def numel(shape: Sequence[int] | None) -> int:
     return n
 
 
-def max_abs(t: dict[str, Any] | None) -> float | None:
+def max_abs(t: WireTensor | None) -> float | None:
     """max |g| = max(|min|, |max|) over the finite elements (NaN when the tensor has none)."""
     lo, hi = stat(t, "min"), stat(t, "max")
     if lo is None or hi is None:
@@ -55,15 +55,15 @@ def max_abs(t: dict[str, Any] | None) -> float | None:
     return max(abs(lo), abs(hi))
 
 
-def zero_fraction(t: dict[str, Any] | None) -> float | None:
+def zero_fraction(t: WireTensor | None) -> float | None:
     zeros = stat(t, "zeros")
     if t is None or zeros is None:
         return None
-    n = numel(t.get("shape"))
+    n = numel(t["shape"])
     return zeros / n if n else None
 
 
-def nonfinite(t: dict[str, Any] | None) -> tuple[int, int]:
+def nonfinite(t: WireTensor | None) -> tuple[int, int]:
     """(NaN count, Inf count) of a wire tensor: a debugger shows these, never hides them."""
     nan, inf = stat(t, "nan"), stat(t, "inf")
     return int(nan or 0), int(inf or 0)
@@ -96,17 +96,23 @@ def param_owner(param: str) -> str:
     return param.rsplit(".", 1)[0] if "." in param else ROOT_MODULE
 
 
-def node_module(node: dict[str, Any]) -> str | None:
+def node_module(node: WireNode) -> str | None:
     """The module a node is drawn inside, or None for the top level.
 
     AccumulateGrad nodes carry no module (they run outside any forward) but belong with the module
     that owns their parameter, so collapsing a layer also hides its parameters. Ops that ran in the
     model's own forward (`<root>`) are top level: a box around the whole model says nothing.
     """
-    module = node.get("module")
-    if module is None and node.get("param"):
-        module = param_owner(node["param"])
+    module = node["module"]
+    if module is None and (param := node["param"]):
+        module = param_owner(param)
     return None if module in (None, ROOT_MODULE) else module
+
+
+def module_type(wire: Wire, prefix: str) -> str | None:
+    """The class name of module `prefix` (`Linear`), None for a prefix that is no traced module."""
+    mod = wire["modules"].get(prefix)
+    return mod["type"] if mod else None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -139,14 +145,14 @@ def node_index(ref: str | int) -> int:
     raise ValueError(f"{ref!r} is not a node id (expected 'n<int>')")
 
 
-def node_label(node: dict[str, Any], wire: Wire) -> str:
+def node_label(node: WireNode, wire: Wire) -> str:
     """What a node is called on the graph: the op's short name, or a parameter's name and shape."""
-    if node.get("name") == ACCUMULATE:
-        shape = (node.get("out_shapes") or [None])[0]
+    if node["name"] == ACCUMULATE:
+        shape = (node["out_shapes"] or [None])[0]
         if shape is None:
-            go = node.get("go") or [None]
+            go = node["go"] or [None]
             t = tensor(wire, go[0])
-            shape = None if t is None else t.get("shape")
-        who = node.get("param") or "leaf"
+            shape = None if t is None else t["shape"]
+        who = node["param"] or "leaf"
         return f"{who} {fmt_shape(shape)}"
-    return short_name(str(node.get("name", "?")))
+    return short_name(node["name"])

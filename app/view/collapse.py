@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.view._wire import Wire, inside, node_label, node_module, parent_prefix, prefixes
+from app.view._wire import Wire, inside, module_type, node_label, node_module, parent_prefix, prefixes
 
 MODULE_PREFIX = "m:"
 BOX_PREFIX = "g:"
@@ -57,13 +57,13 @@ def text_width(text: str, font: float = FONT) -> float:
 
 def module_label(wire: Wire, prefix: str, count: int) -> str:
     """A folded module's two-line label: its name, then its class and how many nodes it holds."""
-    kind = ((wire.get("modules") or {}).get(prefix) or {}).get("type")
+    kind = module_type(wire, prefix)
     return f"{prefix}\n" + (f"{kind} · " if kind else "") + f"{count} nodes"
 
 
 def box_label(wire: Wire, prefix: str) -> str:
     """An expanded module's box label: `encoder.layers.0 (TransformerEncoderLayer)`."""
-    kind = ((wire.get("modules") or {}).get(prefix) or {}).get("type")
+    kind = module_type(wire, prefix)
     return prefix + (f" ({kind})" if kind else "")
 
 
@@ -144,7 +144,7 @@ class _ModuleTree:
                     self.size[p] = 0
                     self.children.setdefault(parent_prefix(p), []).append(p)
                 self.size[p] += 1
-        self.called = {name for name, m in (wire.get("modules") or {}).items() if m.get("calls")}
+        self.called = {name for name, m in wire["modules"].items() if m["calls"]}
 
     def coarsest(self, roots: list[str]) -> set[str]:
         """The outermost called modules at or below `roots`, to fold. Containers that never ran

@@ -16,25 +16,25 @@ nonzero difference there means a rank skipped or diverged from the all-reduce (`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from app.view._wire import Wire, fmt_num, fmt_shape, stat, tensor
 from app.view.heatmaps import heatmap_figure, view_2d
-from tracer._codec import decode_array
+from tracer.wire import TensorArrays, decode_array
 
 
 def targets(wire: Wire) -> list[dict[str, str]]:
     """Dropdown options: every parameter of the step."""
-    return [{"label": f"parameter {name}", "value": f"param:{name}"} for name in sorted(wire.get("params") or {})]
+    return [{"label": f"parameter {name}", "value": f"param:{name}"} for name in sorted(wire["params"])]
 
 
 def node_target(wire: Wire, node: int) -> dict[str, str]:
     n = wire["nodes"][node]
-    if n.get("param") and n["param"] in (wire.get("params") or {}):
-        return {"label": f"parameter {n['param']}", "value": f"param:{n['param']}"}
-    return {"label": f"node {node}: {n.get('name')}", "value": f"node:{node}"}
+    if (p := n["param"]) and p in wire["params"]:
+        return {"label": f"parameter {p}", "value": f"param:{p}"}
+    return {"label": f"node {node}: {n['name']}", "value": f"node:{node}"}
 
 
 def target_tensor(wire: Wire, target: str | None) -> int | None:
@@ -43,14 +43,14 @@ def target_tensor(wire: Wire, target: str | None) -> int | None:
         return None
     kind, _, name = target.partition(":")
     if kind == "param":
-        ix = (wire.get("params") or {}).get(name)
+        ix = wire["params"].get(name)
         return None if ix is None else int(ix)
     if kind == "node" and name.isdigit():
         nid = int(name)
-        nodes = wire.get("nodes") or []
+        nodes = wire["nodes"]
         if not 0 <= nid < len(nodes):
             return None
-        for slot in (nodes[nid].get("go") or []) + (nodes[nid].get("gi") or []):
+        for slot in (nodes[nid]["go"] or []) + (nodes[nid]["gi"] or []):
             if slot is not None:
                 return int(slot)
     return None
@@ -60,20 +60,19 @@ def target_label(wire: Wire, target: str) -> str:
     kind, _, name = target.partition(":")
     if kind == "param":
         return f"parameter {name} (gradient the optimizer sees)"
-    nodes = wire.get("nodes") or []
+    nodes = wire["nodes"]
     if name.isdigit() and int(name) < len(nodes):
-        return f"node {name} {nodes[int(name)].get('name')} (what arrived)"
+        return f"node {name} {nodes[int(name)]['name']} (what arrived)"
     return target
 
 
-def _array(entry: Mapping[str, Any] | None, key: str) -> np.ndarray | None:
-    if not entry or entry.get(key) is None:
-        return None
-    return np.asarray(decode_array(entry[key], key), dtype=np.float64)
+def _array(entry: TensorArrays | None, key: Literal["thumb", "values"]) -> np.ndarray | None:
+    a = entry[key] if entry else None
+    return None if a is None else np.asarray(decode_array(a, key), dtype=np.float64)
 
 
-def compare(wire_a: Wire, arrays_a: Mapping[int, Any], wire_b: Wire, arrays_b: Mapping[int, Any], target: str, *,
-            label_a: str, label_b: str, across_ranks: bool) -> dict[str, Any]:
+def compare(wire_a: Wire, arrays_a: Mapping[int, TensorArrays], wire_b: Wire, arrays_b: Mapping[int, TensorArrays],
+            target: str, *, label_a: str, label_b: str, across_ranks: bool) -> dict[str, Any]:
     """The difference A − B of `target` on two steps. Returns `{"title", "basis", "note", "figure",
     "stats" (rows of {"stat", "text"}), "max_abs", "desync", "error"}`; `error` (a sentence) when
     there is nothing to compare, and then no figure."""

@@ -34,6 +34,7 @@ from app.view._wire import (
     fmt_num,
     fmt_shape,
     max_abs,
+    module_type,
     node_label,
     node_module,
     nonfinite,
@@ -43,6 +44,7 @@ from app.view._wire import (
     zero_fraction,
 )
 from app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element, box_label, module_label
+from tracer.wire import WireNode, WireTensor
 
 COLOR_BY = ("norm", "maxabs", "zeros")
 # Viridis (plotly.colors.sequential.Viridis): perceptually uniform, readable when printed grey.
@@ -66,7 +68,7 @@ def _check(color_by: str) -> None:
         raise ValueError(f"color_by must be one of {COLOR_BY}, got {color_by!r}")
 
 
-def statistic(t: dict[str, Any] | None, color_by: str) -> float | None:
+def statistic(t: WireTensor | None, color_by: str) -> float | None:
     """The raw statistic a node is coloured by (None when there is no tensor)."""
     if t is None:
         return None
@@ -166,9 +168,9 @@ def legend(wire: Wire, color_by: str = "norm") -> dict[str, Any]:
             "css_gradient": "linear-gradient(to right, " + ", ".join(SCALE) + ")"}
 
 
-def _arrived(wire: Wire, node: dict[str, Any]) -> dict[str, Any] | None:
+def _arrived(wire: Wire, node: WireNode) -> WireTensor | None:
     """grad_outputs[0] of a node: the gradient that arrived from the loss side."""
-    go = node.get("go") or []
+    go = node["go"] or []
     return tensor(wire, go[0]) if go else None
 
 
@@ -180,7 +182,7 @@ def _color_fields(value: float | None, color_by: str, lo: float, hi: float) -> d
 
 
 # ---------------------------------------------------------------------------- elements
-def _badge(tensors: list[dict[str, Any] | None]) -> tuple[int, int]:
+def _badge(tensors: list[WireTensor | None]) -> tuple[int, int]:
     nan = inf = 0
     for t in tensors:
         a, b = nonfinite(t)
@@ -194,36 +196,36 @@ def _badge_text(nan: int, inf: int) -> str | None:
     return "/".join(parts) or None
 
 
-def _node_tensors(wire: Wire, node: dict[str, Any]) -> list[dict[str, Any] | None]:
-    return [tensor(wire, i) for i in (node.get("go") or []) + (node.get("gi") or [])]
+def _node_tensors(wire: Wire, node: WireNode) -> list[WireTensor | None]:
+    return [tensor(wire, i) for i in (node["go"] or []) + (node["gi"] or [])]
 
 
 def _roots(wire: Wire) -> set[int]:
-    roots = {r for p in wire.get("passes") or [] for r in p.get("roots") or []}
+    roots = {r for p in wire["passes"] for r in p["roots"]}
     if not roots and wire["nodes"]:
         has_in = {dst for _, dst, _ in wire["edges"]}
         roots = {n["id"] for n in wire["nodes"] if n["id"] not in has_in}
     return roots
 
 
-def _op_element(wire: Wire, node: dict[str, Any], info: dict[str, Any], roots: set[int], color_by: str,
+def _op_element(wire: Wire, node: WireNode, info: dict[str, Any], roots: set[int], color_by: str,
                  lo: float, hi: float) -> dict[str, Any]:
     arrived = _arrived(wire, node)
     nan, inf = _badge(_node_tensors(wire, node))
-    classes = [node.get("kind") or "op"]
+    classes = [node["kind"] or "op"]
     if node["id"] in roots:
         classes.append("root")
-    if node.get("order") is None:
+    if node["order"] is None:
         classes.append("notrun")
     if nan or inf:
         classes.append("nan")
-    if arrived is not None and numel(arrived.get("shape")) and stat(arrived, "zeros") == numel(arrived.get("shape")):
+    if arrived is not None and numel(arrived["shape"]) and stat(arrived, "zeros") == numel(arrived["shape"]):
         classes.append("zerograd")
-    out_shape = arrived.get("shape") if arrived is not None else (node.get("out_shapes") or [None])[0]
+    out_shape = arrived["shape"] if arrived is not None else (node["out_shapes"] or [None])[0]
     data: dict[str, Any] = {
         "id": f"n{node['id']}", "node": node["id"], "label": node_label(node, wire), "name": node["name"],
-        "kind": node.get("kind") or "op", "module": node.get("module"), "param": node.get("param"),
-        "line": node.get("source"), "order": node.get("order"), "shape": fmt_shape(out_shape),
+        "kind": node["kind"] or "op", "module": node["module"], "param": node["param"],
+        "line": node["source"], "order": node["order"], "shape": fmt_shape(out_shape),
         "badge": _badge_text(nan, inf), "nan": nan, "inf": inf, **_color_fields(statistic(arrived, color_by),
                                                                                 color_by, lo, hi),
         "w": info["w"], "h": info["h"],
@@ -231,7 +233,7 @@ def _op_element(wire: Wire, node: dict[str, Any], info: dict[str, Any], roots: s
     _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
-    where = " · ".join(str(p) for p in (node.get("module") or node.get("param"), node.get("source")) if p)
+    where = " · ".join(str(p) for p in (node["module"] or node["param"], node["source"]) if p)
     data["title"] = f"{node['name']}" + (f" · {where}" if where else "") + f"\n∂L/∂output {data['shape']}: " + \
         data["value_text"]
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
@@ -242,9 +244,9 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], color_by: str, l
                     hi: float) -> dict[str, Any]:
     prefix = eid[len(MODULE_PREFIX):]
     members = info.get("members") or []
-    mod = (wire.get("modules") or {}).get(prefix) or {}
-    calls = mod.get("calls") or []
-    go = (calls[0].get("go") or []) if calls else []
+    mod = wire["modules"].get(prefix)
+    calls = mod["calls"] if mod else []
+    go = calls[0]["go"] if calls else []
     arrived = tensor(wire, go[0]) if go else None
     if arrived is not None:
         value = statistic(arrived, color_by)
@@ -255,7 +257,7 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], color_by: str, l
     for i in members:
         a, b = _badge(_node_tensors(wire, wire["nodes"][i]))
         nan, inf = nan + a, inf + b
-    kind = mod.get("type")
+    kind = module_type(wire, prefix)
     label = module_label(wire, prefix, len(members))
     data: dict[str, Any] = {"id": eid, "label": label, "module": prefix, "kind": "module", "type": kind,
                             "count": len(members), "badge": _badge_text(nan, inf), "nan": nan, "inf": inf,
@@ -322,10 +324,9 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
     _check(color_by)
     lo, hi = _range(wire, color_by)
     roots = _roots(wire)
-    modules = wire.get("modules") or {}
     out: list[dict[str, Any]] = []
     for prefix, parent in layout["boxes"].items():
-        kind = (modules.get(prefix) or {}).get("type")
+        kind = module_type(wire, prefix)
         data = {"id": box_element(prefix), "label": box_label(wire, prefix), "module": prefix,
                 "kind": "box", "type": kind, "text_color": text_color(PAGE_BACKGROUND), "fill": BOX_FILL,
                 "w": 1, "h": 1}  # a compound node's size is what it holds: w and h only keep the mappings defined
@@ -366,18 +367,18 @@ def search_index(wire: Wire) -> list[dict[str, str]]:
 
 def _search_options(wire: Wire) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
-    for name, m in (wire.get("modules") or {}).items():
+    for name, m in wire["modules"].items():
         if name == ROOT_MODULE:
             continue
         out.append({"label": f"{name} · {m.get('type', 'module')} (module)", "value": MODULE_PREFIX + name})
     nodes = wire["nodes"]
     for n in nodes:
-        if n.get("param"):
+        if n["param"]:
             out.append({"label": f"{node_label(n, wire)} (parameter)", "value": f"n{n['id']}"})
-    for n in sorted(nodes, key=lambda n: (n.get("order") is None, n.get("order") or 0, n["id"])):
-        where = node_module(n) or n.get("module") or ""
+    for n in sorted(nodes, key=lambda n: (n["order"] is None, n["order"] or 0, n["id"])):
+        where = node_module(n) or n["module"] or ""
         name = "AccumulateGrad" if n["name"] == ACCUMULATE else n["name"]
-        extra = f" · {n['param']}" if n.get("param") else (f" · {where}" if where else "")
+        extra = f" · {n['param']}" if n["param"] else (f" · {where}" if where else "")
         out.append({"label": f"{name}{extra} (n{n['id']})", "value": f"n{n['id']}"})
     return out
 
@@ -403,7 +404,7 @@ def find(wire: Wire, query: str) -> str | None:
     if not q:
         return None
     nodes = wire["nodes"]
-    modules = wire.get("modules") or {}
+    modules = wire["modules"]
     digits = q[1:] if q[:1] in "nN" else q
     if digits.isdigit():
         return f"n{int(digits)}" if int(digits) < len(nodes) else None
@@ -414,10 +415,10 @@ def find(wire: Wire, query: str) -> str | None:
     if q in modules and q != ROOT_MODULE:
         return MODULE_PREFIX + q
     for n in nodes:
-        if n.get("param") == q:
+        if n["param"] == q:
             return f"n{n['id']}"
     low = q.lower()
-    ran = sorted(nodes, key=lambda n: (n.get("order") is None, n.get("order") or 0, n["id"]))
+    ran = sorted(nodes, key=lambda n: (n["order"] is None, n["order"] or 0, n["id"]))
     for n in ran:
         full = n["name"].rsplit("::", 1)[-1].lower()
         if low in (full, node_label(n, wire).lower()):

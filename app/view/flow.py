@@ -28,23 +28,23 @@ def _forward_order(wire: Wire) -> list[str]:
     weights (an embedding reused as the output projection counts at its first use). A layer whose
     parameters got no gradient falls back to its last op, then to registration order.
     """
-    modules = wire.get("modules") or {}
+    modules = wire["modules"]
     nodes = wire["nodes"]
     accumulated: dict[str, int] = {}
     for n in nodes:
-        if n.get("param") and n.get("order") is not None:
-            accumulated[n["param"]] = n["order"]
+        if (p := n["param"]) and (order := n["order"]) is not None:
+            accumulated[p] = order
     keyed = []
     for rank, (name, mod) in enumerate(modules.items()):
-        params = mod.get("params") or []
+        params = mod["params"]
         if not params:
             continue
         seen = [accumulated[p] for p in params if p in accumulated]
         when = max(seen) if seen else None
         if when is None:
-            calls = mod.get("calls") or []
-            last = calls[0].get("last") if calls else None
-            when = nodes[last].get("order") if last is not None else None
+            calls = mod["calls"]
+            last = calls[0]["last"] if calls else None
+            when = nodes[last]["order"] if last is not None else None
         keyed.append((when is None, -(when or 0), rank, name))
     return [name for *_, name in sorted(keyed)]
 
@@ -52,22 +52,22 @@ def _forward_order(wire: Wire) -> list[str]:
 def flow_rows(wire: Wire) -> list[dict[str, Any]]:
     """Per layer: the RMS and max |g| over all its parameters' gradients, their total norm, and
     NaN/Inf counts (a layer with non-finite gradients is flagged, not dropped)."""
-    modules = wire.get("modules") or {}
-    params = wire.get("params") or {}
+    modules = wire["modules"]
+    params = wire["params"]
     rows = []
     for name in _forward_order(wire):
         sq = count = 0.0
         peak: float | None = None
         nan = inf = 0
         names = []
-        for p in modules[name].get("params") or []:
+        for p in modules[name]["params"]:
             t = tensor(wire, params.get(p))
             if t is None:
                 continue
             names.append(p)
             norm = stat(t, "norm") or 0.0
             sq += norm * norm
-            count += numel(t.get("shape"))
+            count += numel(t["shape"])
             m = max_abs(t)
             if m is not None and not math.isnan(m):
                 peak = m if peak is None else max(peak, m)

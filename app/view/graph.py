@@ -36,18 +36,18 @@ def step_graph(wire: Wire) -> nx.DiGraph:
     """The step as a DiGraph (node ids are the wire's node ids, edges point away from the loss)."""
     g = nx.DiGraph()
     for n in wire["nodes"]:
-        g.add_node(n["id"], name=n["name"], kind=n.get("kind") or "op", module=node_module(n),
-                   param=n.get("param"), order=n.get("order"), label=node_label(n, wire))
+        g.add_node(n["id"], name=n["name"], kind=n["kind"] or "op", module=node_module(n),
+                   param=n["param"], order=n["order"], label=node_label(n, wire))
     for src, dst, slot in wire["edges"]:
         if g.has_edge(src, dst):
             g.edges[src, dst]["slots"].append(slot)
         else:
             g.add_edge(src, dst, slots=[slot])
-    found = [r for p in wire.get("passes") or [] for r in p.get("roots") or []]
+    found = [r for p in wire["passes"] for r in p["roots"]]
     g.graph["roots"] = list(dict.fromkeys(found)) or [v for v in g if g.in_degree(v) == 0]
-    names = set(wire.get("params") or {})
-    for m in (wire.get("modules") or {}).values():
-        names.update(m.get("params") or [])
+    names = set(wire["params"])
+    for m in wire["modules"].values():
+        names.update(m["params"])
     g.graph["params"] = sorted(names)
     return g
 

@@ -29,7 +29,7 @@ from app.view._wire import (
     stat,
     tensor,
 )
-from tracer.wire import decode_array, matrix_shape, thumbnail_view
+from tracer.wire import TensorArrays, WireArray, WireNode, WireTensor, decode_array, matrix_shape, thumbnail_view
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
 NONFINITE_COLORS = {1: "#000000", 2: "#ff00ff", 3: "#00c000"}  # NaN, +Inf, -Inf cells drawn over the map
@@ -289,13 +289,13 @@ def _to_lists(a: np.ndarray) -> list[list[float | None]]:
 STAT_ROWS = ("min", "max", "mean", "std", "norm", "nan", "inf", "zeros%")
 
 
-def stats_rows(t: dict[str, Any] | None) -> list[dict[str, Any]]:
+def stats_rows(t: WireTensor | None) -> list[dict[str, Any]]:
     """The statistics table of one slot: rows of `{"stat", "value", "text"}` (zeros as a percentage
     of the elements)."""
     if t is None:
         return []
     out = []
-    n = numel(t.get("shape"))
+    n = numel(t["shape"])
     for name in STAT_ROWS:
         if name == "zeros%":
             zeros = stat(t, "zeros") or 0.0
@@ -309,13 +309,11 @@ def stats_rows(t: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- slots
-def _decode(entry: Mapping[str, Any] | None, key: str) -> np.ndarray | None:
-    if not entry or entry.get(key) is None:
-        return None
-    return decode_array(entry[key], key)
+def _decode(a: WireArray | None, key: str) -> np.ndarray | None:
+    return None if a is None else decode_array(a, key)
 
 
-def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, Any],
+def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays],
           sample: int, max_side: int) -> dict[str, Any]:
     t = tensor(wire, index)
     slot: dict[str, Any] = {"kind": kind, "slot": j, "label": label, "tensor": index, "shape": None, "dtype": None,
@@ -323,11 +321,12 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
     if t is None:
         slot["note"] = "no gradient (None): this input needs none, or nothing flowed here"
         return slot
-    shape = list(t.get("shape") or [])
-    slot.update(shape=shape, dtype=t.get("dtype"), stats=stats_rows(t),
-                title=f"{label} · {fmt_shape(shape)} {t.get('dtype', '')}".rstrip())
+    shape = list(t["shape"])
+    slot.update(shape=shape, dtype=t["dtype"], stats=stats_rows(t),
+                title=f"{label} · {fmt_shape(shape)} {t['dtype']}".rstrip())
     entry = arrays.get(index) if index is not None else None
-    values, thumb = _decode(entry, "values"), _decode(entry, "thumb")
+    values = _decode(entry["values"] if entry else None, "values")
+    thumb = _decode(entry["thumb"] if entry else None, "thumb")
     exact = values is not None
     if values is not None:
         z, pad, words = view_2d(values, sample=sample, max_side=max_side)
@@ -341,7 +340,7 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
         whole = blocks == "1×1" and len(shape) != 4
         slot["source"] = ("thumbnail: every value (as float32)" if whole
                           else f"thumbnail: block means of {blocks} elements")
-        slot["view"] = t.get("view") or _view_words(tuple(shape))
+        slot["view"] = t["view"] or _view_words(tuple(shape))
         if len(shape) == 4 and sample:
             slot["note"] = "the thumbnail shows sample 0 only; trace with tensors='full' to see other samples"
         shown = 0
@@ -359,29 +358,29 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
     return slot
 
 
-def slot_of(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, Any], *,
+def slot_of(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays], *,
             sample: int = 0, max_side: int = 128) -> dict[str, Any]:
     """One gradient as the inspector shows it (heatmap, label, shape, statistics): the slot of
     `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output)."""
     return _slot(wire, kind, j, index, label, arrays, sample, max_side)
 
 
-def _output_label(node: dict[str, Any], i: int, count: int) -> str:
-    if node.get("name") == ACCUMULATE:
-        who = node.get("param") or "the leaf tensor"
+def _output_label(node: WireNode, i: int, count: int) -> str:
+    if node["name"] == ACCUMULATE:
+        who = node["param"] or "the leaf tensor"
         return f"∂L/∂{who} → added to {who}.grad"
     return "∂L/∂output" if count == 1 else f"∂L/∂output {i}"
 
 
-def _input_label(node: dict[str, Any], j: int) -> str:
-    labels = node.get("labels") or []
+def _input_label(node: WireNode, j: int) -> str:
+    labels = node["labels"]
     if j < len(labels):
         return str(labels[j])
-    args = node.get("args") or []
+    args = node["args"]
     return str(args[j]) if j < len(args) else f"input {j}"
 
 
-def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, Any], *, sample: int = 0,
+def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArrays], *, sample: int = 0,
                  max_side: int = 128) -> dict[str, Any]:
     """Everything the inspector shows for one node.
 
@@ -394,8 +393,8 @@ def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, Any], *, s
     """
     k = node_index(node_id)
     node = wire["nodes"][k]
-    go = node.get("go") or []
-    gi = node.get("gi") or []
+    go = node["go"] or []
+    gi = node["gi"] or []
     return {
         "node": f"n{k}", "name": node["name"], "explain": explain(wire, k),
         "grad_outputs": {"title": ARRIVING, "slots": [
@@ -410,35 +409,35 @@ def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, Any], *, s
 def node_tensors(wire: Wire, node_id: int | str) -> list[int]:
     """The tensor indices `slot_figures` needs for a node: what to pass to `read_arrays`."""
     node = wire["nodes"][node_index(node_id)]
-    return sorted({i for i in (node.get("go") or []) + (node.get("gi") or []) if i is not None})
+    return sorted({i for i in (node["go"] or []) + (node["gi"] or []) if i is not None})
 
 
 # ---------------------------------------------------------------------------- explain
 def _shape_of(wire: Wire, index: int | None, fallback: Any) -> str:
     t = tensor(wire, index)
-    return fmt_shape(t.get("shape") if t is not None else fallback)
+    return fmt_shape(t["shape"] if t is not None else fallback)
 
 
 def explain(wire: Wire, node_id: int | str) -> str:
     """One line saying what this node computed in backward, with the real shapes."""
     k = node_index(node_id)
     node = wire["nodes"][k]
-    go = node.get("go") or []
-    gi = node.get("gi") or []
-    out_shapes = node.get("out_shapes") or []
-    if node.get("name") == ACCUMULATE:
+    go = node["go"] or []
+    gi = node["gi"] or []
+    out_shapes = node["out_shapes"]
+    if node["name"] == ACCUMULATE:
         shape = _shape_of(wire, go[0] if go else None, out_shapes[0] if out_shapes else None)
-        if node.get("param"):
+        if node["param"]:
             return f"this is the parameter's .grad contribution: {node['param']} {shape}"
         return f"this is a leaf tensor's .grad contribution: a tensor {shape} that requires grad (not a parameter)"
-    if node.get("order") is None:
+    if node["order"] is None:
         return f"{node['name']} did not run in this step: no gradient reached it"
     received = ", ".join(
         f"∂L/∂output{'' if len(go) == 1 else f' {i}'} "
         f"{_shape_of(wire, idx, out_shapes[i] if i < len(out_shapes) else None)}"
         + ("" if idx is not None else " (none)") for i, idx in enumerate(go)) or "nothing"
-    args = node.get("args") or []
-    in_shapes = node.get("in_shapes") or []
+    args = node["args"]
+    in_shapes = node["in_shapes"]
     sent_parts = []
     for j, idx in enumerate(gi):
         arg = args[j] if j < len(args) else f"input {j}"
@@ -447,7 +446,7 @@ def explain(wire: Wire, node_id: int | str) -> str:
         else:
             sent_parts.append(f"∂L/∂{arg} {_shape_of(wire, idx, in_shapes[j] if j < len(in_shapes) else None)}")
     sent = ", ".join(sent_parts) or "nothing"
-    seed = any(k in (p.get("roots") or []) for p in wire.get("passes") or [])
+    seed = any(k in (p["roots"]) for p in wire["passes"])
     return (f"grad_inputs[j] = J_jᵀ · grad_outputs: {node['name']} received {received}"
             + (" (the seed passed to backward)" if seed else "")
             + f" and sent {sent} (a vector-Jacobian product)")

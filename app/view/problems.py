@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracer.wire import WireStep
+
 KIND_LABELS = {
     "nonfinite_forward": "NaN/Inf born in the forward",
     "nonfinite_loss": "non-finite loss",
@@ -15,19 +17,20 @@ KIND_LABELS = {
 }
 
 
-def problem_lines(wire: dict[str, Any] | None) -> dict[str, Any]:
+def problem_lines(wire: WireStep | None) -> dict[str, Any]:
     """`{"count", "badge", "lines"}` for a step's wire form; each line has `k` (its position), `kind`,
     `label`, `message`, `node` (an id that exists in the step, else None), `node_name` and `source`."""
-    problems = (wire or {}).get("problems") or []
-    n_nodes = len((wire or {}).get("nodes") or [])
+    if wire is None:
+        return {"count": 0, "badge": "no problems found", "lines": []}
+    nodes = wire["nodes"]
     lines = []
-    for k, p in enumerate(problems):
-        node = p.get("node")
-        if not isinstance(node, int) or not 0 <= node < n_nodes:
+    for k, p in enumerate(wire["problems"]):
+        node = p["node"]
+        if not isinstance(node, int) or not 0 <= node < len(nodes):
             node = None
-        lines.append({"k": k, "kind": p.get("kind", ""), "label": KIND_LABELS.get(p.get("kind", ""), p.get("kind", "")),
-                      "message": p.get("message", ""), "node": node, "source": p.get("source"),
-                      "node_name": wire["nodes"][node]["name"] if wire is not None and node is not None else None})
+        lines.append({"k": k, "kind": p["kind"], "label": KIND_LABELS.get(p["kind"], p["kind"]),
+                      "message": p["message"], "node": node, "source": p["source"],
+                      "node_name": None if node is None else nodes[node]["name"]})
     count = len(lines)
     badge = "no problems found" if count == 0 else f"{count} problem" + ("s" if count > 1 else "")
     return {"count": count, "badge": badge, "lines": lines}
