@@ -31,11 +31,10 @@ sys.path.insert(0, str(HERE.parent))
 
 import dash  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
-from workloads import build  # noqa: E402
+from workloads import build, residual_stages  # noqa: E402
 
 import tracer  # noqa: E402
 from app.server import ServerConfig, create_app  # noqa: E402
@@ -72,19 +71,9 @@ def serve(wsgi: object) -> tuple[str, object]:
     return f"http://127.0.0.1:{srv.server_port}", srv
 
 
-class _Residual(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.lin(x)) * 0.5
-
-
-def record_big(store: Path, stages: int = 50, blocks: int = 29) -> int:
-    """1,450 residual blocks in 50 top-level stages (about 10,150 autograd nodes), one step."""
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(*[_Residual() for _ in range(blocks)]) for _ in range(stages)])
+def record_big(store: Path) -> int:
+    """One step of `residual_stages` (about 10,150 autograd nodes)."""
+    model = residual_stages()
     with tracer.Tracer(model, run="bench", sink=str(store), tensors="summary") as tr, tr.step(0) as st:
         model(torch.randn(2, 4)).sum().backward()
     return len(st.nodes) if st else 0

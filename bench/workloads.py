@@ -191,6 +191,26 @@ def lenet_compiled(device: str | torch.device = "cpu") -> Workload:
     return w
 
 
+# --------------------------------------------------------------------------- the page at scale
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.lin(x)) * 0.5
+
+
+def residual_stages(stages: int = 50, blocks: int = 29) -> nn.Module:
+    """The page's scale model (bench/ui.py, the browser's 10k-node test): `stages` top-level stages of
+    `blocks` residual blocks each; at the defaults, 1,450 blocks and about 10,150 autograd nodes for a
+    [2, 4] input. Built under `torch.manual_seed(SEED)`."""
+    torch.manual_seed(SEED)
+    return nn.Sequential(*[nn.Sequential(*[_Residual() for _ in range(blocks)]) for _ in range(stages)])
+
+
 WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12,
                                                  "W5": lenet_compiled}
 

@@ -17,8 +17,8 @@ from zoo import build
 
 import tracer
 from app.api import graph_json
-from tracer.store import TraceStore
 from tracer._model import Problem
+from tracer.store import TraceStore
 from tracer.wire import (
     TraceFormatError,
     WireCall,
@@ -131,7 +131,8 @@ def test_typed_structures_are_the_wire_form() -> None:
     for n in ran:
         runs = node_runs(w["nodes"][n.id])
         assert all(len(r) == len(WireRun._fields) for r in w["nodes"][n.id]["runs"])
-        assert [(r.pass_index, r.order, r.time_us) for r in runs] == [(r.pass_index, r.order, r.time_us) for r in n.runs]
+        named = [(r.pass_index, r.order, r.time_us) for r in runs]
+        assert named == [(r.pass_index, r.order, r.time_us) for r in n.runs]
         assert [len(r.go) for r in runs] == [len(r.grad_outputs) for r in n.runs]
 
 

@@ -19,6 +19,18 @@ class Case:
     loss: Callable[[nn.Module, tuple[Any, ...]], torch.Tensor]
 
 
+class RankMLP(nn.Module):
+    """3-8-2, the model every rank of the torch.distributed tests trains (tests/ddp_*worker.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(3, 8)
+        self.fc2 = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.relu(self.fc1(x)))
+
+
 class SeedMLP(nn.Module):
     """The 3-20-30-2 MLP of seed 001."""
 

@@ -3,17 +3,22 @@ the full label on hover, and a 10,000-node trace (folded modules readable, one c
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from playwright.sync_api import Page
 
 import tracer
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout
+    sys.path.insert(0, str(REPO))
+from bench.workloads import residual_stages  # noqa: E402
 
 LEGIBLE_PX = 10.0
 
@@ -145,19 +150,9 @@ def test_transformer_opens_legible_and_hover_shows_the_full_label(live_server: A
     _no_errors(page)
 
 
-class _Residual(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + torch.tanh(self.lin(x)) * 0.5
-
-
-def _record_residual_stages(store: Path, stages: int = 50, blocks: int = 29) -> None:
-    """1,450 residual blocks in 50 top-level stages: about 10,150 autograd nodes."""
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Sequential(*[_Residual() for _ in range(blocks)]) for _ in range(stages)])
+def _record_residual_stages(store: Path) -> None:
+    """One step of bench's scale model: 1,450 residual blocks in 50 top-level stages, about 10,150 nodes."""
+    model = residual_stages()
     tr = tracer.Tracer(model, run="big", sink=str(store), tensors="summary", thumb=4)
     with tr.step(0):
         model(torch.randn(2, 4)).sum().backward()
