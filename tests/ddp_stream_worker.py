@@ -59,8 +59,17 @@ def main() -> None:
                 grads[f"{i}/local/{name}"] = g.to_local().detach().numpy().copy()  # this rank's shard (FSDP2)
                 g = g.full_tensor()  # the whole gradient
             grads[f"{i}/{name}"] = g.detach().numpy().copy()  # type: ignore[union-attr]
-    # the reference: what autograd computes for this rank's data, then (DDP) averaged across ranks
-    if mode != "fsdp":
+    # the reference: what autograd computes for this rank's data, then (DDP) averaged across ranks; under
+    # FSDP2 what arrives at each parameter's AccumulateGrad, before the reduce-scatter (no optimizer step
+    # ran, so the seed's weights are the weights)
+    if mode == "fsdp":
+        torch.manual_seed(0)
+        ref = MLP()
+        x, y = batches[-1]
+        local = torch.autograd.grad(F.cross_entropy(ref(x), y), list(ref.parameters()))
+        for (name, _), g in zip(ref.named_parameters(), local):
+            grads[f"ref/local/{name}"] = g.numpy()  # differs by rank: each rank its own data
+    else:
         ref = MLP()
         ref.load_state_dict({k.removeprefix("module."): v for k, v in base.state_dict().items()})
         x, y = batches[-1]

@@ -98,6 +98,14 @@ def test_fsdp2_ranks_write_one_shared_file(tmp_path: Path) -> None:
             for name in infos[rank]["names"]:
                 got = st.params[name].values
                 assert got is not None and np.array_equal(got, grads[rank][f"1/local/{name}"]), (rank, name)
+            # the AccumulateGrad nodes (of FSDP2's unsharded copies) are named after their parameter, and
+            # what arrived there is this rank's own gradient, before the reduce-scatter
+            acc = {n.param: n for n in st.nodes if n.name == "torch::autograd::AccumulateGrad"}
+            assert sorted(p for p in acc if p) == sorted(infos[rank]["names"]), (rank, list(acc))
+            for name in infos[rank]["names"]:
+                arrived = acc[name].grad_outputs[0].values
+                assert arrived is not None and np.allclose(arrived, grads[rank][f"ref/local/{name}"], rtol=1e-6,
+                                                           atol=1e-7), (rank, name)
     for name in infos[0]["names"]:  # the two shards, in order along dim 0, are the whole gradient
         whole = np.concatenate([grads[0][f"1/local/{name}"], grads[1][f"1/local/{name}"]])
         assert np.array_equal(whole, grads[0][f"1/{name}"]), name

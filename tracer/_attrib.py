@@ -157,6 +157,7 @@ class ForwardRecorder:
     _thread: int = 0  # the thread whose function-mode stack holds the mode
     on_detach: Callable[[Any, Any], None] | None = None  # problem finder: (tensor, caller frame) of a detach
     on_no_grad: Callable[[Any, Any], None] | None = None  # problem finder: (args, caller frame) of an op in no_grad
+    on_module_out: Callable[[Any, str], None] | None = None  # (module, its name) as a model module's forward ends
 
     def start(self) -> None:
         if not _active:
@@ -248,6 +249,8 @@ class ForwardRecorder:
         name = self.module_names.get(mod)
         if name is None:
             return None
+        if self.on_module_out is not None:
+            self.on_module_out(mod, name)
         # pop this module's frame (frames above it belong to calls that raised)
         while self._stack and self._stack[-1][0] is not mod:
             self._stack.pop()

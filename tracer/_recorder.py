@@ -81,6 +81,7 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self.module_types: dict[str, str] = {}
         self.module_params: dict[str, list[str]] = {}
         self.param_names: dict[Any, str] = {}
+        self.unsharded_names: dict[Any, str] = {}  # FSDP2's per-forward copies → their parameter's name
         self._param_by_name: dict[str, Any] = {}
         if model is not None:
             self._index_model(model)
@@ -110,6 +111,8 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self.problems = StepProblems(self.statics)  # the problem finder (tracer/_problems.py)
         self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
         self.forward.on_no_grad = self.problems.note_no_grad
+        if self._distributed:
+            self.forward.on_module_out = self._name_unsharded
 
     def _index_model(self, model: Any) -> None:
         """Qualified names of modules and parameters, in one pre-order pass over `_modules` (what
@@ -206,11 +209,12 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
                     self._param_trace[name] = self.summ.summarise(g)
             return
         arrived, self._arrived = self._arrived, {}
+        dtensor = _dtensor_type() if self._distributed else None
         for name, (tr, key) in arrived.items():
             p = self._param_by_name.get(name)
             g = None if p is None else p.grad
-            if g is None:
-                continue
+            if g is None or (dtensor is not None and isinstance(g, dtensor)):
+                continue  # a shard (FSDP2): `_sharded_params` reads it without touching the other ranks
             if (tr is not None and key is not None and not self._distributed
                     and getattr(p, "_post_accumulate_grad_hooks", None) is None and g.layout == torch.strided
                     and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
@@ -220,11 +224,23 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         if self._distributed:
             self._sharded_params()
 
+    def _name_unsharded(self, mod: Any, name: str) -> None:
+        """NOTE [Unsharded parameters]: FSDP2 (`fully_shard`) swaps each parameter for an unsharded
+        copy in the module's `_parameters` for the forward, and the graph's AccumulateGrad nodes hold
+        those copies, which `param_names` (built from the sharded parameters) does not know. The
+        global forward hook that calls this runs before the module's own hooks, so before FSDP2 puts
+        the shards back: what the module holds now is the copy, named after the parameter it stands for."""
+        prefix = "" if name == "<root>" else name + "."
+        for pname, p in mod._parameters.items():
+            if p is not None and p not in self.param_names:
+                self.unsharded_names[p] = prefix + pname
+
     def _sharded_params(self) -> None:
         """FSDP2 (`fully_shard`): the parameters are DTensor shards, and gradients arrive at the unsharded
-        copies it makes for each forward, which carry no name, so none arrive above. After the backward,
-        a parameter's `.grad` is this rank's shard of the reduced gradient: what its optimizer steps with,
-        kept as `st.params[name]` (the local shard, in the shard's own shape)."""
+        copies it makes for each forward (named after their parameter: NOTE [Unsharded parameters]).
+        After the backward, a parameter's `.grad` is this rank's shard of the reduced gradient: what its
+        optimizer steps with, kept as `st.params[name]` (the local shard, in the shard's own shape; an
+        op on the DTensor itself could start a collective)."""
         dtensor = _dtensor_type()
         if dtensor is None:
             return

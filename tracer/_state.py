@@ -27,6 +27,7 @@ class RecorderState:
     module_types: dict[str, str]
     module_params: dict[str, list[str]]
     param_names: dict[Any, str]
+    unsharded_names: dict[Any, str]
     forward: ForwardRecorder
     recs: list[_Rec]
     ids: dict[Any, int]

@@ -74,7 +74,10 @@ class WalkMixin(RecorderState):
             nexts = n.next_functions  # each read builds new tuples: read once
             rid = len(recs)
             if kind == "acc":
-                param = param_names.get(n.variable)
+                var = n.variable
+                param = param_names.get(var)
+                if param is None and self.unsharded_names:  # NOTE [Unsharded parameters] in _recorder.py
+                    param = self.unsharded_names.get(var)
                 rec = _Rec(rid, n, name, "param" if param else "leaf", n._sequence_nr(), param, nexts)
                 handles.append(n.register_prehook(self._make_acc(rec)))
             else:
