@@ -79,7 +79,12 @@ class Server:
         if self.port == 0:
             self.port = self._bound_port(start, timeout)
             self.url = f"http://127.0.0.1:{self.port}"
-        wait_http(self.url + "/api/runs")
+        try:
+            wait_http(self.url + "/api/runs", timeout)
+        except TimeoutError:
+            with open(self.log) as log:
+                log.seek(start)
+                raise TimeoutError(f"gradscape serve did not answer in {timeout:g} s; its log:\n{log.read()[-2000:]}")
         return self
 
     def _bound_port(self, start: int, timeout: float) -> int:
