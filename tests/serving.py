@@ -84,7 +84,8 @@ class Server:
         except TimeoutError:
             with open(self.log) as log:
                 log.seek(start)
-                raise TimeoutError(f"gradscape serve did not answer in {timeout:g} s; its log:\n{log.read()[-2000:]}") from None
+                tail = log.read()[-2000:]
+            raise TimeoutError(f"gradscape serve did not answer in {timeout:g} s; its log:\n{tail}") from None
         return self
 
     def _bound_port(self, start: int, timeout: float) -> int:
