@@ -23,6 +23,7 @@ training. Bad input is answered with JSON 4xx naming what was wrong, never HTML.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -38,6 +39,8 @@ from app.api import BadParameter, check_index
 from tracer import protocol
 from tracer._breakpoints import NAMESPACE, check_breakpoint
 from tracer.wire import TraceFormatError, decode_array
+
+log = logging.getLogger(__name__)
 
 MAX_BREAKPOINTS = 64
 MAX_PAUSED_NODES = 200_000
@@ -111,7 +114,13 @@ class DebugNamespace(Namespace):
             try:
                 return super().trigger_event(event, *args)
             except protocol.ProtocolError as exc:
+                log.warning("gradscape: %s %s refused: %s", NAMESPACE, event, exc)
                 return {"ok": False, "error": str(exc)}
+            except ConnectionRefusedError:
+                raise
+            except Exception as exc:  # a bug: still an answer, so a paused tracer does not wait on it
+                log.exception("gradscape: %s %s failed", NAMESPACE, event)
+                return {"ok": False, "error": f"server error on {event!r}: {type(exc).__name__}: {exc}"}
         return {"ok": False, "error": f"unknown event {event!r}; {NAMESPACE} handles {list(DEBUG_EVENTS)}"}
 
     def on_connect(self, auth: Any = None) -> None:

@@ -200,9 +200,15 @@ class Breaker:
         self.paused = True
         self.pauses += 1
         try:
-            link.send("paused", {"step": rec.step, "node": info, "executed": len(nodes), "nodes": nodes,
-                                 "thumb_budget": self.thumb_budget})
-            mode = self._wait(link)
+            answer = link.send("paused", {"step": rec.step, "node": info, "executed": len(nodes), "nodes": nodes,
+                                          "thumb_budget": self.thumb_budget}, ack=True)
+            if isinstance(answer, dict) and answer.get("ok") is False:
+                # the server did not take the pause, so nothing there could resume it: go on
+                warnings.warn(f"gradscape: the server refused the pause at {node.name}: {answer.get('error')}; "
+                              f"the backward goes on", RuntimeWarning, stacklevel=2)
+                mode = "continue"
+            else:
+                mode = self._wait(link)
         finally:
             self.paused = False
         with self._lock:
@@ -332,18 +338,22 @@ class BreakpointLink:
             threading.Thread(target=_quiet_disconnect, args=(client,), name="gradscape-bp-disconnect",
                              daemon=True).start()
 
-    def send(self, event: str, payload: dict[str, Any]) -> None:
-        """Emit one JSON message on `/debug`; lost silently when the link is down."""
+    def send(self, event: str, payload: dict[str, Any], ack: bool = False) -> Any:
+        """Emit one message on `/debug`; lost silently when the link is down. With `ack`, wait (up to
+        `connect_timeout`) for the server's answer and return it (None when there is none)."""
         client = self._client
         if client is None or not self.connected:
-            return
+            return None
         with self._send_lock:
             msg = protocol.envelope(event, self.run, self._seq, payload)
             self._seq += 1
             try:
+                if ack:
+                    return client.call(event, msg, namespace=NAMESPACE, timeout=self.connect_timeout)
                 client.emit(event, msg, namespace=NAMESPACE)
             except Exception as exc:
                 log.info("gradscape: could not send %s: %s", event, exc)
+        return None
 
     def _loop(self) -> None:
         backoff = 0.2
