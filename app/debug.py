@@ -5,14 +5,16 @@
     DELETE /api/runs/<run>/breakpoints     clear them
     GET    /api/runs/<run>/paused          {"paused": true, "step", "node", "executed"} or {"paused": false}
     GET    /api/runs/<run>/paused/nodes    the partial backward: every node run so far, with statistics
+    GET    /api/runs/<run>/paused/nodes/<id>  one of them with its thumbnails' values (?order=k: that run)
     POST   /api/runs/<run>/resume          {"mode": "step"} or {"mode": "continue"}
 
 The server holds each run's breakpoints in memory and pushes the whole list to the run's tracers,
 which connect to `/debug` (see NOTE [Breakpoints] in tracer._breakpoints). A paused tracer sends the
-partial backward in its `paused` message; it is kept here, in memory, until the run resumes or its
-tracer goes away, and served by `/paused/nodes`. The page hears `paused` / `breakpoints` on `/ui`
-(they only say which run changed; on connecting, one `paused` catch-up lists the runs that are paused
-or have breakpoints) and reads the state from these routes.
+partial backward in its `paused` message (with the thumbnails of its newest nodes: NOTE [Paused
+heatmaps]); it is checked (`check_paused_nodes`), kept here, in memory, until the run resumes or its
+tracer goes away, and served by `/paused/nodes` and `/paused/nodes/<id>`. The page hears `paused` /
+`breakpoints` on `/ui` (they only say which run changed; on connecting, one `paused` catch-up lists
+the runs that are paused or have breakpoints) and reads the state from these routes.
 
 Writes need the token when the server has one (the app's token gate) and are refused with 403 when
 the request's `Origin` is not the server's own: another site's page must not pause anyone's
@@ -21,29 +23,65 @@ training. Bad input is answered with JSON 4xx naming what was wrong, never HTML.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
 from flask import Flask, Response, jsonify, request
 from flask_socketio import Namespace, SocketIO, join_room
 
+from app.api import BadParameter, check_index
 from tracer import protocol
 from tracer._breakpoints import NAMESPACE, check_breakpoint
+from tracer.wire import TraceFormatError, decode_array
+
+log = logging.getLogger(__name__)
 
 MAX_BREAKPOINTS = 64
 MAX_PAUSED_NODES = 200_000
+MAX_PAUSED_THUMB_BYTES = protocol.MAX_MESSAGE  # thumbnails one paused message may carry, all together
+MAX_THUMB_ELEMENTS = 1 << 20  # one thumbnail (the tracer's are at most `thumb`×`thumb`, 64×64 by default)
+MAX_RANK = 64  # dimensions of a gradient's shape
 DEBUG_EVENTS = ("hello", "paused")
+SLOTS = ("grad_outputs", "grad_inputs")
 
 
 @dataclass
 class DebugState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     breakpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    paused: dict[str, dict[str, Any]] = field(default_factory=dict)  # run → the tracer's paused payload + sid
+    # run → the tracer's paused payload (checked; its thumbnails apart, under "thumbs") + sid
+    paused: dict[str, dict[str, Any]] = field(default_factory=dict)
     sessions: dict[str, str] = field(default_factory=dict)  # /debug sid → run
+
+    def paused_node(self, run: str, node: int, order: int | None = None) -> tuple[dict[str, Any] | None,
+                                                                                 dict[str, Any] | None]:
+        """(where the run is paused, one node run so far with its thumbnails); (None, None) when the run
+        is not paused, (paused, None) when that node has not run yet in the paused backward. The node's
+        newest run, or the one at execution position `order`. Its tensors carry `"thumb"`: the
+        `encode_array` map the tracer sent, or None (over the tracer's budget, or no thumbnail)."""
+        with self.lock:
+            p = self.paused.get(run)
+            if p is None:
+                return None, None
+            where = {"run": run, "step": p["step"], "node": p["node"], "executed": p["executed"]}
+            nodes, thumbs = p["nodes"], p["thumbs"]
+            pos = next((k for k in range(len(nodes) - 1, -1, -1) if nodes[k]["id"] == node
+                        and (order is None or nodes[k]["order"] == order)), None)
+            if pos is None:
+                return where, None
+            n = nodes[pos]
+            doc = {**n, "runs": sum(1 for m in nodes if m["id"] == node)}
+            for kind in SLOTS:
+                ts = n[kind]
+                doc[kind] = None if ts is None else [
+                    None if t is None else {**t, "thumb": thumbs.get((pos, kind, j))} for j, t in enumerate(ts)]
+            return where, doc
 
 
 def _error(message: str, status: int) -> Response:
@@ -76,7 +114,13 @@ class DebugNamespace(Namespace):
             try:
                 return super().trigger_event(event, *args)
             except protocol.ProtocolError as exc:
+                log.warning("gradscape: %s %s refused: %s", NAMESPACE, event, exc)
                 return {"ok": False, "error": str(exc)}
+            except ConnectionRefusedError:
+                raise
+            except Exception as exc:  # a bug: still an answer, so a paused tracer does not wait on it
+                log.exception("gradscape: %s %s failed", NAMESPACE, event)
+                return {"ok": False, "error": f"server error on {event!r}: {type(exc).__name__}: {exc}"}
         return {"ok": False, "error": f"unknown event {event!r}; {NAMESPACE} handles {list(DEBUG_EVENTS)}"}
 
     def on_connect(self, auth: Any = None) -> None:
@@ -117,17 +161,134 @@ class DebugNamespace(Namespace):
             raise protocol.ProtocolError(f"paused.payload.executed: expected a non-negative int, got {executed!r}")
         if not isinstance(nodes, list) or len(nodes) > MAX_PAUSED_NODES or not all(isinstance(n, dict) for n in nodes):
             raise protocol.ProtocolError(f"paused.payload.nodes: expected a list of at most {MAX_PAUSED_NODES} maps")
+        listing, thumbs = check_paused_nodes(nodes)
         info = {"id": node["id"], "name": node["name"], "module": _str_or_none(node.get("module")),
                 "source": _str_or_none(node.get("source"))}
         with self.debug.lock:
-            self.debug.paused[run] = {"step": step, "node": info, "executed": executed, "nodes": nodes,
-                                      "sid": request.sid, "since": time.time()}  # type: ignore[attr-defined]
+            self.debug.paused[run] = {"step": step, "node": info, "executed": executed, "nodes": listing,
+                                      "thumbs": thumbs, "sid": request.sid,  # type: ignore[attr-defined]
+                                      "since": time.time()}
         self.notify("paused", run)
         return {"ok": True}
 
 
 def _str_or_none(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _bad(where: str, what: str, v: Any) -> protocol.ProtocolError:
+    shown = repr(v)
+    return protocol.ProtocolError(f"paused.payload.{where}: expected {what}, got "
+                                  f"{shown if len(shown) <= 60 else shown[:60] + '…'}")
+
+
+def _int(v: Any, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise _bad(where, "a non-negative int", v)
+    return v
+
+
+def _opt_str(v: Any, where: str) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise _bad(where, "a string or null", v)
+    return v
+
+
+def _strs(v: Any, where: str) -> list[str] | None:
+    if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+        raise _bad(where, "a list of strings or null", v)
+    return v
+
+
+def _check_tensor(t: Any, where: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """One gradient of the partial backward: (its listing, without the thumbnail; the thumbnail's
+    `encode_array` map, checked by `decode_array`, or None)."""
+    if t is None:
+        return None, None
+    if not isinstance(t, dict):
+        raise _bad(where, "a map {shape, dtype, stats, view, thumb} or null", t)
+    shape = t.get("shape")
+    if not isinstance(shape, list) or len(shape) > MAX_RANK \
+            or not all(type(d) is int and d >= 0 for d in shape):
+        raise _bad(f"{where}.shape", f"a list of at most {MAX_RANK} non-negative ints", shape)
+    dtype = t.get("dtype")
+    if not isinstance(dtype, str) or len(dtype) > protocol.MAX_NAME:
+        raise _bad(f"{where}.dtype", "a dtype name", dtype)
+    stats = t.get("stats")
+    if not isinstance(stats, dict) or len(stats) > 32 or not all(
+            isinstance(k, str) and (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))
+            for k, v in stats.items()):
+        raise _bad(f"{where}.stats", "a map of statistic names to numbers or null", stats)
+    view = _opt_str(t.get("view"), f"{where}.view")
+    thumb = t.get("thumb")
+    if thumb is not None:
+        try:
+            a = decode_array(thumb, f"paused.payload.{where}.thumb")
+        except TraceFormatError as exc:
+            raise protocol.ProtocolError(str(exc)) from None
+        if a.ndim != 2 or a.dtype.kind != "f" or a.size > MAX_THUMB_ELEMENTS:
+            raise _bad(f"{where}.thumb", f"a 2-D float array of at most {MAX_THUMB_ELEMENTS} elements",
+                       f"{a.dtype} {list(a.shape)}")
+    # JSON has no NaN: a non-finite statistic is listed as null (the tracer already sends it so)
+    clean = {k: (v if v is None or isinstance(v, int) or math.isfinite(v) else None) for k, v in stats.items()}
+    return {"shape": shape, "dtype": dtype, "stats": clean, "view": view or ""}, thumb
+
+
+def check_paused_nodes(nodes: list[Any]) -> tuple[list[dict[str, Any]], dict[tuple[int, str, int], Any]]:
+    """The partial backward of a `paused` message, checked (NOTE [Paused heatmaps] in
+    tracer/_breakpoints.py): (the nodes as `/paused/nodes` lists them, the thumbnails by (position,
+    "grad_outputs" or "grad_inputs", slot)). Raises `ProtocolError` naming the first field that is
+    wrong; the thumbnails together may not pass `MAX_PAUSED_THUMB_BYTES`."""
+    listing: list[dict[str, Any]] = []
+    thumbs: dict[tuple[int, str, int], Any] = {}
+    total = 0
+    for pos, n in enumerate(nodes):
+        w = f"nodes[{pos}]"
+        name = n.get("name")
+        if not isinstance(name, str) or len(name) > protocol.MAX_NAME:
+            raise _bad(f"{w}.name", "a node name", name)
+        out: dict[str, Any] = {"id": _int(n.get("id"), f"{w}.id"), "name": name,
+                               "kind": _opt_str(n.get("kind"), f"{w}.kind"),
+                               "module": _opt_str(n.get("module"), f"{w}.module"),
+                               "param": _opt_str(n.get("param"), f"{w}.param"),
+                               "source": _opt_str(n.get("source"), f"{w}.source"),
+                               "order": _int(n.get("order"), f"{w}.order"),
+                               "pass": _int(n.get("pass", 0), f"{w}.pass"),
+                               "labels": _strs(n.get("labels"), f"{w}.labels"),
+                               "args": _strs(n.get("args"), f"{w}.args"),
+                               "thumbs": n.get("thumbs") is True}
+        for kind in SLOTS:
+            ts = n.get(kind)
+            if ts is None and kind == "grad_inputs":
+                out[kind] = None
+                continue
+            if not isinstance(ts, list):
+                raise _bad(f"{w}.{kind}", "a list" + (" or null" if kind == "grad_inputs" else ""), ts)
+            items = []
+            for j, t in enumerate(ts):
+                item, thumb = _check_tensor(t, f"{w}.{kind}[{j}]")
+                items.append(item)
+                if thumb is not None:
+                    total += len(thumb["data"])
+                    if total > MAX_PAUSED_THUMB_BYTES:
+                        raise protocol.ProtocolError(f"paused.payload.nodes: thumbnails of more than "
+                                                     f"{MAX_PAUSED_THUMB_BYTES} bytes in all")
+                    thumbs[(pos, kind, j)] = thumb
+            out[kind] = items
+        listing.append(out)
+    return listing, thumbs
+
+
+def thumb_json(a: Any) -> dict[str, Any]:
+    """A thumbnail (`encode_array` map) as JSON: `{"shape": [rows, cols], "values": [[...]]}`, row by
+    row, with NaN, +Inf and −Inf as the strings "NaN", "Infinity" and "-Infinity" (JSON has no
+    such numbers)."""
+    v = decode_array(a, "thumb").astype(np.float64)
+    rows = v.tolist()
+    if not np.isfinite(v).all():
+        rows = [[x if math.isfinite(x) else "NaN" if math.isnan(x) else "Infinity" if x > 0 else "-Infinity"
+                 for x in row] for row in rows]
+    return {"shape": list(v.shape), "values": rows}
 
 
 def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any) -> DebugState:
@@ -240,6 +401,33 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
                 return _error(f"run {run!r} is not paused", 409)
             return jsonify({"run": run, "step": p["step"], "node": p["node"], "executed": p["executed"],
                             "nodes": p["nodes"]})
+
+    @server.route("/api/runs/<run>/paused/nodes/<node>", methods=all_methods)
+    def api_paused_node(run: str, node: str) -> Response:
+        if request.method != "GET":
+            return _error(f"{request.method} is not allowed here; use GET", 405)
+        refused = gate(run, False)
+        if refused is not None:
+            return refused
+        try:
+            nid = check_index(node, "node")
+            order_arg = request.args.get("order")
+            order = None if order_arg is None else check_index(order_arg, "order")
+        except BadParameter as exc:
+            return _error(str(exc), 400)
+        where, doc = debug.paused_node(run, nid, order)
+        if where is None:
+            return _error(f"run {run!r} is not paused", 409)
+        if doc is None:
+            at = "" if order is None else f" at execution position {order}"
+            return _error(f"node {nid} has not run{at} in the paused backward of step {where['step']} "
+                          f"({where['executed']} nodes run so far)", 404)
+        for kind in SLOTS:
+            if doc[kind] is not None:
+                doc[kind] = [None if t is None else {**t, "thumb": t["thumb"] and thumb_json(t["thumb"])}
+                             for t in doc[kind]]
+        return jsonify({"run": run, "step": where["step"], "executed": where["executed"], "paused_at": where["node"],
+                        "node": doc})
 
     @server.route("/api/runs/<run>/resume", methods=all_methods)
     def api_resume(run: str) -> Response:

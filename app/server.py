@@ -373,7 +373,8 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     register_api(server, store, state)
     from app.debug import register_debug  # breakpoints: routes, state and the tracers' /debug namespace
 
-    state.debug = register_debug(server, socketio, state, store)  # type: ignore[attr-defined]
+    debug = register_debug(server, socketio, state, store)
+    state.debug = debug  # type: ignore[attr-defined]
     if layout is not None:
         app.layout = layout
     else:
@@ -381,7 +382,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
 
         ui_data = callbacks.register(app, store)
         graph_controls.register(app, ui_data)
-        debugger.register(app)  # breakpoints (app/ui/debugger.py)
+        debugger.register(app, debug)  # breakpoints (app/ui/debugger.py)
         app.layout = lambda: page.layout(config.token, callbacks.initial_state(ui_data))
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())
 

@@ -43,6 +43,21 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
                                                            "z-index": 20}},
     ]);
   };
+  const pick = function (key, node, order) {
+    // which paused node the heatmaps show (ids.BP_PICK: nothing streamed changes it, so Dash keeps the answer)
+    const p = window.__gsPaused;
+    window.__gsBpPick = {key: key, node: node, order: order};
+    window.dash_clientside.set_props(ID.BP_PICK, {data: {run: p.run, step: p.step, executed: p.executed, node: node,
+                                                         order: order, at: Date.now()}});
+  };
+  document.addEventListener("click", function (e) {
+    // a click on a row of the partial backward shows that node's gradients
+    const tr = e.target && e.target.closest ? e.target.closest("#" + ID.BP_NODES + " tr[data-order]") : null;
+    if (!tr || !window.__gsPaused || !window.__gsBpPick) return;
+    pick(window.__gsBpPick.key, +tr.getAttribute("data-node"), +tr.getAttribute("data-order"));
+    tr.parentNode.querySelectorAll("tr.gs-bp-picked").forEach(function (r) { r.classList.remove("gs-bp-picked"); });
+    tr.classList.add("gs-bp-picked");
+  });
   const getJson = function (url) {
     return fetch(url, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.json() : null; });
   };
@@ -75,6 +90,7 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
         if (!paused || !paused.paused) {
           set(ID.BP_BANNER, {style: {display: "none"}});
           set(ID.GRAPH, {stylesheet: sheet(stylesheet, null)});
+          if (window.__gsPaused) set(ID.BP_HEATMAPS, {children: null});  // not shown with the next pause's rows
           window.__gsPaused = null;
           return null;
         }
@@ -82,13 +98,21 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
           if (seq !== window.__gsBpSeq || !doc) return;
           const n = doc.node;
           window.__gsPaused = {run: run, step: doc.step, node: n.id, executed: doc.executed};
+          // the heatmaps show the paused node, or the row last clicked during this same pause
+          const key = run + "|" + doc.step + "|" + doc.executed + "|" + n.id;
+          if (!window.__gsBpPick || window.__gsBpPick.key !== key) {
+            const last = doc.nodes[doc.nodes.length - 1] || {id: n.id, order: doc.executed - 1};
+            pick(key, last.id, last.order);
+          }
           set(ID.BP_WHERE, {children: "paused in step " + doc.step + " at " + n.name + " #" + n.id +
                                      (n.module ? " (" + n.module + ")" : "") + (n.source ? " · " + n.source : "") +
                                      " · " + doc.executed + " nodes run"});
           const rows = doc.nodes.slice().reverse().map(function (x) {
             const sent = x.grad_inputs === null ? x.grad_outputs : x.grad_inputs;
-            return h("Tr", {className: x.order === doc.nodes.length - 1 ? "gs-bp-current" : "",
-                            "data-node": String(x.id)}, [
+            const cls = (x.order === doc.nodes.length - 1 ? "gs-bp-current" : "") +
+              (x.order === window.__gsBpPick.order ? " gs-bp-picked" : "");
+            return h("Tr", {className: cls.trim(), "data-node": String(x.id), "data-order": String(x.order),
+                            title: x.thumbs ? "" : "statistics only: its heatmap was not sent (over the pause's budget)"}, [
               h("Td", {}, String(x.order)), h("Td", {}, x.name + " #" + x.id),
               h("Td", {}, x.module || x.param || ""),
               h("Td", {className: bad(sent) ? "gs-bp-bad" : ""}, grads(sent))]);

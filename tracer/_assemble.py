@@ -128,12 +128,7 @@ class AssembleMixin(RecorderState):
         recs = self.recs
         mods = self.forward.modules_of([r.seq for r in recs])
         outs = [_outputs_of(r) for r in recs]  # a node's input shapes are its children's output shapes
-        key = tuple((type(r.node), r.name, r.kind, mod, r.param, tuple(r.children),
-                     tuple(r.node.variable.shape) if r.kind == "leaf" else None)  # labels name a leaf's shape
-                    for r, mod in zip(recs, mods))
-        statics = self.statics.get(key)
-        if statics is None:
-            statics = self.statics.put(key, self._statics(mods))
+        statics = self.slot_statics(mods)
         source_of = self.forward.source_of
         out = []
         for r, st, mod, (o_shapes, o_dtypes) in zip(recs, statics, mods, outs):
@@ -164,6 +159,20 @@ class AssembleMixin(RecorderState):
                                  st.schema, order, st.labels, st.args, st.input_shapes, st.output_shapes,
                                  st.output_dtypes, gi, go, time_us, runs))
         return out
+
+    def slot_statics(self, mods: list[str | None]) -> list[_Static]:
+        """Every walked node's slot arguments, labels and schema, from the `StructureCache` (computed
+        and cached on a miss); `mods`: the nodes' modules (`forward.modules_of`), in walk order. Also
+        read while a backward is paused at a breakpoint (tracer/_breakpoints.py): the graph is walked
+        before the backward runs, so the labels are already those of the finished step."""
+        recs = self.recs
+        key = tuple((type(r.node), r.name, r.kind, mod, r.param, tuple(r.children),
+                     tuple(r.node.variable.shape) if r.kind == "leaf" else None)  # labels name a leaf's shape
+                    for r, mod in zip(recs, mods))
+        statics = self.statics.get(key)
+        if statics is None:
+            statics = self.statics.put(key, self._statics(mods))
+        return statics
 
     def _statics(self, mods: list[str | None]) -> list[_Static]:
         """Slot arguments, labels and schema of every node: they depend only on the graph's structure

@@ -5,7 +5,8 @@ NOTE [Breakpoints]
     over a Socket.IO connection of its own, on the `/debug` namespace (`BreakpointLink`, started by
     the socket sink). It is a second connection, not the sink's: the sink's sender thread may be in
     the middle of a step's binary chunks when a node pauses, and the pause must be announced from
-    the engine's thread at once. Everything sent on `/debug` is plain JSON, one packet per message.
+    the engine's thread at once. Everything sent on `/debug` is plain JSON, one packet per message,
+    but for the thumbnails of a `paused` message (NOTE [Paused heatmaps]), binary attachments.
 
     Each run has one `Breaker` (`breaker(run)`); the recorder's node hooks test `breaker.armed`, a
     plain attribute that is False unless the server has sent at least one breakpoint for the run and
@@ -31,6 +32,18 @@ NOTE [Breakpoints]
     run that never paused. If the link drops while paused the hook waits `grace` seconds for it to
     come back, then resumes with one warning, and the run's breakpoints are dropped (they lived on
     the server); a server that comes back pushes its own list.
+
+NOTE [Paused heatmaps]
+    The `paused` message also carries the thumbnails the recorder already made for the nodes run so
+    far (`TensorTrace.thumb`: block means, at most `thumb`×`thumb`, NOTE [Thumbnail views] in
+    tracer/_summary.py), so the page can draw their gradients as heatmaps while the backward waits.
+    They are bounded: whole nodes, newest first (the paused one first), until `Breaker.thumb_budget`
+    bytes (`THUMB_BUDGET`, 4 MiB; each array counted with `THUMB_OVERHEAD` bytes on top) or
+    `MAX_THUMBS` arrays would be passed. An older node keeps its statistics and says `"thumbs":
+    false`. Each thumbnail is an `encode_array` map (float32, raw little-endian bytes, so NaN and
+    ±Inf arrive as they were), which Socket.IO sends as a binary attachment; no pickle. Each node
+    also carries its slot labels and arguments (`labels`, `args`: the `StructureCache`'s, as the
+    finished step will have them), or None when they cannot be worked out.
 """
 
 from __future__ import annotations
@@ -44,9 +57,11 @@ import time
 import warnings
 from typing import Any
 
+import numpy as np
 import torch
 
 from tracer import protocol
+from tracer.wire import encode_array
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +69,9 @@ NAMESPACE = "/debug"
 DEFAULT_GRACE = 60.0
 KINDS = ("node", "module", "nonfinite", "norm")
 _WAIT_SLICE = 0.05
+THUMB_BUDGET = 4 * 1024 * 1024  # bytes of thumbnails one paused message carries (NOTE [Paused heatmaps])
+THUMB_OVERHEAD = 64  # what one array costs on top of its bytes (its map, its binary attachment), for the budget
+MAX_THUMBS = 4096  # arrays one paused message carries at most (each travels as an attachment of its own)
 
 
 def check_breakpoint(bp: Any) -> dict[str, Any]:
@@ -104,6 +122,7 @@ class Breaker:
         self.link: BreakpointLink | None = None
         self.paused = False
         self.pauses = 0  # how many times a backward paused (tests, bench)
+        self.thumb_budget = THUMB_BUDGET  # bytes of thumbnails per paused message (NOTE [Paused heatmaps])
         self._lock = threading.Lock()
         self._resume = threading.Event()
         self._mode = "continue"
@@ -172,8 +191,8 @@ class Breaker:
         link = self.link
         if link is None:
             return
-        rec.summ.finalize()  # the statistics of every node run so far, for the page
-        nodes = partial_nodes(rec)
+        rec.summ.finalize()  # the statistics and thumbnails of every node run so far, for the page
+        nodes = partial_nodes(rec, self.thumb_budget)
         here = next((n for n in reversed(nodes) if n["id"] == node.id), None)
         info = {"id": node.id, "name": node.name, "module": here["module"] if here else None,
                 "source": here["source"] if here else None}
@@ -181,8 +200,15 @@ class Breaker:
         self.paused = True
         self.pauses += 1
         try:
-            link.send("paused", {"step": rec.step, "node": info, "executed": len(nodes), "nodes": nodes})
-            mode = self._wait(link)
+            answer = link.send("paused", {"step": rec.step, "node": info, "executed": len(nodes), "nodes": nodes,
+                                          "thumb_budget": self.thumb_budget}, ack=True)
+            if isinstance(answer, dict) and answer.get("ok") is False:
+                # the server did not take the pause, so nothing there could resume it: go on
+                warnings.warn(f"gradscape: the server refused the pause at {node.name}: {answer.get('error')}; "
+                              f"the backward goes on", RuntimeWarning, stacklevel=2)
+                mode = "continue"
+            else:
+                mode = self._wait(link)
         finally:
             self.paused = False
         with self._lock:
@@ -218,22 +244,51 @@ def _tensor(t: Any) -> dict[str, Any] | None:
     if t is None:
         return None
     stats = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in t.stats.items()}
-    return {"shape": list(t.shape), "dtype": t.dtype, "stats": stats}
+    return {"shape": list(t.shape), "dtype": t.dtype, "stats": stats, "view": t.thumb_view, "thumb": None}
 
 
-def partial_nodes(rec: Any) -> list[dict[str, Any]]:
+def _labels(rec: Any) -> list[Any] | None:
+    """Every walked node's slot labels and arguments (`_Static`s, by node id), or None when they
+    cannot be worked out mid-backward: the heatmaps then name slots by position."""
+    try:
+        return rec.slot_statics(rec.forward.modules_of([r.seq for r in rec.recs]))  # type: ignore[no-any-return]
+    except Exception as exc:  # never break the user's backward over a label
+        log.info("gradscape: no slot labels for the paused backward: %s", exc)
+        return None
+
+
+def partial_nodes(rec: Any, budget: int = THUMB_BUDGET) -> list[dict[str, Any]]:
     """The nodes a step's backward has run so far, in execution order, with their gradients'
-    statistics (the recorder's summaries, fetched). JSON-ready; non-finite statistics are None."""
+    statistics (the recorder's summaries, fetched) and slot labels; JSON-ready but for the
+    thumbnails, and non-finite statistics are None. See NOTE [Paused heatmaps] for the thumbnails
+    (`budget`: their bytes, newest nodes first)."""
     recs = rec.recs
     runs = [(recs[rid], recs[rid].runs[k]) for rid, k in rec.execution]
     mods = rec.forward.modules_of([r.seq for r, _ in runs])
+    statics = _labels(rec)
     out = []
     for pos, ((r, run), mod) in enumerate(zip(runs, mods)):
         acc = r.kind in ("param", "leaf")
+        st = statics[r.id] if statics is not None and r.id < len(statics) else None
         out.append({"id": r.id, "name": r.name, "kind": r.kind, "module": None if acc else mod, "param": r.param,
                     "source": None if acc else rec.forward.source_of(r.seq), "order": pos, "pass": run.pass_index,
-                    "grad_outputs": [_tensor(t) for t in run.grad_outputs],
+                    "labels": None if st is None else list(st.labels), "args": None if st is None else list(st.args),
+                    "thumbs": False, "grad_outputs": [_tensor(t) for t in run.grad_outputs],
                     "grad_inputs": None if run.grad_inputs is None else [_tensor(t) for t in run.grad_inputs]})
+    spent = count = 0
+    for pos in range(len(out) - 1, -1, -1):  # newest first, whole nodes, until the budget is spent
+        _, run = runs[pos]
+        slots = [("grad_outputs", i, t) for i, t in enumerate(run.grad_outputs)]
+        slots += [("grad_inputs", j, t) for j, t in enumerate(run.grad_inputs or [])]
+        thumbs = [(kind, j, t.thumb) for kind, j, t in slots if t is not None and t.thumb is not None]
+        cost = sum(int(a.nbytes) + THUMB_OVERHEAD for _, _, a in thumbs)
+        if spent + cost > budget or count + len(thumbs) > MAX_THUMBS:
+            break
+        spent, count = spent + cost, count + len(thumbs)
+        node = out[pos]
+        for kind, j, a in thumbs:
+            node[kind][j]["thumb"] = encode_array(np.ascontiguousarray(a, dtype=np.float32))
+        node["thumbs"] = True
     return out
 
 
@@ -283,18 +338,22 @@ class BreakpointLink:
             threading.Thread(target=_quiet_disconnect, args=(client,), name="gradscape-bp-disconnect",
                              daemon=True).start()
 
-    def send(self, event: str, payload: dict[str, Any]) -> None:
-        """Emit one JSON message on `/debug`; lost silently when the link is down."""
+    def send(self, event: str, payload: dict[str, Any], ack: bool = False) -> Any:
+        """Emit one message on `/debug`; lost silently when the link is down. With `ack`, wait (up to
+        `connect_timeout`) for the server's answer and return it (None when there is none)."""
         client = self._client
         if client is None or not self.connected:
-            return
+            return None
         with self._send_lock:
             msg = protocol.envelope(event, self.run, self._seq, payload)
             self._seq += 1
             try:
+                if ack:
+                    return client.call(event, msg, namespace=NAMESPACE, timeout=self.connect_timeout)
                 client.emit(event, msg, namespace=NAMESPACE)
             except Exception as exc:
                 log.info("gradscape: could not send %s: %s", event, exc)
+        return None
 
     def _loop(self) -> None:
         backoff = 0.2

@@ -1,20 +1,34 @@
 """The page's breakpoint panel: a break control (on the selected node, its module, a non-finite
 gradient or a norm above a threshold), a banner while the run is paused with `bp-step` and
-`bp-continue`, and the partial backward (the nodes run so far with their gradients' statistics,
-lit on the graph).
+`bp-continue`, the partial backward (the nodes run so far with their gradients' statistics, lit on
+the graph), and the heatmaps of one of them (the paused node, or the row last clicked).
 
-Everything here runs in the browser (assets/debugger.js): a `paused` or `breakpoints` notification
-on `/ui` only says which run changed, and the page reads the state from the JSON API (app/debug.py),
-so notifications that merge lose nothing. Writes go to the same API with the page's own origin.
+All but the heatmaps runs in the browser (assets/debugger.js): a `paused` or `breakpoints`
+notification on `/ui` only says which run changed, and the page reads the state from the JSON API
+(app/debug.py), so notifications that merge lose nothing. Writes go to the same API with the page's
+own origin. The heatmaps are drawn on the server, as the inspector draws a finished step's
+(`view.slot_figures`, `inspector.slot_view`), from the thumbnails the tracer sent with the pause
+(NOTE [Paused heatmaps] in tracer/_breakpoints.py). Their one input is `ids.BP_PICK`, which the
+browser sets (a click on a row; a new pause picks its paused node) and nothing streamed changes:
+Dash drops the answer of a callback whose input changes while it is in flight.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html
 
+from app import view
+from app.debug import SLOTS, DebugState
 from app.ui import ids
+from app.ui.inspector import slot_view
+from app.view.heatmaps import ARRIVING, SENT
+from tracer._model import STAT_NAMES
+
+OVER_BUDGET = ("heatmap not sent: a paused tracer sends the thumbnails of the newest nodes only, up to its "
+               "budget for one pause (statistics only)")
 
 KINDS = [{"label": "this node (by name)", "value": "node-name"},
          {"label": "this node (by id)", "value": "node-id"},
@@ -26,7 +40,7 @@ KINDS = [{"label": "this node (by name)", "value": "node-name"},
 def panel() -> Any:
     """The panel (its notifications come on the page's own `/ui` socket)."""
     return html.Div(className="gs-bp", children=[
-        dcc.Store(id=ids.BP_STATE), dcc.Store(id=ids.BP_SENT),
+        dcc.Store(id=ids.BP_STATE), dcc.Store(id=ids.BP_SENT), dcc.Store(id=ids.BP_PICK),
         html.Div(className="gs-bp-controls", children=[
             html.Span("break on", className="gs-bp-label"),
             dcc.Dropdown(id=ids.BP_KIND, options=KINDS, value="node-name", clearable=False, className="gs-bp-kind"),
@@ -41,12 +55,79 @@ def panel() -> Any:
             html.Button("step", id=ids.BP_STEP, className="gs-btn", n_clicks=0, title="run one more node"),
             html.Button("continue", id=ids.BP_CONTINUE, className="gs-btn", n_clicks=0,
                         title="run to the next breakpoint"),
-            html.Div(id=ids.BP_NODES, className="gs-bp-nodes"),
+            html.Div(id=ids.BP_NODES, className="gs-bp-nodes", title="click a row to see its gradients"),
+            html.Div(id=ids.BP_HEATMAPS, className="gs-bp-heatmaps"),
         ]),
     ])
 
 
-def register(app: Dash) -> None:
+def node_wire(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[int, Any]]:
+    """One paused node (`DebugState.paused_node`) as a one-node step in the wire form the view reads
+    (`tracer.wire`: node 0, its tensors by index) and the arrays `read_arrays` would give for it
+    (thumbnails only)."""
+    tensors: list[dict[str, Any]] = []
+    arrays: dict[int, Any] = {}
+
+    def ref(t: dict[str, Any] | None) -> int | None:
+        if t is None:
+            return None
+        stats = t.get("stats") or {}
+        tensors.append({"shape": t["shape"], "dtype": t["dtype"], "view": t.get("view") or "",
+                        "stats": [math.nan if stats.get(k) is None else float(stats[k]) for k in STAT_NAMES]})
+        if t.get("thumb") is not None:
+            arrays[len(tensors) - 1] = {"thumb": t["thumb"]}
+        return len(tensors) - 1
+
+    go = [ref(t) for t in doc["grad_outputs"]]
+    gi = None if doc["grad_inputs"] is None else [ref(t) for t in doc["grad_inputs"]]
+    node = {"id": 0, "name": doc["name"], "kind": doc.get("kind"), "module": doc.get("module"),
+            "param": doc.get("param"), "order": doc.get("order"), "labels": doc.get("labels") or [],
+            "args": doc.get("args") or [], "go": go, "gi": gi, "in_shapes": [],
+            "out_shapes": [None if t is None else t["shape"] for t in doc["grad_outputs"]]}
+    return {"nodes": [node], "tensors": tensors, "passes": []}, arrays
+
+
+def heatmaps(debug: DebugState, pick: dict[str, Any] | None) -> Any:
+    """The heatmaps of the picked paused node: what arrived at it and what it sent on, each slot
+    labelled as the inspector labels it, with shape and statistics."""
+    if not pick or not isinstance(pick.get("run"), str) or not isinstance(pick.get("node"), int):
+        return []
+    order = pick.get("order") if isinstance(pick.get("order"), int) else None
+    where, doc = debug.paused_node(pick["run"], pick["node"], order)
+    if where is None:
+        return html.P(f"run {pick['run']!r} is not paused", className="gs-hint")
+    if doc is None:
+        return html.P(f"node {pick['node']} has not run in this backward", className="gs-hint")
+    wire, arrays = node_wire(doc)
+    panel = view.slot_figures(wire, 0, arrays)
+    for kind in SLOTS:
+        for slot in panel[kind]["slots"]:
+            if not doc["thumbs"] and slot["shape"] is not None and slot["figure"] is None:
+                slot["note"] = OVER_BUDGET
+    owner = doc.get("module") or doc.get("param")
+    runs = f", its run {doc['runs']} in this step" if doc["runs"] > 1 else ""
+    head = html.Div(className="gs-meta", children=[
+        html.B(f"{doc['name']} #{doc['id']}"), f" ({owner})" if owner else "",
+        f" · ran #{doc['order']} of {where['executed']} so far{runs}",
+        " · the paused node" if doc["order"] == where["executed"] - 1 else "",
+        f" · {doc['source']}" if doc.get("source") else ""])
+    sent: list[Any] = [slot_view(s, "grad_inputs", j, id_type="bp-slot")
+                       for j, s in enumerate(panel["grad_inputs"]["slots"])]
+    if doc["grad_inputs"] is None:
+        sent = [html.P("nothing: it adds what arrived to the tensor's .grad", className="gs-hint")]
+    marks: dict[str, Any] = {"data-node": str(doc["id"]), "data-order": str(doc["order"])}  # for tests and scripts
+    return html.Div(className="gs-bp-node", **marks,
+                    children=[head, html.Div(panel["explain"], className="gs-explain"), html.H3(ARRIVING),
+                              *[slot_view(s, "grad_outputs", i, id_type="bp-slot")
+                                for i, s in enumerate(panel["grad_outputs"]["slots"])],
+                              html.H3(SENT), *sent])
+
+
+def register(app: Dash, debug: DebugState) -> None:
+    @app.callback(Output(ids.BP_HEATMAPS, "children"), Input(ids.BP_PICK, "data"), prevent_initial_call=True)
+    def paused_heatmaps(pick: dict[str, Any] | None) -> Any:
+        return heatmaps(debug, pick)
+
     fn = "gradscapeDebug"
     # a notification for the shown run (or the catch-up on connecting that names it, or another run
     # chosen) → read the run's state; nothing is read on load when no run has any

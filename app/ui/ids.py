@@ -48,6 +48,8 @@ BP_WHERE = "bp-where"
 BP_NODES = "bp-nodes"
 BP_STATE = "bp-state"
 BP_SENT = "bp-sent"
+BP_PICK = "bp-pick"  # the paused node whose heatmaps are shown: {run, step, executed, node, order, at}
+BP_HEATMAPS = "bp-heatmaps"
 
 PROBLEMS = "problems"
 PROBLEM_PICK = "problem-pick"  # the problem line last clicked: {run, rank, step, node, at}

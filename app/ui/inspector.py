@@ -62,7 +62,10 @@ def _stats_table(rows: list[dict[str, Any]]) -> Any:
         html.Tr([html.Th(r["stat"]) for r in rows]), html.Tr([html.Td(r["text"]) for r in rows])])
 
 
-def _slot(slot: dict[str, Any], kind: str, index: int, call: int | None = None) -> Any:
+def slot_view(slot: dict[str, Any], kind: str, index: int, call: int | None = None, id_type: str = "slot") -> Any:
+    """One gradient slot (from `view.slot_figures` / `view.slot_of`) as the page shows it: its label,
+    view and source, the heatmap, the statistics table. `id_type`: the `type` of its pattern id (the
+    breakpoint panel shows slots too, beside the inspector's, under ids of its own)."""
     fig = slot.get("figure")
     body: list[Any] = [html.Div(f"{kind}[{index}] · {slot.get('title', '')}", className="gs-slot-title")]
     if slot.get("source"):
@@ -74,7 +77,7 @@ def _slot(slot: dict[str, Any], kind: str, index: int, call: int | None = None) 
         body.append(dcc.Graph(figure=fig, config={"displayModeBar": False, "responsive": True},
                               className="gs-heatmap", style={"height": f"{fig['layout'].get('height', 320)}px"}))
     body.append(_stats_table(slot.get("stats") or []))
-    key = {"type": "slot", "kind": kind, "index": index, **({"call": call} if call is not None else {})}
+    key = {"type": id_type, "kind": kind, "index": index, **({"call": call} if call is not None else {})}
     return html.Div(body, className="gs-slot", id=key)
 
 
@@ -93,8 +96,8 @@ def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: 
                  + (f" · parameter: {n['param']}" if n["param"] else "")),
         html.Div(f"forward inputs: {shapes_in} → forward outputs: {shapes_out}"),
     ])
-    slots_out = [_slot(s, "grad_outputs", i) for i, s in enumerate(panel["grad_outputs"]["slots"])]
-    slots_in = [_slot(s, "grad_inputs", j) for j, s in enumerate(panel["grad_inputs"]["slots"])]
+    slots_out = [slot_view(s, "grad_outputs", i) for i, s in enumerate(panel["grad_outputs"]["slots"])]
+    slots_in = [slot_view(s, "grad_inputs", j) for j, s in enumerate(panel["grad_inputs"]["slots"])]
     node_tab = [meta, html.Div(panel["explain"], className="gs-explain"),
                 html.H3(panel["grad_outputs"]["title"]), *slots_out,
                 html.H3(panel["grad_inputs"]["title"]), *slots_in]
@@ -118,10 +121,10 @@ def _module_tab(wire: WireStep, module: str, arrays: Mapping[int, TensorArrays] 
                       html.Div(d["backward_hook"]["text"], className="gs-explain")]
     for call in d["calls"]:
         out.append(html.H3(f"call {call['call']}: grad_output (∂L/∂ output)"))
-        out.extend(_slot(s, "grad_output", k, call["call"])
+        out.extend(slot_view(s, "grad_output", k, call["call"])
                    for k, s in enumerate(call["slots"]["grad_output"]))
         out.append(html.H3(f"call {call['call']}: grad_input (∂L/∂ input, through this module only)"))
-        out.extend(_slot(s, "grad_input", k, call["call"])
+        out.extend(slot_view(s, "grad_input", k, call["call"])
                    for k, s in enumerate(call["slots"]["grad_input"]))
     if d["params"]:
         out.append(html.H3("parameter gradients"))

@@ -1,6 +1,6 @@
 """Breakpoints from the page, in real headless Chromium: a real server (in this process), a real
 training subprocess (tests/bp_worker.py); a person selects a node, sets a break on it, sees the
-paused backward, steps one node and continues."""
+paused backward and its heatmaps, steps one node and continues."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import Page
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -93,6 +94,81 @@ def test_break_step_continue_from_the_page(live_server: Any, page: Page, worker_
     w.expect("step 1")
     out, _ = w.result()
     assert out["pauses"] == 2
+    assert out["params"] == reference_params()
+    errors = [e for e in page.console_errors if "wheel sensitivity" not in e]  # type: ignore[attr-defined]
+    assert errors == []
+
+
+def _arrived_at_fc2_in_step_1() -> list[list[float]]:
+    """∂L/∂logits of step 1 (after one SGD step), from torch.autograd.grad: what arrives at fc2's addmm."""
+    import torch
+    from bp_worker import build, train
+
+    model, x, y = build()
+    train(model, x, y, 1, None)
+    logits = model(x)
+    (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), logits)
+    return g.tolist()  # type: ignore[no-any-return]
+
+
+def test_paused_heatmaps_on_the_page(live_server: Any, page: Page, worker_factory: Any) -> None:
+    """While the training subprocess is paused the page draws the paused node's gradients as heatmaps,
+    its slots labelled as the inspector labels them; a click on another row shows that node's; after
+    `#bp-step` they are the next paused node's."""
+    srv = _Srv(live_server.url)
+    w = worker_factory("--url", srv.url, "--run", "heat", "--steps", "3", "--gate", "1")
+    w.expect("ready")
+    w.go()
+    w.expect("gate")
+    wait_for(lambda: call(srv, "GET", "/api/runs/heat/steps")[0] == 200, what="step 0 stored")
+    graph = srv.api("/api/runs/heat/steps/0")
+    fc2 = next(n for n in graph["nodes"] if n["name"] == "AddmmBackward0" and n["module"] == "fc2")
+    page.goto(srv.url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    page.wait_for_function(_text("#connection-status") + ".startsWith('live')")
+    assert call(srv, "POST", "/api/runs/heat/breakpoints", {"on": "node", "id": fc2["id"]})[0] == 201
+    page.wait_for_function(_text("#bp-list") + f".includes('node #{fc2['id']}')")
+
+    w.go()  # step 1 pauses at fc2's addmm
+    page.wait_for_function(_text("#bp-where") + ".includes('paused in step 1 at AddmmBackward0')")
+    k = paused(srv, "heat")["executed"]
+    shown = f"#bp-heatmaps .gs-bp-node[data-node='{fc2['id']}'][data-order='{k - 1}']"
+    page.wait_for_function(f"document.querySelectorAll(\"{shown} .js-plotly-plot .hm\").length === 4")
+    text = page.inner_text("#bp-heatmaps")
+    for label in ("grad_outputs[0] · ∂L/∂output · [16×3] float32", "grad_inputs[0] · self → fc2.bias · [3] float32",
+                  "grad_inputs[1] · mat1 → input of fc2 · [16×8] float32",
+                  "grad_inputs[2] · mat2 → fc2.weight (transposed) · [8×3] float32",
+                  "thumbnail: every value (as float32)", "the paused node"):
+        assert label in text, label
+    assert page.locator("#bp-heatmaps .gs-stats").count() == 4
+    # the first heatmap is what arrived: torch's own ∂L/∂logits of this step
+    z = page.evaluate(f"document.querySelector(\"{shown} .js-plotly-plot\").data[0].z")
+    want = _arrived_at_fc2_in_step_1()
+    assert len(z) == 16 and all(a == pytest.approx(b, rel=1e-5, abs=1e-8) for r, s in zip(z, want)
+                                for a, b in zip(r, s))
+    assert page.locator("#bp-nodes tr.gs-bp-picked").get_attribute("data-order") == str(k - 1)
+
+    # a click on the first row (the loss's node) shows its gradients
+    page.click("#bp-nodes tr[data-order='0']")
+    page.wait_for_function("document.querySelectorAll(\"#bp-heatmaps .gs-bp-node[data-order='0'] .js-plotly-plot\")"
+                           ".length >= 2")
+    assert "grad_inputs[0] · self → LogSoftmaxBackward0" in page.inner_text("#bp-heatmaps")
+    assert page.locator("#bp-nodes tr.gs-bp-picked").get_attribute("data-order") == "0"
+    assert w.lines.empty() and paused(srv, "heat", k)  # still paused
+
+    page.click("#bp-step")  # one more node: the heatmaps follow the new paused node
+    page.wait_for_function(_text("#bp-where") + f".includes('{k + 1} nodes run')")
+    nxt = paused(srv, "heat", k + 1)["node"]
+    page.wait_for_function(f"document.querySelectorAll(\"#bp-heatmaps .gs-bp-node[data-node='{nxt['id']}']"
+                           f"[data-order='{k}'] .js-plotly-plot\").length >= 1")
+    assert f"{nxt['name']} #{nxt['id']}" in page.inner_text("#bp-heatmaps")
+    assert page.locator("#bp-nodes tr.gs-bp-picked").get_attribute("data-order") == str(k)
+
+    assert call(srv, "DELETE", "/api/runs/heat/breakpoints")[0] == 200
+    page.click("#bp-continue")
+    page.wait_for_function("document.querySelector('#bp-banner').style.display === 'none'")
+    w.expect("step 1")
+    out, _ = w.result()
     assert out["params"] == reference_params()
     errors = [e for e in page.console_errors if "wheel sensitivity" not in e]  # type: ignore[attr-defined]
     assert errors == []

@@ -28,6 +28,7 @@ ROUTES: list[tuple[str, str]] = [
     ("DELETE", "/api/runs/{run}/breakpoints"),
     ("GET", "/api/runs/{run}/paused"),
     ("GET", "/api/runs/{run}/paused/nodes"),
+    ("GET", "/api/runs/{run}/paused/nodes/{node}"),
     ("POST", "/api/runs/{run}/resume"),
 ]
 
@@ -35,6 +36,7 @@ ROUTES: list[tuple[str, str]] = [
 GOOD_ANSWERS: dict[tuple[str, str], tuple[bytes | None, int]] = {
     ("POST", "/api/runs/{run}/breakpoints"): (b'{"on": "nonfinite"}', 201),
     ("GET", "/api/runs/{run}/paused/nodes"): (None, 409),
+    ("GET", "/api/runs/{run}/paused/nodes/{node}"): (None, 409),
     ("POST", "/api/runs/{run}/resume"): (b'{"mode": "continue"}', 409),
 }
 
