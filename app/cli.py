@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             return doctor(args.url, args.token)
         if args.command == "show":
-            from tracer._report import format_step
+            from tracer.report import format_step
 
             print(format_step(tracer.load(args.path, args.run, args.step), max_nodes=args.nodes))
         elif args.command == "runs":

@@ -37,7 +37,8 @@ from flask_socketio import Namespace, SocketIO, join_room
 
 from app.api import BadParameter, check_index
 from tracer import protocol
-from tracer._breakpoints import NAMESPACE, check_breakpoint
+from tracer.protocol import DEBUG_NAMESPACE as NAMESPACE
+from tracer.protocol import check_breakpoint
 from tracer.wire import TraceFormatError, decode_array
 
 log = logging.getLogger(__name__)

@@ -245,3 +245,13 @@ def test_view_layer_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_app_imports_only_public_tracer_modules() -> None:
+    import re
+
+    private = re.compile(r"^\s*(from|import)\s+tracer\._", re.M)
+    found = [f"{p.relative_to(ROOT)}: {m.group(0).strip()}" for p in sorted((ROOT / "app").rglob("*.py"))
+             for m in private.finditer(p.read_text())]
+    assert not found, found
+

@@ -65,51 +65,13 @@ from tracer.wire import encode_array
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "/debug"
+NAMESPACE = protocol.DEBUG_NAMESPACE
+check_breakpoint = protocol.check_breakpoint
 DEFAULT_GRACE = 60.0
-KINDS = ("node", "module", "nonfinite", "norm")
 _WAIT_SLICE = 0.05
 THUMB_BUDGET = 4 * 1024 * 1024  # bytes of thumbnails one paused message carries (NOTE [Paused heatmaps])
 THUMB_OVERHEAD = 64  # what one array costs on top of its bytes (its map, its binary attachment), for the budget
 MAX_THUMBS = 4096  # arrays one paused message carries at most (each travels as an attachment of its own)
-
-
-def check_breakpoint(bp: Any) -> dict[str, Any]:
-    """Validate one breakpoint (the JSON API's body, or an item of the list the server pushes);
-    returns its normal form. Raises `ValueError` naming what was wrong."""
-    if not isinstance(bp, dict):
-        raise ValueError(f"a breakpoint is a JSON object, got {type(bp).__name__}")
-    on = bp.get("on")
-    if on not in KINDS:
-        raise ValueError(f'"on" must be one of {list(KINDS)}, got {on!r}')
-    if on == "node":
-        has_name, has_id = "name" in bp, "id" in bp
-        if has_name == has_id:
-            raise ValueError('a node breakpoint needs exactly one of "name" (like "AddmmBackward0") or "id"')
-        if has_id:
-            nid = bp["id"]
-            if isinstance(nid, bool) or not isinstance(nid, int) or nid < 0:
-                raise ValueError(f'"id" must be a non-negative integer, got {nid!r}')
-            return {"on": "node", "id": nid}
-        return {"on": "node", "name": protocol.check_name(bp["name"], '"name"') if isinstance(bp["name"], str)
-                else _bad_name(bp["name"])}
-    if on == "module":
-        if "name" not in bp:
-            raise ValueError('a module breakpoint needs "name" (the qualified module name, like "fc2")')
-        return {"on": "module", "name": protocol.check_name(bp["name"], '"name"') if isinstance(bp["name"], str)
-                else _bad_name(bp["name"])}
-    if on == "norm":
-        if "above" not in bp:
-            raise ValueError('a norm breakpoint needs "above" (a number)')
-        above = bp["above"]
-        if isinstance(above, bool) or not isinstance(above, (int, float)) or not math.isfinite(above):
-            raise ValueError(f'"above" must be a finite number, got {above!r}')
-        return {"on": "norm", "above": float(above)}
-    return {"on": "nonfinite"}
-
-
-def _bad_name(v: Any) -> str:
-    raise ValueError(f'"name" must be a string, got {type(v).__name__}')
 
 
 class Breaker:

@@ -125,3 +125,48 @@ def check_status(payload: dict[str, Any]) -> dict[str, int]:
             raise ProtocolError(f"status.payload.{k}: must be >= 0, got {v}")
         out[k] = v
     return out
+
+
+# ---------------------------------------------------------------------- breakpoints (/debug)
+# The tracers' second connection, for live breakpoints (NOTE [Breakpoints] in tracer/_breakpoints.py):
+# the server pushes each run's breakpoints there, in the form `check_breakpoint` gives them.
+DEBUG_NAMESPACE = "/debug"
+BREAKPOINT_KINDS = ("node", "module", "nonfinite", "norm")
+
+
+def check_breakpoint(bp: Any) -> dict[str, Any]:
+    """Validate one breakpoint (the JSON API's body, or an item of the list the server pushes);
+    returns its normal form. Raises `ValueError` naming what was wrong."""
+    if not isinstance(bp, dict):
+        raise ValueError(f"a breakpoint is a JSON object, got {type(bp).__name__}")
+    on = bp.get("on")
+    if on not in BREAKPOINT_KINDS:
+        raise ValueError(f'"on" must be one of {list(BREAKPOINT_KINDS)}, got {on!r}')
+    if on == "node":
+        has_name, has_id = "name" in bp, "id" in bp
+        if has_name == has_id:
+            raise ValueError('a node breakpoint needs exactly one of "name" (like "AddmmBackward0") or "id"')
+        if has_id:
+            nid = bp["id"]
+            if isinstance(nid, bool) or not isinstance(nid, int) or nid < 0:
+                raise ValueError(f'"id" must be a non-negative integer, got {nid!r}')
+            return {"on": "node", "id": nid}
+        return {"on": "node", "name": check_name(bp["name"], '"name"') if isinstance(bp["name"], str)
+                else _bad_name(bp["name"])}
+    if on == "module":
+        if "name" not in bp:
+            raise ValueError('a module breakpoint needs "name" (the qualified module name, like "fc2")')
+        return {"on": "module", "name": check_name(bp["name"], '"name"') if isinstance(bp["name"], str)
+                else _bad_name(bp["name"])}
+    if on == "norm":
+        if "above" not in bp:
+            raise ValueError('a norm breakpoint needs "above" (a number)')
+        above = bp["above"]
+        if isinstance(above, bool) or not isinstance(above, (int, float)) or not math.isfinite(above):
+            raise ValueError(f'"above" must be a finite number, got {above!r}')
+        return {"on": "norm", "above": float(above)}
+    return {"on": "nonfinite"}
+
+
+def _bad_name(v: Any) -> str:
+    raise ValueError(f'"name" must be a string, got {type(v).__name__}')

@@ -25,7 +25,7 @@ from app.debug import SLOTS, DebugState
 from app.ui import ids
 from app.ui.inspector import slot_view
 from app.view.heatmaps import ARRIVING, SENT
-from tracer._model import STAT_NAMES
+from tracer.wire import STAT_NAMES, WIRE_VERSION, TensorArrays, WireNode, WireStep, WireTensor
 
 OVER_BUDGET = ("heatmap not sent: a paused tracer sends the thumbnails of the newest nodes only, up to its "
                "budget for one pause (statistics only)")
@@ -61,30 +61,35 @@ def panel() -> Any:
     ])
 
 
-def node_wire(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[int, Any]]:
+def node_wire(doc: dict[str, Any]) -> tuple[WireStep, dict[int, TensorArrays]]:
     """One paused node (`DebugState.paused_node`) as a one-node step in the wire form the view reads
     (`tracer.wire`: node 0, its tensors by index) and the arrays `read_arrays` would give for it
     (thumbnails only)."""
-    tensors: list[dict[str, Any]] = []
-    arrays: dict[int, Any] = {}
+    tensors: list[WireTensor] = []
+    arrays: dict[int, TensorArrays] = {}
 
     def ref(t: dict[str, Any] | None) -> int | None:
         if t is None:
             return None
         stats = t.get("stats") or {}
-        tensors.append({"shape": t["shape"], "dtype": t["dtype"], "view": t.get("view") or "",
+        tensors.append({"shape": t["shape"], "dtype": t["dtype"], "view": t.get("view") or "", "device": "",
                         "stats": [math.nan if stats.get(k) is None else float(stats[k]) for k in STAT_NAMES]})
         if t.get("thumb") is not None:
-            arrays[len(tensors) - 1] = {"thumb": t["thumb"]}
+            arrays[len(tensors) - 1] = {"thumb": t["thumb"], "values": None}
         return len(tensors) - 1
 
     go = [ref(t) for t in doc["grad_outputs"]]
     gi = None if doc["grad_inputs"] is None else [ref(t) for t in doc["grad_inputs"]]
-    node = {"id": 0, "name": doc["name"], "kind": doc.get("kind"), "module": doc.get("module"),
-            "param": doc.get("param"), "order": doc.get("order"), "labels": doc.get("labels") or [],
-            "args": doc.get("args") or [], "go": go, "gi": gi, "in_shapes": [],
-            "out_shapes": [None if t is None else t["shape"] for t in doc["grad_outputs"]]}
-    return {"nodes": [node], "tensors": tensors, "passes": []}, arrays
+    node: WireNode = {
+        "id": 0, "name": doc["name"], "kind": doc.get("kind") or "op", "module": doc.get("module"),
+        "param": doc.get("param"), "source": doc.get("source"), "schema": None, "order": doc.get("order"),
+        "labels": doc.get("labels") or [], "args": doc.get("args") or [], "in_shapes": [],
+        "out_shapes": [None if t is None else t["shape"] for t in doc["grad_outputs"]], "out_dtypes": [],
+        "gi": gi, "go": go, "t": None, "runs": []}
+    step: WireStep = {"v": WIRE_VERSION, "run": "", "step": 0, "error": None, "meta": {}, "nodes": [node],
+                      "edges": [], "modules": {}, "params": {}, "passes": [], "execution": [], "tensors": tensors,
+                      "problems": [], "rank": None, "world_size": None}
+    return step, arrays
 
 
 def heatmaps(debug: DebugState, pick: dict[str, Any] | None) -> Any:
