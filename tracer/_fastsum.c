@@ -386,15 +386,24 @@ static void gs_thumb_chunk(gs_thumb_t *restrict T, const float *restrict v, int6
     }
 }
 
-/* Sums to means; empty grid cells to NaN. */
+/* Sums to means; empty grid cells to NaN. A float sum divided by a block's element count in
+ * float is the double quotient rounded to float (double has more than twice float's precision, so
+ * rounding twice changes no quotient), while the count is exact in float: below 2^24. The float
+ * division of a row's full blocks by one count vectorises; the double one per cell did not. */
 static void gs_thumb_finish(const gs_thumb_t *T) {
     if (T->kr > 1 || T->kc > 1) {
+        const int64_t full = T->C / T->kc; /* column blocks of kc columns; a last one may be shorter */
         for (int64_t p = 0; p < T->planes; p++) {
             float *tile = gs_tile(T, p);
             for (int64_t i = 0; i < T->tR; i++) {
                 const int64_t rn = T->R - i * T->kr < T->kr ? T->R - i * T->kr : T->kr;
-                float *o = tile + i * T->ocols;
-                for (int64_t j = 0; j < T->tC; j++) {
+                float *restrict o = tile + i * T->ocols;
+                int64_t j = 0;
+                if (rn * T->kc < ((int64_t)1 << 24)) {
+                    const float count = (float)(rn * T->kc);
+                    for (; j < full; j++) o[j] = o[j] / count;
+                }
+                for (; j < T->tC; j++) {
                     const int64_t cn = T->C - j * T->kc < T->kc ? T->C - j * T->kc : T->kc;
                     o[j] = (float)((double)o[j] / (double)(rn * cn));
                 }
