@@ -276,3 +276,30 @@ def test_the_fast_path_gives_the_trace_the_first_call_gave(case: str, kernel: No
     np.testing.assert_array_equal(second.thumb, first.thumb)
     ref = _reference(x)  # and both are right
     assert second.stats["zeros"] == ref["zeros"] and second.stats["nan"] == ref["nan"]
+
+
+@pytest.mark.parametrize("case", ["transpose", "clone", "other_memory"])
+def test_a_view_of_the_same_memory_shares_the_kernel_buffer(case: str, kernel: None) -> None:
+    """NOTE [Views share a buffer]: a view node's output at the address of what arrived, read by the
+    same kernel call, reuses that call's buffer (no second kernel call), and its trace is still the
+    one a fresh summary gives; the same elements elsewhere in memory are summarised anew."""
+    torch.manual_seed(0)
+    arrived = torch.randn(120, 400).t()  # what a TBackward0 receives: the transpose of a contiguous matrix
+    sent = {"transpose": arrived.t(), "clone": arrived, "other_memory": arrived.t().clone()}[case]
+    s = Summariser(thumb=64)
+    s.summarise(arrived), s.summarise(sent)  # the first summaries of these shapes make the plans
+    s.finalize()
+    go = s.summarise(arrived)
+    calls = len(s._fast)
+    gi = s.summarise(sent, go)
+    assert len(s._fast) == calls + (case == "other_memory")
+    shared = s._buffers[-1][1] is s._buffers[-2][1]
+    assert shared == (case != "other_memory")
+    s.finalize()
+    fresh = Summariser(thumb=64)
+    want = fresh.summarise(sent.clone())
+    fresh.finalize()
+    assert gi.shape == want.shape and gi.thumb_view == want.thumb_view and gi.stats == want.stats
+    assert gi.thumb is not None and want.thumb is not None and gi.thumb.shape == want.thumb.shape
+    np.testing.assert_allclose(gi.thumb, want.thumb, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(go.thumb, gi.thumb.T if case != "clone" else gi.thumb)

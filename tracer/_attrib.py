@@ -58,6 +58,12 @@ _SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
 
 _push_mode = _compat.push_mode  # what TorchFunctionMode.__enter__ / __exit__ do
 _pop_mode = _compat.pop_mode
+_stack_len = _compat.mode_stack_len
+_mode_at = _compat.mode_at
+_graph_task = _compat.current_graph_task_id
+_get_ident = threading.get_ident
+_getframe = sys._getframe
+_Tensor = torch.Tensor
 
 
 
@@ -79,10 +85,6 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: F
 
 def _is_compiling() -> bool:
     return bool(_compiling())
-
-
-def _in_backward() -> bool:
-    return _compat.current_graph_task_id() != -1
 
 
 # file name → its basename if it is the user's code, else None. Keyed by the file name, not the code
@@ -191,8 +193,8 @@ class ForwardRecorder:
     def _step_aside(self) -> bool:
         """Take the mode off the stack when it is on top; True if it was."""
         mode = self._mode
-        n = _compat.mode_stack_len()
-        if mode is not None and n and _compat.mode_at(n - 1) is mode:
+        n = _stack_len()
+        if mode is not None and n and _mode_at(n - 1) is mode:
             _pop_mode()
             self._paused = True
             return True
@@ -214,15 +216,21 @@ class ForwardRecorder:
             _push_mode(self._mode)
 
     # ---- module hooks (must return None: a value would replace the module's output) ----
+    # Called from `_on_pre` / `_on_post`, which return at once while dynamo compiles. They run for
+    # every module call of a traced forward, so they are written for speed (module-level names for
+    # torch's functions, no check that the caller made already).
     def _pre(self, mod: Any, args: Any) -> None:
-        if _is_compiling() or _in_backward():
+        if _graph_task() != -1:  # a forward recomputed inside backward (checkpoint)
             return None
-        if self._paused and self._leaf is None and threading.get_ident() == self._thread:
+        paused = self._paused
+        if paused and self._leaf is None and _get_ident() == self._thread:
             self._resume()  # an optimizer step raised before its post-hook could put the mode back
-        if self.module_names.get(mod) is not None:  # a module of the model: its call is recorded
+            paused = False
+        if mod in self.module_names:  # a module of the model: its call is recorded
             with _NoTorchFunction():
-                self._stack.append((mod, _seqnr(), [gradient_edge(a) for a in args]))
-        if not self._paused and not mod._modules:  # NOTE [Library leaves], for any module (a loss too)
+                edges = [gradient_edge(a) for a in args]
+            self._stack.append((mod, _seqnr(), edges))
+        if not paused and not mod._modules:  # NOTE [Library leaves], for any module (a loss too)
             cls = type(mod)
             lib = _library_leaf.get(cls)
             if lib is None:
@@ -233,34 +241,36 @@ class ForwardRecorder:
                 self._leaf = mod
                 self._leaf_lo = _seqnr()
                 if self.on_no_grad is not None and not _grad_enabled():  # its ops go unseen: its parameters
-                    self.on_no_grad(tuple(mod._parameters.values()), sys._getframe(1))
+                    self.on_no_grad(tuple(mod._parameters.values()), _getframe(1))
         return None
 
     def _post(self, mod: Any, args: Any, out: Any) -> None:
         # registered with always_call=True: also runs when the forward raised (then `out` is None)
-        if _is_compiling() or _in_backward():
+        if _graph_task() != -1:
             return None
         if self._leaf is mod:
             self._leaf = None
             self._resume()
             lo, hi = self._leaf_lo, _seqnr()
             if hi != lo:
-                self.note_source(lo, hi, sys._getframe(1))
+                self.note_source(lo, hi, _getframe(2))  # the frame above _on_post
         name = self.module_names.get(mod)
         if name is None:
             return None
         if self.on_module_out is not None:
             self.on_module_out(mod, name)
         # pop this module's frame (frames above it belong to calls that raised)
-        while self._stack and self._stack[-1][0] is not mod:
-            self._stack.pop()
-        if not self._stack:
+        stack = self._stack
+        while stack and stack[-1][0] is not mod:
+            stack.pop()
+        if not stack:
             return None
-        _, lo, inputs = self._stack.pop()
+        _, lo, inputs = stack.pop()
         hi = _seqnr()
-        outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else []
+        outs = (out,) if isinstance(out, _Tensor) else out if isinstance(out, (tuple, list)) else ()
         with _NoTorchFunction():
-            self.calls.append(ModuleCallRecord(name, lo, hi, inputs, [gradient_edge(o) for o in outs]))
+            edges = [gradient_edge(o) for o in outs]
+        self.calls.append(ModuleCallRecord(name, lo, hi, inputs, edges))
         return None
 
     def modules_of(self, seqs: list[int]) -> list[str | None]:

@@ -64,51 +64,51 @@ class HooksMixin(RecorderState):
     # its warm time (the kernels around a hook evict the interpreter's caches). So they are written
     # for speed, each change measured: one grad-mode check per hook rather than per tensor, the
     # execution order taken from the position in `execution` at assembly (a list append is atomic;
-    # no lock), where a summary goes for dedupe decided by the walk (`_Rec.send`), and the post-hook
-    # (one per node) written out in one function, `_same_tensor` inlined.
-    def _new_run(self, rec: _Rec) -> NodeRun:
-        run = NodeRun(self._pass_index - 1, -1, [], None)  # order: set from `execution` in finish()
-        runs = rec.runs
-        runs.append(run)
-        self.execution.append((rec.id, len(runs) - 1))
-        return run
-
-    def _arriving(self, rec: _Rec, grad_outputs: tuple[torch.Tensor | None, ...]) -> list[TensorTrace | None]:
-        """Summaries of the gradients arriving at a node; the one its single producer already
-        summarised is taken from `_pending` (NOTE [Dedupe])."""
-        pending = self._pending
-        out: list[TensorTrace | None] = []
-        for i, g in enumerate(grad_outputs):
-            if g is None:
-                out.append(None)
-                continue
-            hit = pending.pop((rec.id, i), None)
-            if hit is not None and hit[0] == _same_tensor(g):
-                out.append(hit[1])
-            else:
-                out.append(self._summarise(g, None))
-        return out
-
+    # no lock), where a summary goes for dedupe decided by the walk (`_Rec.send`), and each hook
+    # written out in one function, `_same_tensor` inlined.
     def _make_acc(self, rec: _Rec) -> Any:
         """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
-        could see it already rewritten in place, e.g. by DDP's reducer)."""
+        could see it already rewritten in place, e.g. by DDP's reducer). Written out in one function,
+        like the post-hook, with `_note_param` inlined and the identity of a deduplicated arrival taken
+        from its `_pending` entry rather than read again."""
+        rid, runs, param = rec.id, rec.runs, rec.param
+        execution, pending, summarise, last_end = self.execution, self._pending, self._summarise, self._last_end
+        brk = self.breaker
+
         def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            run = self._new_run(rec)
+            run = NodeRun(self._pass_index - 1, -1, [], None)  # order: set from `execution` in finish()
+            execution.append((rid, len(runs)))
+            runs.append(run)
             grad_on = _grad_enabled()  # on in a create_graph backward: summaries must not record
             if grad_on:
                 _set_grad(False)
             try:
-                run.grad_outputs = gos = self._arriving(rec, grad_outputs)
-                if rec.param is not None and grad_outputs and grad_outputs[0] is not None:
-                    self._note_param(rec.param, grad_outputs[0], gos[0])
+                gos = run.grad_outputs
+                key: tuple[Any, ...] | None = None  # the identity of grad_outputs[0], where already read
+                for i, g in enumerate(grad_outputs):  # what arrived (NOTE [Dedupe])
+                    if g is None:
+                        gos.append(None)
+                        continue
+                    hit = pending.pop((rid, i), None)
+                    if hit is not None and hit[0] == (g.data_ptr(), g.shape, g.stride(), g.dtype):
+                        gos.append(hit[1])
+                        if i == 0:
+                            key = hit[0]
+                    else:
+                        gos.append(summarise(g, None))
+                if param is not None and grad_outputs and grad_outputs[0] is not None:
+                    g = grad_outputs[0]
+                    if key is None and g.layout == torch.strided:
+                        key = (g.data_ptr(), g.shape, g.stride(), g.dtype)
+                    self._arrived[param] = (gos[0], key)  # see `_note_param`
             except Exception as exc:  # never let the tracer break the user's backward
                 self._unreadable(run, (), grad_outputs, exc)
             finally:
                 if grad_on:
                     _set_grad(True)
-            if self.breaker.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
-                self.breaker.at_node(self, rec, None, grad_outputs)
-            self._last_end[_thread_id()] = _now()
+            if brk.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
+                brk.at_node(self, rec, None, grad_outputs)
+            last_end[_thread_id()] = _now()
             return None
 
         return pre

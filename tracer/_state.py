@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracer._model import BackwardPass, NodeRun, StepTrace, TensorTrace
+from tracer._model import BackwardPass, StepTrace, TensorTrace
 from tracer._summary import Summariser
 
 if TYPE_CHECKING:
@@ -57,7 +57,6 @@ class RecorderState:
     _make_acc: Callable[[_Rec], Any]
     _make_post: Callable[[_Rec], Any]
     _make_hidden_pre: Callable[[str], Any]
-    _new_run: Callable[[_Rec], NodeRun]
     _module_sums: Callable[[], dict[tuple[int, int], TensorTrace]]
     _module_traces: Callable[[StepTrace, dict[tuple[int, int], TensorTrace]], dict[str, Any]]
     _note_once: Callable[[str], None]

@@ -26,6 +26,14 @@ NOTE [Thumbnail views]
            the heads of an attention map [B, heads, T, T]); empty grid cells are NaN;
       5-D+ → [prod(all but last), last].
     `TensorTrace.thumb_view` says which one was used, in words, so the UI can title the heatmap.
+
+NOTE [Views share a buffer]
+    A view node (`VIEW_NODES` in `tracer._labels`: TBackward0, CloneBackward0, ...) sends on the memory
+    that arrived, in another shape, and its hook passes the arriving trace as `stats_of`. Where the fast
+    path summarised what arrived, and what is sent would be read by the very same kernel call (the same
+    address, kernel and geometry: a Linear's weight gradient and its transpose share their plan's
+    geometry), the first call's buffer is the second's result too: only the trace is new, and `finalize`
+    reads the buffer once per trace (transposing the thumbnail where that trace's plan says so).
 """
 
 from __future__ import annotations
@@ -264,6 +272,12 @@ def sparse_thumbnail(coo: torch.Tensor, size: int) -> tuple[torch.Tensor, str]:
 _NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
 
 
+def _same_call(a: _NativePlan, b: _NativePlan) -> bool:
+    """True when plans `a` and `b` make the very same kernel call on a tensor at the same address:
+    the same kernel and the same geometry (a plan and its transposed twin share the geometry array)."""
+    return a.fn is b.fn and (a.geom == b.geom or a.geom_array[:] == b.geom_array[:])
+
+
 class _NativePlan(NamedTuple):
     """Everything about a kernel call and its trace that depends only on (shape, dtype, size)."""
 
@@ -416,6 +430,9 @@ class Summariser:
         self._pending: list[_Pending] = []
         # the fast path's kernel results still in their buffers: (trace, buffer, plan), read at finalize
         self._buffers: list[tuple[TensorTrace, Any, _NativePlan]] = []
+        # the fast path's traces of this step, by id: (the trace, its buffer, its plan, the tensor's address),
+        # so a view of the same memory reuses the buffer (NOTE [Views share a buffer])
+        self._fast: dict[int, tuple[TensorTrace, Any, _NativePlan, int]] = {}
         # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
         self._plans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
             _native_plans.setdefault(thumb, {})
@@ -444,10 +461,18 @@ class Summariser:
                 if plan is not None and t.stride() != (1, plan.shape[0]):
                     plan = None
             if plan is not None:
+                ptr = t.data_ptr()
+                if stats_of is not None:  # NOTE [Views share a buffer]
+                    prev = self._fast.get(id(stats_of))
+                    if prev is not None and prev[0] is stats_of and prev[3] == ptr and _same_call(prev[2], plan):
+                        tr = TensorTrace(plan.shape, plan.dtype, {}, None, plan.view, None, "cpu")
+                        self._buffers.append((tr, prev[1], plan))
+                        return tr
                 buf = plan.buf_type()
-                if not plan.fn(t.data_ptr(), plan.geom, buf):
+                if not plan.fn(ptr, plan.geom, buf):
                     tr = TensorTrace(plan.shape, plan.dtype, {}, None, plan.view, None, "cpu")
                     self._buffers.append((tr, buf, plan))
+                    self._fast[id(tr)] = (tr, buf, plan, ptr)
                     return tr
         return self._summarise(t, stats_of)
 
@@ -499,6 +524,7 @@ class Summariser:
         device, one stacked transfer for the statistics and one for the thumbnails. Values (full
         mode only) are copied one by one."""
         buffers, self._buffers = self._buffers, []
+        self._fast = {}
         for tr, buf, plan in buffers:  # the fast path's kernel results
             tr.stats = stats_from_raw(_unpack_stats(buf))
             if plan.th_shape is not None:
@@ -545,6 +571,7 @@ class Summariser:
     def discard(self) -> None:
         self._pending = []
         self._buffers = []
+        self._fast = {}
 
 
 def _view_of(shape: tuple[int, ...]) -> str:
