@@ -23,10 +23,12 @@ training. Bad input is answered with JSON 4xx naming what was wrong, never HTML.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -345,13 +347,26 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
 
     all_methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
-    @server.route("/api/runs/<run>/breakpoints", methods=all_methods)
+    def run_route(path: str, allowed: tuple[str, ...], writes: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+        """A route under one run: any other method is answered 405 naming the ones it takes, then the
+        gate (`writes`: the methods that change something, refused from another origin)."""
+        use = allowed[0] if len(allowed) == 1 else ", ".join(allowed[:-1]) + " or " + allowed[-1]
+
+        def wrap(fn: Callable[..., Response]) -> Callable[..., Response]:
+            @functools.wraps(fn)
+            def view(run: str, **kw: Any) -> Response:
+                if request.method not in allowed:
+                    return _error(f"{request.method} is not allowed here; use {use}", 405)
+                refused = gate(run, request.method in writes)
+                if refused is not None:
+                    return refused
+                return fn(run, **kw)
+            server.route(path, methods=all_methods)(view)
+            return view
+        return wrap
+
+    @run_route("/api/runs/<run>/breakpoints", ("GET", "POST", "DELETE"), writes=("POST", "DELETE"))
     def api_breakpoints(run: str) -> Response:
-        if request.method not in ("GET", "POST", "DELETE"):
-            return _error(f"{request.method} is not allowed here; use GET, POST or DELETE", 405)
-        refused = gate(run, request.method != "GET")
-        if refused is not None:
-            return refused
         if request.method == "GET":
             with debug.lock:
                 return jsonify({"run": run, "breakpoints": list(debug.breakpoints.get(run, []))})
@@ -376,26 +391,16 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
         resp.status_code = 201
         return resp
 
-    @server.route("/api/runs/<run>/paused", methods=all_methods)
+    @run_route("/api/runs/<run>/paused", ("GET",))
     def api_paused(run: str) -> Response:
-        if request.method != "GET":
-            return _error(f"{request.method} is not allowed here; use GET", 405)
-        refused = gate(run, False)
-        if refused is not None:
-            return refused
         with debug.lock:
             p = debug.paused.get(run)
             if p is None:
                 return jsonify({"paused": False})
             return jsonify({"paused": True, "step": p["step"], "node": p["node"], "executed": p["executed"]})
 
-    @server.route("/api/runs/<run>/paused/nodes", methods=all_methods)
+    @run_route("/api/runs/<run>/paused/nodes", ("GET",))
     def api_paused_nodes(run: str) -> Response:
-        if request.method != "GET":
-            return _error(f"{request.method} is not allowed here; use GET", 405)
-        refused = gate(run, False)
-        if refused is not None:
-            return refused
         with debug.lock:
             p = debug.paused.get(run)
             if p is None:
@@ -403,13 +408,8 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
             return jsonify({"run": run, "step": p["step"], "node": p["node"], "executed": p["executed"],
                             "nodes": p["nodes"]})
 
-    @server.route("/api/runs/<run>/paused/nodes/<node>", methods=all_methods)
+    @run_route("/api/runs/<run>/paused/nodes/<node>", ("GET",))
     def api_paused_node(run: str, node: str) -> Response:
-        if request.method != "GET":
-            return _error(f"{request.method} is not allowed here; use GET", 405)
-        refused = gate(run, False)
-        if refused is not None:
-            return refused
         try:
             nid = check_index(node, "node")
             order_arg = request.args.get("order")
@@ -430,13 +430,8 @@ def register_debug(server: Flask, socketio: SocketIO, app_state: Any, store: Any
         return jsonify({"run": run, "step": where["step"], "executed": where["executed"], "paused_at": where["node"],
                         "node": doc})
 
-    @server.route("/api/runs/<run>/resume", methods=all_methods)
+    @run_route("/api/runs/<run>/resume", ("POST",), writes=("POST",))
     def api_resume(run: str) -> Response:
-        if request.method != "POST":
-            return _error(f"{request.method} is not allowed here; use POST", 405)
-        refused = gate(run, True)
-        if refused is not None:
-            return refused
         try:
             mode = body().get("mode")
         except ValueError as exc:

@@ -28,19 +28,25 @@ def _text(sel: str) -> str:
     return f"(document.querySelector('{sel}') || {{innerText: ''}}).innerText"
 
 
-def test_break_step_continue_from_the_page(live_server: Any, page: Page, worker_factory: Any) -> None:
+def _gated_run_on_the_page(live_server: Any, page: Page, worker_factory: Any, run: str) -> tuple[_Srv, Any, Any]:
+    """A training subprocess for `run` that traced step 0 and waits at its gate before step 1, and the
+    page open on it and live; with step 0's node for fc2's addmm."""
     srv = _Srv(live_server.url)
-    w = worker_factory("--url", srv.url, "--run", "web", "--steps", "3", "--gate", "1")
+    w = worker_factory("--url", srv.url, "--run", run, "--steps", "3", "--gate", "1")
     w.expect("ready")
     w.go()
     w.expect("gate")  # step 0 is traced; the loop waits before step 1
-    wait_for(lambda: call(srv, "GET", "/api/runs/web/steps")[0] == 200, what="step 0 stored")
-    graph = srv.api("/api/runs/web/steps/0")
+    wait_for(lambda: call(srv, "GET", f"/api/runs/{run}/steps")[0] == 200, what="step 0 stored")
+    graph = srv.api(f"/api/runs/{run}/steps/0")
     fc2 = next(n for n in graph["nodes"] if n["name"] == "AddmmBackward0" and n["module"] == "fc2")
-
     page.goto(srv.url)
     page.wait_for_function("window.cy && window.cy.nodes().length > 0")
     page.wait_for_function(_text("#connection-status") + ".startsWith('live')")
+    return srv, w, fc2
+
+
+def test_break_step_continue_from_the_page(live_server: Any, page: Page, worker_factory: Any) -> None:
+    srv, w, fc2 = _gated_run_on_the_page(live_server, page, worker_factory, "web")
     assert page.locator("#bp-step").is_hidden() and page.locator("#bp-continue").is_hidden()
     # select fc2's addmm on the graph and break on it (by name: the default kind)
     page.evaluate(f"void window.cy.getElementById('n{fc2['id']}').emit('tap')")
@@ -115,17 +121,7 @@ def test_paused_heatmaps_on_the_page(live_server: Any, page: Page, worker_factor
     """While the training subprocess is paused the page draws the paused node's gradients as heatmaps,
     its slots labelled as the inspector labels them; a click on another row shows that node's; after
     `#bp-step` they are the next paused node's."""
-    srv = _Srv(live_server.url)
-    w = worker_factory("--url", srv.url, "--run", "heat", "--steps", "3", "--gate", "1")
-    w.expect("ready")
-    w.go()
-    w.expect("gate")
-    wait_for(lambda: call(srv, "GET", "/api/runs/heat/steps")[0] == 200, what="step 0 stored")
-    graph = srv.api("/api/runs/heat/steps/0")
-    fc2 = next(n for n in graph["nodes"] if n["name"] == "AddmmBackward0" and n["module"] == "fc2")
-    page.goto(srv.url)
-    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
-    page.wait_for_function(_text("#connection-status") + ".startsWith('live')")
+    srv, w, fc2 = _gated_run_on_the_page(live_server, page, worker_factory, "heat")
     assert call(srv, "POST", "/api/runs/heat/breakpoints", {"on": "node", "id": fc2["id"]})[0] == 201
     page.wait_for_function(_text("#bp-list") + f".includes('node #{fc2['id']}')")
 
