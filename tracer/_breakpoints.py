@@ -209,11 +209,12 @@ def _tensor(t: Any) -> dict[str, Any] | None:
     return {"shape": list(t.shape), "dtype": t.dtype, "stats": stats, "view": t.thumb_view, "thumb": None}
 
 
-def _labels(rec: Any) -> list[Any] | None:
-    """Every walked node's slot labels and arguments (`_Static`s, by node id), or None when they
-    cannot be worked out mid-backward: the heatmaps then name slots by position."""
+def _labels(rec: Any, mods: list[str | None]) -> list[Any] | None:
+    """Every walked node's slot labels and arguments (`_Static`s, by node id; `mods`: every walked
+    node's module), or None when they cannot be worked out mid-backward: the heatmaps then name
+    slots by position."""
     try:
-        return rec.slot_statics(rec.forward.modules_of([r.seq for r in rec.recs]))  # type: ignore[no-any-return]
+        return rec.slot_statics(mods)  # type: ignore[no-any-return]
     except Exception as exc:  # never break the user's backward over a label
         log.info("gradscape: no slot labels for the paused backward: %s", exc)
         return None
@@ -226,11 +227,11 @@ def partial_nodes(rec: Any, budget: int = THUMB_BUDGET) -> list[dict[str, Any]]:
     (`budget`: their bytes, newest nodes first)."""
     recs = rec.recs
     runs = [(recs[rid], recs[rid].runs[k]) for rid, k in rec.execution]
-    mods = rec.forward.modules_of([r.seq for r, _ in runs])
-    statics = _labels(rec)
+    mods = rec.forward.modules_of([r.seq for r in recs])  # by node id (ids are positions in `recs`)
+    statics = _labels(rec, mods)
     out = []
-    for pos, ((r, run), mod) in enumerate(zip(runs, mods)):
-        acc = r.kind in ("param", "leaf")
+    for pos, (r, run) in enumerate(runs):
+        acc, mod = r.kind in ("param", "leaf"), mods[r.id]
         st = statics[r.id] if statics is not None and r.id < len(statics) else None
         out.append({"id": r.id, "name": r.name, "kind": r.kind, "module": None if acc else mod, "param": r.param,
                     "source": None if acc else rec.forward.source_of(r.seq), "order": pos, "pass": run.pass_index,

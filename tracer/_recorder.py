@@ -111,7 +111,12 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
         self.problems = StepProblems(self.statics)  # the problem finder (tracer/_problems.py)
         self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
         self.forward.on_no_grad = self.problems.note_no_grad
-        if self._distributed:
+        # FSDP2 (`fully_shard`): the parameters are DTensor shards (NOTE [Unsharded parameters]); the
+        # DTensor class then, else None, and only then the forward hook that names the unsharded copies
+        dtensor = _dtensor_type() if self._distributed else None
+        self._dtensor = dtensor if dtensor is not None and any(
+            isinstance(p, dtensor) for p in self._param_by_name.values()) else None
+        if self._dtensor is not None:
             self.forward.on_module_out = self._name_unsharded
 
     def _index_model(self, model: Any) -> None:
@@ -209,7 +214,7 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
                     self._param_trace[name] = self.summ.summarise(g)
             return
         arrived, self._arrived = self._arrived, {}
-        dtensor = _dtensor_type() if self._distributed else None
+        dtensor = self._dtensor
         for name, (tr, key) in arrived.items():
             p = self._param_by_name.get(name)
             g = None if p is None else p.grad
@@ -221,8 +226,8 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
                 self._param_trace[name] = tr
             else:
                 self._param_trace[name] = self.summ.summarise(g)
-        if self._distributed:
-            self._sharded_params()
+        if dtensor is not None:
+            self._sharded_params(dtensor)
 
     def _name_unsharded(self, mod: Any, name: str) -> None:
         """NOTE [Unsharded parameters]: FSDP2 (`fully_shard`) swaps each parameter for an unsharded
@@ -235,15 +240,12 @@ class StepRecorder(WalkMixin, HooksMixin, ModuleSumsMixin, AssembleMixin):
             if p is not None and p not in self.param_names:
                 self.unsharded_names[p] = prefix + pname
 
-    def _sharded_params(self) -> None:
+    def _sharded_params(self, dtensor: Any) -> None:
         """FSDP2 (`fully_shard`): the parameters are DTensor shards, and gradients arrive at the unsharded
         copies it makes for each forward (named after their parameter: NOTE [Unsharded parameters]).
         After the backward, a parameter's `.grad` is this rank's shard of the reduced gradient: what its
         optimizer steps with, kept as `st.params[name]` (the local shard, in the shard's own shape; an
         op on the DTensor itself could start a collective)."""
-        dtensor = _dtensor_type()
-        if dtensor is None:
-            return
         for name, p in self._param_by_name.items():
             g = p.grad
             if isinstance(g, dtensor):
