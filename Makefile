@@ -42,8 +42,8 @@ chromium:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: venv
-	$(VENV)/bin/ruff check tracer app tests bench examples setup.py
-	$(VENV)/bin/mypy tracer app
+	$(VENV)/bin/ruff check gradscape tracer app tests bench examples setup.py
+	$(VENV)/bin/mypy
 
 test: venv chromium lint
 	$(VENV)/bin/python -m pytest -q
@@ -58,4 +58,4 @@ bench: venv chromium
 	$(PY) bench/first_step.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist app/assets tracer/_fastsum*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist tracer/_fastsum*.so

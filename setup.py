@@ -1,4 +1,4 @@
-"""Build steps that pyproject.toml cannot declare: the summary kernel and the page's assets.
+"""The build step pyproject.toml cannot declare: the summary kernel.
 
 - `tracer/_fastsum.c` is built as an optional compiled extension (a plain C shared library that
   `tracer/_native.py` loads with ctypes by its file path). When it cannot be built (no compiler,
@@ -7,20 +7,19 @@
   any machine of its platform tag. On x86-64 (GCC or Clang) the same source is also built for the
   x86-64-v3 (AVX2) and v4 (AVX-512) levels, and the loader picks the fastest one the CPU runs
   (the kernel is 2-4x faster with the wider vectors).
-- `assets/` (the page's clientside script and CSS) stays at the top of the repository; the build
-  copies it into the `app` package (`app/assets/`), where the server looks first.
+
+The package layout (`gradscape/` holds links to `tracer/`, `app/` and `assets/`) is declared in
+pyproject.toml.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
-from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 KERNEL_SYMBOLS = ["gs_summarise_f32", "gs_summarise_bf16", "gs_cpu_level"]
@@ -34,7 +33,7 @@ X86_64 = platform.machine().lower() in ("x86_64", "amd64") and os.name != "nt"
 
 
 def kernel(name: str, flags: list[str]) -> Extension:
-    return Extension(f"tracer.{name}", sources=[f"tracer/{name}.c"], depends=["tracer/_fastsum.c"],
+    return Extension(f"gradscape.tracer.{name}", sources=[f"tracer/{name}.c"], depends=["tracer/_fastsum.c"],
                      extra_compile_args=flags, optional=True)
 
 
@@ -51,22 +50,8 @@ class BuildKernel(build_ext):
         return list(KERNEL_SYMBOLS)
 
 
-class BuildPyWithAssets(build_py):
-    """build_py that also copies the repository's `assets/` into the built `app` package."""
-
-    def run(self) -> None:
-        super().run()
-        src = ROOT / "assets"
-        if not src.is_dir():
-            raise FileNotFoundError(f"gradscape: {src} is missing; the page cannot work without its assets")
-        dest = Path(self.build_lib) / "app" / "assets"
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(src, dest)
-
-
 setup(
     ext_modules=[kernel("_fastsum", []), *([kernel("_fastsum_v3", V3_FLAGS), kernel("_fastsum_v4", V4_FLAGS)]
                                           if X86_64 else [])],
-    cmdclass={"build_ext": BuildKernel, "build_py": BuildPyWithAssets},
+    cmdclass={"build_ext": BuildKernel},
 )

@@ -27,9 +27,9 @@ import numpy as np
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException, InternalServerError
 
-from tracer.protocol import MAX_NAME, ProtocolError, check_name
-from tracer.store import StoreError, TraceStore
-from tracer.wire import (
+from gradscape.tracer.protocol import MAX_NAME, ProtocolError, check_name
+from gradscape.tracer.store import StoreError, TraceStore
+from gradscape.tracer.wire import (
     STAT_NAMES,
     TensorArrays,
     TensorRefs,

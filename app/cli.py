@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-import tracer
+import gradscape
 
 
 def _server_args(p: argparse.ArgumentParser, store: str) -> None:
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--every", type=int, default=5, help="trace every Nth training step")
     demo.add_argument("--steps", type=int, default=100_000)
     show = sub.add_parser("show", help="print one recorded step of a trace file")
-    show.add_argument("path", help="a .sqlite trace file written by tracer.Tracer(sink=...)")
+    show.add_argument("path", help="a .sqlite trace file written by gradscape.Tracer(sink=...)")
     show.add_argument("--run", default=None, help="run name (default: the newest run)")
     show.add_argument("--step", type=int, default=None, help="step number (default: the last step)")
     show.add_argument("--nodes", type=int, default=60, help="at most this many nodes")
@@ -54,14 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             return doctor(args.url, args.token)
         if args.command == "show":
-            from tracer.report import format_step
+            from gradscape.tracer.report import format_step
 
-            print(format_step(tracer.load(args.path, args.run, args.step), max_nodes=args.nodes))
+            print(format_step(gradscape.load(args.path, args.run, args.step), max_nodes=args.nodes))
         elif args.command == "runs":
-            with tracer.TraceStore(args.path, readonly=True) as store:
+            with gradscape.TraceStore(args.path, readonly=True) as store:
                 for r in store.runs():
                     print(f"{r['run']}: {r['steps']} steps (last {r['last_step']})")
-    except tracer.StoreError as exc:
+    except gradscape.StoreError as exc:
         print(f"gradscape: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -74,13 +74,13 @@ def doctor(url: str | None, token: str | None = None) -> int:
 
     import torch
 
-    from tracer import _compat, _native, _paths
+    from gradscape.tracer import _compat, _native, _paths
 
     try:
         version = metadata.version("gradscape")
     except metadata.PackageNotFoundError:
         version = "not installed (run from a source tree)"
-    print(f"gradscape: {version} ({Path(tracer.__file__).resolve().parent.parent})")
+    print(f"gradscape: {version} ({Path(gradscape.__file__).parent})")
     print(f"python: {platform.python_version()} ({sys.executable}) on {platform.platform()}")
     lo = ".".join(map(str, _compat.MIN_TORCH))
     print(f"torch: {torch.__version__} (gradscape is tested with torch {lo})")
@@ -132,7 +132,7 @@ def _check_server(url: str, token: str | None) -> tuple[bool, str]:
 
 
 def serve(store: str, host: str, port: int, token: str | None, ready: object = None) -> int:
-    from app.server import ServerConfig, create_app, resolve_token
+    from gradscape.app.server import ServerConfig, create_app, resolve_token
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.CRITICAL)  # WS close frames read as bad requests
@@ -157,7 +157,7 @@ def demo_main(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from app.server import resolve_token
+    from gradscape.app.server import resolve_token
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the child too when we are terminated
     token = resolve_token(args.host, args.token)
@@ -165,7 +165,7 @@ def demo_main(args: argparse.Namespace) -> int:
     server = threading.Thread(target=serve, args=(args.store, args.host, args.port, token), daemon=True)
     server.start()
     _wait_http(f"http://127.0.0.1:{args.port}/api/runs", token)
-    child = subprocess.Popen([sys.executable, "-m", "app.demo", "--url", url, "--model", args.model,
+    child = subprocess.Popen([sys.executable, "-m", "gradscape.app.demo", "--url", url, "--model", args.model,
                               "--every", str(args.every), "--steps", str(args.steps)])
     print(f"demo: training a {args.model} and streaming every {args.every}th step; open {url}", flush=True)
     try:

@@ -37,11 +37,11 @@ import numpy as np
 from flask import Flask, Response, jsonify, request
 from flask_socketio import Namespace, SocketIO, join_room
 
-from app.api import BadParameter, check_index
-from tracer import protocol
-from tracer.protocol import DEBUG_NAMESPACE as NAMESPACE
-from tracer.protocol import check_breakpoint
-from tracer.wire import TraceFormatError, decode_array
+from gradscape.app.api import BadParameter, check_index
+from gradscape.tracer import protocol
+from gradscape.tracer.protocol import DEBUG_NAMESPACE as NAMESPACE
+from gradscape.tracer.protocol import check_breakpoint
+from gradscape.tracer.wire import TraceFormatError, decode_array
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ import dash
 from flask import Flask, Response, request
 from flask_socketio import Namespace, SocketIO, emit
 
-from app.api import register_api
-from tracer import protocol
-from tracer.store import TraceStore
-from tracer.wire import TraceFormatError, step_from_wire, step_to_wire, unpack
+from gradscape.app.api import register_api
+from gradscape.tracer import protocol
+from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import TraceFormatError, step_from_wire, step_to_wire, unpack
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +326,7 @@ class GradscapeDash(dash.Dash):
 def _ids_script() -> str:
     """`window.gradscapeIds`: the page's element ids (app/ui/ids.py) for its scripts in assets/, which read
     them from there instead of repeating them; written before the scripts that use them."""
-    from app.ui import ids
+    from gradscape.app.ui import ids
 
     return "<script>window.gradscapeIds = " + json.dumps(ids.table()).replace("</", "<\\/") + ";</script>"
 
@@ -371,14 +371,14 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     socketio.on_namespace(TracerNamespace("/tracer", state))
     socketio.on_namespace(UINamespace("/ui", state))
     register_api(server, store, state)
-    from app.debug import register_debug  # breakpoints: routes, state and the tracers' /debug namespace
+    from gradscape.app.debug import register_debug  # breakpoints: routes, state and the tracers' /debug namespace
 
     debug = register_debug(server, socketio, state, store)
     state.debug = debug  # type: ignore[attr-defined]
     if layout is not None:
         app.layout = layout
     else:
-        from app.ui import callbacks, debugger, graph_controls, page
+        from gradscape.app.ui import callbacks, debugger, graph_controls, page
 
         ui_data = callbacks.register(app, store)
         graph_controls.register(app, ui_data)
@@ -416,16 +416,12 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
 
 
 def _assets_folder() -> str:
-    """The page's assets: `assets/` at the top of a source checkout (an editable install, or
-    PYTHONPATH), else `app/assets/` of an installed package (the build copies them there)."""
+    """The page's assets: `gradscape/assets/`, which in a source checkout is a link to the repository's
+    `assets/` and in a built package holds a copy of it."""
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent
-    candidates = [here / "assets"]
-    if (here.parent / "setup.py").is_file():  # a source checkout: its assets/, never a stale built copy
-        candidates.insert(0, here.parent / "assets")
-    for folder in candidates:
-        if (folder / "player.js").is_file():
-            return str(folder)
-    raise FileNotFoundError(f"gradscape: the page's assets (player.js, gradscape.css) are in neither {here / 'assets'} "
-                            f"nor {here.parent / 'assets'}; reinstall gradscape")
+    folder = Path(__file__).parent.parent / "assets"
+    if not (folder / "player.js").is_file():
+        raise FileNotFoundError(f"gradscape: the page's assets (player.js, gradscape.css) are not in {folder}; "
+                                "reinstall gradscape")
+    return str(folder)

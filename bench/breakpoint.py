@@ -33,10 +33,10 @@ import torch  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
-import tracer  # noqa: E402
-from app.server import ServerConfig, create_app  # noqa: E402
-from tracer._breakpoints import Breaker, breaker  # noqa: E402
-from tracer._socket_sink import SocketSink  # noqa: E402
+import gradscape  # noqa: E402
+from gradscape.app.server import ServerConfig, create_app  # noqa: E402
+from gradscape.tracer._breakpoints import Breaker, breaker  # noqa: E402
+from gradscape.tracer._socket_sink import SocketSink  # noqa: E402
 
 logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
 
@@ -86,7 +86,7 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     x, y = torch.randn(64, 32), torch.randint(0, 10, (64,))
     run = "bench-bp"
-    tr = tracer.Tracer(model, run=run, sink=SocketSink(url, run))
+    tr = gradscape.Tracer(model, run=run, sink=SocketSink(url, run))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     b = breaker(run)
     while not (b.link is not None and b.link.connected):

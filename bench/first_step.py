@@ -27,7 +27,7 @@ _CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {bench!r})
 import torch
-import tracer
+import gradscape
 import workloads
 
 torch.set_num_threads(1)
@@ -39,14 +39,14 @@ def step():
     w.loss(model, batch).backward()
 
 t0 = time.perf_counter(); step(); plain_cold = time.perf_counter() - t0
-tr = tracer.Tracer(model, every=1)
+tr = gradscape.Tracer(model, every=1)
 t0 = time.perf_counter()
 with tr.step(0):
     step()
 first = time.perf_counter() - t0
 t0 = time.perf_counter(); step(); plain = time.perf_counter() - t0
 tr.close()
-from tracer._native import summariser
+from gradscape.tracer._native import summariser
 print(json.dumps({{"plain_cold": plain_cold, "first_traced": first, "plain": plain, "summariser": summariser()}}))
 """
 

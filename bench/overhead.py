@@ -10,7 +10,7 @@ once, rotating which mode goes first; a short step is repeated and preceded by o
     plain     forward + loss + backward + SGD step + zero_grad
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
     untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10), i % 10 != 0
-    nofinder  (with --finder) `traced` with the problem finder switched off (`tracer._problems.enabled`),
+    nofinder  (with --finder) `traced` with the problem finder switched off (`gradscape.tracer._problems.enabled`),
               to show what the finder itself costs on a finite step
 
 Ratios are taken per round (traced_r / plain_r) and the median of those is reported, which holds up
@@ -41,8 +41,8 @@ for p in (str(BENCH_DIR), str(REPO_ROOT)):
 import torch  # noqa: E402
 from workloads import WORKLOADS, Workload, build  # noqa: E402
 
-import tracer  # noqa: E402
-import tracer._problems as problem_finder  # noqa: E402
+import gradscape  # noqa: E402
+import gradscape.tracer._problems as problem_finder  # noqa: E402
 
 MODES: tuple[str, ...] = ("plain", "traced", "untraced")
 FINDER_MODES = (*MODES, "nofinder")
@@ -88,8 +88,8 @@ class Runner:
         self.model = wl.model
         self.batch = wl.batch()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
-        self.tr = tracer.Tracer(self.model, run=f"bench-{wl.name}", every=1, tensors="summary")
-        self.tr10 = tracer.Tracer(self.model, run=f"bench-{wl.name}-every10", every=10)
+        self.tr = gradscape.Tracer(self.model, run=f"bench-{wl.name}", every=1, tensors="summary")
+        self.tr10 = gradscape.Tracer(self.model, run=f"bench-{wl.name}-every10", every=10)
         self.traced_i = 0
         self.untraced_i = 0
         self.last_nodes = 0
@@ -220,7 +220,7 @@ def context_lines(device: str, threads: int, rounds: int, keys: list[str]) -> li
         dev = f"cuda ({torch.cuda.get_device_name(0)})"
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
-        f"gradscape tracer overhead  (tracer {tracer.__version__})",
+        f"gradscape tracer overhead  (tracer {gradscape.__version__})",
         f"torch {torch.__version__}  python {platform.python_version()}  {platform.machine()}  "
         f"cpus {os.cpu_count()}",
         f"device {dev}  threads {threads} (torch.get_num_threads()={torch.get_num_threads()})",

@@ -34,8 +34,8 @@ sys.path.insert(0, str(HERE.parent))
 import torch  # noqa: E402
 from workloads import build  # noqa: E402
 
-import tracer  # noqa: E402
-from tracer._socket_sink import SocketSink  # noqa: E402
+import gradscape  # noqa: E402
+from gradscape.tracer._socket_sink import SocketSink  # noqa: E402
 
 
 def free_port() -> int:
@@ -74,7 +74,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="gradscape-bench-"))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "app", "serve", "--store", str(tmp / "bench.sqlite"),
+    server = subprocess.Popen([sys.executable, "-m", "gradscape", "serve", "--store", str(tmp / "bench.sqlite"),
                                "--port", str(port)], cwd=HERE.parent, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
@@ -85,7 +85,7 @@ def main() -> None:
               f"threads {args.threads}, loadavg {os.getloadavg()}")
 
         # latency: end of traced step -> readable through the API
-        tr = tracer.Tracer(wl.model, run="latency", sink=base)
+        tr = gradscape.Tracer(wl.model, run="latency", sink=base)
         lat, sizes = [], []
         for i in range(args.steps):
             with tr.step(i) as st:
@@ -109,15 +109,15 @@ def main() -> None:
         wait_readable(f"{base}/api/runs/throughput/steps/{args.push - 1}", timeout=600)
         dt = time.perf_counter() - t0
         sink.close()
-        from tracer._codec import pack, step_to_wire
+        from gradscape.tracer._codec import pack, step_to_wire
 
         mb = len(pack(step_to_wire(st))) / 1e6
         print(f"throughput  {args.push / dt:.2f} steps/s  ({mb:.1f} MB per step, {args.push * mb / dt:.1f} MB/s; "
               f"the {args.push} write() calls took {t_written * 1e3:.1f} ms in all)  stats {sink.stats}")
 
         # overhead: training step with the socket sink vs the memory sink
-        tr_mem = tracer.Tracer(wl.model, run="mem")
-        tr_net = tracer.Tracer(wl.model, run="net", sink=base)
+        tr_mem = gradscape.Tracer(wl.model, run="mem")
+        tr_net = gradscape.Tracer(wl.model, run="net", sink=base)
         ratios, t_mem, t_net = [], [], []
         for r in range(args.rounds + 1):
             times = {}

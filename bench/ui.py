@@ -36,8 +36,8 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 from workloads import build, residual_stages  # noqa: E402
 
-import tracer  # noqa: E402
-from app.server import ServerConfig, create_app  # noqa: E402
+import gradscape  # noqa: E402
+from gradscape.app.server import ServerConfig, create_app  # noqa: E402
 
 # Notes when the page became interactive, by its own clock (see the module docstring). The condition is
 # the same one the Python side waits for: for gradscape, a drawn graph and the player's "k of n" line.
@@ -74,7 +74,7 @@ def serve(wsgi: object) -> tuple[str, object]:
 def record_big(store: Path) -> int:
     """One step of `residual_stages` (about 10,150 autograd nodes)."""
     model = residual_stages()
-    with tracer.Tracer(model, run="bench", sink=str(store), tensors="summary") as tr, tr.step(0) as st:
+    with gradscape.Tracer(model, run="bench", sink=str(store), tensors="summary") as tr, tr.step(0) as st:
         model(torch.randn(2, 4)).sum().backward()
     return len(st.nodes) if st else 0
 
@@ -94,7 +94,7 @@ def main() -> None:
     store = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "ui.sqlite"
     wl = build(args.workload)
     batch = wl.batch()
-    with tracer.Tracer(wl.model, run="bench", sink=str(store)) as tr, tr.step(0) as st:
+    with gradscape.Tracer(wl.model, run="bench", sink=str(store)) as tr, tr.step(0) as st:
         wl.loss(wl.model, batch).backward()
     nodes = len(st.nodes) if st else 0
     print(f"gradscape UI benchmark: torch {torch.__version__}, loadavg {os.getloadavg()}")

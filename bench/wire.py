@@ -1,4 +1,4 @@
-"""Encode and decode one traced step (W4 by default) with the wire schema, `tracer.wire`.
+"""Encode and decode one traced step (W4 by default) with the wire schema, `gradscape.tracer.wire`.
 
 Rows, each the median of `--rounds` timings, ratios against the first row of its direction:
     encode  step_to_wire + msgpack (the tracer's sender)        baseline
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgpack  # noqa: E402
 import workloads  # noqa: E402
 
-import tracer  # noqa: E402
-from tracer.wire import pack, step_from_wire, step_to_wire, unpack  # noqa: E402
+import gradscape  # noqa: E402
+from gradscape.tracer.wire import pack, step_from_wire, step_to_wire, unpack  # noqa: E402
 
 
 def _median(fn: Callable[[], Any], rounds: int) -> float:
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     args = ap.parse_args()
     wl = workloads.build(args.workload)
-    with tracer.Tracer(wl.model, run="bench") as tr, tr.step(0) as st:
+    with gradscape.Tracer(wl.model, run="bench") as tr, tr.step(0) as st:
         wl.loss(wl.model, wl.batch()).backward()
     assert st is not None
     blob = pack(step_to_wire(st))

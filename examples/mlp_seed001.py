@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tracer
+import gradscape
 
 
 class Net(nn.Module):
@@ -46,7 +46,7 @@ def main() -> None:
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.8)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 
-    with tracer.Tracer(net, run="mlp-seed001", sink=args.out) as tr:
+    with gradscape.Tracer(net, run="mlp-seed001", sink=args.out) as tr:
         for i in range(args.steps):
             idx = torch.randint(0, len(x_all), (args.batch,))
             with tr.step(i) as st:
@@ -56,7 +56,7 @@ def main() -> None:
             opt.zero_grad()
     assert st is not None
     print(st.summary())
-    print(f"\n{args.steps} traced steps written to {args.out}; read one back with tracer.load({args.out!r}).")
+    print(f"\n{args.steps} traced steps written to {args.out}; read one back with gradscape.load({args.out!r}).")
 
 
 if __name__ == "__main__":

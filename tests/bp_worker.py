@@ -12,8 +12,8 @@ import time
 
 import torch
 
-import tracer
-from tracer._breakpoints import breaker
+import gradscape
+from gradscape.tracer._breakpoints import breaker
 
 
 def build(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -27,7 +27,7 @@ def build(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     return model, x, y
 
 
-def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, tr: tracer.Tracer | None,
+def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, tr: gradscape.Tracer | None,
           blowup: int | None = None, gate: int | None = None) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for i in range(steps):
@@ -62,10 +62,10 @@ def main() -> None:
     model, x, y = build()
     tr = None
     if args.url:
-        from tracer._socket_sink import SocketSink
+        from gradscape.tracer._socket_sink import SocketSink
 
         sink = SocketSink(args.url, args.run, break_grace=args.grace)
-        tr = tracer.Tracer(model, run=args.run, sink=sink)
+        tr = gradscape.Tracer(model, run=args.run, sink=sink)
         b = breaker(args.run)
         while not (b.link is not None and b.link.connected):
             time.sleep(0.02)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from zoo import RankMLP as MLP
 
-import tracer
+import gradscape
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
         model = base
     gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
     batches = [(torch.randn(8, 3, generator=gen), torch.randint(0, 2, (8,), generator=gen)) for _ in range(2)]
-    tr = tracer.Tracer(model, run=run, sink=url, tensors="full")
+    tr = gradscape.Tracer(model, run=run, sink=url, tensors="full")
     grads: dict[str, np.ndarray] = {}
     info: dict[str, object] = {"rank": None, "world_size": None, "errors": []}
     for i, (x, y) in enumerate(batches):

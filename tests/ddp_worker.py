@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from zoo import RankMLP as MLP
 
-import tracer
+import gradscape
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     F.cross_entropy(plain(x), y).backward()
 
     model = DistributedDataParallel(base)
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         F.cross_entropy(model(x), y).backward()
     assert st is not None

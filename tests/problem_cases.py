@@ -8,7 +8,7 @@ import inspect
 import torch
 import torch.nn as nn
 
-import tracer
+import gradscape
 
 
 def line_of(marker: str) -> str:
@@ -18,7 +18,7 @@ def line_of(marker: str) -> str:
     return f"problem_cases.py:{n}"
 
 
-def sqrt_of_sqrt(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
+def sqrt_of_sqrt(tr: gradscape.Tracer, i: int = 0) -> gradscape.StepTrace:
     """`y = sqrt(x - 2); z = sqrt(y)`: the NaN is born in the first sqrt, detect_anomaly blames the second."""
     x = torch.tensor([1.0, 3.0], requires_grad=True)
     with tr.step(i) as st:
@@ -30,7 +30,7 @@ def sqrt_of_sqrt(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
     return st
 
 
-def sqrt_at_zero(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
+def sqrt_at_zero(tr: gradscape.Tracer, i: int = 0) -> gradscape.StepTrace:
     x = torch.tensor([0.0, 4.0], requires_grad=True)
     with tr.step(i) as st:
         y = torch.sqrt(x).sum()  # @sqrt-at-zero
@@ -39,7 +39,7 @@ def sqrt_at_zero(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
     return st
 
 
-def log_of_negative(tr: tracer.Tracer, i: int = 0) -> tracer.StepTrace:
+def log_of_negative(tr: gradscape.Tracer, i: int = 0) -> gradscape.StepTrace:
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     with tr.step(i) as st:
         loss = torch.log(-x).sum()  # @log
@@ -63,7 +63,7 @@ class WithUnused(nn.Module):
         return self.fc2(h)
 
 
-def unused_layer(tr: tracer.Tracer, model: nn.Module, i: int = 0) -> tracer.StepTrace:
+def unused_layer(tr: gradscape.Tracer, model: nn.Module, i: int = 0) -> gradscape.StepTrace:
     with tr.step(i) as st:
         model(torch.randn(5, 4)).pow(2).mean().backward()
     assert st is not None

@@ -73,8 +73,8 @@ class Server:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log, "a") as log:
             start = log.tell()
-            self.proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--store", str(self.store), "--port",
-                                          str(self.port), *self.extra], stdout=log, stderr=subprocess.STDOUT,
+            cmd = [sys.executable, "-m", "gradscape", "serve", "--store", str(self.store), "--port", str(self.port)]
+            self.proc = subprocess.Popen([*cmd, *self.extra], stdout=log, stderr=subprocess.STDOUT,
                                          text=True, cwd=ROOT, env=env)
         if self.port == 0:
             self.port = self._bound_port(start, timeout)

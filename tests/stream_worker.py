@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from zoo import build  # noqa: E402
 
-import tracer  # noqa: E402
+import gradscape  # noqa: E402
 
 
 def main() -> None:
@@ -29,13 +29,13 @@ def main() -> None:
     args = ap.parse_args()
     case = build(args.model)
     sinks: list[object] = []
-    from tracer._socket_sink import SocketSink
+    from gradscape.tracer._socket_sink import SocketSink
 
     net = SocketSink(args.url, args.run, spill=args.spill)
     sinks.append(net)
     if args.file:
         sinks.append(args.file)
-    tr = tracer.Tracer(case.model, run=args.run, sink=sinks)
+    tr = gradscape.Tracer(case.model, run=args.run, sink=sinks)
     step_ms = []
     for i in range(args.steps):
         t0 = time.perf_counter()

@@ -1,5 +1,5 @@
 """Source lines and modules, checked line by line against this file, and the function mode's state
-around library leaf modules (NOTE [Library leaves] in tracer._attrib)."""
+around library leaf modules (NOTE [Library leaves] in gradscape.tracer._attrib)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tracer
+import gradscape
 
 
 def _line(marker: str) -> str:
@@ -45,8 +45,8 @@ class _Net(nn.Module):
         return self.norm(x).sum(1)  # @net-norm
 
 
-def _trace(model: nn.Module, x: torch.Tensor) -> tracer.StepTrace:
-    tr = tracer.Tracer(model)
+def _trace(model: nn.Module, x: torch.Tensor) -> gradscape.StepTrace:
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         out = model(x)  # @call
         (out ** 2).mean().backward()  # @loss
@@ -87,7 +87,7 @@ def test_a_library_leaf_that_raises_gives_the_mode_back() -> None:
     mode is back, so that code still gets source lines and its backward is traced."""
     lin = nn.Linear(3, 2)
     w = torch.randn(3, requires_grad=True)
-    tr = tracer.Tracer(lin)
+    tr = gradscape.Tracer(lin)
     with tr.step(0) as st:
         depth = torch._C._len_torch_function_stack()
         with pytest.raises(RuntimeError):
@@ -110,7 +110,7 @@ def test_a_user_mode_above_ours_sees_a_library_leaf_and_ours_stays() -> None:
             return func(*args, **(kwargs or {}))  # @user-handler
 
     lin = nn.Linear(3, 2)
-    tr = tracer.Tracer(lin)
+    tr = gradscape.Tracer(lin)
     with tr.step(0) as st:
         with Counting():
             out = lin(torch.randn(4, 3))  # @user-mode
@@ -128,7 +128,7 @@ def test_user_forward_pre_hook_on_a_library_leaf_keeps_working() -> None:
     lin = nn.Linear(3, 3)
     handle = lin.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
     try:
-        tr = tracer.Tracer(lin)
+        tr = gradscape.Tracer(lin)
         x = torch.randn(2, 3, requires_grad=True)
         with tr.step(0) as st:
             y = lin(x)  # @hooked
@@ -147,7 +147,7 @@ def test_a_loss_module_outside_the_model_gets_its_line() -> None:
     yet it is a library leaf, so its ops get the line that called it and the mode is back after."""
     lin = nn.Linear(3, 2)
     criterion = nn.MSELoss()
-    tr = tracer.Tracer(lin)
+    tr = gradscape.Tracer(lin)
     with tr.step(0) as st:
         out = lin(torch.randn(4, 3))
         loss = criterion(out, torch.zeros(4, 2))  # @criterion

@@ -18,14 +18,14 @@ from bp_harness import call, paused, wait_for
 from bp_worker import build, params_hex, train
 from werkzeug.serving import make_server
 
-import tracer
-from app.debug import MAX_PAUSED_THUMB_BYTES, check_paused_nodes, thumb_json
-from app.server import ServerConfig, create_app
-from app.ui.debugger import OVER_BUDGET, heatmaps
-from tracer import protocol
-from tracer._breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker, check_breakpoint
-from tracer._socket_sink import SocketSink
-from tracer.wire import decode_array, encode_array, pack
+import gradscape
+from gradscape.app.debug import MAX_PAUSED_THUMB_BYTES, check_paused_nodes, thumb_json
+from gradscape.app.server import ServerConfig, create_app
+from gradscape.app.ui.debugger import OVER_BUDGET, heatmaps
+from gradscape.tracer import protocol
+from gradscape.tracer._breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker, check_breakpoint
+from gradscape.tracer._socket_sink import SocketSink
+from gradscape.tracer.wire import decode_array, encode_array, pack
 
 
 class _Srv:
@@ -70,7 +70,7 @@ class Training:
         self.run = run
         self.model, self.x, self.y = build()
         self.sink = SocketSink(srv.url, run, break_grace=5.0)
-        self.tr = tracer.Tracer(self.model, run=run, sink=self.sink, thumb=thumb)
+        self.tr = gradscape.Tracer(self.model, run=run, sink=self.sink, thumb=thumb)
         self.breaker = breaker(run)
         if budget is not None:
             self.breaker.thumb_budget = budget
@@ -368,7 +368,7 @@ def _caught(run: str, model: torch.nn.Module, points: list[dict[str, Any]], back
     b.link = link  # type: ignore[assignment]
     b.set_points(points)
     try:
-        tr = tracer.Tracer(model, run=run)
+        tr = gradscape.Tracer(model, run=run)
         with tr.step(0):
             backward()
         tr.close()
@@ -494,7 +494,7 @@ def test_only_protocol_errors_escape_the_check() -> None:
 def test_a_refused_pause_does_not_hold_the_backward(srv: _Srv, monkeypatch: pytest.MonkeyPatch) -> None:
     """A paused message the server refuses (here: thumbnails over a bound lowered for the test) is
     answered with the error; the tracer warns and its backward goes on, since nothing could resume it."""
-    monkeypatch.setattr("app.debug.MAX_THUMB_ELEMENTS", 2)
+    monkeypatch.setattr("gradscape.app.debug.MAX_THUMB_ELEMENTS", 2)
     with pytest.warns(RuntimeWarning, match=r"refused the pause at AddmmBackward0: paused\.payload\.nodes\[0\]"):
         t = Training(srv, "refused", [{"on": "node", "name": "AddmmBackward0"}], steps=1)
         t.thread.join(60)

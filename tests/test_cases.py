@@ -12,21 +12,21 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from zoo import SmallCNN, Tied, TinyTransformer, build
 
-import tracer
+import gradscape
 
 
-def _vals(t: tracer.TensorTrace | None) -> np.ndarray:
+def _vals(t: gradscape.TensorTrace | None) -> np.ndarray:
     assert t is not None and t.values is not None
     return t.values
 
 
-def _names(st: tracer.StepTrace) -> list[str]:
+def _names(st: gradscape.StepTrace) -> list[str]:
     return [n.name for n in st.nodes]
 
 
 def test_inplace_relu_batchnorm_conv() -> None:
     case = build("cnn")
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     names = _names(st)
@@ -45,7 +45,7 @@ def test_layernorm_embedding_attention_are_attributed() -> None:
     torch.manual_seed(0)
     model = TinyTransformer()
     tok = torch.randint(0, 11, (2, 5))
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         out = model(tok)
         F.cross_entropy(out.reshape(-1, 11), tok.reshape(-1)).backward()
@@ -83,7 +83,7 @@ class _Outer(nn.Module):
 
 def test_every_node_is_attributed_to_the_innermost_module_call() -> None:
     model = _Outer()
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         model(torch.randn(3, 4)).backward()
     got = sorted((n.name, n.module) for n in st.nodes if n.kind == "op")
@@ -104,7 +104,7 @@ def test_shared_weights_are_named_and_summed() -> None:
     torch.manual_seed(0)
     model = Tied()
     tok = torch.randint(0, 7, (3, 4))
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         model(tok).pow(2).mean().backward()
     emb_nodes = [n for n in st.nodes if n.param == "emb.weight"]
@@ -119,7 +119,7 @@ def test_two_losses_two_backward_calls() -> None:
     case = build("two_heads")
     model = case.model
     x, y = case.batch
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         a, b = model(x)
         F.cross_entropy(a, y).backward(retain_graph=True)
@@ -135,7 +135,7 @@ def test_two_losses_two_backward_calls() -> None:
 
 def test_detached_branch_has_no_edge_back() -> None:
     case = build("detached")
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     gate_mm = [n for n in st.nodes if n.module == "gate" and n.name == "AddmmBackward0"]
@@ -145,7 +145,7 @@ def test_detached_branch_has_no_edge_back() -> None:
 
 def test_retain_graph_twice_records_two_runs() -> None:
     case = build("mlp")
-    tr = tracer.Tracer(case.model, tensors="full")
+    tr = gradscape.Tracer(case.model, tensors="full")
     with tr.step(0) as st:
         loss = case.loss(case.model, case.batch)
         loss.backward(retain_graph=True)
@@ -160,7 +160,7 @@ def test_retain_graph_twice_records_two_runs() -> None:
 
 def test_create_graph_double_backward() -> None:
     x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    tr = tracer.Tracer(tensors="full")
+    tr = gradscape.Tracer(tensors="full")
     with tr.step(0) as st:
         y = (x ** 3).sum()
         (g,) = torch.autograd.grad(y, x, create_graph=True)
@@ -182,7 +182,7 @@ def test_checkpoint(reentrant: bool) -> None:
     head = nn.Linear(4, 1)
     model = nn.ModuleDict({"block": block, "head": head})
     x = torch.randn(3, 4, requires_grad=True)
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         h = checkpoint(block, x, use_reentrant=reentrant)
         head(h).sum().backward()
@@ -205,7 +205,7 @@ def test_checkpoint(reentrant: bool) -> None:
 
 def test_custom_function_slots_are_its_tensor_args() -> None:
     case = build("custom")
-    tr = tracer.Tracer(case.model, tensors="full")
+    tr = gradscape.Tracer(case.model, tensors="full")
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     (node,) = [n for n in st.nodes if n.kind == "custom"]
@@ -231,7 +231,7 @@ class _Mul(torch.autograd.Function):
 def test_custom_function_with_only_tensor_args_names_its_slots() -> None:
     w = torch.nn.Parameter(torch.ones(3))
     x = torch.arange(3.0, requires_grad=True)
-    st = tracer.trace(_Mul.apply(x, w).sum())
+    st = gradscape.trace(_Mul.apply(x, w).sum())
     (node,) = [n for n in st.nodes if n.kind == "custom"]
     assert node.input_args == ["a", "b"]
 
@@ -240,7 +240,7 @@ def test_bf16_autocast_on_cpu() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 4))
     x = torch.randn(5, 8)
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st, torch.autocast("cpu", dtype=torch.bfloat16):
         model(x).float().pow(2).mean().backward()
     assert "ToCopyBackward0" in _names(st)
@@ -264,7 +264,7 @@ def test_compiled_submodule_is_one_opaque_node() -> None:
     model.head(model.block(x)).sum().backward()  # compile once, outside the tracer
     for p in model.parameters():
         p.grad = None
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         model.head(model.block(x)).sum().backward()
     compiled = [n for n in st.nodes if n.kind == "compiled"]
@@ -280,7 +280,7 @@ def test_compiled_submodule_is_one_opaque_node() -> None:
 
 def test_ten_thousand_op_chain() -> None:
     x = torch.ones(3, requires_grad=True)
-    tr = tracer.Tracer(thumb=0)
+    tr = gradscape.Tracer(thumb=0)
     with tr.step(0) as st:
         h = x
         for _ in range(10_000):
@@ -293,7 +293,7 @@ def test_ten_thousand_op_chain() -> None:
 
 def test_forward_of_a_module_called_outside_any_model() -> None:
     """model=None still records ops and gradients; nodes just carry no module names."""
-    tr = tracer.Tracer()
+    tr = gradscape.Tracer()
     cnn = SmallCNN()
     with tr.step(0) as st:
         cnn(torch.randn(2, 1, 8, 8)).sum().backward()
@@ -304,7 +304,7 @@ def test_forward_of_a_module_called_outside_any_model() -> None:
 def test_trace_one_call() -> None:
     case = build("mlp")
     loss = case.loss(case.model, case.batch)
-    st = tracer.trace(loss, case.model)
+    st = gradscape.trace(loss, case.model)
     assert st.nodes[0].name == "NllLossBackward0"
     assert set(st.params) == {n for n, _ in case.model.named_parameters()}
 
@@ -321,7 +321,7 @@ def test_a_compiled_module_keeps_its_graphs_across_traced_steps() -> None:
     model.head(model.block(x)).sum().backward()  # compiled once, untraced
     assert counter.frame_count == 1
     model.zero_grad()
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     for i in range(12):  # past dynamo's recompile limit (8), had every traced step recompiled
         with tr.step(i) as st:
             loss = model.head(model.block(x)).sum()

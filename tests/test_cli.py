@@ -19,9 +19,9 @@ def test_example_loop_prints_a_readable_step(tmp_path: Path) -> None:
     assert "fc2 (Linear): grad_input [4×20]  grad_output [4×30]" in res.stdout
     assert res.stderr == ""
 
-    show = subprocess.run([sys.executable, "-m", "app", "show", str(out), "--step", "1"], capture_output=True,
+    show = subprocess.run([sys.executable, "-m", "gradscape", "show", str(out), "--step", "1"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert show.returncode == 0 and "step 1:" in show.stdout
-    missing = subprocess.run([sys.executable, "-m", "app", "show", str(out), "--step", "9"], capture_output=True,
+    missing = subprocess.run([sys.executable, "-m", "gradscape", "show", str(out), "--step", "9"], capture_output=True,
                              text=True, timeout=120, cwd=ROOT)
     assert missing.returncode == 2 and "no step 9 of run 'mlp-seed001'" in missing.stderr

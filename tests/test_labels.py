@@ -6,8 +6,8 @@ import pytest
 import torch
 from zoo import build
 
-import tracer
-from tracer import _derivatives, _labels
+import gradscape
+from gradscape.tracer import _derivatives, _labels
 
 
 def test_shipped_table_covers_torch_nodes() -> None:
@@ -27,7 +27,7 @@ def test_unknown_nodes_get_generic_labels() -> None:
 def test_tracing_works_without_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_labels, "derivatives_table", lambda: {})
     case = build("mlp")
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     (addmm,) = [n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "fc3"]
@@ -36,7 +36,7 @@ def test_tracing_works_without_the_table(monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_in_place_write_into_a_view() -> None:
     x = torch.randn(2, 3, requires_grad=True)
-    tr = tracer.Tracer()
+    tr = gradscape.Tracer()
     with tr.step(0) as st:
         z = x * 2
         z[0] = 5.0
@@ -57,7 +57,7 @@ class _Branchy(torch.nn.Module):
         return (self.b(h) if use_b else torch.relu(h)).sum()
 
 
-def _static_view(st: tracer.StepTrace) -> list[tuple[object, ...]]:
+def _static_view(st: gradscape.StepTrace) -> list[tuple[object, ...]]:
     return [(n.name, n.module, n.param, n.schema, n.input_args, n.input_labels, n.input_shapes,
              n.output_shapes, n.output_dtypes) for n in st.nodes]
 
@@ -69,12 +69,12 @@ def test_labels_and_shapes_follow_each_steps_graph_with_one_tracer() -> None:
     torch.manual_seed(0)
     model = _Branchy()
     plan = [(False, 2), (True, 2), (False, 2), (False, 5), (True, 5)]
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     for i, (use_b, rows) in enumerate(plan):
         x = torch.randn(rows, 3, requires_grad=True)
         with tr.step(i) as st:
             model(x, use_b).backward()
-        with tracer.Tracer(model).step(0) as fresh:
+        with gradscape.Tracer(model).step(0) as fresh:
             model(x, use_b).backward()
         assert st is not None and fresh is not None
         assert _static_view(st) == _static_view(fresh), (use_b, rows)
@@ -87,7 +87,7 @@ def test_steps_with_the_same_graph_share_their_static_lists() -> None:
     """Fewer objects per kept step (the cyclic GC re-scans every one of them): the label and shape
     lists of an unchanged graph are the previous step's objects."""
     case = build("mlp")
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     steps = []
     for i in range(2):
         with tr.step(i) as st:

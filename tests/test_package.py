@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import tracer
-from tracer import _compat, _native, _paths, _summary
-from tracer._socket_sink import SocketSink
+import gradscape
+from gradscape.tracer import _compat, _native, _paths, _summary
+from gradscape.tracer._socket_sink import SocketSink
 
 sys.path.insert(0, str(Path(__file__).parent))
 from serving import ROOT, free_port, wait_http  # noqa: E402
@@ -81,7 +81,7 @@ def test_slow_wheel_built_where_compiling_fails_installs_and_warns_once(tmp_path
               "with warnings.catch_warnings(record=True) as seen:\n"
               "    warnings.simplefilter('always')\n"
               "    for i in range(2):\n"
-              "        st = tracer.trace((torch.nn.Parameter(torch.ones(4, 3)) * 2).sum())\n"
+              "        st = gradscape.trace((torch.nn.Parameter(torch.ones(4, 3)) * 2).sum())\n"
               "print(len(st.nodes), [str(w.message) for w in seen])\n")
     out = _run([str(env_dir / "bin" / "python"), "-c", script], env=bare, cwd=tmp_path).stdout
     assert out.startswith("3 [") and out.count("summary kernel was not built") == 1, out
@@ -151,7 +151,7 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
 
 def test_doctor_reports_a_server_that_is_not_there() -> None:
     port = free_port()
-    res = subprocess.run([sys.executable, "-m", "app", "doctor", "--url", f"http://127.0.0.1:{port}"],
+    res = subprocess.run([sys.executable, "-m", "gradscape", "doctor", "--url", f"http://127.0.0.1:{port}"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert res.returncode == 1
     assert f"server: http://127.0.0.1:{port}: no answer" in res.stdout
@@ -170,7 +170,7 @@ def test_missing_kernel_warns_once_and_summaries_use_torch(tmp_path: Path, monke
         assert _native.summariser().startswith("torch (the summary kernel was not built")
         g = torch.tensor([[1.0, -2.0], [3.0, 0.0]])
         assert _summary.native_summary(g, 8) is None
-        st = tracer.trace((torch.nn.Parameter(g) * 2).sum())
+        st = gradscape.trace((torch.nn.Parameter(g) * 2).sum())
         assert st.nodes
     finally:
         monkeypatch.undo()
@@ -269,12 +269,12 @@ def test_spill_file_goes_to_the_user_data_directory(tmp_path: Path, monkeypatch:
     monkeypatch.chdir(work)
     sink = SocketSink(f"http://127.0.0.1:{free_port()}", "my/run", connect_timeout=0.5)
     assert sink.spill_path == str(tmp_path / "data" / "spill" / "gradscape-spill-my_run.sqlite")
-    st = tracer.trace((torch.nn.Parameter(torch.ones(3)) * 2).sum())
+    st = gradscape.trace((torch.nn.Parameter(torch.ones(3)) * 2).sum())
     with pytest.warns(RuntimeWarning, match="gradscape-spill-my_run.sqlite"):
         sink.write(st)
         sink.close(5.0)  # what the server did not take goes to the spill file
     assert sink.stats["spilled"] == 1
-    with tracer.TraceStore(sink.spill_path, readonly=True) as store:
+    with gradscape.TraceStore(sink.spill_path, readonly=True) as store:
         assert [(r["run"], r["steps"]) for r in store.runs()] == [(st.run, 1)]
     assert list(work.iterdir()) == []
     assert _paths.data_dir() == tmp_path / "data"

@@ -14,12 +14,12 @@ from problem_cases import WithUnused, line_of, log_of_negative, sqrt_at_zero, sq
 from serving import Server, free_port
 from zoo import ZOO, build
 
-import tracer
+import gradscape
 
 NONFINITE = ("nonfinite_forward", "nonfinite_loss", "nonfinite_backward")
 
 
-def _kinds(st: tracer.StepTrace) -> list[str]:
+def _kinds(st: gradscape.StepTrace) -> list[str]:
     return [p.kind for p in st.problems]
 
 
@@ -27,7 +27,7 @@ def _kinds(st: tracer.StepTrace) -> list[str]:
 
 
 def test_a_nan_born_in_the_inner_sqrt_is_blamed_on_its_line_not_the_outer_one() -> None:
-    st = sqrt_of_sqrt(tracer.Tracer())
+    st = sqrt_of_sqrt(gradscape.Tracer())
     first = st.problems[0]
     assert first.kind == "nonfinite_forward"
     assert first.source == line_of("@inner-sqrt")
@@ -41,7 +41,7 @@ def test_a_nan_born_in_the_inner_sqrt_is_blamed_on_its_line_not_the_outer_one() 
 
 
 def test_sqrt_at_zero_is_backward_born_and_the_forward_is_not_blamed() -> None:
-    st = sqrt_at_zero(tracer.Tracer())
+    st = sqrt_at_zero(gradscape.Tracer())
     x = torch.tensor([0.0, 4.0], requires_grad=True)
     (g,) = torch.autograd.grad(torch.sqrt(x).sum(), x)
     assert torch.isinf(g[0])  # what torch computes: 1 / (2·sqrt(0))
@@ -53,7 +53,7 @@ def test_sqrt_at_zero_is_backward_born_and_the_forward_is_not_blamed() -> None:
 
 
 def test_log_of_a_negative_number_is_a_nonfinite_loss_born_at_the_logline_of() -> None:
-    st = log_of_negative(tracer.Tracer())
+    st = log_of_negative(gradscape.Tracer())
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     loss = torch.log(-x).sum()
     (g,) = torch.autograd.grad(loss, x)
@@ -70,7 +70,7 @@ def test_a_parameter_that_already_holds_nan_is_the_origin() -> None:
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
     with torch.no_grad():
         model[2].weight[0, 1] = float("nan")
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         model(torch.randn(2, 3)).sum().backward()
     assert st is not None
@@ -84,7 +84,7 @@ def test_an_input_that_already_holds_inf_is_the_origin() -> None:
     model = nn.Sequential(nn.Linear(3, 2), nn.Sigmoid())
     x = torch.randn(2, 3)
     x[1, 2] = float("inf")
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         loss = model(x).log().sum()  # addmm gives ±inf, sigmoid 0 and 1, log -inf
         loss.backward()
@@ -98,7 +98,7 @@ def test_an_input_that_already_holds_inf_is_the_origin() -> None:
 @pytest.mark.parametrize("name", ZOO)
 def test_a_finite_model_has_no_nonfinite_or_missing_gradient_problem(name: str) -> None:
     case = build(name)
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     for i in range(3):
         with tr.step(i) as st:
             loss = case.loss(case.model, case.batch)
@@ -110,7 +110,7 @@ def test_a_finite_model_has_no_nonfinite_or_missing_gradient_problem(name: str) 
 def test_an_unused_layer_and_a_cut_one_are_named_with_their_parameters() -> None:
     torch.manual_seed(0)
     model = WithUnused()
-    st = unused_layer(tracer.Tracer(model), model)
+    st = unused_layer(gradscape.Tracer(model), model)
     missing = {p.param: p for p in st.problems if p.kind == "no_grad"}
     assert set(missing) == {"spare.weight", "spare.bias", "side.weight", "side.bias"}
     assert model.spare.weight.grad is None and model.side.weight.grad is None and model.fc1.weight.grad is not None
@@ -125,14 +125,14 @@ def test_an_unused_layer_and_a_cut_one_are_named_with_their_parameters() -> None
 def test_autograd_grad_alone_expects_no_parameter_gradient() -> None:
     model = nn.Linear(3, 1)
     x = torch.randn(2, 3, requires_grad=True)
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         torch.autograd.grad(model(x).sum(), x)
     assert st is not None and st.problems == []
 
 
 def test_problems_are_listed_root_cause_first() -> None:
-    st = sqrt_of_sqrt(tracer.Tracer())
+    st = sqrt_of_sqrt(gradscape.Tracer())
     kinds = _kinds(st)
     order = {"nonfinite_forward": 0, "nonfinite_loss": 1, "nonfinite_backward": 2, "no_grad": 3}
     assert kinds == sorted(kinds, key=order.__getitem__)
@@ -142,7 +142,7 @@ def test_a_relu_that_passes_back_only_zeros_is_dead() -> None:
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
     with torch.no_grad():
         model[0].bias.fill_(-100.0)  # every unit inactive for any input of this size
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         model(torch.rand(8, 4)).sum().backward()
     assert st is not None
@@ -155,7 +155,7 @@ def test_a_layer_whose_gradient_jumps_far_above_its_history_is_exploding() -> No
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     x = torch.randn(16, 4)
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     for i in range(8):
         scale = 1e5 if i == 7 else 1.0
         with tr.step(i) as st:
@@ -171,7 +171,7 @@ def test_the_finder_does_not_change_what_autograd_computes() -> None:
     x = torch.tensor([1.0, 3.0], requires_grad=True)
     y = torch.sqrt(torch.sqrt(x - 2)).sum()
     (want,) = torch.autograd.grad(y, x)
-    tr = tracer.Tracer()
+    tr = gradscape.Tracer()
     x2 = torch.tensor([1.0, 3.0], requires_grad=True)
     with tr.step(0):
         torch.sqrt(torch.sqrt(x2 - 2)).sum().backward()
@@ -187,7 +187,7 @@ def test_the_step_document_of_the_json_api_has_the_problems(tmp_path: Path) -> N
     store = tmp_path / "problems.sqlite"
     torch.manual_seed(0)
     model = WithUnused()
-    tr = tracer.Tracer(model, run="p", sink=str(store))
+    tr = gradscape.Tracer(model, run="p", sink=str(store))
     steps = [sqrt_of_sqrt(tr, 0), sqrt_at_zero(tr, 1), log_of_negative(tr, 2), unused_layer(tr, model, 3)]
     tr.close()
     srv = Server(store, free_port()).start()
@@ -210,7 +210,7 @@ def test_a_layer_far_below_the_others_is_vanishing() -> None:
     torch.manual_seed(0)
     heads = nn.ModuleList(nn.Linear(4, 2) for _ in range(4))
     x = torch.randn(8, 4)
-    tr = tracer.Tracer(heads)
+    tr = gradscape.Tracer(heads)
     with tr.step(0) as st:
         sum(h(x).pow(2).sum() * (1e-7 if k == 3 else 1.0) for k, h in enumerate(heads)).backward()
     assert st is not None
@@ -221,20 +221,20 @@ def test_a_layer_far_below_the_others_is_vanishing() -> None:
 
 def test_a_failing_finder_leaves_the_step_whole(monkeypatch: pytest.MonkeyPatch,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    import tracer._problems as finder
+    import gradscape.tracer._problems as finder
 
-    def broken(*args: object) -> list[tracer.Problem]:
+    def broken(*args: object) -> list[gradscape.Problem]:
         raise RuntimeError("finder broke")
 
     monkeypatch.setattr(finder, "_backward_born", broken)  # a fault that cannot be produced for real
-    st = sqrt_at_zero(tracer.Tracer())
+    st = sqrt_at_zero(gradscape.Tracer())
     assert st.problems == [] and st.nodes and st.error is None
     assert "finder broke" in caplog.text
 
 
 def test_a_nan_loss_in_a_create_graph_backward_is_found_and_the_second_order_gradient_still_runs() -> None:
     x = torch.tensor([1.0, 2.0], requires_grad=True)
-    with tracer.Tracer().step(0) as st:
+    with gradscape.Tracer().step(0) as st:
         loss = torch.log(-x).sum()
         (g,) = torch.autograd.grad(loss, x, create_graph=True)
         g.sum().backward()
@@ -259,7 +259,7 @@ class _Cuts(nn.Module):
 
 def test_a_layer_run_under_no_grad_and_one_whose_output_is_dropped_say_why() -> None:
     model = _Cuts()
-    with tracer.Tracer(model).step(0) as st:
+    with gradscape.Tracer(model).step(0) as st:
         model(torch.randn(2, 3)).sum().backward()
     assert st is not None
     why = {p.param: p.message for p in st.problems if p.kind == "no_grad"}

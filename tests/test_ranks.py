@@ -13,7 +13,7 @@ import torch.distributed as dist
 from distributed_runs import run_ranks
 from serving import ApiError, Server, free_port
 
-from tracer import TraceStore
+from gradscape import TraceStore
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 
@@ -120,15 +120,15 @@ def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_p
 
     import torch
 
-    import tracer
-    from app.server import ServerConfig, create_app
-    from tracer import protocol
-    from tracer._codec import pack, step_to_wire
+    import gradscape
+    from gradscape.app.server import ServerConfig, create_app
+    from gradscape.tracer import protocol
+    from gradscape.tracer._codec import pack, step_to_wire
 
     dash_app, sio = create_app(str(tmp_path / "s.sqlite"), ServerConfig(notify_interval=0.02))
     try:
         lin = torch.nn.Linear(3, 2)
-        tr = tracer.Tracer(lin, run="r", tensors="full")
+        tr = gradscape.Tracer(lin, run="r", tensors="full")
         wires = []
         for scale in (1.0, 5.0):
             lin.zero_grad()

@@ -7,13 +7,13 @@ import torch
 from helpers import close, grad_wrt_outputs, graph_nodes, vjp_of_node
 from zoo import ZOO, build
 
-import tracer
+import gradscape
 
 
 @pytest.mark.parametrize("name", ZOO)
 def test_every_gradient_matches_autograd(name: str) -> None:
     case = build(name)
-    tr = tracer.Tracer(case.model, tensors="full")
+    tr = gradscape.Tracer(case.model, tensors="full")
     with tr.step(0) as st:
         loss = case.loss(case.model, case.batch)
         loss.backward(retain_graph=True)
@@ -49,7 +49,7 @@ def test_every_gradient_matches_autograd(name: str) -> None:
 
 def test_summary_stats_match_values() -> None:
     case = build("cnn")
-    tr = tracer.Tracer(case.model, tensors="full")
+    tr = gradscape.Tracer(case.model, tensors="full")
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     n = 0
@@ -70,7 +70,7 @@ def test_summary_stats_match_values() -> None:
     assert n > 20
 
 
-def _stats_close(tr: tracer.TensorTrace, ref: torch.Tensor, where: str) -> None:
+def _stats_close(tr: gradscape.TensorTrace, ref: torch.Tensor, where: str) -> None:
     v = ref.detach().double()
     assert tr.shape == tuple(ref.shape), where
     assert tr.stats["min"] == pytest.approx(v.min().item(), rel=1e-5, abs=1e-7), where
@@ -86,7 +86,7 @@ def test_summary_mode_matches_autograd(name: str) -> None:
     match statistics of the engine's own answers. This covers the dedupe of a summary between the
     node that sends a gradient and the one that receives it."""
     case = build(name)
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0):
         case.loss(case.model, case.batch).backward()
     case.model.zero_grad()

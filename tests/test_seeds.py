@@ -11,10 +11,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from zoo import SeedMLP
 
-import tracer
+import gradscape
 
 
-def _vals(t: tracer.TensorTrace | None) -> np.ndarray:
+def _vals(t: gradscape.TensorTrace | None) -> np.ndarray:
     assert t is not None and t.values is not None
     return t.values
 
@@ -24,7 +24,7 @@ def test_seed002_backward_with_gradient() -> None:
     x = torch.ones(2, 3, requires_grad=True)
     a = torch.ones(3, 4)
     g = torch.tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]])
-    tr = tracer.Tracer(tensors="full")
+    tr = gradscape.Tracer(tensors="full")
     with tr.step(0) as st:
         out = torch.mm(x, a)
         out.backward(g)
@@ -44,7 +44,7 @@ def test_seed002_backward_with_gradient() -> None:
 
 def test_seed003_autograd_grad_with_grad_outputs() -> None:
     x = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
-    tr = tracer.Tracer(tensors="full")
+    tr = gradscape.Tracer(tensors="full")
     with tr.step(0) as st:
         y = torch.outer(x, x)
         (gx,) = torch.autograd.grad(y, x, grad_outputs=torch.ones_like(y))
@@ -68,7 +68,7 @@ def test_seed000_slots_at_op_level_and_module_level() -> None:
     model = nn.ModuleDict({"conv": conv, "fc": fc})
     xc = torch.randn(64, 16, 16, 16, requires_grad=True)
     xf = torch.randn(64, 84, requires_grad=True)
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         loss = conv(xc).pow(2).mean() + fc(xf).pow(2).mean()
         loss.backward()
@@ -98,7 +98,7 @@ def test_seed004_linear_identities() -> None:
     torch.manual_seed(0)
     lin = nn.Linear(5, 3)
     x = torch.randn(4, 5)
-    tr = tracer.Tracer(lin, tensors="full")
+    tr = gradscape.Tracer(lin, tensors="full")
     with tr.step(0) as st:
         y = lin(x)
         y.backward(torch.randn(4, 3))
@@ -123,7 +123,7 @@ def test_seed001_mlp_loop_traced_every_step_matches_full_hooks() -> None:
         lambda m, gi, go, n=n: seen.__setitem__(n, (list(gi), list(go)))) for n in ("fc1", "fc2", "fc3")]
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     opt_twin = torch.optim.SGD(twin.parameters(), lr=0.1)
-    tr = tracer.Tracer(net, run="seed001", tensors="full", keep=100)
+    tr = gradscape.Tracer(net, run="seed001", tensors="full", keep=100)
     g = torch.Generator().manual_seed(2)
     for i in range(5):
         x = torch.rand(4, 3, generator=g)

@@ -14,8 +14,8 @@ import torch.nn as nn
 import torch.optim.optimizer as optim_module
 from zoo import ZOO, build
 
-import tracer
-from tracer import _recorder
+import gradscape
+from gradscape.tracer import _recorder
 
 
 def _global_hook_state() -> tuple[int, ...]:
@@ -43,7 +43,7 @@ def test_gradients_bitwise_equal(name: str, mode: str) -> None:
     case = build(name)
     twin = copy.deepcopy(case.model)
     case.loss(twin, case.batch).backward()
-    tr = tracer.Tracer(case.model, tensors=mode)
+    tr = gradscape.Tracer(case.model, tensors=mode)
     with tr.step(0):
         case.loss(case.model, case.batch).backward()
     for (n, p), (_, q) in zip(case.model.named_parameters(), twin.named_parameters()):
@@ -68,7 +68,7 @@ def test_no_hook_left_after_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
     refs = _track_recorders(monkeypatch)
     case = build("cnn")
     before = (_global_hook_state(), _module_state(case.model), _param_state(case.model))
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0):
         loss = case.loss(case.model, case.batch)
         loss.backward(retain_graph=True)  # keep the graph (and its nodes) alive after the step
@@ -90,7 +90,7 @@ def test_no_hook_left_when_the_step_raises(where: str, monkeypatch: pytest.Monke
     refs = _track_recorders(monkeypatch)
     case = build("mlp")
     before = (_global_hook_state(), _module_state(case.model), _param_state(case.model))
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
 
     def boom(grad: torch.Tensor) -> None:
         raise RuntimeError("user hook failed")
@@ -110,7 +110,7 @@ def test_no_hook_left_when_the_step_raises(where: str, monkeypatch: pytest.Monke
 
 def test_every_n_installs_nothing_on_untraced_steps() -> None:
     case = build("mlp")
-    tr = tracer.Tracer(case.model, every=3)
+    tr = gradscape.Tracer(case.model, every=3)
     base = _global_hook_state()
     traced = []
     for i in range(7):
@@ -129,7 +129,7 @@ def test_graph_freed_after_each_step() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = tracer.Tracer(model, keep=1)
+    tr = gradscape.Tracer(model, keep=1)
     x = torch.randn(128, 64)
     proc = psutil.Process()
     rss = []
@@ -146,13 +146,13 @@ def test_graph_freed_after_each_step() -> None:
 
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="every"):
-        tracer.Tracer(every=0)
+        gradscape.Tracer(every=0)
     with pytest.raises(ValueError, match="tensors"):
-        tracer.Tracer(tensors="all")
+        gradscape.Tracer(tensors="all")
     with pytest.raises(TypeError, match="model"):
-        tracer.Tracer(model="net")  # type: ignore[arg-type]
+        gradscape.Tracer(model="net")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="sink"):
-        tracer.Tracer(sink="out.txt")
+        gradscape.Tracer(sink="out.txt")
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
@@ -160,7 +160,7 @@ def test_a_traced_step_leaves_no_cyclic_garbage(name: str) -> None:
     """Everything a step allocated is freed by reference counting when it is dropped: cyclic garbage
     would wait for (and feed) Python's cyclic collector, whose passes land inside training steps."""
     case = build(name)
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     for i in range(2):  # warm-up: caches that live as long as the Tracer
         with tr.step(i):
             case.loss(case.model, case.batch).backward()
@@ -190,7 +190,7 @@ def test_an_optimizer_step_inside_the_block_loses_nothing_after_it(fails: bool) 
     case = build("mlp")
     opt = (_StepFails if fails else torch.optim.SGD)(case.model.parameters(), lr=0.1)
     before = _global_hook_state()
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
         assert torch._C._len_torch_function_stack() == 1
@@ -222,7 +222,7 @@ def test_an_optimizer_step_leaves_a_user_mode_above_ours_alone() -> None:
             seen.append(func)
             return func(*args, **(kwargs or {}))
 
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
         with Counting():
@@ -246,7 +246,7 @@ def test_a_module_call_on_another_thread_never_gets_our_mode() -> None:
             case.model(case.batch[0])
         seen.append(torch._C._len_torch_function_stack())
 
-    tr = tracer.Tracer(case.model)
+    tr = gradscape.Tracer(case.model)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
         with pytest.raises(RuntimeError, match="optimizer failed"):
@@ -264,7 +264,7 @@ def test_a_module_call_on_another_thread_never_gets_our_mode() -> None:
 
 
 def test_forward_caches_are_bounded() -> None:
-    from tracer import _attrib
+    from gradscape.tracer import _attrib
 
     for k in range(_attrib._MAX_CACHED + 10):  # code objects of many files (generated code, notebooks)
         ns: dict[str, object] = {}
@@ -272,7 +272,7 @@ def test_forward_caches_are_bounded() -> None:
         assert _attrib.user_frame(ns["frame"]) == f"user_{k}.py:2"
     assert 0 < len(_attrib._is_user_code) <= _attrib._MAX_CACHED
     model = nn.Linear(2, 2)
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0):  # module classes made on the fly, each a library leaf
         x = model(torch.randn(1, 2))
         for k in range(_attrib._MAX_CACHED + 10):
@@ -288,7 +288,7 @@ def test_summaries_on_two_threads_at_once_are_exact() -> None:
 
     import numpy as np
 
-    from tracer._summary import raw_stats
+    from gradscape.tracer._summary import raw_stats
 
     n = 1 << 20  # several chunks of the count
     tensors = []

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from zoo import build
 
-import tracer
-from tracer import TraceFormatError, TraceStore, load
-from tracer._codec import step_from_wire, step_to_wire
+import gradscape
+from gradscape import TraceFormatError, TraceStore, load
+from gradscape.tracer._codec import step_from_wire, step_to_wire
 
 
 def _traced(name: str = "transformer", mode: str = "full", run: str = "r1", steps: int = 2,
-            sink: object = None) -> list[tracer.StepTrace]:
+            sink: object = None) -> list[gradscape.StepTrace]:
     case = build(name)
-    tr = tracer.Tracer(case.model, run=run, tensors=mode, sink=sink, keep=steps)
+    tr = gradscape.Tracer(case.model, run=run, tensors=mode, sink=sink, keep=steps)
     out = []
     for i in range(steps):
         with tr.step(i) as st:
@@ -31,7 +31,7 @@ def _traced(name: str = "transformer", mode: str = "full", run: str = "r1", step
     return out
 
 
-def _same_tensor(a: tracer.TensorTrace | None, b: tracer.TensorTrace | None) -> None:
+def _same_tensor(a: gradscape.TensorTrace | None, b: gradscape.TensorTrace | None) -> None:
     assert (a is None) == (b is None)
     if a is None or b is None:
         return
@@ -45,7 +45,7 @@ def _same_tensor(a: tracer.TensorTrace | None, b: tracer.TensorTrace | None) -> 
             assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
 
 
-def assert_same_step(a: tracer.StepTrace, b: tracer.StepTrace) -> None:
+def assert_same_step(a: gradscape.StepTrace, b: gradscape.StepTrace) -> None:
     assert (a.run, a.step, a.edges, a.execution, a.error) == (b.run, b.step, b.edges, b.execution, b.error)
     assert len(a.nodes) == len(b.nodes)
     for x, y in zip(a.nodes, b.nodes):
@@ -98,23 +98,23 @@ def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     db.commit()
     db.close()
-    with pytest.raises(tracer.StoreError, match="version '99'"):
+    with pytest.raises(gradscape.StoreError, match="version '99'"):
         TraceStore(path)
 
 
 def test_not_a_trace_file(tmp_path: Path) -> None:
     bad = tmp_path / "x.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(tracer.StoreError, match="not a gradscape trace file"):
+    with pytest.raises(gradscape.StoreError, match="not a gradscape trace file"):
         load(bad)
-    with pytest.raises(tracer.StoreError, match="no trace file"):
+    with pytest.raises(gradscape.StoreError, match="no trace file"):
         load(tmp_path / "missing.sqlite")
 
 
 def test_missing_step_is_named(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite"
     _traced(name="mlp", steps=1, sink=str(path))
-    with pytest.raises(tracer.StoreError, match="no step 7 of run 'r1'"):
+    with pytest.raises(gradscape.StoreError, match="no step 7 of run 'r1'"):
         load(path, "r1", 7)
 
 
@@ -124,10 +124,10 @@ def test_readable_while_a_training_process_writes(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import tracer
+        import gradscape
         from zoo import build
         case = build("transformer")
-        tr = tracer.Tracer(case.model, run="live", sink={str(path)!r})
+        tr = gradscape.Tracer(case.model, run="live", sink={str(path)!r})
         for i in range(30):
             with tr.step(i):
                 case.loss(case.model, case.batch).backward()

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-import tracer
-from tracer import TraceStore, load
-from tracer.store import StoreError
+import gradscape
+from gradscape import TraceStore, load
+from gradscape.tracer.store import StoreError
 
 
 def _wire(run: str = "r", step: int = 0, rank: int | None = None, scale: float = 1.0) -> dict:
-    from tracer._codec import step_to_wire
+    from gradscape.tracer._codec import step_to_wire
 
     lin = torch.nn.Linear(3, 2)
-    tr = tracer.Tracer(lin, run=run, tensors="full")
+    tr = gradscape.Tracer(lin, run=run, tensors="full")
     with tr.step(step) as st:
         (lin(torch.ones(4, 3)) * scale).sum().backward()
     tr.close()
@@ -59,7 +59,7 @@ _WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
     from test_store_ranks import _wire
-    from tracer import TraceStore
+    from gradscape import TraceStore
     rank, path = int(sys.argv[1]), sys.argv[2]
     wires = [_wire(step=i, rank=rank, scale=rank + 1.0) for i in range(3)]
     sys.stdout.write("ready\\n"); sys.stdout.flush()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tracer import _native
-from tracer._summary import Summariser, native_summary, raw_stats, thumbnail, thumbnail_view
+from gradscape.tracer import _native
+from gradscape.tracer._summary import Summariser, native_summary, raw_stats, thumbnail, thumbnail_view
 
 
 def _reference(x: torch.Tensor) -> dict[str, float]:
@@ -40,7 +40,7 @@ CASES = {
 @pytest.fixture(params=["native", "torch"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "torch":
-        monkeypatch.setattr("tracer._summary.native", lambda: None)
+        monkeypatch.setattr("gradscape.tracer._summary.native", lambda: None)
     elif _native.native() is None:
         pytest.skip("the summary kernel was not built at install (no C compiler then)")
     return str(request.param)

@@ -13,11 +13,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tracer
-from tracer._summary import Summariser
+import gradscape
+from gradscape.tracer._summary import Summariser
 
 
-def _vals(t: tracer.TensorTrace | None) -> np.ndarray:
+def _vals(t: gradscape.TensorTrace | None) -> np.ndarray:
     assert t is not None and t.values is not None
     return t.values
 
@@ -60,7 +60,7 @@ def test_sparse_embedding_gradient_is_summarised_and_kept(mode: str) -> None:
     twin = copy.deepcopy(model)
     idx = torch.tensor([[1, 2, 1], [7, 2, 2]])
     twin(idx).backward()
-    tr = tracer.Tracer(model, tensors=mode)
+    tr = gradscape.Tracer(model, tensors=mode)
     with tr.step(0) as st:
         model(idx).backward()
     assert st is not None and st.error is None
@@ -127,7 +127,7 @@ def test_torch_func_transforms_run_untouched_with_one_warning() -> None:
     want_g = torch.func.grad(loss)(params, x)
     want_per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x[:, None])
     want_jac = torch.func.jacrev(lambda xb: model(xb).sum(1))(x)
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with pytest.warns(RuntimeWarning, match="torch.func") as caught, tr.step(0) as st:
         g = torch.func.grad(loss)(params, x)
         per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x[:, None])
@@ -154,7 +154,7 @@ def test_accumulation_over_micro_batches_reports_the_accumulated_grad() -> None:
     model = _mlp()
     batches = [torch.randn(4, 3) for _ in range(3)]
     per_batch = [torch.autograd.grad(model(xb).pow(2).mean(), list(model.parameters())) for xb in batches]
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         for xb in batches:
             (model(xb).pow(2).mean() / len(batches)).backward()
@@ -175,7 +175,7 @@ def test_accumulation_across_steps_without_zero_grad() -> None:
     model = _mlp()
     x = torch.randn(4, 3)
     model(x).sum().backward()  # an untraced step left .grad behind
-    tr = tracer.Tracer(model, tensors="summary")
+    tr = gradscape.Tracer(model, tensors="summary")
     with tr.step(0) as st:
         model(x).sum().backward()
     assert st is not None
@@ -186,7 +186,7 @@ def test_accumulation_across_steps_without_zero_grad() -> None:
 def test_autograd_grad_fills_params_with_what_it_returned() -> None:
     model = _mlp()
     x = torch.randn(4, 3)
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         loss = model(x).pow(2).mean()
         grads = torch.autograd.grad(loss, list(model.parameters()))
@@ -221,7 +221,7 @@ class _Wrap(nn.Module):
 
 def test_a_wrapper_does_not_take_its_modules_ops() -> None:
     model = _Wrap(_Wrap(_Inner()))
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         model(torch.randn(2, 3)).sum().backward()
     assert st is not None
@@ -233,7 +233,7 @@ def test_a_wrapper_does_not_take_its_modules_ops() -> None:
 
 # ---------------------------------------------------------------- bad input
 def test_step_index_must_be_an_integer() -> None:
-    tr = tracer.Tracer(_mlp(), every=2)
+    tr = gradscape.Tracer(_mlp(), every=2)
     for bad in ("3", 1.5, None, True):
         with pytest.raises(TypeError, match="step index"):
             tr.step(bad)  # type: ignore[arg-type]
@@ -242,7 +242,7 @@ def test_step_index_must_be_an_integer() -> None:
 
 def test_a_step_without_backward_warns_once_and_says_why() -> None:
     model = _mlp()
-    tr = tracer.Tracer(model)
+    tr = gradscape.Tracer(model)
     with pytest.warns(RuntimeWarning, match="no backward") as caught:
         for i in range(3):
             with tr.step(i) as st, torch.no_grad():
@@ -254,7 +254,7 @@ def test_a_step_without_backward_warns_once_and_says_why() -> None:
 @pytest.mark.parametrize("order", ["in order", "out of order"])
 def test_two_tracers_whose_blocks_overlap(order: str) -> None:
     a_model, b_model = _mlp(), _mlp()
-    ta, tb = tracer.Tracer(a_model, tensors="full"), tracer.Tracer(b_model, tensors="full")
+    ta, tb = gradscape.Tracer(a_model, tensors="full"), gradscape.Tracer(b_model, tensors="full")
     x = torch.randn(4, 3)
     outer = ta.step(0)
     st_a = outer.__enter__()
@@ -280,5 +280,5 @@ def test_two_tracers_whose_blocks_overlap(order: str) -> None:
 
 def test_a_sink_path_that_cannot_be_opened_names_the_path(tmp_path: object) -> None:
     bad = f"{tmp_path}/no/such/folder/run.sqlite"
-    with pytest.raises(tracer.StoreError, match="no/such/folder/run.sqlite"):
-        tracer.Tracer(_mlp(), sink=bad)
+    with pytest.raises(gradscape.StoreError, match="no/such/folder/run.sqlite"):
+        gradscape.Tracer(_mlp(), sink=bad)

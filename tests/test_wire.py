@@ -1,4 +1,4 @@
-"""The wire schema (`tracer.wire`): real steps round-trip, and random mutations of real steps raise nothing
+"""The wire schema (`gradscape.tracer.wire`): real steps round-trip, and random mutations of real steps raise nothing
 but `TraceFormatError` (naming a field); what decodes is storable and answered by the JSON API's readers."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from zoo import build
 
-import tracer
-from app.api import graph_json
-from tracer._model import Problem
-from tracer.store import TraceStore
-from tracer.wire import (
+import gradscape
+from gradscape.app.api import graph_json
+from gradscape.tracer._model import Problem
+from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import (
     TraceFormatError,
     WireCall,
     WireModule,
@@ -39,9 +39,9 @@ from tracer.wire import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _step(name: str, tensors: str = "summary") -> tracer.StepTrace:
+def _step(name: str, tensors: str = "summary") -> gradscape.StepTrace:
     case = build(name)
-    tr = tracer.Tracer(case.model, run=f"fuzz-{name}", tensors=tensors)
+    tr = gradscape.Tracer(case.model, run=f"fuzz-{name}", tensors=tensors)
     with tr.step(2) as st:
         case.loss(case.model, case.batch).backward()
     assert st is not None
@@ -113,7 +113,7 @@ def test_real_steps_round_trip(wires: list[dict[str, Any]]) -> None:
 
 
 def test_typed_structures_are_the_wire_form() -> None:
-    # The types the view and API are checked against (tracer.wire) name exactly the keys a real step has.
+    # The types the view and API are checked against (gradscape.tracer.wire) name exactly the keys a real step has.
     st = _step("cnn")
     st.problems.append(Problem(kind="no_grad", message="m", node=0, param="p", source="x.py:1"))
     w: Any = unpack(pack(step_to_wire(st)))
@@ -139,8 +139,8 @@ def test_typed_structures_are_the_wire_form() -> None:
 def test_files_from_an_earlier_release_read_with_every_field(tmp_path: Path) -> None:
     # A step written before `problems`, `rank`, `world_size` (and a node's `runs` and `t`) existed: the
     # store fills what step_from_wire would take them to mean, so the view and API can index every key.
-    from app import view
-    from app.view.problems import problem_lines
+    from gradscape.app import view
+    from gradscape.app.view.problems import problem_lines
 
     w: Any = step_to_wire(_step("mlp"))
     for key in ("problems", "rank", "world_size"):
@@ -241,7 +241,7 @@ def test_arrays_keep_their_values(wires: list[dict[str, Any]]) -> None:
 
 
 def test_view_layer_does_not_import_torch() -> None:
-    code = "import sys, app.view, app.api, tracer.wire, tracer.store; print('torch' in sys.modules)"
+    code = "import sys, app.view, app.api, gradscape.tracer.wire, gradscape.tracer.store; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "False", out.stderr

@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from tracer._labels import ACCUMULATE, SlotInfo, label_slots, schema_of, slot_args
-from tracer._model import NodeTrace, StepTrace, TensorTrace
-from tracer._state import RecorderState
-from tracer._summary import dtype_name
-from tracer._walk import _Rec
+from gradscape.tracer._labels import ACCUMULATE, SlotInfo, label_slots, schema_of, slot_args
+from gradscape.tracer._model import NodeTrace, StepTrace, TensorTrace
+from gradscape.tracer._state import RecorderState
+from gradscape.tracer._summary import dtype_name
+from gradscape.tracer._walk import _Rec
 
 _ACC_SEQ = (1 << 64) - 1
 

@@ -47,7 +47,7 @@ import torch
 import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 
-from tracer import _compat
+from gradscape.tracer import _compat
 
 _seqnr = _compat.sequence_nr
 _NoTorchFunction = _compat.DisableTorchFunction

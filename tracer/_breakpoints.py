@@ -60,8 +60,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tracer import protocol
-from tracer.wire import encode_array
+from gradscape.tracer import protocol
+from gradscape.tracer.wire import encode_array
 
 log = logging.getLogger(__name__)
 

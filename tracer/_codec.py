@@ -1,6 +1,6 @@
 """Former home of the step's wire form, kept so older imports keep working: see `tracer.wire`."""
 
-from tracer.wire import (
+from gradscape.tracer.wire import (
     MAX_ARRAY_ELEMENTS,
     WIRE_VERSION,
     TraceFormatError,

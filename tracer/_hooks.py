@@ -28,13 +28,13 @@ from typing import Any
 
 import torch
 
-from tracer import _compat
-from tracer._labels import VIEW_NODES
-from tracer._model import NodeRun, TensorTrace
-from tracer._state import RecorderState
-from tracer._walk import _Rec
+from gradscape.tracer import _compat
+from gradscape.tracer._labels import VIEW_NODES
+from gradscape.tracer._model import NodeRun, TensorTrace
+from gradscape.tracer._state import RecorderState
+from gradscape.tracer._walk import _Rec
 
-log = logging.getLogger("tracer._recorder")
+log = logging.getLogger(__name__)
 
 _now = time.perf_counter_ns
 _thread_id = threading.get_ident

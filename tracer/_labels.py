@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracer._derivatives import derivatives_table
+from gradscape.tracer._derivatives import derivatives_table
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 

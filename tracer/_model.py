@@ -190,6 +190,6 @@ class StepTrace:
 
     def summary(self) -> str:
         """A readable text summary (what `make run` prints before the UI exists)."""
-        from tracer.report import format_step
+        from gradscape.tracer.report import format_step
 
         return format_step(self)

@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 
-from tracer._attrib import ModuleCallRecord
-from tracer._model import ModuleCall, ModuleTrace, StepTrace, TensorTrace
-from tracer._state import RecorderState
-from tracer._summary import grad_off
+from gradscape.tracer._attrib import ModuleCallRecord
+from gradscape.tracer._model import ModuleCall, ModuleTrace, StepTrace, TensorTrace
+from gradscape.tracer._state import RecorderState
+from gradscape.tracer._summary import grad_off
 
 
 class ModuleSumsMixin(RecorderState):

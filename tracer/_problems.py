@@ -38,9 +38,9 @@ from typing import Any
 import networkx as nx
 import torch
 
-from tracer._attrib import user_frame
-from tracer._labels import slot_args
-from tracer._model import Problem, StepTrace, TensorTrace
+from gradscape.tracer._attrib import user_frame
+from gradscape.tracer._labels import slot_args
+from gradscape.tracer._model import Problem, StepTrace, TensorTrace
 
 # Forward ops (named by their backward node) that can turn finite inputs into NaN or Inf by themselves
 _RISKY = frozenset({

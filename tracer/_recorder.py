@@ -29,16 +29,16 @@ from typing import Any
 
 import torch
 
-from tracer import _compat
-from tracer._assemble import AssembleMixin, StructureCache
-from tracer._attrib import ForwardRecorder, ModuleCallRecord
-from tracer._breakpoints import breaker
-from tracer._hooks import HooksMixin, _now
-from tracer._model import BackwardPass, TensorTrace
-from tracer._modsums import ModuleSumsMixin
-from tracer._problems import StepProblems, root_values
-from tracer._summary import Summariser
-from tracer._walk import WalkMixin, _Rec
+from gradscape.tracer import _compat
+from gradscape.tracer._assemble import AssembleMixin, StructureCache
+from gradscape.tracer._attrib import ForwardRecorder, ModuleCallRecord
+from gradscape.tracer._breakpoints import breaker
+from gradscape.tracer._hooks import HooksMixin, _now
+from gradscape.tracer._model import BackwardPass, TensorTrace
+from gradscape.tracer._modsums import ModuleSumsMixin
+from gradscape.tracer._problems import StepProblems, root_values
+from gradscape.tracer._summary import Summariser
+from gradscape.tracer._walk import WalkMixin, _Rec
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from tracer._model import StepTrace
+from gradscape.tracer._model import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class FileSink:
     """Appends every step to a SQLite trace file, one transaction per step."""
 
     def __init__(self, path: str | Path) -> None:
-        from tracer.store import TraceStore
+        from gradscape.tracer.store import TraceStore
 
         self.path = str(path)
         self.store = TraceStore(self.path)
@@ -69,7 +69,7 @@ def resolve_sinks(sink: Any, keep: int = 2, run: str = "run") -> list[Sink]:
         if isinstance(s, (str, Path)):
             text = str(s)
             if text.startswith(("http://", "https://")):
-                from tracer._socket_sink import SocketSink
+                from gradscape.tracer._socket_sink import SocketSink
 
                 out.append(SocketSink(text, run))
                 continue

@@ -34,11 +34,11 @@ from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from tracer import protocol
-from tracer._breakpoints import BreakpointLink
-from tracer._codec import pack, step_to_wire
-from tracer._model import StepTrace
-from tracer._paths import spill_path
+from gradscape.tracer import protocol
+from gradscape.tracer._breakpoints import BreakpointLink
+from gradscape.tracer._codec import pack, step_to_wire
+from gradscape.tracer._model import StepTrace
+from gradscape.tracer._paths import spill_path
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ class _Sender:
     def _write_spill(self, st: StepTrace) -> None:
         try:
             if self._file is None:
-                from tracer.store import TraceStore
+                from gradscape.tracer.store import TraceStore
 
                 self._file = TraceStore(self.spill_path)
             self._file.write_step(st)

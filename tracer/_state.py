@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tracer._model import BackwardPass, StepTrace, TensorTrace
-from tracer._summary import Summariser
+from gradscape.tracer._model import BackwardPass, StepTrace, TensorTrace
+from gradscape.tracer._summary import Summariser
 
 if TYPE_CHECKING:
-    from tracer._assemble import StructureCache
-    from tracer._attrib import ForwardRecorder, ModuleCallRecord
-    from tracer._walk import _Rec
+    from gradscape.tracer._assemble import StructureCache
+    from gradscape.tracer._attrib import ForwardRecorder, ModuleCallRecord
+    from gradscape.tracer._walk import _Rec
 
 
 class RecorderState:

@@ -49,10 +49,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from tracer import _compat
-from tracer._model import TensorTrace
-from tracer._native import check_geometry, native
-from tracer.wire import matrix_shape, thumbnail_view
+from gradscape.tracer import _compat
+from gradscape.tracer._model import TensorTrace
+from gradscape.tracer._native import check_geometry, native
+from gradscape.tracer.wire import matrix_shape, thumbnail_view
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 _EXACT_FLOAT32_COUNT = 1 << 24  # a float32 dot of ±1/0 counts exactly up to 2**24 elements

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from tracer._model import StepTrace
-from tracer._recorder import StepRecorder, StructureCache
-from tracer._sinks import Sink, resolve_sinks
-from tracer._summary import Summariser
+from gradscape.tracer._model import StepTrace
+from gradscape.tracer._recorder import StepRecorder, StructureCache
+from gradscape.tracer._sinks import Sink, resolve_sinks
+from gradscape.tracer._summary import Summariser
 
 log = logging.getLogger(__name__)
 

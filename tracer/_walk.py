@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from tracer._labels import ACCUMULATE
-from tracer._model import NodeRun
-from tracer._state import RecorderState
+from gradscape.tracer._labels import ACCUMULATE
+from gradscape.tracer._model import NodeRun
+from gradscape.tracer._state import RecorderState
 
 
 def _kind_of(node: Any, name: str) -> str:

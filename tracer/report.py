@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracer._model import StepTrace, TensorTrace
+from gradscape.tracer._model import StepTrace, TensorTrace
 
 
 def _shape(t: TensorTrace | None) -> str:

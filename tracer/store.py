@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TypedDict, cast
 
-from tracer._model import StepTrace
-from tracer.wire import (
+from gradscape.tracer._model import StepTrace
+from gradscape.tracer.wire import (
     TensorArrays,
     TraceFormatError,
     WireStep,

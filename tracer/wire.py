@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, TypedDict, cast
 import msgpack
 import numpy as np
 
-from tracer._model import (
+from gradscape.tracer._model import (
     STAT_NAMES,
     BackwardPass,
     ModuleCall,

@@ -25,12 +25,12 @@ from typing import Any
 import dash
 from dash import ClientsideFunction, Input, Output, State, ctx, html, no_update
 
-from app import view
-from app.ui import compare, ids, inspector, player, problems, selection
-from app.ui.address import link_rank
-from app.ui.data import UIData
-from tracer.store import StoreError, TraceStore
-from tracer.wire import WireStep
+from gradscape.app import view
+from gradscape.app.ui import compare, ids, inspector, player, problems, selection
+from gradscape.app.ui.address import link_rank
+from gradscape.app.ui.data import UIData
+from gradscape.tracer.store import StoreError, TraceStore
+from gradscape.tracer.wire import WireStep
 
 
 def _exec_order(wire: WireStep, layout: dict[str, Any], rank: int = 0) -> dict[str, Any]:

@@ -19,10 +19,10 @@ from typing import Any
 import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
-from app.ui import ids
-from app.ui.address import link_rank
-from app.view import compare as cmp
-from tracer.store import StoreError, TraceStore
+from gradscape.app.ui import ids
+from gradscape.app.ui.address import link_rank
+from gradscape.app.view import compare as cmp
+from gradscape.tracer.store import StoreError, TraceStore
 
 HIDDEN = {"display": "none"}
 

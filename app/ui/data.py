@@ -8,9 +8,9 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from app import view
-from tracer.store import TraceStore
-from tracer.wire import WireStep
+from gradscape.app import view
+from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import WireStep
 
 MAX_STEPS_OVER_TIME = 30
 

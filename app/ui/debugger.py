@@ -20,12 +20,12 @@ from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html
 
-from app import view
-from app.debug import SLOTS, DebugState
-from app.ui import ids
-from app.ui.inspector import slot_view
-from app.view.heatmaps import ARRIVING, SENT
-from tracer.wire import STAT_NAMES, WIRE_VERSION, TensorArrays, WireNode, WireStep, WireTensor
+from gradscape.app import view
+from gradscape.app.debug import SLOTS, DebugState
+from gradscape.app.ui import ids
+from gradscape.app.ui.inspector import slot_view
+from gradscape.app.view.heatmaps import ARRIVING, SENT
+from gradscape.tracer.wire import STAT_NAMES, WIRE_VERSION, TensorArrays, WireNode, WireStep, WireTensor
 
 OVER_BUDGET = ("heatmap not sent: a paused tracer sends the thumbnails of the newest nodes only, up to its "
                "budget for one pause (statistics only)")

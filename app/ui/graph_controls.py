@@ -13,9 +13,9 @@ from typing import Any
 import dash
 from dash import Input, Output, State, no_update
 
-from app import view
-from app.ui import ids
-from tracer.store import StoreError
+from gradscape.app import view
+from gradscape.app.ui import ids
+from gradscape.tracer.store import StoreError
 
 
 def register(app: dash.Dash, data: Any) -> None:

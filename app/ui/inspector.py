@@ -11,11 +11,11 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-from app import view
-from app.ui import ids
-from app.ui.data import UIData
-from tracer.store import StoreError
-from tracer.wire import TensorArrays, WireStep
+from gradscape.app import view
+from gradscape.app.ui import ids
+from gradscape.app.ui.data import UIData
+from gradscape.tracer.store import StoreError
+from gradscape.tracer.wire import TensorArrays, WireStep
 
 HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
 

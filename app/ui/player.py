@@ -7,7 +7,7 @@ from __future__ import annotations
 import dash
 from dash import ClientsideFunction, Input, Output, State, ctx
 
-from app.ui import ids
+from gradscape.app.ui import ids
 
 
 def register(app: dash.Dash) -> None:

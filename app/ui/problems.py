@@ -9,11 +9,11 @@ from typing import Any
 import dash
 from dash import ALL, ClientsideFunction, Input, Output, State, html, no_update
 
-from app import view
-from app.ui import ids
-from app.ui.address import address
-from app.view.problems import problem_lines
-from tracer.store import StoreError
+from gradscape.app import view
+from gradscape.app.ui import ids
+from gradscape.app.ui.address import address
+from gradscape.app.view.problems import problem_lines
+from gradscape.tracer.store import StoreError
 
 LINE = "problem-line"  # pattern-matching id type of a clickable line
 

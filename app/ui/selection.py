@@ -11,11 +11,11 @@ from typing import Any
 import dash
 from dash import Input, Output, State, ctx, no_update
 
-from app import view
-from app.ui import ids
-from app.ui.address import address, link_rank
-from app.ui.data import UIData
-from tracer.store import StoreError
+from gradscape.app import view
+from gradscape.app.ui import ids
+from gradscape.app.ui.address import address, link_rank
+from gradscape.app.ui.data import UIData
+from gradscape.tracer.store import StoreError
 
 
 def register(app: dash.Dash, data: UIData) -> None:

@@ -15,7 +15,7 @@ Ids used throughout: `n12` (node 12), `m:blocks.3` (a folded module), `g:blocks.
 module's box).
 """
 
-from app.view.collapse import (
+from gradscape.app.view.collapse import (
     collapse_module,
     default_collapse,
     expand_module,
@@ -24,7 +24,7 @@ from app.view.collapse import (
     visible_count,
     visible_element,
 )
-from app.view.elements import (
+from gradscape.app.view.elements import (
     COLOR_BY,
     SEARCH_HITS,
     cytoscape_elements,
@@ -34,10 +34,10 @@ from app.view.elements import (
     search_index,
     searched_on_server,
 )
-from app.view.flow import flow_rows, gradient_flow, norm_over_steps
-from app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
-from app.view.layout import count_crossings, layout_graph
-from app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
+from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_steps
+from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
+from gradscape.app.view.layout import count_crossings, layout_graph
+from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
 
 __all__ = [
     "COLOR_BY",

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from tracer.wire import STAT_NAMES, WireNode, WireStep, WireTensor
+from gradscape.tracer.wire import STAT_NAMES, WireNode, WireStep, WireTensor
 
 Wire = WireStep
 

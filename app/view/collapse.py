@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.view._wire import Wire, inside, module_type, node_label, node_module, parent_prefix, prefixes
+from gradscape.app.view._wire import Wire, inside, module_type, node_label, node_module, parent_prefix, prefixes
 
 MODULE_PREFIX = "m:"
 BOX_PREFIX = "g:"

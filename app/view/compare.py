@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from app.view._wire import Wire, fmt_num, fmt_shape, stat, tensor
-from app.view.heatmaps import heatmap_figure, view_2d
-from tracer.wire import TensorArrays, decode_array
+from gradscape.app.view._wire import Wire, fmt_num, fmt_shape, stat, tensor
+from gradscape.app.view.heatmaps import heatmap_figure, view_2d
+from gradscape.tracer.wire import TensorArrays, decode_array
 
 
 def targets(wire: Wire) -> list[dict[str, str]]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.view._wire import (
+from gradscape.app.view._wire import (
     ACCUMULATE,
     ROOT_MODULE,
     Wire,
@@ -43,8 +43,8 @@ from app.view._wire import (
     tensor,
     zero_fraction,
 )
-from app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element, box_label, module_label
-from tracer.wire import WireNode, WireTensor
+from gradscape.app.view.collapse import BOX_PREFIX, MODULE_PREFIX, box_element, box_label, module_label
+from gradscape.tracer.wire import WireNode, WireTensor
 
 COLOR_BY = ("norm", "maxabs", "zeros")
 # Viridis (plotly.colors.sequential.Viridis): perceptually uniform, readable when printed grey.

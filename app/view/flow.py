@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.view._wire import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, tensor
+from gradscape.app.view._wire import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, tensor
 
 Y_TITLE = "|grad| (log scale)"
 # A log axis reads well with ticks at powers of ten only, written 1e-3, 1e+0, …: plotly's own minor

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from app.view._wire import (
+from gradscape.app.view._wire import (
     ACCUMULATE,
     Wire,
     fmt_num,
@@ -29,7 +29,15 @@ from app.view._wire import (
     stat,
     tensor,
 )
-from tracer.wire import TensorArrays, WireArray, WireNode, WireTensor, decode_array, matrix_shape, thumbnail_view
+from gradscape.tracer.wire import (
+    TensorArrays,
+    WireArray,
+    WireNode,
+    WireTensor,
+    decode_array,
+    matrix_shape,
+    thumbnail_view,
+)
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
 NONFINITE_COLORS = {1: "#000000", 2: "#ff00ff", 3: "#00c000"}  # NaN, +Inf, -Inf cells drawn over the map

@@ -49,10 +49,10 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from app.view._bk import bk_coordinates
-from app.view._gcpause import gc_paused
-from app.view._wire import Wire, prefixes
-from app.view.collapse import box_label, collapse_graph, default_collapse, element_size, normalise
+from gradscape.app.view._bk import bk_coordinates
+from gradscape.app.view._gcpause import gc_paused
+from gradscape.app.view._wire import Wire, prefixes
+from gradscape.app.view.collapse import box_label, collapse_graph, default_collapse, element_size, normalise
 
 __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", "layout_graph"]
 

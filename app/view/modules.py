@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from app.view._wire import (
+from gradscape.app.view._wire import (
     ROOT_MODULE,
     Wire,
     fmt_num,
@@ -27,8 +27,8 @@ from app.view._wire import (
     stat,
     tensor,
 )
-from app.view.heatmaps import slot_of, stats_rows
-from tracer.wire import TensorArrays
+from gradscape.app.view.heatmaps import slot_of, stats_rows
+from gradscape.tracer.wire import TensorArrays
 
 
 def _tensor_row(wire: Wire, k: int, index: int | None, what: str) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracer.wire import WireStep
+from gradscape.tracer.wire import WireStep
 
 KIND_LABELS = {
     "nonfinite_forward": "NaN/Inf born in the forward",

@@ -6,7 +6,7 @@ import gc
 import threading
 import weakref
 
-from app.view._gcpause import BURST_THRESHOLD, gc_paused
+from gradscape.app.view._gcpause import BURST_THRESHOLD, gc_paused
 
 
 class _Node:

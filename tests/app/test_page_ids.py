@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from app.server import ServerConfig, create_app
-from app.ui import ids
+from gradscape.app.server import ServerConfig, create_app
+from gradscape.app.ui import ids
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 

@@ -13,15 +13,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-import tracer
-from app import view
-from app.ui import callbacks, compare, ids, inspector, problems
-from app.ui.address import address, link_rank
-from app.ui.data import UIData
-from app.view.problems import problem_lines
-from tracer._codec import step_to_wire
-from tracer.store import TraceStore
-from tracer.wire import STAT_NAMES
+import gradscape
+from gradscape.app import view
+from gradscape.app.ui import callbacks, compare, ids, inspector, problems
+from gradscape.app.ui.address import address, link_rank
+from gradscape.app.ui.data import UIData
+from gradscape.app.view.problems import problem_lines
+from gradscape.tracer._codec import step_to_wire
+from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import STAT_NAMES
 
 RANK_STEPS = {0: [0, 1, 2], 1: [0, 1]}  # rank 1 is a step behind
 
@@ -31,7 +31,7 @@ def _wire(step: int, rank: int | None, world: int | None) -> dict[str, Any]:
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
     gen = torch.Generator().manual_seed(100 * (rank or 0) + step)  # ...and each rank its own batch
     x = torch.randn(5, 3, generator=gen)
-    tr = tracer.Tracer(model, run="ddp" if world else "single", tensors="full")
+    tr = gradscape.Tracer(model, run="ddp" if world else "single", tensors="full")
     with tr.step(step) as st:
         model(x).pow(2).sum().backward()
     tr.close()

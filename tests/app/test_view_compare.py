@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
-import tracer
-from app.view import compare as cmp
-from tracer._codec import step_to_wire
+import gradscape
+from gradscape.app.view import compare as cmp
+from gradscape.tracer._codec import step_to_wire
 
 
 def _wire(x: torch.Tensor, mode: str = "full") -> tuple[dict[str, Any], dict[int, Any], torch.Tensor]:
     torch.manual_seed(0)
     lin = torch.nn.Linear(6, 5)
-    tr = tracer.Tracer(lin, tensors=mode)
+    tr = gradscape.Tracer(lin, tensors=mode)
     with tr.step(0) as st:
         lin(x).pow(2).sum().backward()
     tr.close()

@@ -11,14 +11,14 @@ import torch
 import torch.nn as nn
 from zoo import build
 
-import tracer
-from app.view import COLOR_BY, cytoscape_elements, find, layout_graph, legend, search, search_index
-from tracer._codec import step_to_wire
+import gradscape
+from gradscape.app.view import COLOR_BY, cytoscape_elements, find, layout_graph, legend, search, search_index
+from gradscape.tracer._codec import step_to_wire
 
 
 def zoo_wire(name: str) -> dict[str, Any]:
     case = build(name)
-    tr = tracer.Tracer(case.model, tensors="summary")
+    tr = gradscape.Tracer(case.model, tensors="summary")
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     return step_to_wire(st)
@@ -49,7 +49,7 @@ def nan_wire() -> dict[str, Any]:
     torch.manual_seed(0)
     model = SqrtOfZero()
     x = torch.randn(5, 3, requires_grad=True)
-    tr = tracer.Tracer(model, tensors="summary")
+    tr = gradscape.Tracer(model, tensors="summary")
     with tr.step(0) as st:
         model(x).sum().backward()
     assert torch.isnan(model.fc.weight.grad).any()  # the model really produced a NaN gradient
@@ -191,11 +191,11 @@ def test_search_index_and_find(mlp: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------- label contrast (WCAG AA)
 def demo_wire(name: str) -> dict[str, Any]:
     """A step of the `gradscape demo` model `name`, traced as the demo does."""
-    from app import demo
+    from gradscape.app import demo
 
     model, batch = demo.make(name)
     x, y = batch()
-    tr = tracer.Tracer(model, tensors="summary")
+    tr = gradscape.Tracer(model, tensors="summary")
     with tr.step(0) as st:
         out = model(x)
         torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
@@ -214,7 +214,7 @@ def wcag(a: str, b: str) -> float:
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_every_label_reads_on_its_fill_in_every_colour_mode(name: str, nan_wire: dict[str, Any]) -> None:
-    from app.view.elements import PAGE_BACKGROUND
+    from gradscape.app.view.elements import PAGE_BACKGROUND
 
     wire = demo_wire(name)
     for w in (wire, nan_wire):
@@ -232,7 +232,7 @@ def test_every_label_reads_on_its_fill_in_every_colour_mode(name: str, nan_wire:
 
 
 def test_the_darkest_fill_gets_a_light_label() -> None:
-    from app.view.elements import SCALE, text_color
+    from gradscape.app.view.elements import SCALE, text_color
 
     assert text_color(SCALE[0]) == "#ffffff" and text_color(SCALE[-1]) == "#000000"
     assert min(max(wcag(c, "#000000"), wcag(c, "#ffffff")) for c in SCALE) >= 4.5
@@ -247,8 +247,8 @@ def test_folded_module_label_names_class_and_count() -> None:
 
 
 def test_big_step_searches_on_the_server() -> None:
-    from app.view import SEARCH_HITS, searched_on_server
-    from app.view.elements import SEARCH_ALL
+    from gradscape.app.view import SEARCH_HITS, searched_on_server
+    from gradscape.app.view.elements import SEARCH_ALL
 
     small = zoo_wire("mlp")
     assert not searched_on_server(small) and len(search_index(small)) > len(small["nodes"])

@@ -10,9 +10,9 @@ import pytest
 import torch
 from zoo import build
 
-import tracer
-from app.view import flow_rows, gradient_flow, norm_over_steps
-from tracer._codec import step_to_wire
+import gradscape
+from gradscape.app.view import flow_rows, gradient_flow, norm_over_steps
+from gradscape.tracer._codec import step_to_wire
 
 
 def layer_grads(model: torch.nn.Module, layer: str) -> torch.Tensor:
@@ -22,7 +22,7 @@ def layer_grads(model: torch.nn.Module, layer: str) -> torch.Tensor:
 def train(name: str, steps: int) -> tuple[list[dict[str, Any]], list[dict[str, torch.Tensor]], torch.nn.Module]:
     case = build(name)
     opt = torch.optim.SGD(case.model.parameters(), lr=0.5)
-    tr = tracer.Tracer(case.model, tensors="summary")
+    tr = gradscape.Tracer(case.model, tensors="summary")
     wires, grads = [], []
     for i in range(steps):
         with tr.step(i) as st:
@@ -50,7 +50,7 @@ def test_gradient_flow_bars_are_rms_and_max_per_layer() -> None:
 
 def test_forward_order_follows_execution_not_registration() -> None:
     case = build("transformer")
-    tr = tracer.Tracer(case.model, tensors="summary")
+    tr = gradscape.Tracer(case.model, tensors="summary")
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     layers = [r["layer"] for r in flow_rows(step_to_wire(st))]

@@ -14,21 +14,21 @@ import torch
 import torch.nn as nn
 from zoo import build
 
-import tracer
-from app.view import explain, node_tensors, slot_figures
-from app.view.heatmaps import ARRIVING, SENT, block_edges
-from tracer._codec import decode_array, step_to_wire
+import gradscape
+from gradscape.app.view import explain, node_tensors, slot_figures
+from gradscape.app.view.heatmaps import ARRIVING, SENT, block_edges
+from gradscape.tracer._codec import decode_array, step_to_wire
 
-Store = tuple[tracer.TraceStore, str, int]
+Store = tuple[gradscape.TraceStore, str, int]
 
 
 def traced_store(tmp_path: Path, name: str, tensors: str) -> Store:
     """Trace a zoo model into a real SQLite trace file; the UI reads graph and arrays from it."""
     case = build(name)
     path = tmp_path / f"{name}-{tensors}.sqlite"
-    with tracer.Tracer(case.model, sink=str(path), run=name, tensors=tensors) as tr, tr.step(0):
+    with gradscape.Tracer(case.model, sink=str(path), run=name, tensors=tensors) as tr, tr.step(0):
         case.loss(case.model, case.batch).backward()
-    return tracer.TraceStore(path, readonly=True), name, 0
+    return gradscape.TraceStore(path, readonly=True), name, 0
 
 
 @pytest.fixture(scope="module")
@@ -129,9 +129,9 @@ def test_summary_mode_shows_the_thumbnail(store_dir: Path) -> None:
 def test_big_gradient_thumbnail_says_how_much_it_averages(tmp_path: Path) -> None:
     model = nn.Linear(300, 200)
     path = tmp_path / "big.sqlite"
-    with tracer.Tracer(model, sink=str(path), run="big") as tr, tr.step(0):
+    with gradscape.Tracer(model, sink=str(path), run="big") as tr, tr.step(0):
         model(torch.randn(8, 300)).sum().backward()
-    db = tracer.TraceStore(path, readonly=True)
+    db = gradscape.TraceStore(path, readonly=True)
     wire = db.read_graph("big", 0)
     weight = next(n["id"] for n in wire["nodes"] if n["param"] == "weight")
     fig = slot_figures(wire, weight, db.read_arrays("big", 0, node_tensors(wire, weight)))
@@ -143,7 +143,7 @@ def test_big_gradient_thumbnail_says_how_much_it_averages(tmp_path: Path) -> Non
 
 def test_big_full_gradient_is_block_averaged_to_fit(tmp_path: Path) -> None:
     model = nn.Linear(300, 200)
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         model(torch.randn(8, 300)).sum().backward()
     wire = step_to_wire(st)
@@ -185,7 +185,7 @@ def test_stats_match_the_real_gradient() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
     x = torch.randn(10, 4)
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         model(x).pow(2).mean().backward()
     wire = step_to_wire(st)
@@ -212,7 +212,7 @@ def test_nan_and_inf_cells_are_drawn(tmp_path: Path) -> None:
             return torch.sqrt(self.fc(x)).sum()
 
     model = SqrtOfZero()
-    tr = tracer.Tracer(model, tensors="full")
+    tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         model(torch.randn(5, 3)).backward()
     wire = step_to_wire(st)
@@ -248,7 +248,7 @@ def test_block_edges_follow_the_thumbnail_rule() -> None:
     e = block_edges(130, 44)
     assert len(e) == 45 and e[1] == 3 and e[-2:] == [129, 130]
     t = torch.arange(130.0)
-    from tracer._summary import _block_mean
+    from gradscape.tracer._summary import _block_mean
     means = _block_mean(t, 0, 64)  # what the tracer's thumbnail holds, cell by cell
     assert means.shape[0] == 44
     for i in range(44):
@@ -260,9 +260,9 @@ def test_thumbnail_axes_count_tensor_rows(tmp_path: Path) -> None:
     each cell names the two rows it averages and holds their mean."""
     model = nn.Linear(32, 128, bias=False)
     path = tmp_path / "tall.sqlite"
-    with tracer.Tracer(model, sink=str(path), run="tall") as tr, tr.step(0):
+    with gradscape.Tracer(model, sink=str(path), run="tall") as tr, tr.step(0):
         model(torch.randn(4, 32)).pow(2).sum().backward()
-    db = tracer.TraceStore(path, readonly=True)
+    db = gradscape.TraceStore(path, readonly=True)
     wire = db.read_graph("tall", 0)
     weight = next(n["id"] for n in wire["nodes"] if n["param"] == "weight")
     slot = slot_figures(wire, weight, db.read_arrays("tall", 0, node_tensors(wire, weight)))["grad_outputs"]["slots"][0]

@@ -12,8 +12,8 @@ import pytest
 import torch
 from zoo import ZOO, build
 
-import tracer
-from app.view import (
+import gradscape
+from gradscape.app.view import (
     collapse_module,
     count_crossings,
     cytoscape_elements,
@@ -25,11 +25,11 @@ from app.view import (
     visible_count,
     visible_element,
 )
-from app.view.graph import by_module, paths_to_loss, reachable, step_graph, unreachable_params, upstream
-from app.view.graph import layers as graph_layers
-from app.view.graph import roots as graph_roots
-from app.view.layout import box_overlaps
-from tracer._codec import step_to_wire
+from gradscape.app.view.graph import by_module, paths_to_loss, reachable, step_graph, unreachable_params, upstream
+from gradscape.app.view.graph import layers as graph_layers
+from gradscape.app.view.graph import roots as graph_roots
+from gradscape.app.view.layout import box_overlaps
+from gradscape.tracer._codec import step_to_wire
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout
@@ -40,7 +40,7 @@ from bench.workloads import build as build_workload  # noqa: E402
 
 def zoo_wire(name: str, tensors: str = "summary") -> dict[str, Any]:
     case = build(name)
-    tr = tracer.Tracer(case.model, tensors=tensors)
+    tr = gradscape.Tracer(case.model, tensors=tensors)
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     return step_to_wire(st)
@@ -49,7 +49,7 @@ def zoo_wire(name: str, tensors: str = "summary") -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def w4() -> dict[str, Any]:
     work = build_workload("W4")
-    tr = tracer.Tracer(work.model, tensors="summary")
+    tr = gradscape.Tracer(work.model, tensors="summary")
     with tr.step(0) as st:
         work.loss(work.model, work.batch()).backward()
     return step_to_wire(st)
@@ -231,7 +231,7 @@ def test_folding_a_module_called_twice_keeps_every_node() -> None:
 def chain_wire(length: int) -> dict[str, Any]:
     x = torch.randn(4, requires_grad=True)
     y = x
-    tr = tracer.Tracer(None, tensors="summary", thumb=4)
+    tr = gradscape.Tracer(None, tensors="summary", thumb=4)
     with tr.step(0) as st:
         for i in range(length):
             y = y * 1.0001 if i % 2 else y + 0.5
@@ -254,7 +254,7 @@ def test_many_layer_gpt_lays_out_fast() -> None:
     torch.manual_seed(0)
     model = GPT(50, 8, 90, 16, 2)
     tok = torch.randint(0, 50, (2, 9))
-    tr = tracer.Tracer(model, tensors="summary", thumb=4)
+    tr = gradscape.Tracer(model, tensors="summary", thumb=4)
     with tr.step(0) as st:
         logits = model(tok[:, :-1])
         torch.nn.functional.cross_entropy(logits.reshape(-1, 50), tok[:, 1:].reshape(-1)).backward()
@@ -271,11 +271,11 @@ def test_many_layer_gpt_lays_out_fast() -> None:
 
 # ---------------------------------------------------------------------------- module boxes
 def demo_wire(name: str) -> dict[str, Any]:
-    from app import demo
+    from gradscape.app import demo
 
     model, batch = demo.make(name)
     x, y = batch()
-    tr = tracer.Tracer(model, tensors="summary")
+    tr = gradscape.Tracer(model, tensors="summary")
     with tr.step(0) as st:
         out = model(x)
         torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
@@ -284,7 +284,7 @@ def demo_wire(name: str) -> dict[str, Any]:
 
 def workload_wire(key: str) -> dict[str, Any]:
     work = build_workload(key)
-    tr = tracer.Tracer(work.model, tensors="summary")
+    tr = gradscape.Tracer(work.model, tensors="summary")
     with tr.step(0) as st:
         work.loss(work.model, work.batch()).backward()
     return step_to_wire(st)
@@ -352,7 +352,7 @@ def test_graph_model_layers_reachability_and_paths(transformer: dict[str, Any]) 
 def test_unreachable_params_names_an_unused_layer() -> None:
     torch.manual_seed(0)
     model = torch.nn.ModuleDict({"used": torch.nn.Linear(3, 2), "unused": torch.nn.Linear(3, 2)})
-    tr = tracer.Tracer(model, tensors="summary")
+    tr = gradscape.Tracer(model, tensors="summary")
     with tr.step(0) as st:
         model["used"](torch.randn(4, 3)).sum().backward()
     g = step_graph(step_to_wire(st))

@@ -11,14 +11,14 @@ import pytest
 import torch
 from zoo import build
 
-import tracer
-from app.view import backward_hook_note, module_detail, module_table, module_tensors, param_rows
-from tracer._codec import step_to_wire
+import gradscape
+from gradscape.app.view import backward_hook_note, module_detail, module_table, module_tensors, param_rows
+from gradscape.tracer._codec import step_to_wire
 
 
 def traced(name: str) -> tuple[dict[str, Any], Any]:
     case = build(name)
-    tr = tracer.Tracer(case.model, tensors="full")
+    tr = gradscape.Tracer(case.model, tensors="full")
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
     return step_to_wire(st), case

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 from werkzeug.serving import make_server
 
-from app.server import ServerConfig, create_app
+from gradscape.app.server import ServerConfig, create_app
 
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
@@ -54,12 +54,11 @@ def make_tracer(live_server: LiveServer) -> Iterator[Any]:
     """`make_tracer(model, run=..., sink=live_server.url)`: a Tracer closed when the test ends, while the
     server still runs, even when the test fails half-way (a tracer left open would leave its socket to
     be collected, and warned about, in some later test)."""
-    import tracer
+    import gradscape
+    made: list[gradscape.Tracer] = []
 
-    made: list[tracer.Tracer] = []
-
-    def make(*args: Any, **kwargs: Any) -> tracer.Tracer:
-        made.append(tracer.Tracer(*args, **kwargs))
+    def make(*args: Any, **kwargs: Any) -> gradscape.Tracer:
+        made.append(gradscape.Tracer(*args, **kwargs))
         return made[-1]
 
     yield make

@@ -17,11 +17,11 @@ import torch.nn as nn
 from distributed_runs import run_ranks
 from playwright.sync_api import Page
 
-import tracer
-from app import view
-from tracer import protocol
-from tracer._codec import pack, step_to_wire
-from tracer.store import TraceStore
+import gradscape
+from gradscape.app import view
+from gradscape.tracer import protocol
+from gradscape.tracer._codec import pack, step_to_wire
+from gradscape.tracer.store import TraceStore
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 
@@ -150,7 +150,7 @@ class _Rank:
         torch.manual_seed(0)
         model = nn.Linear(3, 2)
         x = torch.randn(4, 3, generator=torch.Generator().manual_seed(10 * self.rank + step))
-        tr = tracer.Tracer(model, run=self.run)
+        tr = gradscape.Tracer(model, run=self.run)
         with tr.step(step) as st:
             model(x).pow(2).sum().backward()
         tr.close()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from playwright.sync_api import Page
 
-import tracer
+import gradscape
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout
@@ -25,11 +25,11 @@ LEGIBLE_PX = 10.0
 
 def _record_demo(store: Path, name: str, run: str = "r") -> None:
     """One step of the `gradscape demo` model `name`, traced as the demo traces it."""
-    from app import demo
+    from gradscape.app import demo
 
     model, batch = demo.make(name)
     x, y = batch()
-    tr = tracer.Tracer(model, run=run, sink=str(store), tensors="summary")
+    tr = gradscape.Tracer(model, run=run, sink=str(store), tensors="summary")
     with tr.step(0):
         out = model(x)
         F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
@@ -153,7 +153,7 @@ def test_transformer_opens_legible_and_hover_shows_the_full_label(live_server: A
 def _record_residual_stages(store: Path) -> None:
     """One step of bench's scale model: 1,450 residual blocks in 50 top-level stages, about 10,150 nodes."""
     model = residual_stages()
-    tr = tracer.Tracer(model, run="big", sink=str(store), tensors="summary", thumb=4)
+    tr = gradscape.Tracer(model, run="big", sink=str(store), tensors="summary", thumb=4)
     with tr.step(0):
         model(torch.randn(2, 4)).sum().backward()
     tr.close()

@@ -15,9 +15,9 @@ from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from zoo import build
 
-import tracer
-from app.ui import ids
-from tracer.store import TraceStore
+import gradscape
+from gradscape.app.ui import ids
+from gradscape.tracer.store import TraceStore
 
 SMALL = {"width": 1280, "height": 720}
 
@@ -36,7 +36,7 @@ _BOXES = """() => {
 
 
 def _record(store: Path, model: nn.Module, batch: torch.Tensor, mode: str, run: str = "r") -> None:
-    with tracer.Tracer(model, run=run, sink=str(store), tensors=mode) as tr, tr.step(0):
+    with gradscape.Tracer(model, run=run, sink=str(store), tensors=mode) as tr, tr.step(0):
         model(batch).pow(2).sum().backward()
 
 
@@ -126,7 +126,7 @@ def test_thumbnail_axis_reaches_the_tensors_last_row_and_hover_names_the_rows(li
 
 def test_hovering_a_full_values_cell_gives_its_exact_index_and_value(live_server: Any, page: Page) -> None:
     case = build("mlp")
-    with tracer.Tracer(case.model, run="r", sink=str(live_server.store_path), tensors="full") as tr, tr.step(0):
+    with gradscape.Tracer(case.model, run="r", sink=str(live_server.store_path), tensors="full") as tr, tr.step(0):
         case.loss(case.model, case.batch).backward()
     with TraceStore(live_server.store_path, readonly=True) as store:
         st = store.read_step("r", 0)
@@ -195,7 +195,7 @@ def test_module_tab_and_headings_while_a_run_streams(live_server: Any, page: Pag
 
 def test_gradient_flow_titles_fit_and_ticks_are_powers_of_ten(live_server: Any, page: Page) -> None:
     case = build("mlp")
-    with tracer.Tracer(case.model, run="r", sink=str(live_server.store_path)) as tr:
+    with gradscape.Tracer(case.model, run="r", sink=str(live_server.store_path)) as tr:
         for i in range(3):
             with tr.step(i):
                 case.loss(case.model, case.batch).backward()

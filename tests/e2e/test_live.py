@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page
 from serving import get_json, worker
 
-from tracer.store import TraceStore
+from gradscape.tracer.store import TraceStore
 
 RUN = "stream"
 # the selection (written into the address) has moved on to a new step

@@ -10,8 +10,8 @@ import torch
 from playwright.sync_api import Page
 from problem_cases import line_of, log_of_negative, sqrt_of_sqrt
 
-import tracer
-from tracer.store import TraceStore
+import gradscape
+from gradscape.tracer.store import TraceStore
 
 PANEL = "(document.querySelector('#problems') || {innerText: ''}).innerText"
 
@@ -21,7 +21,7 @@ def _open(page: Page, url: str) -> None:
     page.wait_for_function("window.cy && window.cy.nodes().length > 0")
 
 
-def _finite_step(tr: tracer.Tracer, i: int) -> None:
+def _finite_step(tr: gradscape.Tracer, i: int) -> None:
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     with tr.step(i):
         (x * x).sum().backward()
@@ -32,7 +32,7 @@ def _no_errors(page: Page) -> None:
 
 
 def test_the_panel_lists_the_problems_and_a_click_selects_the_origin(live_server: Any, page: Page) -> None:
-    tr = tracer.Tracer(run="p", sink=str(live_server.store_path))
+    tr = gradscape.Tracer(run="p", sink=str(live_server.store_path))
     sqrt_of_sqrt(tr, 0)
     tr.close()
     with TraceStore(live_server.store_path, readonly=True) as store:

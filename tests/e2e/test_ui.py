@@ -14,14 +14,14 @@ import torch.nn as nn
 from playwright.sync_api import Page
 from zoo import build
 
-import tracer
-from app import view
-from tracer.store import TraceStore
+import gradscape
+from gradscape.app import view
+from gradscape.tracer.store import TraceStore
 
 
 def _record(store: Path, name: str = "mlp", run: str = "r", steps: int = 2, mode: str = "full") -> None:
     case = build(name)
-    tr = tracer.Tracer(case.model, run=run, sink=str(store), tensors=mode)
+    tr = gradscape.Tracer(case.model, run=run, sink=str(store), tensors=mode)
     for i in range(steps):
         with tr.step(i):
             case.loss(case.model, case.batch).backward()
@@ -153,7 +153,7 @@ class _Deep(nn.Module):
 def test_a_four_thousand_node_trace_opens_collapsed(live_server: Any, page: Page) -> None:
     torch.manual_seed(0)
     model = _Deep()
-    tr = tracer.Tracer(model, run="deep", sink=str(live_server.store_path), thumb=8)
+    tr = gradscape.Tracer(model, run="deep", sink=str(live_server.store_path), thumb=8)
     with tr.step(0):
         model(torch.randn(2, 4)).sum().backward()
     tr.close()

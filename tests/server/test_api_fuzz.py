@@ -14,7 +14,7 @@ import pytest
 from serving import Server, free_port
 from zoo import build
 
-import tracer
+import gradscape
 
 # (method, path template): `{run}`, `{step}` and `{node}` are filled with good and hostile values.
 ROUTES: list[tuple[str, str]] = [
@@ -68,7 +68,7 @@ def _urls() -> Iterator[str]:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     path = tmp_path_factory.mktemp("fuzz") / "fuzz-store.sqlite"
     case = build("mlp")
-    tr = tracer.Tracer(case.model, sink=str(path), run=GOOD["run"])
+    tr = gradscape.Tracer(case.model, sink=str(path), run=GOOD["run"])
     with tr.step(int(GOOD["step"])):
         case.loss(case.model, case.batch).backward()
     tr.close()

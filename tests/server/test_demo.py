@@ -15,7 +15,7 @@ from serving import ROOT, ApiError, free_port, get_json
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
 def test_demo_streams_a_live_trace(tmp_path: Path, model: str) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app", "demo", "--port", str(port), "--store",
+    proc = subprocess.Popen([sys.executable, "-m", "gradscape", "demo", "--port", str(port), "--store",
                              str(tmp_path / "demo.sqlite"), "--model", model, "--every", "2"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

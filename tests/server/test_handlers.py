@@ -13,10 +13,10 @@ import msgpack
 import pytest
 from zoo import build
 
-import tracer
-from app.server import GradscapeApp, ServerConfig, create_app
-from tracer import protocol
-from tracer._codec import pack, step_to_wire
+import gradscape
+from gradscape.app.server import GradscapeApp, ServerConfig, create_app
+from gradscape.tracer import protocol
+from gradscape.tracer._codec import pack, step_to_wire
 
 
 @pytest.fixture
@@ -26,9 +26,9 @@ def app(tmp_path: Path) -> Iterator[GradscapeApp]:
     created.close()
 
 
-def _step(name: str = "mlp", run: str = "r") -> tracer.StepTrace:
+def _step(name: str = "mlp", run: str = "r") -> gradscape.StepTrace:
     case = build(name)
-    tr = tracer.Tracer(case.model, run=run)
+    tr = gradscape.Tracer(case.model, run=run)
     with tr.step(3) as st:
         case.loss(case.model, case.batch).backward()
     assert st is not None
@@ -44,7 +44,7 @@ def _msg(type_: str, payload: dict[str, Any], run: str = "r", seq: int = 0) -> d
     return protocol.envelope(type_, run, seq, payload)
 
 
-def _send_step(c: Any, st: tracer.StepTrace, chunk_bytes: int = protocol.CHUNK_BYTES) -> list[dict[str, Any]]:
+def _send_step(c: Any, st: gradscape.StepTrace, chunk_bytes: int = protocol.CHUNK_BYTES) -> list[dict[str, Any]]:
     data = pack(step_to_wire(st))
     parts = [data[i:i + chunk_bytes] for i in range(0, len(data), chunk_bytes)]
     return [c.emit("step_chunk", _msg("step_chunk", {"step": st.step, "chunk": k, "chunks": len(parts),

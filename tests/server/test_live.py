@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from serving import ApiError, Server, finish, free_port, get_json, worker
 
-import tracer
-from app.api import graph_json, node_json, node_tensor_indices
-from tracer._codec import step_to_wire
+import gradscape
+from gradscape.app.api import graph_json, node_json, node_tensor_indices
+from gradscape.tracer._codec import step_to_wire
 
 
 def _as_json(obj: object) -> object:
@@ -29,7 +29,7 @@ def test_streamed_steps_equal_the_recorded_ones(server: Server, tmp_path: Path) 
     runs = server.api("/api/runs")["runs"]
     assert [r["run"] for r in runs] == ["live"] and runs[0]["steps"] == 4
     for step in range(4):
-        mine = step_to_wire(tracer.load(ref, "live", step))
+        mine = step_to_wire(gradscape.load(ref, "live", step))
         got = server.api(f"/api/runs/live/steps/{step}")
         assert got == _as_json(graph_json(mine))  # every node, edge, order and summary
         for nid in (0, len(mine["nodes"]) // 2, len(mine["nodes"]) - 1):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from zoo import build
 
-import tracer
-from app.server import ServerConfig, create_app
+import gradscape
+from gradscape.app.server import ServerConfig, create_app
 
 
 def _record(store: Path, steps: int) -> None:
     case = build("mlp")
-    tr = tracer.Tracer(case.model, run="r", sink=str(store))
+    tr = gradscape.Tracer(case.model, run="r", sink=str(store))
     for i in range(steps):
         with tr.step(i):
             case.loss(case.model, case.batch).backward()

@@ -1,4 +1,4 @@
-"""The socket sink's threads (NOTE [Sink threads] in tracer._socket_sink): none before the first step
+"""The socket sink's threads (NOTE [Sink threads] in gradscape.tracer._socket_sink): none before the first step
 but the breakpoint link (a breakpoint set before the first step must pause its backward), and none
 left once the Tracer is closed or dropped and collected, with every step delivered or spilled."""
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 from serving import Server, free_port
 
-import tracer
+import gradscape
 
 
 def _threads() -> set[threading.Thread]:
@@ -28,7 +28,7 @@ def _wait_ended(threads: set[threading.Thread], timeout: float = 30.0) -> set[th
     return {t for t in threads if t.is_alive()}
 
 
-def _one_step(tr: tracer.Tracer, model: nn.Module) -> None:
+def _one_step(tr: gradscape.Tracer, model: nn.Module) -> None:
     with tr.step(0):
         model(torch.randn(2, 3)).sum().backward()
 
@@ -36,7 +36,7 @@ def _one_step(tr: tracer.Tracer, model: nn.Module) -> None:
 def test_threads_start_with_the_first_step_and_end_with_close(server: Server) -> None:
     before = _threads()
     model = nn.Linear(3, 1)
-    tr = tracer.Tracer(model, sink=server.url, run="closed")
+    tr = gradscape.Tracer(model, sink=server.url, run="closed")
     assert {t.name for t in _threads() - before} == {"gradscape-breakpoints"}  # no sender yet
     _one_step(tr, model)
     started = _threads() - before
@@ -50,7 +50,7 @@ def test_dropped_tracers_leave_no_thread_and_lose_no_step(server: Server) -> Non
     before = _threads()
     model = nn.Linear(3, 1)
     for k in range(3):
-        tr = tracer.Tracer(model, sink=server.url, run=f"dropped-{k}")
+        tr = gradscape.Tracer(model, sink=server.url, run=f"dropped-{k}")
         _one_step(tr, model)
     started = _threads() - before
     assert len(started) >= 6 - 2  # the last Tracer is still referenced here
@@ -65,11 +65,11 @@ def test_a_dropped_tracer_with_no_server_spills_and_stops(tmp_path: Path, monkey
     monkeypatch.setenv("GRADSCAPE_DATA_DIR", str(tmp_path))  # the spill file's folder (tracer/_paths.py)
     before = _threads()
     model = nn.Linear(3, 1)
-    tr = tracer.Tracer(model, sink=f"http://127.0.0.1:{free_port()}", run="nobody")
+    tr = gradscape.Tracer(model, sink=f"http://127.0.0.1:{free_port()}", run="nobody")
     with pytest.warns(RuntimeWarning, match="spill"):
         _one_step(tr, model)
         started = _threads() - before
         del tr
         gc.collect()
         assert not _wait_ended(started | (_threads() - before))
-    assert tracer.load(str(tmp_path / "spill" / "gradscape-spill-nobody.sqlite")).step == 0
+    assert gradscape.load(str(tmp_path / "spill" / "gradscape-spill-nobody.sqlite")).step == 0

@@ -1,0 +1,6 @@
+"""`python -m gradscape`: the `gradscape` command."""
+import sys
+
+from gradscape.app.cli import main
+
+sys.exit(main())
