@@ -212,7 +212,7 @@ def _tensor(t: Any) -> dict[str, Any] | None:
 
 
 def _labels(rec: Any, mods: list[str | None]) -> list[Any] | None:
-    """Every walked node's slot labels and arguments (`_Static`s, by node id; `mods`: every walked
+    """Every walked node's slot labels and arguments (`NodeStatics`, by node id; `mods`: every walked
     node's module), or None when they cannot be worked out mid-backward: the heatmaps then name
     slots by position."""
     try:
