@@ -11,8 +11,9 @@ PIP := $(PY) -m pip install -q --no-compile --disable-pip-version-check
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 # what the install builds from: a change to any of them re-runs the install (the summary kernel is
-# compiled by it, into tracer/ for this editable install)
-BUILD_INPUTS := pyproject.toml setup.py tracer/_fastsum.c tracer/_fastsum_v3.c tracer/_fastsum_v4.c
+# compiled by it, into tracer/summary/ for this editable install)
+BUILD_INPUTS := pyproject.toml setup.py tracer/summary/_fastsum.c tracer/summary/_fastsum_v3.c \
+	tracer/summary/_fastsum_v4.c
 
 .PHONY: venv run test lint bench chromium compiler clean
 
@@ -58,4 +59,4 @@ bench: venv chromium
 	$(PY) bench/first_step.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist tracer/_fastsum*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist tracer/summary/_fastsum*.so

@@ -1,7 +1,7 @@
 """The build step pyproject.toml cannot declare: the summary kernel.
 
-- `tracer/_fastsum.c` is built as an optional compiled extension (a plain C shared library that
-  `tracer/_native.py` loads with ctypes by its file path). When it cannot be built (no compiler,
+- `tracer/summary/_fastsum.c` is built as an optional compiled extension (a plain C shared library that
+  `tracer/summary/kernel.py` loads with ctypes by its file path). When it cannot be built (no compiler,
   a compiler error), the install still succeeds and gradscape uses torch reductions instead, with
   one warning at run time saying why. Flags are portable: no `-march=native`, so a wheel runs on
   any machine of its platform tag. On x86-64 (GCC or Clang) the same source is also built for the
@@ -33,7 +33,8 @@ X86_64 = platform.machine().lower() in ("x86_64", "amd64") and os.name != "nt"
 
 
 def kernel(name: str, flags: list[str]) -> Extension:
-    return Extension(f"gradscape.tracer.{name}", sources=[f"tracer/{name}.c"], depends=["tracer/_fastsum.c"],
+    return Extension(f"gradscape.tracer.summary.{name}", sources=[f"tracer/summary/{name}.c"],
+                     depends=["tracer/summary/_fastsum.c"],
                      extra_compile_args=flags, optional=True)
 
 

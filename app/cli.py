@@ -74,7 +74,9 @@ def doctor(url: str | None, token: str | None = None) -> int:
 
     import torch
 
-    from gradscape.tracer import _compat, _native, _paths
+    from gradscape.tracer import _compat
+    from gradscape.tracer.sinks import paths as _paths
+    from gradscape.tracer.summary import kernel as _native
 
     try:
         version = metadata.version("gradscape")

@@ -9,7 +9,7 @@
     POST   /api/runs/<run>/resume          {"mode": "step"} or {"mode": "continue"}
 
 The server holds each run's breakpoints in memory and pushes the whole list to the run's tracers,
-which connect to `/debug` (see NOTE [Breakpoints] in tracer._breakpoints). A paused tracer sends the
+which connect to `/debug` (see NOTE [Breakpoints] in tracer.debug.breakpoints). A paused tracer sends the
 partial backward in its `paused` message (with the thumbnails of its newest nodes: NOTE [Paused
 heatmaps]); it is checked (`check_paused_nodes`), kept here, in memory, until the run resumes or its
 tracer goes away, and served by `/paused/nodes` and `/paused/nodes/<id>`. The page hears `paused` /
@@ -239,7 +239,7 @@ def _check_tensor(t: Any, where: str) -> tuple[dict[str, Any] | None, dict[str, 
 
 def check_paused_nodes(nodes: list[Any]) -> tuple[list[dict[str, Any]], dict[tuple[int, str, int], Any]]:
     """The partial backward of a `paused` message, checked (NOTE [Paused heatmaps] in
-    tracer/_breakpoints.py): (the nodes as `/paused/nodes` lists them, the thumbnails by (position,
+    tracer/debug/breakpoints.py): (the nodes as `/paused/nodes` lists them, the thumbnails by (position,
     "grad_outputs" or "grad_inputs", slot)). Raises `ProtocolError` naming the first field that is
     wrong; the thumbnails together may not pass `MAX_PAUSED_THUMB_BYTES`."""
     listing: list[dict[str, Any]] = []

@@ -46,7 +46,7 @@ with tr.step(0):
 first = time.perf_counter() - t0
 t0 = time.perf_counter(); step(); plain = time.perf_counter() - t0
 tr.close()
-from gradscape.tracer._native import summariser
+from gradscape.tracer.summary.kernel import summariser
 print(json.dumps({{"plain_cold": plain_cold, "first_traced": first, "plain": plain, "summariser": summariser()}}))
 """
 

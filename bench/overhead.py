@@ -10,7 +10,7 @@ once, rotating which mode goes first; a short step is repeated and preceded by o
     plain     forward + loss + backward + SGD step + zero_grad
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
     untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10), i % 10 != 0
-    nofinder  (with --finder) `traced` with the problem finder switched off (`gradscape.tracer._problems.enabled`),
+    nofinder  (with --finder) `traced` with the problem finder switched off (`gradscape.tracer.debug.problems.enabled`),
               to show what the finder itself costs on a finite step
 
 Ratios are taken per round (traced_r / plain_r) and the median of those is reported, which holds up
@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from workloads import WORKLOADS, Workload, build  # noqa: E402
 
 import gradscape  # noqa: E402
-import gradscape.tracer._problems as problem_finder  # noqa: E402
+import gradscape.tracer.debug.problems as problem_finder  # noqa: E402
 
 MODES: tuple[str, ...] = ("plain", "traced", "untraced")
 FINDER_MODES = (*MODES, "nofinder")

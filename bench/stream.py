@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from workloads import build  # noqa: E402
 
 import gradscape  # noqa: E402
-from gradscape.tracer._socket_sink import SocketSink  # noqa: E402
+from gradscape.tracer.sinks.socket import SocketSink  # noqa: E402
 
 
 def free_port() -> int:
@@ -109,7 +109,7 @@ def main() -> None:
         wait_readable(f"{base}/api/runs/throughput/steps/{args.push - 1}", timeout=600)
         dt = time.perf_counter() - t0
         sink.close()
-        from gradscape.tracer._codec import pack, step_to_wire
+        from gradscape.tracer.wire import pack, step_to_wire
 
         mb = len(pack(step_to_wire(st))) / 1e6
         print(f"throughput  {args.push / dt:.2f} steps/s  ({mb:.1f} MB per step, {args.push * mb / dt:.1f} MB/s; "

@@ -20,21 +20,23 @@ from gradscape.tracer._model import (
     StepTrace,
     TensorTrace,
 )
-from gradscape.tracer._sinks import FileSink, MemorySink, Sink
+from gradscape.tracer.sinks.base import Sink
+from gradscape.tracer.sinks.file import FileSink
+from gradscape.tracer.sinks.memory import MemorySink
 from gradscape.tracer.store import StoreError, TraceStore, load
 from gradscape.tracer.wire import TraceFormatError
 
 if TYPE_CHECKING:
-    from gradscape.tracer._tracer import Tracer, trace
+    from gradscape.tracer.record.tracer import Tracer, trace
 
 
 def __getattr__(name: str) -> Any:
     # torch is imported with the tracer itself, not with the schema and the store: the server's view
     # layer reads traces without paying torch's import (about 2 s).
     if name in ("Tracer", "trace"):
-        from gradscape.tracer import _tracer
+        from gradscape.tracer.record import tracer
 
-        return getattr(_tracer, name)
+        return getattr(tracer, name)
     raise AttributeError(f"module 'gradscape' has no attribute {name!r}")
 
 

@@ -13,7 +13,7 @@ import time
 import torch
 
 import gradscape
-from gradscape.tracer._breakpoints import breaker
+from gradscape.tracer.debug.breakpoints import breaker
 
 
 def build(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -62,7 +62,7 @@ def main() -> None:
     model, x, y = build()
     tr = None
     if args.url:
-        from gradscape.tracer._socket_sink import SocketSink
+        from gradscape.tracer.sinks.socket import SocketSink
 
         sink = SocketSink(args.url, args.run, break_grace=args.grace)
         tr = gradscape.Tracer(model, run=args.run, sink=sink)

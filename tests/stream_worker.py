@@ -29,7 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     case = build(args.model)
     sinks: list[object] = []
-    from gradscape.tracer._socket_sink import SocketSink
+    from gradscape.tracer.sinks.socket import SocketSink
 
     net = SocketSink(args.url, args.run, spill=args.spill)
     sinks.append(net)

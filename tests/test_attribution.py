@@ -1,5 +1,5 @@
 """Source lines and modules, checked line by line against this file, and the function mode's state
-around library leaf modules (NOTE [Library leaves] in gradscape.tracer._attrib)."""
+around library leaf modules (NOTE [Library leaves] in gradscape.tracer.record.forward)."""
 
 from __future__ import annotations
 

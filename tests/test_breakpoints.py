@@ -23,8 +23,8 @@ from gradscape.app.debug import MAX_PAUSED_THUMB_BYTES, check_paused_nodes, thum
 from gradscape.app.server import ServerConfig, create_app
 from gradscape.app.ui.debugger import OVER_BUDGET, heatmaps
 from gradscape.tracer import protocol
-from gradscape.tracer._breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker, check_breakpoint
-from gradscape.tracer._socket_sink import SocketSink
+from gradscape.tracer.debug.breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker, check_breakpoint
+from gradscape.tracer.sinks.socket import SocketSink
 from gradscape.tracer.wire import decode_array, encode_array, pack
 
 
@@ -204,7 +204,7 @@ def test_norm_threshold(srv: _Srv) -> None:
 
 
 # ---------------------------------------------------------------------------- paused heatmaps
-# NOTE [Paused heatmaps] in tracer/_breakpoints.py: the paused message carries thumbnails; the server
+# NOTE [Paused heatmaps] in tracer/debug/breakpoints.py: the paused message carries thumbnails; the server
 # serves one node's at /api/runs/<run>/paused/nodes/<id>; the page draws them (app/ui/debugger.py).
 FC2_LABELS = ["self → fc2.bias", "mat1 → input of fc2", "mat2 → fc2.weight (transposed)"]
 WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}

@@ -7,7 +7,8 @@ import torch
 from zoo import build
 
 import gradscape
-from gradscape.tracer import _derivatives, _labels
+from gradscape.tracer.record import derivatives as _derivatives
+from gradscape.tracer.record import labels as _labels
 
 
 def test_shipped_table_covers_torch_nodes() -> None:

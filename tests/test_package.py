@@ -20,8 +20,11 @@ import pytest
 import torch
 
 import gradscape
-from gradscape.tracer import _compat, _native, _paths, _summary
-from gradscape.tracer._socket_sink import SocketSink
+from gradscape.tracer import _compat
+from gradscape.tracer.sinks import paths as _paths
+from gradscape.tracer.sinks.socket import SocketSink
+from gradscape.tracer.summary import fastpath as _summary
+from gradscape.tracer.summary import kernel as _native
 
 sys.path.insert(0, str(Path(__file__).parent))
 from serving import ROOT, free_port, wait_http  # noqa: E402
@@ -73,7 +76,7 @@ def test_slow_wheel_built_where_compiling_fails_installs_and_warns_once(tmp_path
     with zipfile.ZipFile(wheel) as zf:
         files = set(zf.namelist())
     assert "app/assets/player.js" in files
-    assert not any(f.startswith("tracer/_fastsum") for f in files), sorted(files)
+    assert not any(f.startswith("tracer/summary/_fastsum") for f in files), sorted(files)
     env_dir, _, bare = _install(tmp_path, wheel)
     doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=tmp_path).stdout
     assert "summariser: torch (the summary kernel was not built when gradscape was installed" in doctor, doctor
@@ -101,8 +104,8 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
     (sdist,) = dist.glob("gradscape-*.tar.gz")
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/_fastsum.c", "tracer/_fastsum_v3.c",
-                 "tracer/_fastsum_v4.c", "app/ui/page.py"):
+    for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/summary/_fastsum.c",
+                 "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "app/ui/page.py"):
         assert need in names, f"the sdist lacks {need}"
 
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
@@ -114,14 +117,14 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
                  "tracer/py.typed"):
         assert need in files, f"the wheel lacks {need}"
     assert any(f.startswith("tracer/data/derivatives-") for f in files)
-    assert any(f.startswith("tracer/_fastsum.") for f in files), sorted(files)
+    assert any(f.startswith("tracer/summary/_fastsum.") for f in files), sorted(files)
 
     env_dir, purelib, bare = _install(tmp_path, wheel)
     run_dir = tmp_path / "cwd"
     run_dir.mkdir()
     doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=run_dir).stdout
     assert "summariser: native\n" in doctor, doctor
-    assert f"summary kernel: {purelib / 'tracer' / '_fastsum'}" in doctor, doctor
+    assert f"summary kernel: {purelib / 'tracer' / 'summary' / '_fastsum'}" in doctor, doctor
     assert f"gradscape: 0.1.0 ({purelib})" in doctor, doctor
     assert f"spill files: {tmp_path / 'data' / 'spill'}" in doctor
 

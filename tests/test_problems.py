@@ -221,12 +221,12 @@ def test_a_layer_far_below_the_others_is_vanishing() -> None:
 
 def test_a_failing_finder_leaves_the_step_whole(monkeypatch: pytest.MonkeyPatch,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    import gradscape.tracer._problems as finder
+    import gradscape.tracer.debug.problems as finder
 
     def broken(*args: object) -> list[gradscape.Problem]:
         raise RuntimeError("finder broke")
 
-    monkeypatch.setattr(finder, "_backward_born", broken)  # a fault that cannot be produced for real
+    monkeypatch.setattr(finder, "backward_born", broken)  # a fault that cannot be produced for real
     st = sqrt_at_zero(gradscape.Tracer())
     assert st.problems == [] and st.nodes and st.error is None
     assert "finder broke" in caplog.text

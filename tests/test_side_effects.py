@@ -15,7 +15,7 @@ import torch.optim.optimizer as optim_module
 from zoo import ZOO, build
 
 import gradscape
-from gradscape.tracer import _recorder
+from gradscape.tracer.record import recorder as _recorder
 
 
 def _global_hook_state() -> tuple[int, ...]:
@@ -264,7 +264,7 @@ def test_a_module_call_on_another_thread_never_gets_our_mode() -> None:
 
 
 def test_forward_caches_are_bounded() -> None:
-    from gradscape.tracer import _attrib
+    from gradscape.tracer.record import sources as _attrib
 
     for k in range(_attrib._MAX_CACHED + 10):  # code objects of many files (generated code, notebooks)
         ns: dict[str, object] = {}
@@ -288,7 +288,7 @@ def test_summaries_on_two_threads_at_once_are_exact() -> None:
 
     import numpy as np
 
-    from gradscape.tracer._summary import raw_stats
+    from gradscape.tracer.summary.stats import raw_stats
 
     n = 1 << 20  # several chunks of the count
     tensors = []

@@ -15,7 +15,7 @@ from zoo import build
 
 import gradscape
 from gradscape import TraceFormatError, TraceStore, load
-from gradscape.tracer._codec import step_from_wire, step_to_wire
+from gradscape.tracer.wire import step_from_wire, step_to_wire
 
 
 def _traced(name: str = "transformer", mode: str = "full", run: str = "r1", steps: int = 2,

@@ -19,7 +19,7 @@ from gradscape.tracer.store import StoreError
 
 
 def _wire(run: str = "r", step: int = 0, rank: int | None = None, scale: float = 1.0) -> dict:
-    from gradscape.tracer._codec import step_to_wire
+    from gradscape.tracer.wire import step_to_wire
 
     lin = torch.nn.Linear(3, 2)
     tr = gradscape.Tracer(lin, run=run, tensors="full")

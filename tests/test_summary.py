@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from gradscape.tracer import _native
-from gradscape.tracer._summary import Summariser, native_summary, raw_stats, thumbnail, thumbnail_view
+from gradscape.tracer.summary import kernel as _native
+from gradscape.tracer.summary.fastpath import native_summary
+from gradscape.tracer.summary.stats import raw_stats
+from gradscape.tracer.summary.summariser import Summariser
+from gradscape.tracer.summary.thumbnails import thumbnail
+from gradscape.tracer.wire import thumbnail_view
 
 
 def _reference(x: torch.Tensor) -> dict[str, float]:
@@ -40,7 +44,7 @@ CASES = {
 @pytest.fixture(params=["native", "torch"])
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "torch":
-        monkeypatch.setattr("gradscape.tracer._summary.native", lambda: None)
+        monkeypatch.setattr("gradscape.tracer.summary.fastpath.native", lambda: None)
     elif _native.native() is None:
         pytest.skip("the summary kernel was not built at install (no C compiler then)")
     return str(request.param)

@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradscape
-from gradscape.tracer._summary import Summariser
+from gradscape.tracer.summary.summariser import Summariser
 
 
 def _vals(t: gradscape.TensorTrace | None) -> np.ndarray:

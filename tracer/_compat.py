@@ -16,10 +16,23 @@ What each is for (see docs/autograd.md):
 - `current_graph_task_id()`: -1 outside a backward pass (the engine's graph task on this thread).
 - `set_grad_enabled(flag)`: the flag that `torch.no_grad` flips, without the context object's cost.
 - `functorch_stack()`: the innermost torch.func transform active, or None (backward under one runs untraced).
+- `node_sequence_nr(node)`, `input_metadata(node)`: a graph node's creation number and the metadata
+  (shape, dtype) of its forward outputs, which the engine checks arriving gradients against; both
+  declared on `torch.autograd.graph.Node`.
+- `forward_class(node)`: the custom `autograd.Function` a `BackwardCFunction` node belongs to, or None.
+- `saved_tensor_names(node)` / `saved_tensor(node, name)`: what autograd saved for a node's backward
+  (its `_saved_*` attributes), read by the problem finder.
+- `module_parameters(mod)` / `module_children(mod)`: an `nn.Module`'s own parameters and child modules
+  (its `_parameters` / `_modules` dicts, read without `named_*`'s generators).
+- `post_accumulate_grad_hooks(param)`: the post-accumulate-grad hooks on a parameter, or None.
+- `sparse_indices(t)` / `sparse_values(t)`: the stored indices and values of a coalesced COO tensor.
+- `reinsert_hook(handle, fn)`: put `fn` back into the hook dicts of a `RemovableHandle` that was
+  removed, at the handle's own key (NOTE [Hooks under torch.compile] in tracer/record/global_hooks.py).
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from typing import Any
 
@@ -65,3 +78,73 @@ current_graph_task_id = _private(torch._C, "torch._C", "_current_graph_task_id")
 set_grad_enabled = _private(torch._C, "torch._C", "_set_grad_enabled")
 # functorch's interpreter stack: non-empty inside torch.func transforms (grad, vmap, jacrev); optional
 functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
+
+# autograd graph nodes: attributes `torch.autograd.graph.Node` declares (abstract there) and every node has
+for _name in ("_sequence_nr", "_input_metadata"):
+    _private(torch.autograd.graph.Node, "torch.autograd.graph.Node", _name)
+node_sequence_nr = operator.methodcaller("_sequence_nr")  # the cheapest call: it runs for every walked node
+
+
+def input_metadata(node: Any) -> Any:
+    return node._input_metadata
+
+
+def forward_class(node: Any) -> Any:
+    return getattr(type(node), "_forward_cls", None)
+
+
+_SAVED, _RAW_SAVED = "_saved_", "_raw_saved_"
+
+
+def saved_tensor_names(node: Any) -> tuple[str, ...]:
+    """The names under which autograd saved tensors for this node's backward (without the `_saved_`
+    prefix), one per `_raw_saved_*` attribute of the node's class."""
+    return tuple(a[len(_RAW_SAVED):] for a in dir(node) if a.startswith(_RAW_SAVED))
+
+
+def saved_tensor(node: Any, name: str) -> Any:
+    """The value autograd saved as `name`; raises when it was freed or modified in place since."""
+    return getattr(node, _SAVED + name)
+
+
+def module_parameters(mod: Any) -> dict[str, Any]:
+    return mod._parameters  # type: ignore[no-any-return]
+
+
+def module_children(mod: Any) -> dict[str, Any]:
+    return mod._modules  # type: ignore[no-any-return]
+
+
+def post_accumulate_grad_hooks(param: Any) -> Any:
+    return getattr(param, "_post_accumulate_grad_hooks", None)
+
+
+sparse_indices = _private(torch.Tensor, "torch.Tensor", "_indices")
+sparse_values = _private(torch.Tensor, "torch.Tensor", "_values")
+
+
+def reinsert_hook(handle: Any, fn: Any) -> bool:
+    """Put `fn` back at `handle`'s key in the hook dict it was registered in (and, for an `always_call`
+    hook, mark it so again). False when that dict is gone: register anew then."""
+    hooks = handle.hooks_dict_ref()
+    if hooks is None:
+        return False
+    hooks[handle.id] = fn
+    for ref in handle.extra_dict_ref:  # `always_call`: the same key in a second dict
+        extra = ref()
+        if extra is not None:
+            extra[handle.id] = True
+    return True
+
+
+def _check_handle() -> None:
+    from collections import OrderedDict
+
+    from torch.utils.hooks import RemovableHandle
+
+    handle = RemovableHandle(OrderedDict())  # the kind of dict torch keeps hooks in (weakly referenced)
+    for name in ("hooks_dict_ref", "extra_dict_ref", "id"):
+        _private(handle, "torch.utils.hooks.RemovableHandle", name)
+
+
+_check_handle()

@@ -1,7 +1,7 @@
 """The one data model that flows end to end: tracer → sinks → store → UI.
 
 A `StepTrace` is complete when the `with tr.step(i)` block exits. Everything in it is plain Python
-and numpy (no torch objects), so it can be serialised (see `tracer._codec`) and compared.
+and numpy (no torch objects), so it can be serialised (see `tracer.wire`) and compared.
 
 NOTE [Slot order]
     `NodeTrace.grad_inputs[j]` is what the node sent along `next_functions[j]`: the gradient w.r.t.
@@ -26,7 +26,7 @@ class TensorTrace:
 
     `stats` holds `min max mean std norm` (over the finite elements) and the counts `nan inf zeros`.
     `thumb` is a float32 array of at most `thumb`×`thumb`; `thumb_view` says which 2-D view of the
-    tensor it shows (see `tracer._summary.thumbnail_view`). `values` is the full array when the
+    tensor it shows (see `tracer.wire.thumbnail_view`). `values` is the full array when the
     tracer runs with `tensors="full"`, else None.
     """
 

@@ -6,7 +6,7 @@ What is compared (`target`): `"param:<name>"` is the gradient the optimizer sees
 that node (its first `grad_outputs` slot; its first sent slot when nothing arrived).
 
 Full values are compared when both sides kept them (`tensors="full"`); otherwise the thumbnails
-(block means, NOTE [Thumbnail views] in `tracer._summary`), and the view says so: equal thumbnails do
+(block means, NOTE [Thumbnail views] in `tracer.summary.thumbnails`), and the view says so: equal thumbnails do
 not prove equal tensors.
 
 Desync: across ranks, after all-reduce, every rank's parameter gradient must be equal bit for bit; a

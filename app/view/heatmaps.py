@@ -7,7 +7,7 @@ colour intensity means the same magnitude on either side.
 
 Values come from the store's `read_arrays(run, step, indices)`: full values when the tracer kept
 them (`tensors="full"`), else the thumbnail. Both are shown through the same 2-D view of the
-tensor (NOTE [Thumbnail views] in `tracer._summary`): 1-D as a 1×n strip, 3-D as [a·b, c], 4-D as
+tensor (NOTE [Thumbnail views] in `tracer.summary.thumbnails`): 1-D as a 1×n strip, 3-D as [a·b, c], 4-D as
 one sample's channels laid out as tiles, and so on, so a full-values map and a thumbnail line up.
 """
 
@@ -48,7 +48,7 @@ SENT = "Sent on: grad_inputs (∂L/∂ inputs)"
 # ---------------------------------------------------------------------------- 2-D views
 def _block_mean(v: np.ndarray, axis: int, out: int) -> np.ndarray:
     """Means of consecutive blocks along `axis` so at most `out` remain; the last block may be
-    shorter. The same rule as the tracer's thumbnails (`tracer._summary._block_mean`)."""
+    shorter. The same rule as the tracer's thumbnails (`tracer.summary.thumbnails._block_mean`)."""
     n = v.shape[axis]
     if n <= out:
         return v
@@ -106,7 +106,7 @@ def view_2d(values: np.ndarray, *, sample: int = 0, max_side: int = 128) -> tupl
 
 
 def _view_words(shape: tuple[int, ...]) -> str:
-    """The same words the tracer gives its thumbnails (NOTE [Thumbnail views] in tracer/_summary.py)."""
+    """The same words the tracer gives its thumbnails (NOTE [Thumbnail views] in tracer/summary/thumbnails.py)."""
     return thumbnail_view(shape)
 
 

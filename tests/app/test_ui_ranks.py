@@ -19,9 +19,8 @@ from gradscape.app.ui import callbacks, compare, ids, inspector, problems
 from gradscape.app.ui.address import address, link_rank
 from gradscape.app.ui.data import UIData
 from gradscape.app.view.problems import problem_lines
-from gradscape.tracer._codec import step_to_wire
 from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import STAT_NAMES
+from gradscape.tracer.wire import STAT_NAMES, step_to_wire
 
 RANK_STEPS = {0: [0, 1, 2], 1: [0, 1]}  # rank 1 is a step behind
 

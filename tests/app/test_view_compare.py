@@ -10,7 +10,7 @@ import torch
 
 import gradscape
 from gradscape.app.view import compare as cmp
-from gradscape.tracer._codec import step_to_wire
+from gradscape.tracer.wire import step_to_wire
 
 
 def _wire(x: torch.Tensor, mode: str = "full") -> tuple[dict[str, Any], dict[int, Any], torch.Tensor]:

@@ -13,7 +13,7 @@ from zoo import build
 
 import gradscape
 from gradscape.app.view import COLOR_BY, cytoscape_elements, find, layout_graph, legend, search, search_index
-from gradscape.tracer._codec import step_to_wire
+from gradscape.tracer.wire import step_to_wire
 
 
 def zoo_wire(name: str) -> dict[str, Any]:

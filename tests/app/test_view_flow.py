@@ -12,7 +12,7 @@ from zoo import build
 
 import gradscape
 from gradscape.app.view import flow_rows, gradient_flow, norm_over_steps
-from gradscape.tracer._codec import step_to_wire
+from gradscape.tracer.wire import step_to_wire
 
 
 def layer_grads(model: torch.nn.Module, layer: str) -> torch.Tensor:

@@ -17,7 +17,7 @@ from zoo import build
 import gradscape
 from gradscape.app.view import explain, node_tensors, slot_figures
 from gradscape.app.view.heatmaps import ARRIVING, SENT, block_edges
-from gradscape.tracer._codec import decode_array, step_to_wire
+from gradscape.tracer.wire import decode_array, step_to_wire
 
 Store = tuple[gradscape.TraceStore, str, int]
 
@@ -248,7 +248,7 @@ def test_block_edges_follow_the_thumbnail_rule() -> None:
     e = block_edges(130, 44)
     assert len(e) == 45 and e[1] == 3 and e[-2:] == [129, 130]
     t = torch.arange(130.0)
-    from gradscape.tracer._summary import _block_mean
+    from gradscape.tracer.summary.thumbnails import _block_mean
     means = _block_mean(t, 0, 64)  # what the tracer's thumbnail holds, cell by cell
     assert means.shape[0] == 44
     for i in range(44):

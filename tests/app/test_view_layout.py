@@ -29,7 +29,7 @@ from gradscape.app.view.graph import by_module, paths_to_loss, reachable, step_g
 from gradscape.app.view.graph import layers as graph_layers
 from gradscape.app.view.graph import roots as graph_roots
 from gradscape.app.view.layout import box_overlaps
-from gradscape.tracer._codec import step_to_wire
+from gradscape.tracer.wire import step_to_wire
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout

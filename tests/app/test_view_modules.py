@@ -13,7 +13,7 @@ from zoo import build
 
 import gradscape
 from gradscape.app.view import backward_hook_note, module_detail, module_table, module_tensors, param_rows
-from gradscape.tracer._codec import step_to_wire
+from gradscape.tracer.wire import step_to_wire
 
 
 def traced(name: str) -> tuple[dict[str, Any], Any]:

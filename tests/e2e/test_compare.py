@@ -20,8 +20,8 @@ from playwright.sync_api import Page
 import gradscape
 from gradscape.app import view
 from gradscape.tracer import protocol
-from gradscape.tracer._codec import pack, step_to_wire
 from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import pack, step_to_wire
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 
@@ -130,7 +130,7 @@ def test_rank_1_drives_the_graph_the_inspector_and_the_address(live_server: Any,
 
 class _Rank:
     """One rank's connection to the server's `/tracer` namespace, sending steps as the tracer's live sink
-    does (tracer/_socket_sink.py); each step is a real trace of a small model on this rank's own batch."""
+    does (tracer/sinks/socket.py); each step is a real trace of a small model on this rank's own batch."""
 
     def __init__(self, url: str, run: str, rank: int, world: int = 2) -> None:
         import socketio

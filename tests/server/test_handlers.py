@@ -16,7 +16,7 @@ from zoo import build
 import gradscape
 from gradscape.app.server import GradscapeApp, ServerConfig, create_app
 from gradscape.tracer import protocol
-from gradscape.tracer._codec import pack, step_to_wire
+from gradscape.tracer.wire import pack, step_to_wire
 
 
 @pytest.fixture

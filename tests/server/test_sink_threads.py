@@ -1,4 +1,4 @@
-"""The socket sink's threads (NOTE [Sink threads] in gradscape.tracer._socket_sink): none before the first step
+"""The socket sink's threads (NOTE [Sink threads] in gradscape.tracer.sinks.socket): none before the first step
 but the breakpoint link (a breakpoint set before the first step must pause its backward), and none
 left once the Tracer is closed or dropped and collected, with every step delivered or spilled."""
 
@@ -62,7 +62,7 @@ def test_dropped_tracers_leave_no_thread_and_lose_no_step(server: Server) -> Non
 
 
 def test_a_dropped_tracer_with_no_server_spills_and_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GRADSCAPE_DATA_DIR", str(tmp_path))  # the spill file's folder (tracer/_paths.py)
+    monkeypatch.setenv("GRADSCAPE_DATA_DIR", str(tmp_path))  # the spill file's folder (tracer/sinks/paths.py)
     before = _threads()
     model = nn.Linear(3, 1)
     tr = gradscape.Tracer(model, sink=f"http://127.0.0.1:{free_port()}", run="nobody")

@@ -1,4 +1,4 @@
 /* The summary kernel built for the x86-64-v3 instruction level (setup.py passes the flags; the
- * loader in _native.py uses this build only where the baseline build's gs_cpu_level() allows). Its
+ * loader in kernel.py uses this build only where the baseline build's gs_cpu_level() allows). Its
  * own file so that each build has its own object file. */
 #include "_fastsum.c"

@@ -36,7 +36,7 @@ NOTE [Breakpoints]
 NOTE [Paused heatmaps]
     The `paused` message also carries the thumbnails the recorder already made for the nodes run so
     far (`TensorTrace.thumb`: block means, at most `thumb`×`thumb`, NOTE [Thumbnail views] in
-    tracer/_summary.py), so the page can draw their gradients as heatmaps while the backward waits.
+    tracer/summary/thumbnails.py), so the page can draw their gradients as heatmaps while the backward waits.
     They are bounded: whole nodes, newest first (the paused one first), until `Breaker.thumb_budget`
     bytes (`THUMB_BUDGET`, 4 MiB; each array counted with `THUMB_OVERHEAD` bytes on top) or
     `MAX_THUMBS` arrays would be passed. An older node keeps its statistics and says `"thumbs":
@@ -61,6 +61,8 @@ import numpy as np
 import torch
 
 from gradscape.tracer import protocol
+from gradscape.tracer.record.view import StepView
+from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.wire import encode_array
 
 log = logging.getLogger(__name__)
@@ -110,8 +112,8 @@ class Breaker:
             self._update()
 
     # ------------------------------------------------------------------ from the node hooks
-    def at_node(self, rec: Any, node: Any, grad_inputs: Any, grad_outputs: Any) -> None:
-        """Called by the recorder's hooks (when `armed`) after node `node` (a `_Rec`) ran and was
+    def at_node(self, rec: StepView, node: NodeRecord, grad_inputs: Any, grad_outputs: Any) -> None:
+        """Called by the recorder's hooks (when `armed`) after node `node` ran and was
         recorded; pauses here when a breakpoint matches."""
         try:
             hit = self._stepping or self._matches(rec, node, grad_inputs, grad_outputs)
@@ -121,7 +123,7 @@ class Breaker:
         if hit:
             self._pause(rec, node)
 
-    def _matches(self, rec: Any, node: Any, grad_inputs: Any, grad_outputs: Any) -> bool:
+    def _matches(self, rec: StepView, node: NodeRecord, grad_inputs: Any, grad_outputs: Any) -> bool:
         module: Any = False  # computed once, on demand
         for bp in self.points:
             on = bp["on"]
@@ -196,7 +198,7 @@ class Breaker:
         return self._mode
 
 
-def _module_of(rec: Any, node: Any) -> str | None:
+def _module_of(rec: StepView, node: NodeRecord) -> str | None:
     if node.kind in ("param", "leaf"):
         return None
     return rec.forward.modules_of([node.seq])[0]  # type: ignore[no-any-return]
@@ -210,7 +212,7 @@ def _tensor(t: Any) -> dict[str, Any] | None:
 
 
 def _labels(rec: Any, mods: list[str | None]) -> list[Any] | None:
-    """Every walked node's slot labels and arguments (`_Static`s, by node id; `mods`: every walked
+    """Every walked node's slot labels and arguments (`NodeStatics`, by node id; `mods`: every walked
     node's module), or None when they cannot be worked out mid-backward: the heatmaps then name
     slots by position."""
     try:

@@ -28,34 +28,31 @@ NOTE [Library leaves]
     interpreter's caches). The post-hook is registered with
     `always_call=True`, so a forward that raises puts the mode back too.
 
-Both the hooks and the mode are removed when the step ends, also when it raises. Forward hooks that
-fire during backward (non-reentrant checkpoint recomputes forwards) are ignored.
+Both the hooks and the mode are removed when the step ends, also when it raises (through the step's
+`StepHandles`, tracer/record/handles.py). Forward hooks that fire during backward (non-reentrant
+checkpoint recomputes forwards) are ignored. The global hooks themselves, shared by every open step
+block, are in tracer/record/global_hooks.py; which frame is the user's, in tracer/record/sources.py.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 
 from gradscape.tracer import _compat
+from gradscape.tracer.record import global_hooks
+from gradscape.tracer.record.global_hooks import compiling as _compiling
+from gradscape.tracer.record.sources import is_library_leaf, user_frame
 
 _seqnr = _compat.sequence_nr
 _NoTorchFunction = _compat.DisableTorchFunction
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OUR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SKIP_PREFIXES = (_TORCH_DIR, _OUR_DIR)
-
-
 _push_mode = _compat.push_mode  # what TorchFunctionMode.__enter__ / __exit__ do
 _pop_mode = _compat.pop_mode
 _stack_len = _compat.mode_stack_len
@@ -64,7 +61,7 @@ _graph_task = _compat.current_graph_task_id
 _get_ident = threading.get_ident
 _getframe = sys._getframe
 _Tensor = torch.Tensor
-
+_module_children = _compat.module_children
 
 
 def _remove_mode(mode: Any) -> None:
@@ -80,44 +77,8 @@ def _remove_mode(mode: Any) -> None:
         _push_mode(m)
 
 
-_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-
-
 def _is_compiling() -> bool:
     return bool(_compiling())
-
-
-# file name → its basename if it is the user's code, else None. Keyed by the file name, not the code
-# object: code objects compare equal across files when their contents do.
-_is_user_code: dict[str, str | None] = {}
-_MAX_CACHED = 4096  # entries per cache here; past that it starts over (files and classes made on the fly)
-
-
-def user_frame(start: Any) -> str | None:
-    """`file.py:LINE` of the first frame outside torch and gradscape, walking outwards."""
-    f = start
-    while f is not None:
-        fn = f.f_code.co_filename
-        base = _is_user_code.get(fn, False)
-        if base is False:
-            user = not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<frozen")
-            if len(_is_user_code) >= _MAX_CACHED:
-                _is_user_code.clear()
-            base = _is_user_code[fn] = os.path.basename(fn) if user else None
-        if base is not None:
-            return f"{base}:{f.f_lineno}"
-        f = f.f_back
-    return None
-
-
-_library_leaf: dict[type, bool] = {}  # module class → _forward_in_torch(class)
-
-
-def _forward_in_torch(cls: type) -> bool:
-    """True when the class's forward is torch's own code (nn.Linear, nn.ReLU, a subclass that keeps
-    torch's forward), which calls no user code: see NOTE [Library leaves]."""
-    code = getattr(getattr(cls, "forward", None), "__code__", None)
-    return code is not None and code.co_filename.startswith(_TORCH_DIR)
 
 
 def gradient_edge(t: Any) -> tuple[Any, int] | None:
@@ -162,19 +123,14 @@ class ForwardRecorder:
     on_module_out: Callable[[Any, str], None] | None = None  # (module, its name) as a model module's forward ends
 
     def start(self) -> None:
-        if not _active:
-            _install_hooks()
-        _active.append(self)
+        global_hooks.add(self)
         self._mode = _StepMode(self)
         self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)
 
     def stop(self) -> None:
         """Idempotent; safe to call from a `finally`."""
-        if self in _active:
-            _active.remove(self)
-            if not _active:
-                _remove_hooks()
+        global_hooks.discard(self)
         mode, self._mode = self._mode, None
         if mode is not None and not self._paused:
             _remove_mode(mode)
@@ -200,12 +156,12 @@ class ForwardRecorder:
             return True
         return False
 
-    def _opt_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def optimizer_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         if not self._paused and not _is_compiling() and not opt.defaults.get("differentiable"):
             self._step_aside()
         return None
 
-    def _opt_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def optimizer_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._leaf is None:
             self._resume()
         return None
@@ -216,10 +172,10 @@ class ForwardRecorder:
             _push_mode(self._mode)
 
     # ---- module hooks (must return None: a value would replace the module's output) ----
-    # Called from `_on_pre` / `_on_post`, which return at once while dynamo compiles. They run for
-    # every module call of a traced forward, so they are written for speed (module-level names for
-    # torch's functions, no check that the caller made already).
-    def _pre(self, mod: Any, args: Any) -> None:
+    # Called from `_on_pre` / `_on_post` (tracer/record/global_hooks.py), which return at once while
+    # dynamo compiles. They run for every module call of a traced forward, so they are written for
+    # speed (module-level names for torch's functions, no check that the caller made already).
+    def module_pre(self, mod: Any, args: Any) -> None:
         if _graph_task() != -1:  # a forward recomputed inside backward (checkpoint)
             return None
         paused = self._paused
@@ -230,21 +186,15 @@ class ForwardRecorder:
             with _NoTorchFunction():
                 edges = [gradient_edge(a) for a in args]
             self._stack.append((mod, _seqnr(), edges))
-        if not paused and not mod._modules:  # NOTE [Library leaves], for any module (a loss too)
-            cls = type(mod)
-            lib = _library_leaf.get(cls)
-            if lib is None:
-                if len(_library_leaf) >= _MAX_CACHED:
-                    _library_leaf.clear()
-                lib = _library_leaf[cls] = _forward_in_torch(cls)
-            if lib and self._step_aside():
-                self._leaf = mod
-                self._leaf_lo = _seqnr()
-                if self.on_no_grad is not None and not _grad_enabled():  # its ops go unseen: its parameters
-                    self.on_no_grad(tuple(mod._parameters.values()), _getframe(1))
+        # NOTE [Library leaves], for any module (a loss too)
+        if not paused and not _module_children(mod) and is_library_leaf(type(mod)) and self._step_aside():
+            self._leaf = mod
+            self._leaf_lo = _seqnr()
+            if self.on_no_grad is not None and not _grad_enabled():  # its ops go unseen: its parameters
+                self.on_no_grad(tuple(_compat.module_parameters(mod).values()), _getframe(1))
         return None
 
-    def _post(self, mod: Any, args: Any, out: Any) -> None:
+    def module_post(self, mod: Any, args: Any, out: Any) -> None:
         # registered with always_call=True: also runs when the forward raised (then `out` is None)
         if _graph_task() != -1:
             return None
@@ -253,7 +203,7 @@ class ForwardRecorder:
             self._resume()
             lo, hi = self._leaf_lo, _seqnr()
             if hi != lo:
-                self.note_source(lo, hi, _getframe(2))  # the frame above _on_post
+                self.note_source(lo, hi, _getframe(2))  # the frame above global_hooks._on_post
         name = self.module_names.get(mod)
         if name is None:
             return None
@@ -303,86 +253,6 @@ class ForwardRecorder:
             return self._src[i]
         return None
 
-
-# NOTE [Hooks under torch.compile]
-#     Dynamo inlines the global module hooks into a compiled module's graph and guards on the hook
-#     dicts' keys (each registration's id) and on the types on the function-mode stack. A hook
-#     registered anew for every traced step would fail those guards every traced step: a recompile
-#     each time, until the recompile limit leaves the module running eagerly. So the hooks are
-#     module-level functions put back at the same key every time (the key the first registration
-#     got), and the recorders of the open step blocks are found in `_active`; the hooks return at once
-#     while dynamo compiles (so no recorder's state is read into a graph), and the mode's type never
-#     changes. A compiled module thus compiles once more for traced steps (the hooks and the mode are
-#     there) and keeps both graphs; its compiled region is one node, attributed by the call of the
-#     compiled module (its wrapper's hooks run outside the graph).
-_active: list[ForwardRecorder] = []  # the recorders of the open step blocks, oldest first
-_slots: dict[str, Any] = {}  # hook → the handle of its first registration, whose key it keeps
-
-
-def _on_pre(mod: Any, args: Any) -> None:
-    if _compiling():
-        return None
-    for rec in _active:
-        rec._pre(mod, args)
-    return None
-
-
-def _on_post(mod: Any, args: Any, out: Any) -> None:
-    if _compiling():
-        return None
-    for rec in _active:
-        rec._post(mod, args, out)
-    return None
-
-
-def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
-    for rec in _active:
-        rec._opt_pre(opt, args, kwargs)
-    return None
-
-
-def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
-    for rec in _active:
-        rec._opt_post(opt, args, kwargs)
-    return None
-
-
-_HOOKS: tuple[tuple[str, Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
-    ("forward_pre", torch.nn.modules.module.register_module_forward_pre_hook, _on_pre, {}),
-    ("forward", torch.nn.modules.module.register_module_forward_hook, _on_post, {"always_call": True}),
-    ("optimizer_pre", _optim.register_optimizer_step_pre_hook, _on_opt_pre, {}),
-    ("optimizer_post", _optim.register_optimizer_step_post_hook, _on_opt_post, {}),
-)
-
-
-# torch warns at every call of a `torch.compile(module)` wrapper while any global module hook is
-# registered (the hooks see the wrapper's call too). Ours are meant to: that is how a compiled region
-# is attributed to its module. So that warning is ignored from the first traced step on (a filter
-# added once, and again only if something reset the filters: adding and removing one per step would
-# make Python forget which warnings it already showed once, and show the user's warnings again).
-_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
-
-
-def _install_hooks() -> None:
-    """Register the global hooks, each at the key it had the first time (NOTE [Hooks under torch.compile])."""
-    if not any(f[1] is not None and f[1].pattern == _COMPILE_HOOK_WARNING for f in warnings.filters):
-        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
-    for name, register, fn, kwargs in _HOOKS:
-        handle = _slots.get(name)
-        hooks = handle.hooks_dict_ref() if handle is not None else None
-        if handle is None or hooks is None:
-            _slots[name] = register(fn, **kwargs)
-            continue
-        hooks[handle.id] = fn
-        for ref in handle.extra_dict_ref:  # `always_call`: the same key in a second dict
-            extra = ref()
-            if extra is not None:
-                extra[handle.id] = True
-
-
-def _remove_hooks() -> None:
-    for handle in _slots.values():
-        handle.remove()
 
 
 _DETACH = (torch.Tensor.detach, torch.detach)  # noted for the problem finder (a cut in the graph)

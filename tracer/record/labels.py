@@ -1,7 +1,7 @@
 """Slot labels: name every `grad_inputs[j]` by the forward op's argument and say where it goes.
 
 `grad_inputs[j]` is ∂L/∂(forward input j) and flows along `next_functions[j]` (docs/autograd.md).
-The argument name comes from torch's derivatives table (`tracer._derivatives`); nodes that are not
+The argument name comes from torch's derivatives table (`tracer.record.derivatives`); nodes that are not
 in it (AccumulateGrad, CopySlices, custom Functions, compiled and checkpoint nodes) are named by
 hand, and anything unknown falls back to `input j`, never an exception.
 
@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradscape.tracer._derivatives import derivatives_table
+from gradscape.tracer.record.derivatives import derivatives_table
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 

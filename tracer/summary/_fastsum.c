@@ -1,8 +1,8 @@
 /* gradscape: one pass over a gradient for all its statistics, plus its block-mean thumbnail.
  *
- * See NOTE [Summary cost] and NOTE [Thumbnail views] in _summary.py. Built when gradscape is
+ * See NOTE [Summary cost] in stats.py and NOTE [Thumbnail views] in thumbnails.py. Built when gradscape is
  * installed (setup.py: an optional extension; no Python or torch headers needed) and loaded with
- * ctypes by _native.py; without it the tracer falls back to torch reductions, which give the same
+ * ctypes by kernel.py; without it the tracer falls back to torch reductions, which give the same
  * numbers in more passes. On x86-64 this file is built three times: with the baseline instruction
  * set (_fastsum), and for the x86-64-v3 (AVX2, FMA) and v4 (AVX-512) levels (_fastsum_v3/_v4);
  * the baseline build's gs_cpu_level() tells the loader which of them this CPU can run.

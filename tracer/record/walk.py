@@ -1,5 +1,6 @@
-"""The graph walk of one traced step: every node reachable from a backward's roots gets an id, its
-children and its one hook (see `tracer._hooks`).
+"""The graph walk of one traced step: every node reachable from a backward's roots gets an id (its
+position in `GraphWalk.records`, in visit order), its children and the senders of each of its inputs.
+The walk only reads the graph; the node hooks are installed on what it found (tracer/record/node_hooks.py).
 """
 
 from __future__ import annotations
@@ -8,9 +9,12 @@ from typing import Any
 
 import torch
 
-from gradscape.tracer._labels import ACCUMULATE
+from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeRun
-from gradscape.tracer._state import RecorderState
+from gradscape.tracer.record.labels import ACCUMULATE
+from gradscape.tracer.record.model_index import ModelIndex
+
+_sequence_nr = _compat.node_sequence_nr
 
 
 def _kind_of(node: Any, name: str) -> str:
@@ -31,7 +35,7 @@ def _kind_of(node: Any, name: str) -> str:
 _classes: dict[type, tuple[str, str]] = {}
 
 
-class _Rec:
+class NodeRecord:
     """One node of the walked graph, while the step runs."""
 
     __slots__ = ("id", "node", "name", "kind", "seq", "param", "nexts", "children", "send", "sums", "runs")
@@ -44,17 +48,25 @@ class _Rec:
         # per slot: the child input this node alone sends to, where the hook leaves its summary for
         # the child (NOTE [Dedupe]); None where another node sends there too
         self.send: list[tuple[int, int] | None] = []
-        self.sums: dict[int, tuple[int, int]] | None = None  # slot → module sum it adds to (_plan_module_sums)
+        self.sums: dict[int, tuple[int, int]] | None = None  # slot → module sum it adds to (ModuleSums.plan)
         self.runs: list[NodeRun] = []  # the step's NodeRuns themselves, filled in by the hooks
 
 
-class WalkMixin(RecorderState):
-    # ------------------------------------------------------------------ graph walk
-    def _walk_from(self, root: Any) -> int:
-        """Iterative DFS from `root`; new nodes get ids in visit order and their hook (see NOTE [One
-        hook per node]). Returns root's id. Written out in one loop: it runs for every node."""
-        ids, recs, handles, param_names = self.ids, self.recs, self._handles, self.param_names
-        first_new = len(recs)
+class GraphWalk:
+    """The nodes of one step's graphs, walked from the roots of each backward (`walk_from`)."""
+
+    def __init__(self, model: ModelIndex) -> None:
+        self.model = model
+        self.records: list[NodeRecord] = []
+        self.ids: dict[Any, int] = {}  # node → its id
+        # (child id, input_nr) → the (node id, slot) pairs that send to it
+        self.senders: dict[tuple[int, int], list[tuple[int, int]]] = {}
+
+    def walk_from(self, root: Any) -> int:
+        """Iterative DFS from `root`; new nodes get ids in visit order. Returns root's id. Written out in
+        one loop: it runs for every node."""
+        ids, records, model = self.ids, self.records, self.model
+        first_new = len(records)
         stack = [root]
         while stack:
             n = stack.pop()
@@ -72,25 +84,25 @@ class WalkMixin(RecorderState):
             else:
                 name, kind = known
             nexts = n.next_functions  # each read builds new tuples: read once
-            rid = len(recs)
+            rid = len(records)
             if kind == "acc":
-                var = n.variable
-                param = param_names.get(var)
-                if param is None and self.unsharded_names:  # NOTE [Unsharded parameters] in _recorder.py
-                    param = self.unsharded_names.get(var)
-                rec = _Rec(rid, n, name, "param" if param else "leaf", n._sequence_nr(), param, nexts)
-                handles.append(n.register_prehook(self._make_acc(rec)))
+                param = model.param_of(n.variable)  # NOTE [Unsharded parameters] in model_index.py
+                rec = NodeRecord(rid, n, name, "param" if param else "leaf", _sequence_nr(n), param, nexts)
             else:
-                rec = _Rec(rid, n, name, kind, n._sequence_nr(), None, nexts)
-                handles.append(n.register_hook(self._make_post(rec)))
+                rec = NodeRecord(rid, n, name, kind, _sequence_nr(n), None, nexts)
             ids[n] = rid
-            recs.append(rec)
+            records.append(rec)
             for child, _ in reversed(nexts):
                 if child is not None and child not in ids:
                     stack.append(child)
-        # children ids are known only once every node of the walk has an id
-        producers = self._index
-        for rec in recs[first_new:]:
+        self._link(first_new)  # children ids are known only once every node of the walk has an id
+        return ids[root]
+
+    def _link(self, first_new: int) -> None:
+        """Children and senders of the nodes from `first_new` on (NOTE [Dedupe]: a child input with a
+        single sender gets that sender's summary)."""
+        ids, records, senders = self.ids, self.records, self.senders
+        for rec in records[first_new:]:
             kids: list[tuple[int, int] | None] = []
             send: list[tuple[int, int] | None] = []
             rec.send = send  # before the loop: a node may send twice to one input (x * x)
@@ -101,30 +113,19 @@ class WalkMixin(RecorderState):
                     continue
                 slot = (ids[child], nr)
                 kids.append(slot)
-                prods = producers.get(slot)
+                prods = senders.get(slot)
                 if prods is None:
-                    producers[slot] = [(rec.id, j)]
+                    senders[slot] = [(rec.id, j)]
                     send.append(slot)
                 else:  # a second sender: the engine sums what they send, so nobody's summary is the child's
                     first, fj = prods[0]
-                    recs[first].send[fj] = None
+                    records[first].send[fj] = None
                     prods.append((rec.id, j))
                     send.append(None)
             rec.children = kids
-        return ids[root]
 
-    def _watch_hidden_params(self) -> None:
-        """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
-        gradients in a graph the walk cannot see. Holding the parameter's AccumulateGrad node makes
-        that inner graph use it, so a pre-hook there still records the arriving gradient in
-        `st.params` (the node itself is not part of the drawn graph)."""
-        if not any(r.kind in ("checkpoint", "custom") for r in self.recs):
-            return
-        for p, name in self.param_names.items():
-            if not p.requires_grad:
-                continue
-            node = torch.autograd.graph.get_gradient_edge(p).node
-            if node in self.ids or node in self._hidden:
-                continue
-            self._hidden[node] = name
-            self._handles.append(node.register_prehook(self._make_hidden_pre(name)))
+    def release(self) -> None:
+        """Let go of the graph's nodes (the step is over)."""
+        self.records = []
+        self.ids = {}
+        self.senders = {}

@@ -30,71 +30,17 @@ import threading
 import time
 import warnings
 import weakref
-from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from gradscape.tracer import protocol
-from gradscape.tracer._breakpoints import BreakpointLink
-from gradscape.tracer._codec import pack, step_to_wire
 from gradscape.tracer._model import StepTrace
-from gradscape.tracer._paths import spill_path
+from gradscape.tracer.debug.breakpoints import BreakpointLink
+from gradscape.tracer.sinks.paths import spill_path
+from gradscape.tracer.sinks.queue import ByteQueue, estimate_bytes
+from gradscape.tracer.wire import pack, step_to_wire
 
 log = logging.getLogger(__name__)
-
-
-def estimate_bytes(st: StepTrace) -> int:
-    """Cheap size estimate for the queue bound (the exact size is known only once encoded)."""
-    n = 600 * len(st.nodes)
-    seen: set[int] = set()
-    for node in st.nodes:
-        for t in (node.grad_inputs or []) + (node.grad_outputs or []):
-            if t is None or id(t) in seen:
-                continue
-            seen.add(id(t))
-            n += 120 + (t.thumb.nbytes if t.thumb is not None else 0) + (t.values.nbytes if t.values is not None else 0)
-    return n
-
-
-class _ByteQueue:
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.items: deque[tuple[StepTrace, int]] = deque()
-        self.bytes = 0
-        self.cond = threading.Condition()
-
-    def offer(self, st: StepTrace, size: int, force: bool = False) -> bool:
-        with self.cond:
-            if not force and self.items and self.bytes + size > self.limit:
-                return False
-            self.items.append((st, size))
-            self.bytes += size
-            self.cond.notify_all()
-            return True
-
-    def take(self, timeout: float) -> StepTrace | None:
-        with self.cond:
-            if not self.items:
-                self.cond.wait(timeout)
-            if not self.items:
-                return None
-            st, size = self.items.popleft()
-            self.bytes -= size
-            self.cond.notify_all()
-            return st
-
-    def wait_empty(self, deadline: float) -> bool:
-        with self.cond:
-            while self.items and time.monotonic() < deadline:
-                self.cond.wait(max(0.0, min(0.05, deadline - time.monotonic())))
-            return not self.items
-
-    def drain(self) -> list[StepTrace]:
-        with self.cond:
-            out = [st for st, _ in self.items]
-            self.items.clear()
-            self.bytes = 0
-            return out
 
 
 class _Sender:
@@ -110,14 +56,14 @@ class _Sender:
         self.token = token or parse_qs(parts.query).get("token", [None])[0] or os.environ.get("GRADSCAPE_TOKEN")
         self.url = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
         self.run = run
-        self.spill_path = spill or spill_path(run)  # the per-user data directory (tracer/_paths.py)
+        self.spill_path = spill or spill_path(run)  # the per-user data directory (tracer/sinks/paths.py)
         self.connect_timeout = connect_timeout
         self.call_timeout = call_timeout
         self.stats: dict[str, int] = {"sent": 0, "spilled": 0, "dropped": 0}
         self.acked: list[int] = []  # steps the server confirmed stored
         self.max_write_ms = 0.0
-        self._net = _ByteQueue(queue_bytes)
-        self._spill = _ByteQueue(spill_bytes)
+        self._net = ByteQueue(queue_bytes)
+        self._spill = ByteQueue(spill_bytes)
         self._stop = threading.Event()
         self._warned = False
         self._client: Any = None
@@ -131,7 +77,7 @@ class _Sender:
         self._started = False
         self._closed = False
         self._life = threading.Lock()  # start and close, each once, never at the same time
-        # breakpoints: the run's /debug link (NOTE [Breakpoints] in tracer._breakpoints). Unlike the
+        # breakpoints: the run's /debug link (NOTE [Breakpoints] in tracer/debug/breakpoints.py). Unlike the
         # sender it starts with the sink: a breakpoint set before the first step must pause its backward.
         self._breakpoints = BreakpointLink(self.url, run, token=self.token, grace=break_grace)
 
@@ -343,7 +289,7 @@ class SocketSink:
         return self._core.run
 
     @property
-    def _net(self) -> _ByteQueue:
+    def _net(self) -> ByteQueue:
         return self._core._net
 
     def threads(self) -> list[threading.Thread]:

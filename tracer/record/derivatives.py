@@ -6,7 +6,7 @@ the slots of `next_functions`, in order. Loading it takes seconds and needs pyya
 built once per torch version and kept as JSON: the one for the torch this project pins ships in
 `tracer/data/`, others are built on first use into the user's cache directory.
 
-Run `python -m tracer._derivatives` to (re)build the shipped table for the installed torch.
+Run `python -m gradscape.tracer.record.derivatives` to (re)build the shipped table for the installed torch.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
-_DATA = Path(__file__).parent / "data"
+_DATA = Path(__file__).parent.parent / "data"  # tracer/data
 
 
 def _torch_version() -> str:

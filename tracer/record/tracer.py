@@ -1,4 +1,7 @@
-"""`Tracer`: the one object a training loop holds, and `trace()`, its one-call form for notebooks."""
+"""`Tracer`: the one object a training loop holds, and `trace()`, its one-call form for notebooks.
+
+Each traced step is recorded by a `StepRecorder` (tracer/record/recorder.py) and goes, once complete,
+to every sink (tracer/sinks/: memory, a SQLite file, a live server over http)."""
 
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from typing import Any
 import torch
 
 from gradscape.tracer._model import StepTrace
-from gradscape.tracer._recorder import StepRecorder, StructureCache
-from gradscape.tracer._sinks import Sink, resolve_sinks
-from gradscape.tracer._summary import Summariser
+from gradscape.tracer.record.recorder import StepRecorder
+from gradscape.tracer.record.structure import StructureCache
+from gradscape.tracer.sinks.base import Sink, resolve_sinks
+from gradscape.tracer.summary.summariser import Summariser
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,9 @@ class Tracer:
     ...         loss.backward()
     ...     opt.step(); opt.zero_grad()
 
-    `sink`: None (memory only), a `.sqlite`/`.db` path, an object with `write(StepTrace)` and
-    `close(timeout)`, or a list of those. `every=N` traces steps whose index is a multiple of N
+    `sink`: None (memory only), a `.sqlite`/`.db` path, an `http://` or `https://` URL of a gradscape
+    server (live, tracer/sinks/socket.py), an object with `write(StepTrace)` and `close(timeout)`, or a
+    list of those. `every=N` traces steps whose index is a multiple of N
     and installs nothing at all on the others. `tensors="full"` also keeps every gradient's values.
     `keep`: how many recent steps the memory sink holds (`tr.steps`). Every kept step is a few hundred
     Python objects per hundred nodes that the cyclic garbage collector re-scans until they are dropped,
@@ -152,7 +157,7 @@ class _TracedStep:
         try:
             self.rec.start()
         except BaseException:
-            self.rec.stop_hooks()
+            self.rec.handles.remove()
             self.tracer._active = False
             raise
         return self.st
@@ -160,19 +165,21 @@ class _TracedStep:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tr = self.tracer
         tr._active = False
-        try:
-            done = self.rec.finish(exc)
-        except Exception as err:  # never hide the user's exception behind ours
-            self.rec.stop_hooks()
-            warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning, stacklevel=2)
-            return None
-        _fill(self.st, done)
+        with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
+            try:
+                done = self.rec.finish(exc)  # removes them first: the step is assembled without them
+            except Exception as err:  # never hide the user's exception behind ours
+                warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
+                              stacklevel=2)
+                return None
+        _copy_recorded(self.st, done)
         tr.last = self.st
         tr._emit(self.st)
         return None  # never swallow the user's exception
 
 
-def _fill(target: StepTrace, src: StepTrace) -> None:
+def _copy_recorded(target: StepTrace, src: StepTrace) -> None:
+    """Copy what the recorder assembled into the `StepTrace` the `with` block handed out."""
     for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta", "error", "problems", "rank",
               "world_size"):
         setattr(target, f, getattr(src, f))

@@ -1,0 +1,222 @@
+"""The checks on a finished step (NOTE [Two moments] in problems.py): gradients made non-finite by a
+backward node, parameters that got no gradient, exploding or vanishing layers, dead ReLUs. Thresholds:
+docs/problems.md."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import deque
+from typing import Any
+
+import networkx as nx
+
+from gradscape.tracer import _compat
+from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
+from gradscape.tracer.record.view import StepView
+
+RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
+
+DEAD_ZEROS = 0.99  # a ReLU-like node sending back at least this fraction of zeros is dead
+LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of all layers'
+HISTORY_FACTOR = 1e2  # a layer's gradient norm this far above (or below) the median of its own history
+HISTORY_LEN = 20  # traced steps a layer's norm is remembered for
+HISTORY_MIN = 5  # steps of history needed before comparing with it
+MIN_LAYERS = 3  # layers with a gradient needed before comparing a layer with the median of all
+
+
+def op_name(name: str) -> str:
+    """`SqrtBackward0` → `sqrt`, for messages."""
+    short = re.sub(r"Backward\d*$", "", name.rsplit("::", 1)[-1])
+    return short.lower() if short else name
+
+
+def has_nonfinite(t: TensorTrace | None) -> bool:
+    """True for a summary that counted a NaN or an Inf."""
+    if t is None:
+        return False
+    s = t.stats
+    return bool(s.get("nan", 0.0) or s.get("inf", 0.0))
+
+
+def any_nonfinite_gradient(st: StepTrace) -> bool:
+    for n in st.nodes:
+        for r in n.runs:
+            for g in r.grad_inputs or ():
+                if g is not None and has_nonfinite(g):
+                    return True
+            for g in r.grad_outputs:
+                if g is not None and has_nonfinite(g):
+                    return True
+    return False
+
+
+def where(n: NodeTrace) -> str:
+    """" (module, file.py:LINE)" of a node, as far as known."""
+    parts = [p for p in (n.module, n.source) if p]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def backward_born(st: StepTrace, bad_forward: set[int]) -> list[Problem]:
+    """Nodes that sent a non-finite gradient on although every gradient arriving at them was finite,
+    in the order they ran. Written for the finite step: one pass over the sent gradients' counts."""
+    found: list[tuple[int, Problem]] = []
+    for n in st.nodes:
+        for r in n.runs:
+            bad = None
+            for g in r.grad_inputs or ():
+                if g is not None:
+                    s = g.stats
+                    if s.get("nan") or s.get("inf"):
+                        bad = g
+                        break
+            if bad is None or any(has_nonfinite(g) for g in r.grad_outputs):
+                continue
+            word = "a NaN" if bad.stats.get("nan") else "an Inf"
+            why = " (its forward values were already non-finite)" if n.id in bad_forward else ""
+            found.append((r.order, Problem(
+                "nonfinite_backward",
+                f"The backward of {op_name(n.name)}{where(n)} made {word} gradient from finite ones{why}.",
+                n.id, None, n.source)))
+            break
+    found.sort(key=lambda p: p[0])
+    return [p for _, p in found]
+
+
+def _cut_at(node: Any, detaches: list[tuple[Any, str | None]]) -> str | None:
+    """The line of the first detach whose tensor's graph holds `node` (so the detach cut its path)."""
+    for fn, line in detaches:
+        g = nx.DiGraph()
+        stack, seen = [fn], {fn}
+        while stack:
+            n = stack.pop()
+            for child, _ in n.next_functions:
+                if child is not None:
+                    g.add_edge(n, child)
+                    if child not in seen:
+                        seen.add(child)
+                        stack.append(child)
+        if node is fn or (node in g and nx.has_path(g, fn, node)):
+            return line
+    return None
+
+
+def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]],
+             no_grad_uses: dict[Any, str | None] | None = None) -> list[Problem]:
+    """Parameters that need a gradient and got none, in the model's order, with the reason when known."""
+    if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
+        return []  # autograd.grad fills no .grad: no parameter is expected to get one
+    if len(st.params) >= len(view.model.param_names):
+        return []  # every parameter got one (the usual step: no need to look at each)
+    wanted = [name for p, name in view.model.param_names.items() if p.requires_grad]
+    missing = [name for name in wanted if name not in st.params]
+    if not missing:
+        return []
+    in_graph = {n.param: n.id for n in st.nodes if n.param}
+    owner = {p: mod for mod, plist in view.model.module_params.items() for p in plist}
+    calls: dict[str, list[Any]] = {}
+    for c in view.forward.calls:
+        calls.setdefault(c.name, []).append(c)
+    out: list[Problem] = []
+    for name in missing:
+        node = in_graph.get(name)
+        mod = owner.get(name)
+        source = None
+        p = view.model.param_by_name.get(name)
+        if node is not None:
+            why = "it is in the graph, but every path from the loss to it carried no gradient (None)."
+        elif no_grad_uses and p is not None and p in no_grad_uses:
+            source = no_grad_uses[p]
+            why = (f"it was used under torch.no_grad() (at {source}), which records no graph to it."
+                   if source else "it was used under torch.no_grad(), which records no graph to it.")
+        elif mod is None or mod == "<root>" or not calls.get(mod):
+            why = (f"its module {mod} was not called in this step's forward (an unused layer)."
+                   if mod not in (None, "<root>") else "it has no path to the loss (unused, or cut by "
+                   ".detach() or torch.no_grad()).")
+        else:
+            outs = [e for c in calls[mod] for e in c.outputs if e is not None]
+            if not outs:
+                why = (f"{mod} ran, but its output needs no gradient: it was computed under torch.no_grad() "
+                       f"or detached inside {mod}.")
+            else:
+                cut = _cut_at(outs[0][0], detaches)
+                try:
+                    made = view.forward.source_of(_compat.node_sequence_nr(outs[0][0]))
+                except Exception:
+                    made = None
+                at = f" (made at {made})" if made else ""
+                if cut is not None:
+                    source = cut
+                    why = f"{mod}'s output{at} was cut from the graph by .detach() at {cut}."
+                else:
+                    source = made
+                    why = (f"{mod}'s output{at} never reached the loss: it is unused, or cut by torch.no_grad() "
+                           "after that.")
+        out.append(Problem("no_grad", f"{name} got no gradient: {why}", node, name, source))
+    return out
+
+
+def layer_norms(st: StepTrace, module_params: dict[str, list[str]],
+                 history: dict[str, deque[float]]) -> list[Problem]:
+    """Exploding / vanishing layers: a layer's parameter-gradient norm against the median of all layers
+    and against its own recent history (docs/problems.md has the thresholds)."""
+    norms: dict[str, float] = {}
+    params = st.params
+    for mod, plist in module_params.items():
+        sq, seen = 0.0, False
+        for p in plist:
+            t = params.get(p)
+            if t is None:
+                continue
+            v = t.stats.get("norm", math.nan)
+            if v == v and v != math.inf and not has_nonfinite(t):  # a finite norm of a finite gradient
+                sq += v * v
+                seen = True
+        if seen:
+            norms[mod] = math.sqrt(sq)
+    out: list[Problem] = []
+    med_all = statistics.median(norms.values()) if len(norms) >= MIN_LAYERS else 0.0
+    for mod, v in norms.items():
+        kind, why = None, ""
+        if med_all > 0 and v > LAYER_FACTOR * med_all:
+            kind, why = "exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× the median of all layers ({med_all:.3g})"
+        elif med_all > 0 and v < med_all / LAYER_FACTOR:
+            kind, why = "vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of the median of all layers ({med_all:.3g})"
+        past = history.get(mod)
+        # the median only when the bounds do not settle it (v within 100x of every past norm)
+        if kind is None and past is not None and len(past) >= HISTORY_MIN and \
+                (v > HISTORY_FACTOR * min(past) or v < max(past) / HISTORY_FACTOR):
+            med = statistics.median(past)
+            if med > 0 and v > HISTORY_FACTOR * med:
+                kind, why = "exploding", f"{v:.3g}, over {HISTORY_FACTOR:g}× its median over the last " \
+                                         f"{len(past)} traced steps ({med:.3g})"
+            elif med > 0 and v < med / HISTORY_FACTOR:
+                kind, why = "vanishing", f"{v:.3g}, under 1/{HISTORY_FACTOR:g} of its median over the last " \
+                                         f"{len(past)} traced steps ({med:.3g})"
+        if kind is not None:
+            pnode = next((st.param_node(p) for p in module_params[mod] if st.param_node(p) is not None), None)
+            out.append(Problem(kind, f"The gradient norm of layer {mod} is {why}.",
+                               None if pnode is None else pnode.id, module_params[mod][0], None))
+    for mod, v in norms.items():
+        past = history.get(mod)
+        if past is None:
+            past = history[mod] = deque(maxlen=HISTORY_LEN)
+        past.append(v)
+    return out
+
+
+def dead(st: StepTrace) -> list[Problem]:
+    out: list[Problem] = []
+    for n in st.nodes:
+        if n.name not in RELU_LIKE or not n.grad_inputs or not n.grad_outputs:
+            continue
+        sent, came = n.grad_inputs[0], n.grad_outputs[0]
+        if sent is None or came is None or not sent.numel:
+            continue
+        zeros = sent.stats.get("zeros", 0.0) / sent.numel
+        if zeros >= DEAD_ZEROS and came.stats.get("zeros", 0.0) / max(came.numel, 1) < DEAD_ZEROS:
+            out.append(Problem("dead", f"{op_name(n.name)}{where(n)} passed back zero for {zeros:.1%} of its "
+                                       "elements: its units were inactive for the whole batch.",
+                               n.id, None, n.source))
+    return out

@@ -1,0 +1,120 @@
+"""The global module and optimizer hooks of the forward recorder, shared by every open step block.
+
+NOTE [Hooks under torch.compile]
+    Dynamo inlines the global module hooks into a compiled module's graph and guards on the hook
+    dicts' keys (each registration's id) and on the types on the function-mode stack. A hook
+    registered anew for every traced step would fail those guards every traced step: a recompile
+    each time, until the recompile limit leaves the module running eagerly. So the hooks are
+    module-level functions put back at the same key every time (the key the first registration
+    got, `_compat.reinsert_hook`), and the recorders of the open step blocks are found in `_active`;
+    the hooks return at once while dynamo compiles (so no recorder's state is read into a graph), and
+    the mode's type never changes. A compiled module thus compiles once more for traced steps (the
+    hooks and the mode are there) and keeps both graphs; its compiled region is one node, attributed
+    by the call of the compiled module (its wrapper's hooks run outside the graph).
+
+The hooks are installed when the first step block opens (`add`) and removed when the last one closes
+(`discard`); each step's `StepHandles` does that through its forward recorder's `stop`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+import torch.optim.optimizer as _optim
+
+from gradscape.tracer import _compat
+
+compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+class ForwardObserver(Protocol):
+    """What the hooks call on each open step's forward recorder (`ForwardRecorder`)."""
+
+    def module_pre(self, mod: Any, args: Any) -> None: ...
+
+    def module_post(self, mod: Any, args: Any, out: Any) -> None: ...
+
+    def optimizer_pre(self, opt: Any, args: Any, kwargs: Any) -> None: ...
+
+    def optimizer_post(self, opt: Any, args: Any, kwargs: Any) -> None: ...
+
+
+_active: list[ForwardObserver] = []  # the recorders of the open step blocks, oldest first
+_slots: dict[str, Any] = {}  # hook → the handle of its first registration, whose key it keeps
+
+
+def _on_pre(mod: Any, args: Any) -> None:
+    if compiling():
+        return None
+    for rec in _active:
+        rec.module_pre(mod, args)
+    return None
+
+
+def _on_post(mod: Any, args: Any, out: Any) -> None:
+    if compiling():
+        return None
+    for rec in _active:
+        rec.module_post(mod, args, out)
+    return None
+
+
+def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
+    for rec in _active:
+        rec.optimizer_pre(opt, args, kwargs)
+    return None
+
+
+def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
+    for rec in _active:
+        rec.optimizer_post(opt, args, kwargs)
+    return None
+
+
+_HOOKS: tuple[tuple[str, Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
+    ("forward_pre", torch.nn.modules.module.register_module_forward_pre_hook, _on_pre, {}),
+    ("forward", torch.nn.modules.module.register_module_forward_hook, _on_post, {"always_call": True}),
+    ("optimizer_pre", _optim.register_optimizer_step_pre_hook, _on_opt_pre, {}),
+    ("optimizer_post", _optim.register_optimizer_step_post_hook, _on_opt_post, {}),
+)
+
+
+# torch warns at every call of a `torch.compile(module)` wrapper while any global module hook is
+# registered (the hooks see the wrapper's call too). Ours are meant to: that is how a compiled region
+# is attributed to its module. So that warning is ignored from the first traced step on (a filter
+# added once, and again only if something reset the filters: adding and removing one per step would
+# make Python forget which warnings it already showed once, and show the user's warnings again).
+_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+
+
+def _install_hooks() -> None:
+    """Register the global hooks, each at the key it had the first time (NOTE [Hooks under torch.compile])."""
+    if not any(f[1] is not None and f[1].pattern == _COMPILE_HOOK_WARNING for f in warnings.filters):
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+    for name, register, fn, kwargs in _HOOKS:
+        handle = _slots.get(name)
+        if handle is None or not _compat.reinsert_hook(handle, fn):
+            _slots[name] = register(fn, **kwargs)
+
+
+def _remove_hooks() -> None:
+    for handle in _slots.values():
+        handle.remove()
+
+
+def add(rec: ForwardObserver) -> None:
+    """An open step block's recorder: the hooks call it from now on (installed with the first one)."""
+    if not _active:
+        _install_hooks()
+    _active.append(rec)
+
+
+def discard(rec: ForwardObserver) -> None:
+    """The recorder's step block closed; the hooks go with the last one. Idempotent."""
+    if rec in _active:
+        _active.remove(rec)
+        if not _active:
+            _remove_hooks()

@@ -1,0 +1,108 @@
+"""The parameters' gradients of one traced step: `st.params`.
+
+NOTE [Parameter gradients]
+    `st.params[name]` is the gradient the optimizer will see: the parameter's `.grad` when the step's
+    last backward returned (so accumulated over micro-batches, and all-reduced under
+    DistributedDataParallel, whose reducer writes `.grad` before the backward returns), or what
+    `torch.autograd.grad` returned for it. `.grad` is read when each pass ends, for the parameters a
+    gradient arrived at in that pass (`ParamGradients.arrived`, noted by the AccumulateGrad pre-hooks);
+    clipping or an optimizer step later in the block changes nothing here. What arrived at each
+    AccumulateGrad node in each pass stays in that node's runs. When `.grad` is the very tensor that
+    arrived (the usual single backward after `zero_grad()`), the arrival's summary is taken as it is:
+    no second pass over the gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer._model import TensorTrace
+from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.summary.summariser import Summariser
+
+# what identifies a gradient that arrived at a parameter (NOTE [Dedupe] in tracer/record/node_hooks.py)
+Arrival = tuple[TensorTrace | None, tuple[Any, ...] | None]
+
+
+def _dtensor_type() -> Any:
+    """torch.distributed's DTensor class, or None where torch.distributed is not built."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:
+        return None
+    return DTensor
+
+
+def _dist_initialized() -> bool:
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+class ParamGradients:
+    """`st.params` of one step (NOTE [Parameter gradients]): `traces`, by parameter name."""
+
+    def __init__(self, model: ModelIndex, summariser: Summariser) -> None:
+        self.model, self.summ = model, summariser
+        self.traces: dict[str, TensorTrace] = {}
+        # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
+        self.arrived: dict[str, Arrival] = {}
+        self.distributed = _dist_initialized()
+        # FSDP2 (`fully_shard`): the parameters are DTensor shards (NOTE [Unsharded parameters]); the
+        # DTensor class then, else None
+        dtensor = _dtensor_type() if self.distributed else None
+        self.dtensor = dtensor if dtensor is not None and any(
+            isinstance(p, dtensor) for p in model.param_by_name.values()) else None
+
+    def note_arrival(self, name: str, g: torch.Tensor, tr: TensorTrace | None) -> None:
+        """A gradient arrived at a parameter's AccumulateGrad node: its `.grad` is read when the pass
+        ends (`after_pass`). The arrival's identity is kept, not the tensor (holding it would stop
+        AccumulateGrad from taking it over as `.grad`)."""
+        key = (g.data_ptr(), g.shape, g.stride(), g.dtype) if g.layout == torch.strided else None
+        self.arrived[name] = (tr, key)
+
+    def after_pass(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        """Read the gradients a backward pass left: see NOTE [Parameter gradients]."""
+        if api == "autograd.grad":
+            self._returned(args, kwargs, result)
+            return
+        arrived, self.arrived = self.arrived, {}
+        dtensor = self.dtensor
+        for name, (tr, key) in arrived.items():
+            p = self.model.param_by_name.get(name)
+            g = None if p is None else p.grad
+            if g is None or (dtensor is not None and isinstance(g, dtensor)):
+                continue  # a shard (FSDP2): `_sharded` reads it without touching the other ranks
+            if (tr is not None and key is not None and not self.distributed
+                    and _compat.post_accumulate_grad_hooks(p) is None and g.layout == torch.strided
+                    and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
+                self.traces[name] = tr
+            else:
+                self.traces[name] = self.summ.summarise(g)
+        if dtensor is not None:
+            self._sharded(dtensor)
+
+    def _returned(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        """`torch.autograd.grad`: what it returned for each parameter among its inputs."""
+        if result is None:
+            return
+        inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+        if isinstance(inputs, (torch.Tensor, torch.autograd.graph.GradientEdge)):
+            inputs = (inputs,)
+        for t, g in zip(inputs or (), result):
+            name = self.model.param_names.get(t) if isinstance(t, torch.Tensor) else None
+            if name is not None and isinstance(g, torch.Tensor):
+                self.traces[name] = self.summ.summarise(g)
+
+    def _sharded(self, dtensor: Any) -> None:
+        """FSDP2 (`fully_shard`): the parameters are DTensor shards, and gradients arrive at the unsharded
+        copies it makes for each forward (named after their parameter: NOTE [Unsharded parameters]).
+        After the backward, a parameter's `.grad` is this rank's shard of the reduced gradient: what its
+        optimizer steps with, kept as `st.params[name]` (the local shard, in the shard's own shape; an
+        op on the DTensor itself could start a collective)."""
+        for name, p in self.model.param_by_name.items():
+            g = p.grad
+            if isinstance(g, dtensor):
+                self.traces[name] = self.summ.summarise(g.to_local())

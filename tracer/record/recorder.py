@@ -1,0 +1,226 @@
+"""Recording one traced step: graph walk, node hooks, and assembly of the `StepTrace`.
+
+NOTE [Hook lifetime]
+    Node hooks are installed on the graph of each backward when it starts (see NOTE [Source lines]
+    in tracer/record/forward.py for how the start is seen) and removed when the step ends, also when
+    it raises: every handle of the step, the forward recorder's included, is held by the step's one
+    `StepHandles` (tracer/record/handles.py), which removes them all in one place. The recorder
+    holds strong references to the nodes for the step only (node wrappers are not
+    weak-referenceable, and `id()` is recycled once a graph is freed), and drops them at the end so
+    the graph can be freed. Nothing is written on the user's tensors, modules or nodes.
+
+NOTE [Transforms]
+    Inside a torch.func transform (grad, vjp, jacrev, vmap, ...) the tensors a backward sees are the
+    transform's wrappers: they have no memory of their own to summarise, and their graph belongs to
+    the transform. Such a backward runs exactly as it would untraced; the step notes why in
+    `st.meta["notes"]` and the Tracer warns once. The forward around it is attributed as usual, and
+    an ordinary backward in the same step is traced.
+
+NOTE [Parameter gradients]: see tracer/record/params.py.
+
+`StepRecorder` owns the step's state and handles its lifecycle and the start of each backward. Its
+parts are collaborators it makes and owns, each in a module of its own, each given what it reads:
+the model's names (`ModelIndex`, model_index.py), the graph walk (`GraphWalk`, walk.py), the node
+hooks (`NodeHooks`, node_hooks.py), every handle (`StepHandles`, handles.py), the parameters'
+gradients (`ParamGradients`, params.py), module-level gradients (`ModuleSums`, module_sums.py), the
+forward's attribution (`ForwardRecorder`, forward.py) and assembly (assemble.py, structure.py). The
+debugger and the problem finder read the step through `StepView` (view.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer._model import BackwardPass, StepTrace
+from gradscape.tracer.debug.breakpoints import breaker
+from gradscape.tracer.debug.problems import StepProblems, root_values
+from gradscape.tracer.record.assemble import edges_of, node_traces
+from gradscape.tracer.record.forward import ForwardRecorder
+from gradscape.tracer.record.handles import CallOnRemove, StepHandles
+from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.record.module_sums import ModuleSums
+from gradscape.tracer.record.node_hooks import NodeHooks, now
+from gradscape.tracer.record.params import ParamGradients
+from gradscape.tracer.record.structure import StructureCache
+from gradscape.tracer.record.view import StepView
+from gradscape.tracer.record.walk import GraphWalk
+from gradscape.tracer.summary.summariser import Summariser
+
+log = logging.getLogger(__name__)
+
+__all__ = ["StepRecorder", "StructureCache"]
+
+_functorch_stack = _compat.functorch_stack
+
+
+def _in_functorch() -> bool:
+    """True inside a torch.func transform (grad, vjp, jacrev, vmap, ...)."""
+    return _functorch_stack() is not None
+
+
+def _after_step(*args: Any) -> Any:
+    raise RuntimeError("gradscape: this step's recorder has finished")
+
+
+class StepRecorder:
+    """Everything about one traced step that needs live torch objects; `finish()` returns the
+    plain `StepTrace` and lets go of them."""
+
+    def __init__(self, run: str, step: int, model: Any, summariser: Summariser,
+                 statics: StructureCache | None = None, warned: set[str] | None = None) -> None:
+        self.run, self.step = run, step
+        self.warned = warned if warned is not None else set()
+        self.summ = summariser
+        self.statics = statics if statics is not None else StructureCache()
+        self.model = ModelIndex(model)
+        self.forward = ForwardRecorder(self.model.module_names, self._on_backward)
+        self.walk = GraphWalk(self.model)
+        self.handles = StepHandles()  # every hook of the step (NOTE [Hook lifetime])
+        self.params = ParamGradients(self.model, summariser)
+        self.module_sums = ModuleSums(self.walk, self.forward)
+        self.passes: list[BackwardPass] = []
+        self.notes: list[str] = []  # what this step could not trace, and why (st.meta["notes"])
+        execution: list[tuple[int, int]] = []  # written by the node hooks, read by the view
+        self.view = StepView(step, self.walk, execution, self.forward, summariser, self.model, self.statics)
+        # breakpoints: see NOTE [Breakpoints] in tracer/debug/breakpoints.py
+        self.hooks = NodeHooks(step, summariser, self.params, self.module_sums, breaker(run), self.view, execution)
+        self.problems = StepProblems(self.statics)  # the problem finder (tracer/debug/problems.py)
+        self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
+        self.forward.on_no_grad = self.problems.note_no_grad
+        # FSDP2 (`fully_shard`): only then the forward hook that names the unsharded copies
+        if self.params.dtensor is not None:
+            self.forward.on_module_out = self.model.name_unsharded
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Install the forward's hooks and mode (removed with the step's other handles)."""
+        self.handles.add(CallOnRemove(self.forward.stop))
+        self.forward.start()
+
+    def finish(self, error: BaseException | None = None) -> StepTrace:
+        """Remove every hook, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
+        self.handles.remove()
+        records, execution = self.walk.records, self.hooks.execution
+        for pos, (rid, k) in enumerate(execution):
+            records[rid].runs[k].order = pos
+        module_grad_sums = self.module_sums.summaries(self.summ)
+        self.summ.finalize()
+        st = StepTrace(run=self.run, step=self.step)
+        st.nodes = node_traces(records, self.forward, self.view.slot_statics)
+        st.edges = edges_of(records)
+        st.passes = self.passes
+        st.execution = list(execution)
+        st.params = dict(self.params.traces)
+        st.modules = self.module_sums.module_traces(st, module_grad_sums, self.model)
+        if not self.passes and not self.notes and error is None:
+            self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
+                            "or torch.autograd.grad() inside the `with tr.step(i)` block)")
+        st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
+        if self.notes:
+            st.meta["notes"] = list(self.notes)
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            st.rank, st.world_size = dist.get_rank(), dist.get_world_size()
+        if error is not None:
+            st.error = f"{type(error).__name__}: {error}"
+        st.problems = self.problems.finish(st, self.view)  # the problem finder (tracer/debug/problems.py)
+        self._release()
+        return st
+
+    def _release(self) -> None:
+        self.walk.release()
+        self.hooks.handoff = {}
+        self.hooks.hidden = {}
+        self.params.arrived = {}
+        self.module_sums.release()
+        self.forward.calls = []
+        self.forward.on_backward = _after_step  # the recorder ↔ forward recorder cycle, broken: freed by refcount
+        self.model.release()
+
+    # ------------------------------------------------------------------ backward entry
+    def _on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if _in_functorch():  # NOTE [Transforms]
+            self._note_once("a backward inside a torch.func transform (grad, vjp, jacrev, vmap) runs untraced: "
+                            "its tensors are the transform's wrappers, whose memory cannot be read")
+            return func(*args, **kwargs)
+        roots, retain, create = backward_roots(api, args, kwargs)
+        try:
+            bp = self._start_pass(api, roots, retain, create, root_values(api, args, kwargs))
+        except Exception as exc:  # never let the tracer break the user's backward
+            log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
+            return func(*args, **kwargs)
+        result: Any = None
+        try:
+            self.hooks.pass_t0 = now()
+            result = func(*args, **kwargs)
+            return result
+        finally:
+            bp.end = len(self.hooks.execution)
+            for (_node, nr), rid in zip(roots, bp.roots):
+                runs = [r for r in self.walk.records[rid].runs if r.pass_index == bp.index]
+                bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
+                                     else None)
+            try:
+                self.params.after_pass(api, args, kwargs, result)
+            except Exception as exc:  # never let the tracer break the user's backward
+                log.warning("gradscape: could not read the parameters' gradients after a backward: %s", exc)
+
+    def _start_pass(self, api: str, roots: list[tuple[Any, int]], retain: Any, create: Any,
+                    values: list[torch.Tensor | None]) -> BackwardPass:
+        """Walk the graph from the pass's roots, hook what is new, and plan the module sums."""
+        walk = self.walk
+        first_new = len(walk.records)
+        root_ids = [walk.walk_from(node) for node, _ in roots]
+        self.hooks.install(walk.records[first_new:], self.handles)
+        index = len(self.passes)
+        self.hooks.pass_index = index
+        bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
+                          retain_graph=bool(retain), create_graph=bool(create), start=len(self.hooks.execution))
+        self.passes.append(bp)
+        self.module_sums.plan()
+        self.hooks.watch_hidden_params(walk, self.model, self.handles)
+        self.problems.at_backward(walk.records, root_ids, values, index)  # problem finder
+        return bp
+
+    def _note_once(self, why: str) -> None:
+        """Keep the reason something of this step went untraced in `st.meta["notes"]`, and warn about
+        it once per `Tracer` (`warned`, shared by its steps)."""
+        if why not in self.notes:
+            self.notes.append(why)
+        if why not in self.warned:
+            self.warned.add(why)
+            warnings.warn(f"gradscape: step {self.step}: {why}", RuntimeWarning, stacklevel=2)
+
+
+def backward_roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Any, int]], Any, Any]:
+    """The (node, input_nr) each root of a backward call starts from, and its `retain_graph` and
+    `create_graph` (`retain_graph` defaults to `create_graph`, as torch has it)."""
+    if api == "Tensor.backward":
+        tensors: Any = [args[0]]
+        retain = kwargs.get("retain_graph", args[2] if len(args) > 2 else None)
+        create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
+    else:
+        first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+        tensors = [first] if isinstance(first, (torch.Tensor, torch.autograd.graph.GradientEdge)) \
+            else list(first or ())
+        if api == "autograd.grad":
+            retain = kwargs.get("retain_graph", args[3] if len(args) > 3 else None)
+            create = kwargs.get("create_graph", args[4] if len(args) > 4 else False)
+        else:
+            retain = kwargs.get("retain_graph", args[2] if len(args) > 2 else None)
+            create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
+    if retain is None:
+        retain = create
+    roots: list[tuple[Any, int]] = []
+    for t in tensors:
+        if isinstance(t, torch.autograd.graph.GradientEdge):
+            roots.append((t.node, t.output_nr))
+        elif isinstance(t, torch.Tensor) and t.requires_grad:
+            e = torch.autograd.graph.get_gradient_edge(t)
+            roots.append((e.node, e.output_nr))
+    return roots, retain, create

@@ -1,0 +1,29 @@
+"""The file sink: every step appended to a SQLite trace file (`tracer.store`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gradscape.tracer._model import StepTrace
+
+
+class FileSink:
+    """Appends every step to a SQLite trace file, one transaction per step."""
+
+    def __init__(self, path: str | Path) -> None:
+        from gradscape.tracer.store import TraceStore
+
+        self.path = str(path)
+        self.store = TraceStore(self.path)
+        self.stats = {"written": 0, "dropped": 0}
+
+    def write(self, st: StepTrace) -> None:
+        try:
+            self.store.write_step(st)
+            self.stats["written"] += 1
+        except Exception:
+            self.stats["dropped"] += 1
+            raise
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.store.close()

@@ -1,0 +1,66 @@
+"""The socket sink's queues: steps waiting to be sent or spilled, bounded in bytes (NOTE [Socket sink]
+in tracer/sinks/socket.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from gradscape.tracer._model import StepTrace
+
+
+def estimate_bytes(st: StepTrace) -> int:
+    """Cheap size estimate for the queue bound (the exact size is known only once encoded)."""
+    n = 600 * len(st.nodes)
+    seen: set[int] = set()
+    for node in st.nodes:
+        for t in (node.grad_inputs or []) + (node.grad_outputs or []):
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            n += 120 + (t.thumb.nbytes if t.thumb is not None else 0) + (t.values.nbytes if t.values is not None else 0)
+    return n
+
+
+class ByteQueue:
+    """A FIFO of steps bounded by their estimated bytes; the threads of the socket sink wait on it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: deque[tuple[StepTrace, int]] = deque()
+        self.bytes = 0
+        self.cond = threading.Condition()
+
+    def offer(self, st: StepTrace, size: int, force: bool = False) -> bool:
+        with self.cond:
+            if not force and self.items and self.bytes + size > self.limit:
+                return False
+            self.items.append((st, size))
+            self.bytes += size
+            self.cond.notify_all()
+            return True
+
+    def take(self, timeout: float) -> StepTrace | None:
+        with self.cond:
+            if not self.items:
+                self.cond.wait(timeout)
+            if not self.items:
+                return None
+            st, size = self.items.popleft()
+            self.bytes -= size
+            self.cond.notify_all()
+            return st
+
+    def wait_empty(self, deadline: float) -> bool:
+        with self.cond:
+            while self.items and time.monotonic() < deadline:
+                self.cond.wait(max(0.0, min(0.05, deadline - time.monotonic())))
+            return not self.items
+
+    def drain(self) -> list[StepTrace]:
+        with self.cond:
+            out = [st for st, _ in self.items]
+            self.items.clear()
+            self.bytes = 0
+            return out

@@ -1,0 +1,214 @@
+"""`Summariser`: gradient summaries computed on the tensor's own device inside the hooks, fetched to
+the host once per step (`finalize`). Statistics: `summary.stats`; thumbnails: `summary.thumbnails`;
+sparse gradients: `summary.sparse`; the C kernel's fast path: `summary.fastpath`.
+
+NOTE [Views share a buffer]
+    A view node (`VIEW_NODES` in `tracer.record.labels`: TBackward0, CloneBackward0, ...) sends on the memory
+    that arrived, in another shape, and its hook passes the arriving trace as `stats_of`. Where the fast
+    path summarised what arrived, and what is sent would be read by the very same kernel call (the same
+    address, kernel and geometry: a Linear's weight gradient and its transpose share their plan's
+    geometry), the first call's buffer is the second's result too: only the trace is new, and `finalize`
+    reads the buffer once per trace (transposing the thumbnail where that trace's plan says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer._model import TensorTrace
+from gradscape.tracer.summary.fastpath import (
+    _native_plans,
+    _NativePlan,
+    _same_call,
+    _transposed_plans,
+    _unpack_stats,
+    native_summary,
+)
+from gradscape.tracer.summary.sparse import as_coalesced_coo, sparse_thumbnail, with_implicit_zeros
+from gradscape.tracer.summary.stats import dtype_name, grad_off, raw_stats, stats_from_array, stats_from_raw
+from gradscape.tracer.summary.thumbnails import fits_whole, thumbnail
+from gradscape.tracer.wire import thumbnail_view
+
+_STRIDED = torch.strided
+_MAX_DENSE_VALUES = 1 << 20  # a sparse gradient's values are kept (tensors="full") up to this many elements
+_F32 = np.dtype(np.float32)
+
+
+
+@dataclass(slots=True)
+class PendingSummary:
+    """A summary whose results are still on the device (or still to be derived), until `finalize`."""
+
+    trace: TensorTrace
+    raw: torch.Tensor | tuple[float, ...] | None  # see raw_stats; None when stats come from elsewhere
+    thumb: torch.Tensor | np.ndarray | None  # an ndarray when already on the host
+    values: torch.Tensor | None
+    stats_of: TensorTrace | None = None
+    host_stats: bool = False  # small tensor: its thumbnail holds every value; stats computed from it
+    view: str | None = None  # the thumbnail's view in words, where it is not thumbnail_view(shape)
+
+
+_words: dict[tuple[torch.dtype, torch.device], tuple[str, str]] = {}  # (dtype, device) → their names
+_views: dict[tuple[int, ...], str] = {}  # shape → thumbnail_view(shape); a model has few shapes
+
+
+class Summariser:
+    """Summarises gradients inside hooks; `finalize()` fetches every result in one transfer per device."""
+
+    def __init__(self, thumb: int = 64, keep_values: bool = False) -> None:
+        self.thumb = thumb
+        self.keep_values = keep_values
+        self._pending: list[PendingSummary] = []
+        # the fast path's kernel results still in their buffers: (trace, buffer, plan), read at finalize
+        self._buffers: list[tuple[TensorTrace, Any, _NativePlan]] = []
+        # the fast path's traces of this step, by id: (the trace, its buffer, its plan, the tensor's address),
+        # so a view of the same memory reuses the buffer (NOTE [Views share a buffer])
+        self._fast: dict[int, tuple[TensorTrace, Any, _NativePlan, int]] = {}
+        # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
+        self._plans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
+            _native_plans.setdefault(thumb, {})
+        self._tplans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
+            _transposed_plans.setdefault(thumb, {})
+
+    def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
+        """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
+        shape (a view node's output), whose statistics are reused; only the thumbnail is computed."""
+        with grad_off():
+            return self.summarise_no_grad(t, stats_of)
+
+    def summarise_no_grad(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
+        """`summarise` for a caller that has already turned grad mode off (the recorder's hooks).
+
+        The fast path, for a contiguous CPU tensor of a shape and dtype the kernel has seen: one
+        kernel call into a fresh buffer, and a trace whose shape, dtype and view words come from
+        the plan; the buffer is read at `finalize`, in a loop of its own. It runs once per gradient
+        inside backward, where every Python operation costs more than when warm (the kernels around
+        it have evicted the interpreter's caches), so it does as few as it can."""
+        if t.is_cpu and t.layout is _STRIDED:
+            if t.is_contiguous():
+                plan = self._plans.get((t.shape, t.dtype))
+            else:  # a Linear's weight gradient on its way through TBackward0, say
+                plan = self._tplans.get((t.shape, t.dtype))
+                if plan is not None and t.stride() != (1, plan.shape[0]):
+                    plan = None
+            if plan is not None:
+                ptr = t.data_ptr()
+                if stats_of is not None:  # NOTE [Views share a buffer]
+                    prev = self._fast.get(id(stats_of))
+                    if prev is not None and prev[0] is stats_of and prev[3] == ptr and _same_call(prev[2], plan):
+                        tr = TensorTrace(plan.shape, plan.dtype, {}, None, plan.view, None, "cpu")
+                        self._buffers.append((tr, prev[1], plan))
+                        return tr
+                buf = plan.buf_type()
+                if not plan.fn(ptr, plan.geom, buf):
+                    tr = TensorTrace(plan.shape, plan.dtype, {}, None, plan.view, None, "cpu")
+                    self._buffers.append((tr, buf, plan))
+                    self._fast[id(tr)] = (tr, buf, plan, ptr)
+                    return tr
+        return self._summarise(t, stats_of)
+
+    def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
+        if t.layout is not _STRIDED:
+            return self._summarise_sparse(t)
+        shape = tuple(t.shape)
+        dt, dev = t.dtype, t.device
+        words = _words.get((dt, dev))
+        if words is None:
+            words = _words[(dt, dev)] = (dtype_name(dt), str(dev))
+        tr = TensorTrace(shape, words[0], {}, None, "", None, words[1])  # thumb_view: at finalize
+        fast = native_summary(t, self.thumb)
+        if fast is not None:  # a shape's first call (it makes the fast path's plan), or values kept
+            self._pending.append(PendingSummary(tr, fast[0], fast[1], self._values(t), None, False))
+            return tr
+        th = thumbnail(t, self.thumb) if self.thumb > 0 else None
+        # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
+        # thumbnail is an exact copy, so its statistics are computed on the host at finalize.
+        host = stats_of is None and th is not None and t.dtype != torch.float64 and fits_whole(shape, self.thumb)
+        raw = None if stats_of is not None or host else raw_stats(t)
+        self._pending.append(PendingSummary(tr, raw, th, self._values(t), stats_of, host))
+        return tr
+
+    def _summarise_sparse(self, t: torch.Tensor) -> TensorTrace:
+        """A sparse gradient (nn.Embedding(sparse=True), a sparse matmul): see NOTE [Sparse gradients]."""
+        tr = TensorTrace(tuple(t.shape), dtype_name(t.dtype), {}, None, "", None, str(t.device))
+        coo = as_coalesced_coo(t)
+        if coo is None:
+            tr.thumb_view = f"not summarised: {str(t.layout).replace('torch.', '')} layout"
+            return tr
+        vals = _compat.sparse_values(coo)
+        raw = with_implicit_zeros(raw_stats(vals), t.numel() - vals.numel())
+        th, view = sparse_thumbnail(coo, self.thumb) if self.thumb > 0 else (None, None)
+        values = None
+        if self.keep_values and t.numel() <= _MAX_DENSE_VALUES:
+            values = self._values(coo.to_dense())
+        self._pending.append(PendingSummary(tr, raw, th, values, None, False, view))
+        return tr
+
+    def _values(self, t: torch.Tensor) -> torch.Tensor | None:
+        if not self.keep_values:
+            return None
+        v = t.detach()
+        return (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v).clone()
+
+    def finalize(self) -> None:
+        """Bring every pending summary to the host: CPU results are used in place; for each other
+        device, one stacked transfer for the statistics and one for the thumbnails. Values (full
+        mode only) are copied one by one."""
+        buffers, self._buffers = self._buffers, []
+        self._fast = {}
+        for tr, buf, plan in buffers:  # the fast path's kernel results
+            tr.stats = stats_from_raw(_unpack_stats(buf))
+            if plan.th_shape is not None:
+                th = np.ndarray(plan.th_shape, _F32, buf, 64)  # a view of the buffer, which it keeps alive
+                tr.thumb = np.ascontiguousarray(th.T) if plan.transposed else th
+        pending, self._pending = self._pending, []
+        remote: dict[torch.device, list[PendingSummary]] = {}
+        for p in pending:
+            p.trace.thumb_view = p.view or _view_of(p.trace.shape)
+            if isinstance(p.thumb, torch.Tensor) and p.thumb.device.type == "cpu":
+                p.thumb = p.thumb.numpy()
+            if isinstance(p.thumb, np.ndarray):
+                p.trace.thumb = p.thumb if p.thumb.size else np.zeros((0, 0), dtype=np.float32)
+                p.thumb = None
+            dev = p.raw.device if isinstance(p.raw, torch.Tensor) else (p.thumb.device if p.thumb is not None else None)
+            if dev is not None:
+                remote.setdefault(dev, []).append(p)
+        for items in remote.values():
+            on_device = [p for p in items if isinstance(p.raw, torch.Tensor)]
+            if on_device:
+                host = torch.stack([p.raw for p in on_device]).cpu().numpy()  # type: ignore[misc]
+                for p, row in zip(on_device, host):
+                    p.trace.stats = stats_from_raw(row)
+            with_thumb = [p for p in items if p.thumb is not None]
+            if with_thumb:
+                flat = torch.cat([p.thumb.reshape(-1) for p in with_thumb  # type: ignore[misc]
+                                  if isinstance(p.thumb, torch.Tensor)]).cpu().numpy()
+                off = 0
+                for p in with_thumb:
+                    shp = tuple(p.thumb.shape)  # type: ignore[union-attr]
+                    k = int(np.prod(shp))
+                    p.trace.thumb = flat[off:off + k].reshape(shp)
+                    off += k
+        for p in pending:
+            if isinstance(p.raw, tuple):
+                p.trace.stats = stats_from_raw(p.raw)
+            if p.host_stats and p.trace.thumb is not None:
+                p.trace.stats = stats_from_array(p.trace.thumb)
+            if p.stats_of is not None:
+                p.trace.stats = dict(p.stats_of.stats)
+            if p.values is not None:
+                p.trace.values = p.values.cpu().numpy()
+
+
+def _view_of(shape: tuple[int, ...]) -> str:
+    view = _views.get(shape)
+    if view is None:
+        if len(_views) > 4096:  # shapes that keep changing (variable sequence lengths)
+            _views.clear()
+        view = _views[shape] = thumbnail_view(shape)
+    return view

@@ -1,0 +1,60 @@
+"""The serialised step, defined once: what the tracer sends, the server checks, the store keeps and the
+API and the view read. Plain msgpack maps, arrays as raw little-endian bytes. The names below are the
+schema's public face; each lives in the module of its concern:
+
+    types       the wire form as TypedDicts (`WireStep`, `WireNode`, ...) and `TraceFormatError`
+    versions    `WIRE_VERSION`, and what a field an earlier writer left out means (`with_defaults`)
+    arrays      arrays as maps of dtype, shape and bytes (`encode_array`, `decode_array`)
+    views       the 2-D view a thumbnail shows (`matrix_shape`, `thumbnail_view`)
+    codec       `StepTrace` → wire form (`step_to_wire`), and the msgpack bytes (`pack`, `unpack`)
+    validation  wire form → `StepTrace`, every field checked (`step_from_wire`)
+
+No pickle anywhere: a trace is data (`dict`/`list`/`str`/numbers/`bytes`), never code. `step_from_wire`
+checks every field and raises `TraceFormatError` naming the first one that is wrong.
+
+Wire form, version `WIRE_VERSION` (every key is always present):
+    {"v": 1, "run": str, "step": int, "error": str|None, "meta": {...},
+     "tensors": [T, ...],                      # each distinct TensorTrace once; others refer by index
+     "nodes": [{"id", "name", "kind", "module", "param", "source", "schema", "order",
+                "labels": [str], "args": [str], "in_shapes": [[int]|None], "out_shapes": [[int]|None],
+                "out_dtypes": [str|None], "gi": [int|None]|None, "go": [int|None]|None, "t": float|None,
+                "runs": [[pass, order, go, gi, t], ...]}],
+     "edges": [[src, dst, slot], ...],
+     "modules": {name: {"type", "params": [str], "calls": [{"gi", "go", "in", "out", "last"}]}},
+     "params": {name: int}, "passes": [{"index", "api", "roots", "root_grads", "retain_graph",
+                                       "create_graph", "start", "end"}], "execution": [[node, run], ...],
+     "problems": [{"kind", "message", "node", "param", "source"}], "rank": int|None, "world_size": int|None}
+    Node fields hold node ids (positions in "nodes") and tensor indices (positions in "tensors").
+    T = {"shape": [int], "dtype": str, "stats": [min, max, mean, std, norm, nan, inf, zeros],
+         "view": str, "device": str, "thumb": A|None, "values": A|None}
+    A = {"dtype": "<f4"|"<f8"|..., "shape": [int], "data": bytes}
+"""
+
+from gradscape.tracer._model import STAT_NAMES
+from gradscape.tracer.wire.arrays import MAX_ARRAY_ELEMENTS, decode_array, encode_array
+from gradscape.tracer.wire.codec import pack, step_to_wire, tensor_to_wire, unpack
+from gradscape.tracer.wire.types import (
+    TensorArrays,
+    TensorRefs,
+    TraceFormatError,
+    WireArray,
+    WireCall,
+    WireModule,
+    WireNode,
+    WirePass,
+    WireProblem,
+    WireRun,
+    WireStep,
+    WireTensor,
+    node_runs,
+)
+from gradscape.tracer.wire.validation import step_from_wire, tensor_from_wire
+from gradscape.tracer.wire.versions import WIRE_VERSION, with_defaults
+from gradscape.tracer.wire.views import matrix_shape, thumbnail_view
+
+__all__ = [
+    "MAX_ARRAY_ELEMENTS", "STAT_NAMES", "WIRE_VERSION", "TensorArrays", "TensorRefs", "TraceFormatError", "WireArray",
+    "WireCall", "WireModule", "WireNode", "WirePass", "WireProblem", "WireRun", "WireStep", "WireTensor",
+    "decode_array", "encode_array", "matrix_shape", "node_runs", "pack", "step_from_wire", "step_to_wire",
+    "tensor_from_wire", "tensor_to_wire", "thumbnail_view", "unpack", "with_defaults",
+]

@@ -1,0 +1,97 @@
+"""A `StepTrace` to its wire form (`step_to_wire`), and the wire form to bytes and back (msgpack)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from gradscape.tracer._model import STAT_NAMES, StepTrace, TensorTrace
+from gradscape.tracer.wire.arrays import encode_array
+from gradscape.tracer.wire.types import (
+    TensorRefs,
+    TraceFormatError,
+    WireModule,
+    WireNode,
+    WirePass,
+    WireRun,
+    WireStep,
+    WireTensor,
+)
+from gradscape.tracer.wire.validation import plain
+from gradscape.tracer.wire.versions import WIRE_VERSION
+
+
+class _TensorTable:
+    """The step's "tensors" list: each distinct `TensorTrace` once, referred to by its position."""
+
+    def __init__(self) -> None:
+        self.items: list[WireTensor] = []
+        self._index: dict[int, int] = {}
+
+    def ref(self, t: TensorTrace | None) -> int | None:
+        if t is None:
+            return None
+        k = id(t)
+        if k not in self._index:
+            self._index[k] = len(self.items)
+            self.items.append(tensor_to_wire(t))
+        return self._index[k]
+
+    def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
+        return None if ts is None else [self.ref(t) for t in ts]
+
+    def refs_all(self, ts: list[TensorTrace | None]) -> TensorRefs:
+        return [self.ref(t) for t in ts]
+
+
+def tensor_to_wire(t: TensorTrace) -> WireTensor:
+    return {"shape": list(t.shape), "dtype": t.dtype,
+            "stats": [float(t.stats.get(k, float("nan"))) for k in STAT_NAMES],
+            "view": t.thumb_view, "device": t.device,
+            "thumb": None if t.thumb is None else encode_array(t.thumb),
+            "values": None if t.values is None else encode_array(t.values)}
+
+
+def step_to_wire(st: StepTrace) -> WireStep:
+    tab = _TensorTable()
+    nodes: list[WireNode] = []
+    for n in st.nodes:
+        nodes.append({
+            "id": n.id, "name": n.name, "kind": n.kind, "module": n.module, "param": n.param,
+            "source": n.source, "schema": n.schema, "order": n.order,
+            "labels": list(n.input_labels), "args": list(n.input_args),
+            "in_shapes": [None if s is None else list(s) for s in n.input_shapes],
+            "out_shapes": [None if s is None else list(s) for s in n.output_shapes],
+            "out_dtypes": list(n.output_dtypes),
+            "gi": tab.refs(n.grad_inputs), "go": tab.refs(n.grad_outputs), "t": n.time_us,
+            "runs": [list(WireRun(r.pass_index, r.order, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs),
+                                  r.time_us)) for r in n.runs],
+        })
+    modules: dict[str, WireModule] = {name: {"type": m.type, "params": list(m.params),
+                      "calls": [{"gi": tab.refs_all(c.grad_input), "go": tab.refs_all(c.grad_output),
+                                 "in": list(c.input_nodes), "out": list(c.output_nodes), "last": c.last_op}
+                                for c in m.calls]}
+               for name, m in st.modules.items()}
+    passes: list[WirePass] = [{"index": p.index, "api": p.api, "roots": list(p.roots),
+               "root_grads": tab.refs_all(p.root_grads),
+               "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}
+              for p in st.passes]
+    return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": plain(st.meta, "meta"),
+            "nodes": nodes, "edges": [list(e) for e in st.edges], "modules": modules,
+            "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
+            "execution": [list(e) for e in st.execution], "tensors": tab.items,
+            "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
+                          "source": p.source} for p in st.problems],
+            "rank": st.rank, "world_size": st.world_size}
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack's errors, and TypeError for a map key Python cannot hash
+        raise TraceFormatError(f"not a msgpack document: {exc}") from exc
