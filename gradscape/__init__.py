@@ -25,6 +25,7 @@ from gradscape.tracer.store import StoreError, TraceStore, load
 from gradscape.tracer.wire import TraceFormatError
 
 if TYPE_CHECKING:
+    from gradscape.app.notebook import show
     from gradscape.tracer._tracer import Tracer, trace
 
 
@@ -35,6 +36,10 @@ def __getattr__(name: str) -> Any:
         from gradscape.tracer import _tracer
 
         return getattr(_tracer, name)
+    if name == "show":  # a server and Dash are imported only when a notebook asks for the page
+        from gradscape.app.notebook import show
+
+        return show
     raise AttributeError(f"module 'gradscape' has no attribute {name!r}")
 
 
@@ -56,6 +61,7 @@ __all__ = [
     "TraceStore",
     "Tracer",
     "load",
+    "show",
     "trace",
 ]
 __version__ = "0.1.0"

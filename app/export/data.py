@@ -73,7 +73,7 @@ def fold_states(wire: WireStep, max_states: int = 400) -> tuple[dict[str, Any], 
     while queue and len(states) < max_states:
         key, parent, collapsed = queue.popleft()
         layout = layout_graph(wire, collapsed)
-        states[key] = _state(wire, layout, parent, elements, edge_labels)
+        states[key] = view_state(wire, layout, parent, elements, edge_labels)
         for eid in layout["nodes"]:
             if eid.startswith("n"):
                 show.setdefault(int(eid[1:]), key)
@@ -88,7 +88,7 @@ def _r(v: float) -> float:
     return round(float(v), 1)
 
 
-def _state(wire: WireStep, layout: dict[str, Any], parent: str | None, elements: dict[str, Any],
+def view_state(wire: WireStep, layout: dict[str, Any], parent: str | None, elements: dict[str, Any],
            edge_labels: dict[str, str]) -> dict[str, Any]:
     """One laid-out view: `nodes` [[element, x, y, w, h]] (centres), `boxes` [[module, x1, y1, x2, y2]],
     `edges` [[source, target, classes, [x, y, ...] bends]]; what each element looks like goes once
