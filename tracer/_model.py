@@ -198,8 +198,8 @@ class StepTrace:
 
     def __repr__(self) -> str:
         rank = "" if self.rank is None else f", rank={self.rank}"
-        return (f"StepTrace(run={self.run!r}, step={self.step}{rank}, nodes={len(self.nodes)}, edges={len(self.edges)}, "
-                f"problems={len(self.problems)})")
+        return (f"StepTrace(run={self.run!r}, step={self.step}{rank}, nodes={len(self.nodes)}, "
+                f"edges={len(self.edges)}, problems={len(self.problems)})")
 
     def _repr_html_(self) -> str:
         """A notebook's display: the graph as SVG, the problems, the busiest nodes (app/export/inline.py)."""

@@ -153,7 +153,8 @@ def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
 
 def _slot_text(s: dict[str, Any]) -> dict[str, Any]:
     return {"label": s["label"], "title": s["title"], "tensor": s["tensor"], "shape": s["shape"],
-            "dtype": s["dtype"], "note": s["note"] if s["tensor"] is None else None, "stats": [[r["stat"], r["text"]] for r in s["stats"]]}
+            "dtype": s["dtype"], "note": s["note"] if s["tensor"] is None else None,
+            "stats": [[r["stat"], r["text"]] for r in s["stats"]]}
 
 
 def heatmap(slot: dict[str, Any], cells: bytearray) -> dict[str, Any] | None:

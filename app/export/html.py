@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import re
 import zlib
 from pathlib import Path
@@ -73,7 +74,7 @@ def step_html(wire: WireStep) -> str:
     return _MARK.sub(lambda m: parts[m.group(1)], template)  # one pass: nothing inserted is read as a mark
 
 
-def write_html(step: StepTrace | WireStep, path: str | Path) -> Path:
+def write_html(step: StepTrace | WireStep, path: str | os.PathLike[str]) -> Path:
     """Write the offline page of `step` (a `StepTrace`, or a whole step's wire form) to `path`."""
     wire = step_to_wire(step) if isinstance(step, StepTrace) else step
     out = Path(path)

@@ -40,13 +40,15 @@ def graph_svg(wire: WireStep) -> str:
     elements: dict[str, Any] = {}
     labels: dict[str, str] = {}
     st = view_state(wire, layout_graph(wire, default_collapse(wire)), None, elements, labels)
-    xs = [v for n in st["nodes"] for v in (n[1] - n[3] / 2, n[1] + n[3] / 2)] + [v for b in st["boxes"] for v in (b[1], b[3])]
-    ys = [v for n in st["nodes"] for v in (n[2] - n[4] / 2, n[2] + n[4] / 2)] + [v for b in st["boxes"] for v in
-                                                                               (b[2] - 16, b[4])]
+    xs = [v for n in st["nodes"] for v in (n[1] - n[3] / 2, n[1] + n[3] / 2)]
+    xs += [v for b in st["boxes"] for v in (b[1], b[3])]
+    ys = [v for n in st["nodes"] for v in (n[2] - n[4] / 2, n[2] + n[4] / 2)]
+    ys += [v for b in st["boxes"] for v in (b[2] - 16, b[4])]  # a box's label sits above it
     x0, y0 = min(xs, default=0) - 8, min(ys, default=0) - 8
     w, h = max(xs, default=1) + 8 - x0, max(ys, default=1) + 8 - y0
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="gradscape-graph" viewBox="{x0:.0f} {y0:.0f} {w:.0f} {h:.0f}" '
-           f'width="{min(w, MAX_WIDTH):.0f}" style="max-width:100%;height:auto;font-family:sans-serif">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="gradscape-graph" '
+           f'viewBox="{x0:.0f} {y0:.0f} {w:.0f} {h:.0f}" width="{min(w, MAX_WIDTH):.0f}" '
+           'style="max-width:100%;height:auto;font-family:sans-serif">',
            '<defs><marker id="gs-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
            'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#999"/></marker></defs>']
     for module, x1, y1, x2, y2 in st["boxes"]:

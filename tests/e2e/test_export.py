@@ -91,8 +91,10 @@ def test_deep_link_shows_the_nodes_heatmaps(page: Page, folded_step: tuple[Any, 
     # every slot with a gradient has a heatmap drawn, in colours: read its pixels back
     canvases = inspector.locator("canvas.gs-heatmap-canvas")
     assert canvases.count() == sum(1 for t in (node.grad_outputs or []) + (node.grad_inputs or []) if t is not None)
-    coloured = canvases.first.evaluate("""c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-        let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] === 255) n++; return n; }""")
+    coloured = canvases.first.evaluate("""c => {
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i + 3] === 255) n++;
+        return n; }""")
     assert coloured == node.grad_outputs[0].thumb.size  # type: ignore[index, union-attr]
     stats = inspector.locator(".gs-stats").first.inner_text()
     assert "norm" in stats and "zeros%" in stats
