@@ -4,10 +4,11 @@
     view.url                           # the page's address
 
 A gradscape server is started on demand, on loopback and a free port, in a daemon thread of the
-kernel: one for the session's own trace file (steps and tracers shown), one per trace file shown by
-path; a later call reuses it, and it stops when the interpreter exits (the kernel shuts down). The
+kernel: one for the steps shown, one per shown tracer's run (each in a file of the session's own, in a
+temporary folder removed at the end), one per trace file shown by path; a later call reuses it, and it
+stops when the interpreter exits (the kernel shuts down). The
 notebook gets an iframe of the page. A `Tracer` gets one more sink, which stores each step it traces
-in the session's file and tells the page at once, so the page follows its run live.
+in its server's file and tells the page at once, so the page follows its run live.
 
 Where the kernel runs on another machine than the browser (ssh, JupyterHub, Codespaces, Colab), an
 iframe of 127.0.0.1 would be blank: `show` says how to forward the port instead. `GRADSCAPE_REMOTE=0`
@@ -21,6 +22,7 @@ import html
 import ipaddress
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -32,7 +34,7 @@ from urllib.parse import urlencode
 from gradscape.tracer._model import StepTrace
 
 log = logging.getLogger(__name__)
-SESSION = "<session>"  # the key of the session's own trace file (steps and tracers shown)
+SESSION = "<session>"  # the key of the session's own trace file of the steps shown
 _lock = threading.Lock()
 _servers: dict[str, _Server] = {}
 
@@ -45,6 +47,7 @@ class _Server:
     srv: Any  # werkzeug's server
     thread: threading.Thread
     port: int
+    folder: str | None = None  # a temporary folder of the session's own, removed when the server stops
 
     @property
     def base(self) -> str:
@@ -54,9 +57,11 @@ class _Server:
         self.srv.shutdown()
         self.srv.server_close()
         self.app.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _start(store: str) -> _Server:
+def _start(store: str, folder: str | None = None) -> _Server:
     from werkzeug.serving import make_server
 
     from gradscape.app.server import ServerConfig, create_app
@@ -68,21 +73,22 @@ def _start(store: str) -> _Server:
     config.port = srv.server_port
     thread = threading.Thread(target=srv.serve_forever, name="gradscape-notebook-server", daemon=True)
     thread.start()
-    return _Server(app, srv, thread, srv.server_port)
+    return _Server(app, srv, thread, srv.server_port, folder)
 
 
-def server(store: str | None = None) -> _Server:
-    """The running server of trace file `store` (None: the session's own file), started if needed."""
-    key = SESSION if store is None else str(Path(store).resolve())
+def server(store: str | None = None, *, own: str = SESSION) -> _Server:
+    """The running server of trace file `store`, started if needed. `store` None: a file of the session's
+    own, one per `own` (the steps shown, and each shown tracer's run)."""
+    key = own if store is None else str(Path(store).resolve())
     with _lock:
         if key not in _servers:
-            if key == SESSION:
-                path = str(Path(tempfile.mkdtemp(prefix="gradscape-")) / "notebook.sqlite")
+            if store is None:
+                folder = tempfile.mkdtemp(prefix="gradscape-")
+                _servers[key] = _start(str(Path(folder) / "notebook.sqlite"), folder)
+            elif not Path(key).is_file():
+                raise FileNotFoundError(f"gradscape.show: no trace file at {store}")
             else:
-                if not Path(key).is_file():
-                    raise FileNotFoundError(f"gradscape.show: no trace file at {store}")
-                path = key
-            _servers[key] = _start(path)
+                _servers[key] = _start(key)
         return _servers[key]
 
 
@@ -202,7 +208,9 @@ def _serve(x: Any) -> tuple[_Server, dict[str, Any]]:
     if isinstance(x, (str, os.PathLike)):
         return server(os.fspath(x)), {}
     if hasattr(x, "sinks") and hasattr(x, "run") and hasattr(x, "step"):  # a Tracer (not imported: it needs torch)
-        srv = server()
+        # a file of its own: the page of a store with no run yet follows the first run that appears (a
+        # link to a run that is not there yet would show another run of a shared file, and stay there)
+        srv = server(own=f"{SESSION} tracer {x.run}")
         if not any(isinstance(s, _PageSink) and s.srv is srv for s in x.sinks):
             sink = _PageSink(srv)
             for st in getattr(x, "steps", []):  # what it traced already

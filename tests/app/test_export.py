@@ -156,3 +156,61 @@ def test_inline_display_of_a_big_step_is_folded_by_module() -> None:
     svg = st._repr_html_()
     assert all(f'data-id="m:{m}"' in svg for m in folded)
     assert svg.count("<g data-id=") < len(st.nodes) / 3
+
+
+def test_show_serves_a_trace_file_on_loopback_reuses_and_stops_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib.error
+    import urllib.request
+
+    from gradscape.app import notebook
+
+    monkeypatch.setenv("GRADSCAPE_REMOTE", "0")
+    _step(tmp_path)
+    view = gradscape.show(str(tmp_path / "t.sqlite"), display=False)
+    try:
+        assert view.url.startswith("http://127.0.0.1:") and view.remote is None
+        with urllib.request.urlopen(view.url + "api/runs", timeout=10) as resp:
+            assert [r["run"] for r in json.loads(resp.read())["runs"]] == ["r"]
+        assert gradscape.show(tmp_path / "t.sqlite", display=False).port == view.port  # reused
+        assert '<iframe src="' + view.url + '"' in view._repr_html_()
+    finally:
+        notebook.stop()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(view.url + "api/runs", timeout=5)
+    with pytest.raises(FileNotFoundError, match="no trace file"):
+        gradscape.show(tmp_path / "missing.sqlite", display=False)
+    with pytest.raises(TypeError, match="StepTrace, a Tracer or a trace file"):
+        gradscape.show(42, display=False)
+
+
+@pytest.mark.parametrize(("env", "words"), [
+    ({"SSH_CONNECTION": "10.1.1.1 5000 10.1.1.2 22"}, "ssh session"),
+    ({"JUPYTERHUB_API_URL": "http://hub:8081/hub/api"}, "JupyterHub"),
+    ({"GRADSCAPE_REMOTE": "1"}, "GRADSCAPE_REMOTE=1"),
+    ({"GRADSCAPE_REMOTE": "0", "SSH_CONNECTION": "10.1.1.1 5000 10.1.1.2 22"}, None),
+    ({}, None),
+])
+def test_remote_kernel_guess(env: dict[str, str], words: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradscape.app.notebook import forward_hint, remote_reason
+
+    for var in ("GRADSCAPE_REMOTE", "SSH_CONNECTION", "JUPYTERHUB_API_URL", "CODESPACES", "COLAB_RELEASE_TAG",
+                "KAGGLE_KERNEL_RUN_TYPE"):
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    reason = remote_reason()
+    assert (reason is None) if words is None else (words in (reason or ""))
+    if reason and "SSH_CONNECTION" in env:
+        assert "ssh -N -L 8123:127.0.0.1:8123 " in forward_hint(8123, reason) and "@10.1.1.2" in forward_hint(8123,
+                                                                                                              reason)
+
+
+def test_importing_gradscape_stays_cheap() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, gradscape; gradscape.show; "
+            "print(sorted(m for m in ('torch', 'dash', 'IPython', 'flask') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
