@@ -214,3 +214,23 @@ def test_importing_gradscape_stays_cheap() -> None:
             "print(sorted(m for m in ('torch', 'dash', 'IPython', 'flask') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_12_layer_gpt_step_fits_in_5_mb(tmp_path: Path) -> None:
+    """The budget of issue 20 §3, on bench/'s W4 in summary mode (bench/export.py prints the parts)."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from bench.workloads import gpt12
+
+    w = gpt12()
+    with gradscape.Tracer(w.model) as tr, tr.step(0) as st:
+        w.loss(w.model, w.batch()).backward()
+    path = st.to_html(tmp_path / "gpt12.html")
+    data, cells = _parts(path.read_text(encoding="utf-8"))
+    assert path.stat().st_size <= 5 * 1024 * 1024
+    assert len(data["nodes"]) == len(st.nodes) and len(data["states"]) > 100  # every block can be opened
+    assert len(cells) == sum(h["rows"] * h["cols"] for h in data["heatmaps"].values() if h and "rows" in h)
