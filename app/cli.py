@@ -4,6 +4,7 @@
     gradscape demo  [--port 8050] [--model mlp|cnn|transformer] [--every 5]
     gradscape show FILE [--run R] [--step S]      print one recorded step
     gradscape runs FILE                           list runs and steps
+    gradscape export FILE [--run R] [--step S] [--rank K] -o step.html   one offline HTML file of a step
     gradscape doctor [--url http://127.0.0.1:8050] versions, summariser, file locations, server check
 """
 
@@ -41,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--step", type=int, default=None, help="step number (default: the last step)")
     show.add_argument("--nodes", type=int, default=60, help="at most this many nodes")
     sub.add_parser("runs", help="list the runs and steps of a trace file").add_argument("path")
+    exp = sub.add_parser("export", help="write one step as a self-contained HTML file (no server, no network)")
+    exp.add_argument("path", help="a .sqlite trace file")
+    exp.add_argument("--run", default=None, help="run name (default: the newest run)")
+    exp.add_argument("--step", type=int, default=None, help="step number (default: the last step)")
+    exp.add_argument("--rank", type=int, default=0, help="rank (default: 0)")
+    exp.add_argument("-o", "--output", required=True, help="the HTML file to write")
     doc = sub.add_parser("doctor", help="what gradscape runs on: versions, summariser, where files go, server check")
     doc.add_argument("--url", default=None, help="also check that a gradscape server answers here")
     doc.add_argument("--token", default=None, help="the server's token, if it wants one")
@@ -57,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             from gradscape.tracer.report import format_step
 
             print(format_step(gradscape.load(args.path, args.run, args.step), max_nodes=args.nodes))
+        elif args.command == "export":
+            from gradscape.app.export.html import export_file
+
+            print(f"wrote {export_file(args.path, args.run, args.step, args.rank, args.output)}")
         elif args.command == "runs":
             with gradscape.TraceStore(args.path, readonly=True) as store:
                 for r in store.runs():

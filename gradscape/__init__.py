@@ -27,6 +27,7 @@ from gradscape.tracer.store import StoreError, TraceStore, load
 from gradscape.tracer.wire import TraceFormatError
 
 if TYPE_CHECKING:
+    from gradscape.app.notebook import show
     from gradscape.tracer.record.tracer import Tracer, trace
 
 
@@ -37,6 +38,10 @@ def __getattr__(name: str) -> Any:
         from gradscape.tracer.record import tracer
 
         return getattr(tracer, name)
+    if name == "show":  # a server and Dash are imported only when a notebook asks for the page
+        from gradscape.app.notebook import show
+
+        return show
     raise AttributeError(f"module 'gradscape' has no attribute {name!r}")
 
 
@@ -58,6 +63,7 @@ __all__ = [
     "TraceStore",
     "Tracer",
     "load",
+    "show",
     "trace",
 ]
 __version__ = "0.1.0"

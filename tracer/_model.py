@@ -12,7 +12,9 @@ NOTE [Slot order]
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -193,3 +195,22 @@ class StepTrace:
         from gradscape.tracer.report import format_step
 
         return format_step(self)
+
+    def __repr__(self) -> str:
+        rank = "" if self.rank is None else f", rank={self.rank}"
+        return (f"StepTrace(run={self.run!r}, step={self.step}{rank}, nodes={len(self.nodes)}, "
+                f"edges={len(self.edges)}, problems={len(self.problems)})")
+
+    def _repr_html_(self) -> str:
+        """A notebook's display: the graph as SVG, the problems, the busiest nodes (app/export/inline.py)."""
+        from gradscape.app.export.inline import step_html_inline
+        from gradscape.tracer.wire import step_to_wire
+
+        return step_html_inline(step_to_wire(self))
+
+    def to_html(self, path: str | os.PathLike[str]) -> Path:
+        """Write one self-contained HTML file of this step, for any browser, from disk, with no server and
+        no network (app/export/html.py); returns its path."""
+        from gradscape.app.export.html import write_html
+
+        return write_html(self, path)

@@ -1,0 +1,1 @@
+"""A step outside the live page: one offline HTML file (`html`, from `data`) and the notebook display (`inline`)."""

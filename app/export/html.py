@@ -1,0 +1,88 @@
+"""One self-contained HTML file of one step: it opens from disk in any browser, with no server and no
+network. Everything is inside it: the step's page data as JSON (`app.export.data`), the heatmaps'
+cell codes (deflated, base64), the page's scripts and styles (`app/export/page/`, plus the live page's
+CSS from the assets folder).
+
+    write_html(st, "step.html")                       # a StepTrace (`st.to_html(path)`)
+    export_file("runs/train.sqlite", "r", 10, 0, "step.html")   # `gradscape export`
+
+The file is what a person sends (attached to an issue, dropped in a chat), so it holds no path of the
+machine it was written on: every absolute path in its text (a source line, a note, the meta) is cut
+to its file name (`scrub_paths`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+from gradscape.app.export.data import page_data
+from gradscape.tracer._model import StepTrace
+from gradscape.tracer.store import load
+from gradscape.tracer.wire import WireStep, step_to_wire
+
+PAGE = Path(__file__).parent / "page"
+SCRIPTS = ("graph.js", "inspector.js")  # graph.js first: inspector.js starts the page
+# an absolute path: POSIX (`/home/a/x.py`, at least two parts), home (`~/x/y.py`) or Windows (`C:\a\x.py`)
+_ABSOLUTE = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\:\"'<>|]+[/\\])+(?=[^\s/\\\"'<>|]+)")
+_MARK = re.compile(r"<!--gs:(\w+)-->")
+
+
+def scrub_paths(obj: Any) -> Any:
+    """`obj` (JSON-ready data) with every absolute path in its strings cut to the file name:
+    `/home/me/proj/train.py:41` becomes `train.py:41`."""
+    if isinstance(obj, str):
+        return _ABSOLUTE.sub("", obj)
+    if isinstance(obj, list):
+        return [scrub_paths(v) for v in obj]
+    if isinstance(obj, dict):
+        return {scrub_paths(k) if isinstance(k, str) else k: scrub_paths(v) for k, v in obj.items()}
+    return obj
+
+
+def _assets_css() -> str:
+    """The live page's styles (the inspector, the problems panel, the header), so both pages look alike."""
+    folder = Path(__file__).resolve().parent.parent.parent / "assets"
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.css")))
+
+
+def _json_script(data: Any) -> str:
+    """JSON safe inside a <script> element: no `<` at all, so no `</script>` or `<!--` can end it early."""
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+
+
+def step_html(wire: WireStep) -> str:
+    """The page of one step as HTML text; `wire` is the whole step, arrays included."""
+    data, cells = page_data(wire)
+    data = scrub_paths(data)
+    where = f"run {data['run']} · step {data['step']}" + (f" · rank {data['rank']}" if data["rank"] else "")
+    parts = {
+        "title": html.escape(f"gradscape · {where}"),
+        "heading": html.escape(where),
+        "css": _assets_css() + "\n" + (PAGE / "page.css").read_text(encoding="utf-8"),
+        "data": _json_script(data),
+        "cells": base64.b64encode(zlib.compress(cells, 9)).decode("ascii"),
+        "scripts": "\n".join((PAGE / name).read_text(encoding="utf-8") for name in SCRIPTS).replace("</", "<\\/"),
+    }
+    template = (PAGE / "page.html").read_text(encoding="utf-8")
+    return _MARK.sub(lambda m: parts[m.group(1)], template)  # one pass: nothing inserted is read as a mark
+
+
+def write_html(step: StepTrace | WireStep, path: str | os.PathLike[str]) -> Path:
+    """Write the offline page of `step` (a `StepTrace`, or a whole step's wire form) to `path`."""
+    wire = step_to_wire(step) if isinstance(step, StepTrace) else step
+    out = Path(path)
+    out.write_text(step_html(wire), encoding="utf-8")
+    return out
+
+
+def export_file(trace_file: str | Path, run: str | None, step: int | None, rank: int, out: str | Path) -> Path:
+    """Write the offline page of one stored step (`gradscape.load`'s defaults: the newest run, its
+    last step)."""
+    return write_html(load(trace_file, run, step, rank), out)

@@ -1,0 +1,61 @@
+"""Size and time of the offline HTML file of one step (`gradscape export`, `st.to_html`), per workload,
+in summary mode, against the same step in a SQLite trace file written in the same run.
+
+    python bench/export.py [W1 W2 W3 W4]          default: all four; the goal is W4 (gpt12) ≤ 5 MB
+
+Prints, per workload: nodes, tensors, the file's size and its parts (page data JSON, heatmap cells,
+scripts and styles), the views laid out (one per module that can be opened), the time to write it, and
+the ratio to the step's trace file.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import gradscape  # noqa: E402
+from bench.workloads import build  # noqa: E402
+from gradscape.app.export.html import write_html  # noqa: E402
+
+BUDGET = 5 * 1024 * 1024
+MB = 1024 * 1024
+
+
+def measure(key: str, folder: Path) -> None:
+    w = build(key)
+    db = folder / f"{key}.sqlite"
+    with gradscape.Tracer(w.model, sink=str(db), run=key) as tr, tr.step(0) as st:
+        w.loss(w.model, w.batch()).backward()
+    assert st is not None
+    t0 = time.perf_counter()
+    path = write_html(st, folder / f"{key}.html")
+    took = time.perf_counter() - t0
+    text = path.read_text(encoding="utf-8")
+    size = path.stat().st_size
+    part = {name: len(m.group(1).encode()) for name, m in (
+        ("data", re.search(r'id="gs-data">(.*?)</script>', text, re.S)),
+        ("cells", re.search(r'id="gs-cells">(.*?)</script>', text, re.S))) if m}
+    states = len(re.findall(r'"parent":', text))
+    print(f"{key} {w.name}: {len(st.nodes)} nodes, {len(st.modules)} modules, {states} views laid out; "
+          f"file {size / MB:.2f} MB (data {part.get('data', 0) / MB:.2f}, cells {part.get('cells', 0) / MB:.2f}, "
+          f"page code {(size - sum(part.values())) / MB:.3f}) in {took:.1f} s; "
+          f"trace file {db.stat().st_size / MB:.2f} MB (ratio {size / db.stat().st_size:.2f}); "
+          f"{'within' if size <= BUDGET else 'OVER'} the 5 MB budget ({size / BUDGET:.0%})", flush=True)
+
+
+def main() -> None:
+    keys = sys.argv[1:] or ["W1", "W2", "W3", "W4"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for key in keys:
+            measure(key, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
