@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -47,7 +49,7 @@ def _local_torch_wheel(tmp_path: Path) -> Path | None:
     if res.returncode != 0:
         return None
     url = json.loads(report.read_text())["install"][0]["download_info"]["url"]
-    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
+    return Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path)) if url.startswith("file:") else None
 
 
 @pytest.mark.slow
