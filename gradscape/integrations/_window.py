@@ -17,8 +17,10 @@ import gradscape
 def tracer_options(owner: str, sink: Any, every: int, run: str | None, options: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments for `gradscape.Tracer`, checked when the callback is made (the tracer itself
     is made when training starts, on each rank): an unknown option is named at once, not at `fit()`."""
-    accepted = [k for k in inspect.signature(gradscape.Tracer).parameters if k != "model"]
-    unknown = sorted(k for k in options if k not in accepted)
+    params = inspect.signature(gradscape.Tracer).parameters
+    accepted = [k for k in params if k != "model"]
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())  # Tracer checks them
+    unknown = [] if open_ended else sorted(k for k in options if k not in accepted)
     if unknown:
         raise TypeError(f"{owner}: unknown tracer option(s) {unknown}; gradscape.Tracer takes {accepted}")
     if type(every) is not int or every < 1:

@@ -13,9 +13,8 @@ torch.distributed each rank traces its own steps under one run name: `run`, else
 `run_name`, else one that rank 0 picks.
 
 The tracer is made at `on_train_begin` and closed at `on_train_end`; `callback.tracer` is it. The
-Trainer calls no callback when `train()` raises: a step open then keeps the tracer's hooks until the
-next `on_train_begin` / `on_step_begin` of this callback or `callback.close()`, which closes that step
-with the error recorded.
+Trainer calls no callback when `train()` raises: a step open then keeps the tracer's hooks until this
+callback's next `on_train_begin` or `callback.close(exc)`, which records it with the error.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ class GradscapeCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Any = None, **kwargs: Any) -> None:
-        self.close(RuntimeError("gradscape: the last train() ended inside this step"))
+        self.close()  # a step the last train() left open when it raised
         if model is None:
             raise ValueError("GradscapeCallback: the Trainer passed no model to on_train_begin")
         run = shared_run_name(self._options["run"] or args.run_name)
@@ -70,8 +69,12 @@ class GradscapeCallback(TrainerCallback):
         self.close()
 
     def close(self, error: BaseException | None = None) -> None:
-        """Close the open step, if any (`error` goes into its record), and the tracer's sinks. Idempotent."""
+        """Close the open step, if any, and the tracer's sinks. Idempotent. A step still open here was left
+        by a `train()` that raised: it is recorded with `error` (the exception, when you have it) or with
+        an error that says so."""
         if self._window is not None:
+            if self._window.is_open and error is None:
+                error = RuntimeError("gradscape: train() ended inside this step (it raised?)")
             self._window.close(error)
             self._window = None
         if self.tracer is not None:

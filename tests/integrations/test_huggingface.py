@@ -111,3 +111,35 @@ def test_every_nth_step_and_the_gradient_the_optimizer_used(tmp_path: Path) -> N
 def test_tracer_options_are_checked_when_the_callback_is_made() -> None:
     with pytest.raises(TypeError, match=r"unknown tracer option\(s\) \['sinks'\]"):
         GradscapeCallback(sinks=[])
+
+
+class Failing(torch.nn.Module):
+    """A language-model-shaped module whose forward raises on its `fail_at`-th call (counting from 0)."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 8)
+        self.head = torch.nn.Linear(8, 64)
+        self.calls, self.fail_at = 0, fail_at
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.head(self.embed(input_ids))
+        self.calls += 1
+        if self.calls - 1 == self.fail_at:
+            raise RuntimeError("boom in forward")
+        return {"loss": torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())}
+
+
+def test_a_train_that_raises_inside_a_step_is_recorded_once_the_callback_is_closed(tmp_path: Path) -> None:
+    path = tmp_path / "hf.sqlite"
+    cb = GradscapeCallback(sink=str(path), run="boom", every=1)
+    with pytest.raises(RuntimeError, match="boom in forward") as caught:
+        _train(tmp_path, Failing(fail_at=1), cb, samples=8)
+    assert torch._C._len_torch_function_stack() == 1  # the Trainer told no callback: step 1 is still open
+    cb.close(caught.value)
+    with gradscape.TraceStore(path, readonly=True) as store:
+        rows = [(r["step"], r["error"]) for r in store.steps("boom")]
+    assert rows == [(0, None), (1, "RuntimeError: boom in forward")]
+    assert torch._C._len_torch_function_stack() == 0
+    assert not torch.nn.modules.module._global_forward_hooks
+    cb.close()  # idempotent
