@@ -27,9 +27,14 @@ $(RUN_STAMP): $(BUILD_INPUTS) | $(PY)
 	$(PIP) -e .
 	touch $@
 
+# `make test` also installs the framework extras (Lightning, transformers, Accelerate: their tests are part of
+# the suite). They depend on torch; the constraint pins the torch installed above, so pip never replaces it.
+TORCH_PIN := $(VENV)/torch-constraint.txt
+
 $(DEV_STAMP): $(BUILD_INPUTS) | $(PY) compiler
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) $(TORCH_SPEC)
-	$(PIP) -e ".[dev]"
+	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(TORCH_PIN)
+	$(PIP) -c $(TORCH_PIN) -e ".[dev,lightning,huggingface]"
 	touch $@ $(RUN_STAMP)
 
 # The summary kernel is optional for `make run` (without a compiler the install still succeeds and
