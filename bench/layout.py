@@ -22,9 +22,10 @@ Engines:
 Crossings are counted on the drawing (each edge a polyline through its bends, straight when it has
 none), not on layers, so every engine is counted the same way. Overlaps: `box_overlaps` on the
 positions each engine gives (a box is what it holds plus padding, as cytoscape draws compound nodes).
-Stability: the mean distance moved by the elements within one screen (1400 × 900 model units) of the
-clicked module, after the translation that keeps the clicked module's top-centre in place (the page
-brings the opened module into view, so a shift of everything at once is not seen as movement).
+Stability ("moved"): how far the elements within one screen (1400 × 900 model units) of the clicked
+module move, as the page shows them: after the pan the page chooses (it keeps the median of their moves
+at zero), the mean move of those above or beside the module (what is below it must move down), and the
+mean sideways move of all of them.
 """
 
 from __future__ import annotations
@@ -201,30 +202,27 @@ def _proper(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def displacement(before: Layout, after: Layout, module: str, axis: int | None = None) -> float:
-    """Mean distance moved by the elements within a screen of the clicked `module` (see the docstring);
-    `axis=0`: sideways only (what grows below a module must move down, but nothing need move sideways)."""
+    """How far what was on screen around the clicked `module` moved, as the page shows it.
+
+    On screen: the elements within a screen (`SCREEN`, model units) of the module. The page keeps the
+    view where the median of those moves is zero (`assets/graph.js`, `G.refresh`): sideways over all of
+    them, up and down over those above the module (what is below it must move down to make room). The
+    figure is the mean distance that leaves for the elements not below the module; `axis=0`: the mean
+    sideways move of all of them."""
     anchor = before["nodes"][f"m:{module}"]
-    bounds = view_bounds(after).get(module)
-    if bounds is None:
-        return float("nan")
-    # the folded node's top-centre becomes the box's top-centre
-    dx = (bounds[0] + bounds[2]) / 2 - anchor["x"]
-    dy = bounds[1] - (anchor["y"] - anchor["h"] / 2)
-    moved = []
-    for e, b in before["nodes"].items():
-        if e == f"m:{module}" or e not in after["nodes"]:
-            continue
-        if abs(b["x"] - anchor["x"]) > SCREEN[0] / 2 or abs(b["y"] - anchor["y"]) > SCREEN[1] / 2:
-            continue
-        a = after["nodes"][e]
-        ddx, ddy = a["x"] - dx - b["x"], a["y"] - dy - b["y"]
-        moved.append(abs(ddx) if axis == 0 else float(np.hypot(ddx, ddy)))
-    return statistics.fmean(moved) if moved else 0.0
-
-
-def view_bounds(layout: Layout) -> dict[str, tuple[float, float, float, float]]:
-    from gradscape.app.view.layout import box_bounds
-    return box_bounds(layout)
+    near = [e for e, b in before["nodes"].items() if e != f"m:{module}" and e in after["nodes"]
+            and abs(b["x"] - anchor["x"]) <= SCREEN[0] / 2 and abs(b["y"] - anchor["y"]) <= SCREEN[1] / 2]
+    if not near:
+        return 0.0
+    mx = {e: after["nodes"][e]["x"] - before["nodes"][e]["x"] for e in near}
+    my = {e: after["nodes"][e]["y"] - before["nodes"][e]["y"] for e in near}
+    above = [e for e in near if before["nodes"][e]["y"] < anchor["y"]]
+    dx = statistics.median(mx.values())
+    dy = statistics.median(my[e] for e in above) if above else 0.0
+    if axis == 0:
+        return statistics.fmean(abs(mx[e] - dx) for e in near)
+    kept = [e for e in near if before["nodes"][e]["y"] <= anchor["y"]]
+    return statistics.fmean(float(np.hypot(mx[e] - dx, my[e] - dy)) for e in kept) if kept else 0.0
 
 
 # ---------------------------------------------------------------------------- in the browser
