@@ -28,20 +28,55 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
     cy.viewport({zoom: z, pan: {x: W / 2 - z * cx, y: PAD - z * bb.y1}});
   };
 
-  // The same step again (a module folded or opened, another colouring): keep the view; after a
-  // click on a module, keep the zoom and bring the module into view.
+  // The same step again (a module folded or opened, another colouring): keep the view. After a click
+  // on a module, keep the zoom and keep what was on screen where it was: the pan that leaves the nodes
+  // shown before (the median of their moves; sideways all of them, up and down those above the module,
+  // as what is below it must move down to make room), then moved only as far as needed to show the
+  // module's top and as much of it as fits.
   G.refresh = function (cy) {
-    const id = G.tapped;
-    G.tapped = null;
+    const id = G.tapped, at = G.tappedAt, shown = G.shownBefore || {};
+    G.tapped = G.tappedAt = G.shownBefore = null;
     if (!id) return;  // a new colouring, or a search hit revealed (the focus brings it into view)
     const name = id.slice(2);
     let el = cy.getElementById("g:" + name);
     if (!el.length) el = cy.getElementById("m:" + name);
     if (!el.length) return;
     const z = Math.max(cy.zoom(), LEGIBLE), bb = el.boundingBox(), W = cy.width(), H = cy.height();
-    const top = bb.h * z > H - 2 * PAD ? PAD - z * bb.y1 : H / 2 - z * (bb.y1 + bb.h / 2);
-    cy.viewport({zoom: z, pan: {x: W / 2 - z * (bb.x1 + bb.w / 2), y: top}});
+    const px = [], py = [];
+    for (const key in shown) {
+      const n = cy.getElementById(key);
+      if (!n.length || n.isParent() || key === id) continue;
+      const p = n.position(), was = shown[key];
+      px.push(was.x - z * p.x);
+      if (at && was.y < at.y) py.push(was.y - z * p.y);
+    }
+    const anchor = at || {x: W / 2, y: PAD};
+    let x = px.length ? median(px) : anchor.x - z * (bb.x1 + bb.w / 2);
+    let y = py.length ? median(py) : anchor.y - z * bb.y1;
+    const top = z * bb.y1 + y, bottom = top + z * bb.h, left = z * bb.x1 + x, right = left + z * bb.w;
+    if (bottom > H - PAD) y -= Math.min(bottom - (H - PAD), top - PAD);
+    if (top < PAD) y += PAD - top;
+    if (z * bb.w > W - 2 * PAD) x = W / 2 - z * (bb.x1 + bb.w / 2);
+    else if (left < PAD) x += PAD - left;
+    else if (right > W - PAD) x -= right - (W - PAD);
+    cy.viewport({zoom: z, pan: {x: x, y: y}});
   };
+
+  function median(xs) {
+    const s = xs.slice().sort((a, b) => a - b), m = s.length >> 1;
+    return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+  }
+
+  // where the nodes on screen are drawn now (rendered positions), for G.refresh
+  function onScreen(cy) {
+    const out = {}, W = cy.width(), H = cy.height();
+    cy.nodes().forEach(function (n) {
+      if (n.isParent()) return;
+      const p = n.renderedPosition();
+      if (p.x >= 0 && p.x <= W && p.y >= 0 && p.y <= H) out[n.id()] = {x: p.x, y: p.y};
+    });
+    return out;
+  }
 
   // a view the person asks for wins over the page's own recentring (assets/player.js), which animates:
   // stop that first, or its later frames would move the view away again
@@ -86,7 +121,11 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
     cy.on("viewport", function () { tip().style.display = "none"; });
     cy.on("tap", "node", function (evt) {
       const id = evt.target.id();
-      if (id.startsWith("m:") || id.startsWith("g:")) G.tapped = id;
+      if (!id.startsWith("m:") && !id.startsWith("g:")) return;
+      const r = evt.target.renderedBoundingBox();
+      G.tapped = id;
+      G.tappedAt = {x: (r.x1 + r.x2) / 2, y: r.y1};  // where the module is on screen (G.refresh keeps it)
+      G.shownBefore = onScreen(cy);
     });
   }
 

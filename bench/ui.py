@@ -1,9 +1,14 @@
 """UI benchmark: navigation → interactive graph for a W4 step (12-layer GPT-like, ~530 autograd
 nodes) and for a 10,000-node step (1,450 residual blocks in 50 stages), each against an empty Dash
-page served the same way, in the same run, in headless Chromium; and the time to expand one folded
-module (a click on it until the page has drawn the module's contents).
+page served the same way, in the same run, in headless Chromium; and FIRST expands: a click on each
+folded module of the page's opening view (the 12 transformer blocks of W4, the 50 stages of the 10k
+step), each opened for the first time on a fresh server, so nothing of it was laid out or cached
+before, until the page has painted the module's box with its contents. Between two expands the module
+is folded again (untimed), so every expand starts from the view the page opened with. The baseline,
+in the same run: a few of the same clicks again, once the server has laid them out (what this
+benchmark timed before: the server's cache, not a person's first click).
 
-    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5]
+    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5] [--expands all]
 
 "Interactive" is timed by the page's own clock: a script installed before any of the page's own
 (Playwright's `add_init_script`) checks the readiness condition on every DOM change and animation
@@ -24,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -79,11 +85,33 @@ def record_big(store: Path) -> int:
     return len(st.nodes) if st else 0
 
 
+EXPAND_PROBE = """
+(box) => {
+  // the page's own clock: from the mouse press on the module to the first frame after its box is drawn
+  // with its contents (the condition checked on every animation frame)
+  window.__gsExpand = {t0: null, t1: null};
+  document.addEventListener('mousedown', () => { window.__gsExpand.t0 = performance.now(); },
+                            {capture: true, once: true});
+  const frame = () => {
+    const b = window.cy && window.cy.getElementById(box);
+    if (b && b.length && b.children().length) {
+      requestAnimationFrame(() => { window.__gsExpand.t1 = performance.now(); });
+      return;
+    }
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+}
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="W4")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--big-rounds", type=int, default=5, help="rounds for the 10,000-node step (0: skip it)")
+    ap.add_argument("--expands", default="all", help="how many folded modules to expand (first expands): "
+                    "'all' or a number, spread evenly over the page's folded modules")
     args = ap.parse_args()
     import logging
 
@@ -99,17 +127,20 @@ def main() -> None:
     nodes = len(st.nodes) if st else 0
     print(f"gradscape UI benchmark: torch {torch.__version__}, loadavg {os.getloadavg()}")
     print(f"{args.workload} {wl.name}, {nodes} autograd nodes")
-    measure(store, empty_url, args.rounds)
+    measure_open(store, empty_url, args.rounds)
+    first_expands(store, args.expands)
     if args.big_rounds > 0:
         big = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "big.sqlite"
         print(f"10k: 1,450 residual blocks in 50 stages, {record_big(big)} autograd nodes")
-        measure(big, empty_url, args.big_rounds)
+        measure_open(big, empty_url, args.big_rounds)
+        first_expands(big, args.expands)
 
 
-def measure(store: Path, empty_url: str, rounds: int) -> None:
+def measure_open(store: Path, empty_url: str, rounds: int) -> None:
+    """Navigation → interactive graph, against the empty page, alternating which goes first."""
     app, _sio = create_app(str(store), ServerConfig())
     url, _ = serve(app.server)
-    t_page, t_empty, t_expand, ratios = [], [], [], []
+    t_page, t_empty, ratios = [], [], []
     wall_page, wall_empty = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
@@ -121,39 +152,11 @@ def measure(store: Path, empty_url: str, rounds: int) -> None:
                 pg = ctx.new_page()
                 pg.set_default_timeout(120_000)
                 t0 = time.perf_counter()
-                if name == "empty":
-                    pg.goto(empty_url)
-                    pg.wait_for_selector("#ready")
-                else:
-                    pg.goto(url)
-                    pg.wait_for_function("window.cy && window.cy.nodes().length > 0 && "
-                                         "document.querySelector('#backward-player').innerText.includes(' of ')")
-                wall = time.perf_counter() - t0
+                pg.goto(empty_url if name == "empty" else url)
+                wait_ready(pg, name)
+                times[name + " wall"] = time.perf_counter() - t0
                 pg.wait_for_function("window.__gsReadyMs !== null")
                 times[name] = pg.evaluate("window.__gsReadyMs") / 1e3
-                times[name + " wall"] = wall
-                if name == "page" and r > 0:
-                    t_idle = time.perf_counter()
-                    before = pg.evaluate("window.cy.nodes().length")
-                    t_idle = time.perf_counter() - t_idle
-                    folded = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())")
-                    first = "m:blocks.0" if "m:blocks.0" in folded else folded[0]  # a whole transformer block
-                    # a person's click where the module is drawn (brought into view first)
-                    at = pg.evaluate(f"""() => {{ const n = window.cy.getElementById('{first}');
-                      window.cy.center(n); const r = n.renderedPosition(),
-                      box = window.cy.container().getBoundingClientRect();
-                      return {{x: box.left + r.x, y: box.top + r.y}}; }}""")
-                    t1 = time.perf_counter()
-                    pg.mouse.click(at["x"], at["y"])
-                    t_emit = time.perf_counter() - t1
-                    box = "g:" + first[2:]
-                    pg.wait_for_function(f"window.cy.nodes().length > {before} && "
-                                         f"window.cy.getElementById('{box}').length === 1 && "
-                                         "new Promise(r => requestAnimationFrame(() => r(true)))")
-                    t_expand.append(time.perf_counter() - t1)
-                    after = pg.evaluate("window.cy.nodes().length")
-                    print(f"  round {r}: expanded {first} ({before} → {after} nodes) in {t_expand[-1]:.2f} s "
-                          f"(tap dispatched after {t_emit:.2f} s; page idle {t_idle:.2f} s after interactive)")
                 ctx.close()
             if r == 0:
                 continue  # warm-up: first Chromium start, caches
@@ -170,7 +173,82 @@ def measure(store: Path, empty_url: str, rounds: int) -> None:
           f"ratio {med(ratios):.2f}x over {rounds} rounds (page clock)")
     print(f"  as Playwright saw them: {med(wall_page):.2f} s vs {med(wall_empty):.2f} s, "
           f"ratio of medians {med(wall_page) / med(wall_empty):.2f}x")
-    print(f"expand one folded module: median {med(t_expand):.2f} s, max {max(t_expand):.2f} s")
+
+
+def wait_ready(pg: Any, name: str) -> None:
+    if name == "empty":
+        pg.wait_for_selector("#ready")
+    else:
+        pg.wait_for_function("window.cy && window.cy.nodes().length > 0 && "
+                             "document.querySelector('#backward-player').innerText.includes(' of ')")
+
+
+def first_expands(store: Path, which: str) -> list[float]:
+    """Click each folded module of the opening view once, on a server that has never laid it out
+    (a fresh server per trace); fold it back (untimed) between clicks. Prints p50/p95/max."""
+    app, _sio = create_app(str(store), ServerConfig())
+    url, _ = serve(app.server)
+    out: list[float] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1500, "height": 950})
+        pg.set_default_timeout(120_000)
+        pg.goto(url)
+        pg.evaluate("performance.setResourceTimingBufferSize(1000000)")  # settle() counts requests
+        wait_ready(pg, "page")
+        pg.wait_for_function("window.gradscapeGraph && window.gradscapeGraph.opened")
+        folded = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())")
+        opening = pg.evaluate("window.cy.nodes().length")
+        chosen = folded if which == "all" else folded[::max(1, len(folded) // max(1, int(which)))]
+        settle(pg)  # a person's first click comes after the page has finished opening
+        for module in chosen:
+            out.append(expand_once(pg, module))
+            print(f"  first expand of {module}: {out[-1]:.3f} s")
+            fold_back(pg, module, opening)
+        again = []  # the baseline, in the same run: the same clicks once the server has laid them out
+        for module in chosen[::max(1, len(chosen) // 10)]:
+            again.append(expand_once(pg, module))
+            fold_back(pg, module, opening)
+        browser.close()
+    q = statistics.quantiles(out, n=20, method="inclusive") if len(out) > 1 else out * 19
+    print(f"first expand, {len(out)} modules: p50 {statistics.median(out):.2f} s, p95 {q[18]:.2f} s, "
+          f"max {max(out):.2f} s (page clock, click → module drawn); the same click once laid out: median "
+          f"{statistics.median(again):.2f} s over {len(again)}, ratio of medians "
+          f"{statistics.median(out) / statistics.median(again):.2f}x")
+    return out
+
+
+def settle(pg: Any) -> None:
+    """Wait until no Dash callback is in flight (the page's own requests after it first painted)."""
+    pg.wait_for_function("""() => { const e = performance.getEntriesByType('resource');
+      window.__gsSeen = window.__gsSeen || [0, performance.now()];
+      if (e.length !== window.__gsSeen[0]) { window.__gsSeen = [e.length, performance.now()]; return false; }
+      return performance.now() - window.__gsSeen[1] > 500; }""",
+                         polling=100)
+
+
+def expand_once(pg: Any, module: str) -> float:
+    """One person's click on `module` (brought into view first); seconds until its box is drawn."""
+    box = "g:" + module[2:]
+    pg.evaluate(EXPAND_PROBE, box)
+    at = pg.evaluate("""(id) => { const n = window.cy.getElementById(id);
+      window.cy.center(n); const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
+      return {x: box.left + r.x, y: box.top + r.y}; }""", module)
+    pg.mouse.click(at["x"], at["y"])
+    pg.wait_for_function("window.__gsExpand.t1 !== null && window.__gsExpand.t0 !== null")
+    t = pg.evaluate("window.__gsExpand")
+    return float(t["t1"] - t["t0"]) / 1e3
+
+
+def fold_back(pg: Any, module: str, opening: int) -> None:
+    """Fold `module` again through the page's own store (untimed), and wait for the opening view."""
+    pg.evaluate("""(m) => { const d = window.dash_clientside, cy = window.cy;
+      const folded = cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id().slice(2));
+      d.set_props('collapsed-modules', {data: {run: 'bench', collapsed: folded.concat([m]).sort()}}); }""",
+                module[2:])
+    pg.wait_for_function(f"window.cy.getElementById('{module}').length === 1 && "
+                         f"window.cy.nodes().length === {opening}")
+    settle(pg)
 
 
 if __name__ == "__main__":

@@ -369,3 +369,26 @@ def test_by_module_folds_like_the_drawn_graph(w4: dict[str, Any]) -> None:
     assert drawn == set(layout["nodes"])
     assert {(f"n{a}" if isinstance(a, int) else a, f"n{b}" if isinstance(b, int) else b) for a, b in q.edges} == \
         {(e["source"], e["target"]) for e in layout["edges"]}
+
+
+def test_first_expand_keeps_what_was_above_in_place_and_boxes_apart(w4: dict[str, Any]) -> None:
+    """Opening any folded module of the opening view (as a click does) draws it, moves every element
+    above it together (the page's pan then keeps them where they were on screen), keeps the top-to-bottom
+    order of what was drawn, and leaves no sibling boxes overlapping."""
+    opening = sorted(default_collapse(w4))
+    before = layout_graph(w4, opening)
+    assert len(opening) >= 12
+    for module in opening:
+        after = layout_graph(w4, expand_one_level(w4, opening, module))
+        assert module in after["boxes"] and f"m:{module}" not in after["nodes"]
+        assert any(info["parent"] == module for info in after["nodes"].values())
+        assert box_overlaps(after) == []
+        anchor = before["nodes"][f"m:{module}"]["y"]
+        kept = [e for e in before["nodes"] if e in after["nodes"]]
+        above = [e for e in kept if before["nodes"][e]["y"] < anchor]
+        moves = {(round(after["nodes"][e]["x"] - before["nodes"][e]["x"]),
+                  round(after["nodes"][e]["y"] - before["nodes"][e]["y"])) for e in above}
+        assert len(moves) <= 1, (module, moves)  # one rigid shift, or none
+        order = sorted(kept, key=lambda e: (before["nodes"][e]["y"], e))
+        ys = [after["nodes"][e]["y"] for e in order]
+        assert ys == sorted(ys), module

@@ -24,7 +24,7 @@ import numpy as np
 Gap = Callable[[int, int], float]
 
 
-def bk_coordinates(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int]], below: Sequence[Sequence[int]],
+def x_coordinates(rows: Sequence[Sequence[int]], above: Sequence[Sequence[int]], below: Sequence[Sequence[int]],
                    dummy: Sequence[bool], gap: Gap) -> list[float]:
     """x of every vertex. `rows`: the vertices of each layer in order (top layer first);
     `above`/`below`: neighbours in the adjacent layers; `dummy`: True for the inner vertices of
