@@ -9,7 +9,10 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from gradscape.app.ui import compare, debugger, ids, inspector, problems
+from gradscape.app.data import PageData
+from gradscape.app.ui import compare, debugger, graph, ids, inspector, problems, runs
+from gradscape.app.view.ids import node_element
+from gradscape.tracer import protocol
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -48,7 +51,7 @@ STYLESHEET: list[dict[str, Any]] = [
 
 
 def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any:
-    """The page; `state` (from `callbacks.initial_state`) pre-fills the newest step."""
+    """The page; `state` (from `initial_state`) pre-fills the newest step."""
     st = state or {}
     # WebSocket from the start (the tracer's own transport, so the server always has it): no
     # long-polling handshake competing with the first paint, one connection instead of several
@@ -95,7 +98,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
     return html.Div(className="gs-page", children=[
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
-                     eventNames=["run", "step", "tracer", "paused", "breakpoints"]),  # the last two: app/debug.py
+                     eventNames=list(protocol.UI_EVENTS)),
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
         dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
@@ -124,3 +127,25 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
             ]),
         ]),
     ])
+
+
+def initial_state(data: PageData) -> dict[str, Any]:
+    """The page as first served: the newest run and step already drawn (of the run's first rank, which
+    the rank select shows), so the first paint needs no callback round trip (a deep link then moves it,
+    in the browser)."""
+    run_options, run = runs.run_choices(data, None, None)
+    ranks = data.ranks(run) if run else []
+    rank = compare.rank_field(ranks)[1]
+    step_options, step = runs.step_choices(data, run, None, None, rank=rank)
+    elements, order, last, value, legend, info, _ = graph.graph_payload(data, run, step, "norm", None,
+                                                                        with_search=False, rank=rank)
+    player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} ({node_element(order['nodes'][value])})"
+              if order and order["nodes"] else "")
+    # the inspector opens on the player's node, so the two agree from the first paint
+    selected = ({"run": run, "rank": rank, "step": step, "node": order["nodes"][value]}
+                if order and order["nodes"] else None)
+    panel = inspector.inspector_payload(data, selected) if selected else None
+    return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
+            "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
+            "info": info, "player": player, "selected": selected, "inspector": panel,
+            "problems": problems.lines_of(data, run, step, rank), "ranks": ranks}
