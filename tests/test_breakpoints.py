@@ -20,13 +20,13 @@ from werkzeug.serving import make_server
 
 import gradscape
 from gradscape.app.api import thumb_json
+from gradscape.app.data import PageData
 from gradscape.app.server import ServerConfig, create_app
 from gradscape.app.ui.debugger import OVER_BUDGET, heatmaps
-from gradscape.app.data import PageData
 from gradscape.tracer import protocol
-from gradscape.tracer.protocol import MAX_PAUSED_THUMB_BYTES, check_paused_nodes
 from gradscape.tracer._breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker, check_breakpoint
 from gradscape.tracer._socket_sink import SocketSink
+from gradscape.tracer.protocol import MAX_PAUSED_THUMB_BYTES, check_paused_nodes
 from gradscape.tracer.wire import decode_array, encode_array, pack
 
 

@@ -15,9 +15,9 @@ import torch.nn as nn
 
 import gradscape
 from gradscape.app import view
+from gradscape.app.data import PageData
 from gradscape.app.ui import compare, graph, ids, inspector, page, problems, runs
 from gradscape.app.ui.address import address, link_rank
-from gradscape.app.data import PageData
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer._codec import step_to_wire
 from gradscape.tracer.store import TraceStore
