@@ -71,8 +71,13 @@ def _run_route(server: Flask, state: ServerState, path: str, allowed: tuple[str,
 
 def register_debugger(server: Flask, socketio: SocketIO, state: ServerState) -> None:
     """The breakpoint routes on one server."""
-    debug = state.debug
     route = functools.partial(_run_route, server, state)
+    _breakpoint_routes(route, socketio, state)
+    _pause_routes(route, socketio, state)
+
+
+def _breakpoint_routes(route: Callable[..., Any], socketio: SocketIO, state: ServerState) -> None:
+    debug = state.debug
 
     def push(run: str) -> None:
         socketio.emit("breakpoints", protocol.breakpoints_message(debug.points(run)),
@@ -95,6 +100,10 @@ def register_debugger(server: Flask, socketio: SocketIO, state: ServerState) -> 
         resp = jsonify({"run": run, "breakpoints": points})
         resp.status_code = 201
         return resp
+
+
+def _pause_routes(route: Callable[..., Any], socketio: SocketIO, state: ServerState) -> None:
+    debug = state.debug
 
     @route("/api/runs/<run>/paused", ("GET",))
     def api_paused(run: str) -> Response:
