@@ -16,7 +16,13 @@ def register(app: dash.Dash, data: PageData, token: str | None) -> None:
     """Every panel's callbacks, and the page as the layout (the newest step already drawn)."""
     from gradscape.app.ui import compare, debugger, graph, inspector, page, player, problems, runs, selection
 
-    for panel in (runs, graph, selection, inspector, problems, compare, debugger):
+    # `compare` first: its `sync_ranks` must be registered before `runs.sync_steps`. A deep link naming
+    # another rank and a step changes both, and the step list reads the rank; registered the other way
+    # round, a link to rank 1's step 0 kept step 1 shown (tests/e2e/test_compare.py). The rest keep the
+    # order they were always registered in.
+    for panel in (compare, runs, graph, selection, inspector):
         panel.register(app, data)
     player.register(app)
+    problems.register(app, data)
+    debugger.register(app, data)
     app.layout = lambda: page.layout(token, page.initial_state(data))
