@@ -1,8 +1,9 @@
 // The breakpoint panel (app/ui/debugger.py). Notifications on /ui say which run changed; the state is
-// read from the JSON API (app/debug.py) and written to the page with set_props.
+// read from the JSON API (app/api/debugger.py) and written to the page with set_props.
 window.dash_clientside = window.dash_clientside || {};
-var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written into the page by the server)
 (function () {
+  const GS = window.gradscape, ID = GS.ids, E = GS.elements;  // the page's one namespace
+  const D = GS.debug = {paused: null, pick: null, seq: 0};  // the pause shown, the row picked, the newest read
   const MARK = "node.gs-bp-mark";  // a class no element has: it tags the stylesheet rules added here
   const api = function (run, rest) {
     return new URL("/api/runs/" + encodeURIComponent(run) + rest, window.location.origin);
@@ -35,26 +36,26 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
   const sheet = function (base, nodes, current) {
     const kept = (base || []).filter(function (r) { return r.selector.indexOf(MARK) < 0; });
     if (!nodes) return kept;
-    const ran = nodes.map(function (n) { return "node#n" + n.id; });
+    const ran = nodes.map(function (n) { return "node#" + E.node + n.id; });
     return kept.concat([
       {selector: "node, " + MARK, style: {"opacity": 0.3}},
       {selector: ran.concat([MARK]).join(", "), style: {"opacity": 1, "border-color": "#2a9d2a", "border-width": 3}},
-      {selector: "node#n" + current + ", " + MARK, style: {"opacity": 1, "border-color": "#d00000", "border-width": 6,
+      {selector: "node#" + E.node + current + ", " + MARK, style: {"opacity": 1, "border-color": "#d00000", "border-width": 6,
                                                            "z-index": 20}},
     ]);
   };
   const pick = function (key, node, order) {
     // which paused node the heatmaps show (ids.BP_PICK: nothing streamed changes it, so Dash keeps the answer)
-    const p = window.__gsPaused;
-    window.__gsBpPick = {key: key, node: node, order: order};
+    const p = D.paused;
+    D.pick = {key: key, node: node, order: order};
     window.dash_clientside.set_props(ID.BP_PICK, {data: {run: p.run, step: p.step, executed: p.executed, node: node,
                                                          order: order, at: Date.now()}});
   };
   document.addEventListener("click", function (e) {
     // a click on a row of the partial backward shows that node's gradients
     const tr = e.target && e.target.closest ? e.target.closest("#" + ID.BP_NODES + " tr[data-order]") : null;
-    if (!tr || !window.__gsPaused || !window.__gsBpPick) return;
-    pick(window.__gsBpPick.key, +tr.getAttribute("data-node"), +tr.getAttribute("data-order"));
+    if (!tr || !D.paused || !D.pick) return;
+    pick(D.pick.key, +tr.getAttribute("data-node"), +tr.getAttribute("data-order"));
     tr.parentNode.querySelectorAll("tr.gs-bp-picked").forEach(function (r) { r.classList.remove("gs-bp-picked"); });
     tr.classList.add("gs-bp-picked");
   });
@@ -68,21 +69,21 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
       const trig = ((dash_clientside.callback_context.triggered || [])[0] || {}).prop_id || "";
       const note = trig.endsWith("data-paused") ? notePaused : trig.endsWith("data-breakpoints") ? noteBps : null;
       if (!run) return nu;
-      const seq = (window.__gsBpSeq = (window.__gsBpSeq || 0) + 1);
+      const seq = ++D.seq;
       const set = window.dash_clientside.set_props;
       if (note && note.catchup && (note.runs || []).indexOf(run) < 0) {
         // the server's catch-up on connecting: nothing paused or set for this run, nothing to read
-        if (window.__gsPaused) {
+        if (D.paused) {
           set(ID.BP_BANNER, {style: {display: "none"}});
           set(ID.GRAPH, {stylesheet: sheet(stylesheet, null)});
-          window.__gsPaused = null;
+          D.paused = null;
         }
         return seq;
       }
       if (note && !note.catchup && note.run !== run) return nu;
       Promise.all([getJson(api(run, "/paused")), getJson(api(run, "/breakpoints"))]).then(function (res) {
         const paused = res[0], bps = res[1];
-        if (seq !== window.__gsBpSeq) return null;
+        if (seq !== D.seq) return null;
         if (bps) {
           set(ID.BP_LIST, {children: bps.breakpoints.length ? "breaks on: " + bps.breakpoints.map(describe).join(", ")
                                                            : "no breakpoints"});
@@ -90,17 +91,17 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
         if (!paused || !paused.paused) {
           set(ID.BP_BANNER, {style: {display: "none"}});
           set(ID.GRAPH, {stylesheet: sheet(stylesheet, null)});
-          if (window.__gsPaused) set(ID.BP_HEATMAPS, {children: null});  // not shown with the next pause's rows
-          window.__gsPaused = null;
+          if (D.paused) set(ID.BP_HEATMAPS, {children: null});  // not shown with the next pause's rows
+          D.paused = null;
           return null;
         }
         return getJson(api(run, "/paused/nodes")).then(function (doc) {
-          if (seq !== window.__gsBpSeq || !doc) return;
+          if (seq !== D.seq || !doc) return;
           const n = doc.node;
-          window.__gsPaused = {run: run, step: doc.step, node: n.id, executed: doc.executed};
+          D.paused = {run: run, step: doc.step, node: n.id, executed: doc.executed};
           // the heatmaps show the paused node, or the row last clicked during this same pause
           const key = run + "|" + doc.step + "|" + doc.executed + "|" + n.id;
-          if (!window.__gsBpPick || window.__gsBpPick.key !== key) {
+          if (!D.pick || D.pick.key !== key) {
             const last = doc.nodes[doc.nodes.length - 1] || {id: n.id, order: doc.executed - 1};
             pick(key, last.id, last.order);
           }
@@ -110,7 +111,7 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
           const rows = doc.nodes.slice().reverse().map(function (x) {
             const sent = x.grad_inputs === null ? x.grad_outputs : x.grad_inputs;
             const cls = (x.order === doc.nodes.length - 1 ? "gs-bp-current" : "") +
-              (x.order === window.__gsBpPick.order ? " gs-bp-picked" : "");
+              (x.order === D.pick.order ? " gs-bp-picked" : "");
             return h("Tr", {className: cls.trim(), "data-node": String(x.id), "data-order": String(x.order),
                             title: x.thumbs ? "" : "statistics only: its heatmap was not sent (over the pause's budget)"}, [
               h("Td", {}, String(x.order)), h("Td", {}, x.name + " #" + x.id),

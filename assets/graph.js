@@ -1,10 +1,11 @@
 /* gradscape graph view: the first viewport of a graph (labels legible), the full label on hover,
- * and the graph's "fit" and "zoom to selection" buttons. dash-cytoscape's graph is window.cy.
+ * and the graph's "fit" and "zoom to selection" buttons (GS.graph, in the page's one namespace,
+ * window.gradscape). dash-cytoscape's graph is window.cy.
  * Labels are 12 px in model units; LEGIBLE is the least zoom at which they are 10 px on screen. */
-var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written into the page by the server)
 (function () {
+  const GS = window.gradscape, ID = GS.ids;  // the page's one namespace (its ids written into the page by the server)
   const LEGIBLE = 10 / 12, MAX_OPEN = 1.5, PAD = 24;
-  const G = window.gradscapeGraph = window.gradscapeGraph || {};
+  const G = GS.graph = GS.graph || {};
 
   // A new graph: the whole of it when that keeps labels legible, else its width (never below
   // legible), from the top (the loss end), centred on the root when wider than the panel.
@@ -84,8 +85,9 @@ var ID = window.gradscapeIds;  // the page's element ids (app/ui/ids.py, written
 
   G.zoomToSelection = function (cy) {
     let el = cy.elements(":selected");
-    if (!el.length && window.gradscapePlayer && window.gradscapePlayer.element) {
-      el = cy.getElementById(window.gradscapePlayer.element);
+    const current = GS.player && GS.player.current;
+    if (!el.length && current && current.element) {
+      el = cy.getElementById(current.element);
     }
     if (!el.length) return;
     cy.stop(true, false);

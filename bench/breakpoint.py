@@ -137,7 +137,7 @@ def main() -> None:
     print(f"step end -> page shows the step (baseline):   median {med_s:.0f} ms "
           f"(min {min(step_ms):.0f}, max {max(step_ms):.0f})")
     print(f"ratio (pause / step): {med_p / med_s:.2f}x")
-    app._gradscape_state.notifier.stop()
+    app.gradscape_state.notifier.stop()
     http.shutdown()
 
 

@@ -19,19 +19,21 @@ from bp_worker import build, params_hex, train
 from werkzeug.serving import make_server
 
 import gradscape
-from gradscape.app.debug import MAX_PAUSED_THUMB_BYTES, check_paused_nodes, thumb_json
+from gradscape.app.api import thumb_json
+from gradscape.app.data import PageData
 from gradscape.app.server import ServerConfig, create_app
 from gradscape.app.ui.debugger import OVER_BUDGET, heatmaps
 from gradscape.tracer import protocol
 from gradscape.tracer.debug.breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker, check_breakpoint
+from gradscape.tracer.protocol import MAX_PAUSED_THUMB_BYTES, check_paused_nodes
 from gradscape.tracer.sinks.socket import SocketSink
 from gradscape.tracer.wire import decode_array, encode_array, pack
 
 
 class _Srv:
-    def __init__(self, url: str, debug: Any = None) -> None:
+    def __init__(self, url: str, page: Any = None) -> None:
         self.url = url
-        self.debug = debug  # the server's DebugState (app/debug.py)
+        self.page = page  # what the server's page reads (app/data.py): its paused state included
 
     def api(self, path: str) -> Any:
         return call(self, "GET", path)[1]
@@ -46,14 +48,15 @@ def srv(tmp_path: Any) -> Iterator[_Srv]:
     http = make_server("127.0.0.1", 0, app.server, threaded=True)
     th = threading.Thread(target=http.serve_forever, daemon=True)
     th.start()
-    yield _Srv(f"http://127.0.0.1:{http.server_port}", app._gradscape_state.debug)
+    state = app.gradscape_state
+    yield _Srv(f"http://127.0.0.1:{http.server_port}", PageData(state.store, state.debug))
     while _running:  # a failed test leaves no backward paused behind it
         t = _running.pop()
         t.tr.close(5)
         t.thread.join(30)
     for quitting in [x for x in threading.enumerate() if x.name.endswith("disconnect")]:
         quitting.join(10)  # the socket clients' disconnects, before their server goes
-    app._gradscape_state.notifier.stop()
+    app.gradscape_state.notifier.stop()
     for sock in list(sio.server.eio.sockets.values()):
         sock.close(wait=False, abort=True)
     sio.server.shutdown()
@@ -297,14 +300,14 @@ def test_paused_node_route_serves_the_gradients(srv: _Srv) -> None:
     assert call(srv, "POST", f"/api/runs/heat/paused/nodes/{nid}", {})[0] == 405
     assert call(srv, "GET", "/api/runs/nobody/paused/nodes/0")[0] == 404
     # what the page draws for it: the inspector's slot labels, shapes and heatmaps
-    shown = heatmaps(srv.debug, {"run": "heat", "step": 0, "executed": k, "node": nid, "order": k - 1})
+    shown = heatmaps(srv.page, {"run": "heat", "step": 0, "executed": k, "node": nid, "order": k - 1})
     text = _text(shown)
     for label in FC2_LABELS:
         assert label in text
     assert "grad_outputs[0] · ∂L/∂output · [16×3] float32" in text and "grad_inputs[1] · mat1 → input of fc2" in text
     t.finish(srv)
     assert call(srv, "GET", f"/api/runs/heat/paused/nodes/{nid}")[0] == 409  # resumed
-    assert "not paused" in _text(heatmaps(srv.debug, {"run": "heat", "node": nid}))
+    assert "not paused" in _text(heatmaps(srv.page, {"run": "heat", "node": nid}))
     assert params_hex(t.model) == reference(steps=1)
 
 
@@ -340,8 +343,8 @@ def test_paused_thumbnails_keep_to_the_budget(srv: _Srv) -> None:
     assert not old["thumbs"] and all(x["thumb"] is None for x in old["grad_outputs"] + old["grad_inputs"] if x)
     assert old["grad_inputs"][0]["stats"]["norm"] > 0  # statistics still there
     pick = {"run": "heat-budget", "node": nodes[0]["id"], "order": 0}
-    assert OVER_BUDGET in _text(heatmaps(srv.debug, pick))
-    assert OVER_BUDGET not in _text(heatmaps(srv.debug, {**pick, "node": p["node"]["id"], "order": 2}))
+    assert OVER_BUDGET in _text(heatmaps(srv.page, pick))
+    assert OVER_BUDGET not in _text(heatmaps(srv.page, {**pick, "node": p["node"]["id"], "order": 2}))
     t.finish(srv)
     assert params_hex(t.model) == reference(steps=1)
 
@@ -494,7 +497,7 @@ def test_only_protocol_errors_escape_the_check() -> None:
 def test_a_refused_pause_does_not_hold_the_backward(srv: _Srv, monkeypatch: pytest.MonkeyPatch) -> None:
     """A paused message the server refuses (here: thumbnails over a bound lowered for the test) is
     answered with the error; the tracer warns and its backward goes on, since nothing could resume it."""
-    monkeypatch.setattr("gradscape.app.debug.MAX_THUMB_ELEMENTS", 2)
+    monkeypatch.setattr("gradscape.tracer.protocol.paused.MAX_THUMB_ELEMENTS", 2)
     with pytest.warns(RuntimeWarning, match=r"refused the pause at AddmmBackward0: paused\.payload\.nodes\[0\]"):
         t = Training(srv, "refused", [{"on": "node", "name": "AddmmBackward0"}], steps=1)
         t.thread.join(60)

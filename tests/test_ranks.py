@@ -149,7 +149,7 @@ def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_p
             c.disconnect(namespace="/tracer")
         assert acks[0]["ok"] and acks[1]["ok"]
         assert not acks[2]["ok"] and "rank 3 is outside 0 .. world_size - 1" in acks[2]["error"]
-        store = dash_app._gradscape_state.store
+        store = dash_app.gradscape_state.store
         assert store.ranks("r") == [0, 1]
         b0, b1 = store.read_step("r", 0, 0).params["bias"].values, store.read_step("r", 0, 1).params["bias"].values
         assert b0 is not None and b1 is not None and np.allclose(b0, [2.0, 2.0]) and np.allclose(b1, [10.0, 10.0])
@@ -165,4 +165,4 @@ def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_p
             answer = api.get(f"/api/runs/r/steps?rank={rank}").get_json()
             assert (answer["rank"], answer["ranks"], [s["step"] for s in answer["steps"]]) == (rank, [0, 1], [0])
     finally:
-        dash_app._gradscape_state.notifier.stop()
+        dash_app.gradscape_state.notifier.stop()

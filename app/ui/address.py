@@ -1,5 +1,5 @@
 """The page's address: what a selection writes into it, `?run=&rank=&step=&node=`, and the rank a deep link
-names. The browser parses the address (`gradscape.deepLink` in assets/player.js).
+names. The browser parses the address (`deepLink` in assets/links.js).
 
 `rank=` is written only for a rank other than 0: a run outside torch.distributed (rank 0 only) keeps the
 address it always had, and a link without `rank=` opens rank 0.

@@ -5,27 +5,27 @@ the graph), and the heatmaps of one of them (the paused node, or the row last cl
 
 All but the heatmaps runs in the browser (assets/debugger.js): a `paused` or `breakpoints`
 notification on `/ui` only says which run changed, and the page reads the state from the JSON API
-(app/debug.py), so notifications that merge lose nothing. Writes go to the same API with the page's
+(app/api/debugger.py), so notifications that merge lose nothing. Writes go to the same API with the page's
 own origin. The heatmaps are drawn on the server, as the inspector draws a finished step's
 (`view.slot_figures`, `inspector.slot_view`), from the thumbnails the tracer sent with the pause
-(NOTE [Paused heatmaps] in tracer/debug/breakpoints.py). Their one input is `ids.BP_PICK`, which the
+(NOTE [Paused heatmaps] in tracer/debug/breakpoints.py), read through `PageData.paused_node` and made a
+one-node step by `protocol.paused_step`. Their one input is `ids.BP_PICK`, which the
 browser sets (a click on a row; a new pause picks its paused node) and nothing streamed changes:
 Dash drops the answer of a callback whose input changes while it is in flight.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html
 
 from gradscape.app import view
-from gradscape.app.debug import SLOTS, DebugState
+from gradscape.app.data import PageData
 from gradscape.app.ui import ids
 from gradscape.app.ui.inspector import slot_view
 from gradscape.app.view.heatmaps import ARRIVING, SENT
-from gradscape.tracer.wire import STAT_NAMES, WIRE_VERSION, TensorArrays, WireNode, WireStep, WireTensor
+from gradscape.tracer import protocol
 
 OVER_BUDGET = ("heatmap not sent: a paused tracer sends the thumbnails of the newest nodes only, up to its "
                "budget for one pause (statistics only)")
@@ -61,51 +61,20 @@ def panel() -> Any:
     ])
 
 
-def node_wire(doc: dict[str, Any]) -> tuple[WireStep, dict[int, TensorArrays]]:
-    """One paused node (`DebugState.paused_node`) as a one-node step in the wire form the view reads
-    (`tracer.wire`: node 0, its tensors by index) and the arrays `read_arrays` would give for it
-    (thumbnails only)."""
-    tensors: list[WireTensor] = []
-    arrays: dict[int, TensorArrays] = {}
-
-    def ref(t: dict[str, Any] | None) -> int | None:
-        if t is None:
-            return None
-        stats = t.get("stats") or {}
-        tensors.append({"shape": t["shape"], "dtype": t["dtype"], "view": t.get("view") or "", "device": "",
-                        "stats": [math.nan if stats.get(k) is None else float(stats[k]) for k in STAT_NAMES]})
-        if t.get("thumb") is not None:
-            arrays[len(tensors) - 1] = {"thumb": t["thumb"], "values": None}
-        return len(tensors) - 1
-
-    go = [ref(t) for t in doc["grad_outputs"]]
-    gi = None if doc["grad_inputs"] is None else [ref(t) for t in doc["grad_inputs"]]
-    node: WireNode = {
-        "id": 0, "name": doc["name"], "kind": doc.get("kind") or "op", "module": doc.get("module"),
-        "param": doc.get("param"), "source": doc.get("source"), "schema": None, "order": doc.get("order"),
-        "labels": doc.get("labels") or [], "args": doc.get("args") or [], "in_shapes": [],
-        "out_shapes": [None if t is None else t["shape"] for t in doc["grad_outputs"]], "out_dtypes": [],
-        "gi": gi, "go": go, "t": None, "runs": []}
-    step: WireStep = {"v": WIRE_VERSION, "run": "", "step": 0, "error": None, "meta": {}, "nodes": [node],
-                      "edges": [], "modules": {}, "params": {}, "passes": [], "execution": [], "tensors": tensors,
-                      "problems": [], "rank": None, "world_size": None}
-    return step, arrays
-
-
-def heatmaps(debug: DebugState, pick: dict[str, Any] | None) -> Any:
+def heatmaps(data: PageData, pick: dict[str, Any] | None) -> Any:
     """The heatmaps of the picked paused node: what arrived at it and what it sent on, each slot
     labelled as the inspector labels it, with shape and statistics."""
     if not pick or not isinstance(pick.get("run"), str) or not isinstance(pick.get("node"), int):
         return []
     order = pick.get("order") if isinstance(pick.get("order"), int) else None
-    where, doc = debug.paused_node(pick["run"], pick["node"], order)
+    where, doc = data.paused_node(pick["run"], pick["node"], order)
     if where is None:
         return html.P(f"run {pick['run']!r} is not paused", className="gs-hint")
     if doc is None:
         return html.P(f"node {pick['node']} has not run in this backward", className="gs-hint")
-    wire, arrays = node_wire(doc)
+    wire, arrays = protocol.paused_step(doc)
     panel = view.slot_figures(wire, 0, arrays)
-    for kind in SLOTS:
+    for kind in protocol.SLOTS:
         for slot in panel[kind]["slots"]:
             if not doc["thumbs"] and slot["shape"] is not None and slot["figure"] is None:
                 slot["note"] = OVER_BUDGET
@@ -128,10 +97,10 @@ def heatmaps(debug: DebugState, pick: dict[str, Any] | None) -> Any:
                               html.H3(SENT), *sent])
 
 
-def register(app: Dash, debug: DebugState) -> None:
+def register(app: Dash, data: PageData) -> None:
     @app.callback(Output(ids.BP_HEATMAPS, "children"), Input(ids.BP_PICK, "data"), prevent_initial_call=True)
     def paused_heatmaps(pick: dict[str, Any] | None) -> Any:
-        return heatmaps(debug, pick)
+        return heatmaps(data, pick)
 
     fn = "gradscapeDebug"
     # a notification for the shown run (or the catch-up on connecting that names it, or another run

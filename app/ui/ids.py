@@ -67,5 +67,5 @@ COMPARE_STATUS = "compare-status"
 
 
 def table() -> dict[str, str]:
-    """Every id by its name: what the server writes into the page for its scripts (`window.gradscapeIds`)."""
+    """Every id by its name: what the server writes into the page for its scripts (`window.gradscape.ids`)."""
     return {k: v for k, v in globals().items() if k.isupper() and isinstance(v, str)}

@@ -12,15 +12,16 @@ import dash
 from dash import Input, Output, dcc, html
 
 from gradscape.app import view
+from gradscape.app.data import PageData
 from gradscape.app.ui import ids
-from gradscape.app.ui.data import UIData
+from gradscape.app.view.ids import node_element
 from gradscape.tracer.store import StoreError
 from gradscape.tracer.wire import TensorArrays, WireStep
 
 HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
 
 
-def register(app: dash.Dash, data: UIData) -> None:
+def register(app: dash.Dash, data: PageData) -> None:
     @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
                   Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
     def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
@@ -29,7 +30,7 @@ def register(app: dash.Dash, data: UIData) -> None:
         return inspector_payload(data, selected, sample)
 
 
-def inspector_payload(data: UIData, selected: dict[str, Any], sample: int | None = None) -> tuple[Any, Any, Any]:
+def inspector_payload(data: PageData, selected: dict[str, Any], sample: int | None = None) -> tuple[Any, Any, Any]:
     """The inspector for one selected node (of its `rank`, 0 when it names none): its panel, and the
     sample choices (hidden without a 4-D tensor)."""
     hidden = {"display": "none"}
@@ -45,7 +46,7 @@ def inspector_payload(data: UIData, selected: dict[str, Any], sample: int | None
     wanted = set(view.node_tensors(wire, node))
     if module and module in wire["modules"]:
         wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
-    arrays = data.store.read_arrays(run, step, sorted(wanted), rank)
+    arrays = data.arrays(run, step, sorted(wanted), rank)
     panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
     slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
     full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
@@ -87,7 +88,7 @@ def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: 
     shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n["in_shapes"]) or "—"
     shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n["out_shapes"]) or "—"
     meta = html.Div(className="gs-meta", children=[
-        html.Div([html.B(n["name"]), f"  (node n{node_id}, {n['kind']})",
+        html.Div([html.B(n["name"]), f"  (node {node_element(node_id)}, {n['kind']})",
                   f", ran #{n['order']}" if n["order"] is not None else ", did not run in this backward",
                   # which process's trace this is (torch.distributed only: the ranks' gradients differ)
                   f" · rank {wire['rank']} of {wire['world_size']}" if wire["rank"] is not None else ""]),

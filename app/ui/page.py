@@ -9,7 +9,10 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from gradscape.app.ui import compare, debugger, ids, inspector, problems
+from gradscape.app.data import PageData
+from gradscape.app.ui import compare, debugger, graph, ids, inspector, problems, runs
+from gradscape.app.view.ids import node_element
+from gradscape.tracer import protocol
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -48,12 +51,36 @@ STYLESHEET: list[dict[str, Any]] = [
 
 
 def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any:
-    """The page; `state` (from `callbacks.initial_state`) pre-fills the newest step."""
+    """The page; `state` (from `initial_state`) pre-fills the newest step."""
     st = state or {}
     # WebSocket from the start (the tracer's own transport, so the server always has it): no
     # long-polling handshake competing with the first paint, one connection instead of several
     options: dict[str, Any] = {"transports": ["websocket"], **({"auth": {"token": token}} if token else {})}
-    header = html.Div(className="gs-header", children=[
+    return html.Div(className="gs-page", children=[
+        dcc.Location(id=ids.URL, refresh=False),
+        DashSocketIO(id=ids.SOCKET, url=protocol.UI_NAMESPACE, options=options,
+                     eventNames=list(protocol.UI_EVENTS)),
+        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
+        dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
+        dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
+        dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
+        _header(st),
+        html.Div(className="gs-main", children=[
+            html.Div(className="gs-left", children=_graph_area(st)),
+            html.Div(className="gs-right", children=[
+                problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
+                dcc.Store(id=ids.PROBLEM_PICK),  # the problem line last clicked (outside the panel, which re-renders)
+                debugger.panel(),  # breakpoints (app/ui/debugger.py)
+                compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
+                *_inspector(st),
+            ]),
+        ]),
+    ])
+
+
+def _header(st: dict[str, Any]) -> Any:
+    """Run, step, "follow live", colour, find, connection."""
+    return html.Div(className="gs-header", children=[
         html.Div("gradscape", className="gs-title"),
         html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet",
                                         options=st.get("run_options", []), value=st.get("run"))],
@@ -71,7 +98,26 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                    className="gs-field gs-search"),
         html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…"),
     ])
-    player = html.Div(id=ids.PLAYER, className="gs-player", children=[
+
+
+def _graph_area(st: dict[str, Any]) -> list[Any]:
+    """The graph with its buttons, the legend, a line of counts, and the backward player under them."""
+    drawn = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
+                           layout={"name": "preset", "fit": False},  # first view: assets/graph.js
+                           stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
+                           boxSelectionEnabled=False, className="gs-graph",
+                           style={"width": "100%", "height": "100%"})
+    return [html.Div(className="gs-graph-wrap", children=[drawn, html.Div(className="gs-graph-tools", children=[
+                html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
+                html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
+                            title="zoom to the selected node (or the player's current one)")])]),
+            html.Div(id=ids.LEGEND, className="gs-legend", children=st.get("legend")),
+            html.Div(id=ids.GRAPH_INFO, className="gs-graph-info", children=st.get("info")),
+            _player(st)]
+
+
+def _player(st: dict[str, Any]) -> Any:
+    return html.Div(id=ids.PLAYER, className="gs-player", children=[
         html.Button("‹", id=ids.PREV, title="step back", className="gs-btn"),
         html.Button("▶", id=ids.PLAY, title="play / pause", className="gs-btn", n_clicks=0),
         html.Button("›", id=ids.NEXT, title="step forward", className="gs-btn"),
@@ -84,43 +130,37 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         html.Div(id=ids.PLAYER_INFO, className="gs-player-info", children=st.get("player", "")),
         dcc.Interval(id=ids.TICKER, interval=400, disabled=True),
     ])
+
+
+def _inspector(st: dict[str, Any]) -> list[Any]:
+    """The sample select of a 4-D gradient, and the inspector."""
     # the inspector opens on the player's node (`initial_state`), or with a hint on an empty store
     panel, sample_options, sample_style = st.get("inspector") or (
         [html.P(inspector.HINT, className="gs-hint")], [], {"display": "none"})
-    graph = cyto.Cytoscape(id=ids.GRAPH, elements=st.get("elements", []),
-                           layout={"name": "preset", "fit": False},  # first view: assets/graph.js
-                           stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
-                           boxSelectionEnabled=False, className="gs-graph",
-                           style={"width": "100%", "height": "100%"})
-    return html.Div(className="gs-page", children=[
-        dcc.Location(id=ids.URL, refresh=False),
-        DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
-                     eventNames=["run", "step", "tracer", "paused", "breakpoints"]),  # the last two: app/debug.py
-        dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
-        dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
-        dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
-        dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
-        header,
-        html.Div(className="gs-main", children=[
-            html.Div(className="gs-left", children=[
-                html.Div(className="gs-graph-wrap", children=[graph, html.Div(className="gs-graph-tools", children=[
-                    html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
-                    html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
-                                title="zoom to the selected node (or the player's current one)")])]),
-                html.Div(id=ids.LEGEND, className="gs-legend", children=st.get("legend")),
-                html.Div(id=ids.GRAPH_INFO, className="gs-graph-info", children=st.get("info")),
-                player,
-            ]),
-            html.Div(className="gs-right", children=[
-                problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
-                dcc.Store(id=ids.PROBLEM_PICK),  # the problem line last clicked (outside the panel, which re-renders)
-                debugger.panel(),  # breakpoints (app/ui/debugger.py)
-                compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
-                # no value until there are options: a value missing from them is reset (to None) by the
-                # dropdown itself as it mounts, and that would fire the inspector's callback on load
-                dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=sample_options,
-                             style=sample_style, placeholder="sample"),
-                html.Div(id=ids.INSPECTOR, className="gs-inspector", children=panel),
-            ]),
-        ]),
-    ])
+    # no value until there are options: a value missing from them is reset (to None) by the
+    # dropdown itself as it mounts, and that would fire the inspector's callback on load
+    return [dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=sample_options,
+                         style=sample_style, placeholder="sample"),
+            html.Div(id=ids.INSPECTOR, className="gs-inspector", children=panel)]
+
+
+def initial_state(data: PageData) -> dict[str, Any]:
+    """The page as first served: the newest run and step already drawn (of the run's first rank, which
+    the rank select shows), so the first paint needs no callback round trip (a deep link then moves it,
+    in the browser)."""
+    run_options, run = runs.run_choices(data, None, None)
+    ranks = data.ranks(run) if run else []
+    rank = compare.rank_field(ranks)[1]
+    step_options, step = runs.step_choices(data, run, None, None, rank=rank)
+    elements, order, last, value, legend, info, _ = graph.graph_payload(data, run, step, "norm", None,
+                                                                        with_search=False, rank=rank)
+    player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} ({node_element(order['nodes'][value])})"
+              if order and order["nodes"] else "")
+    # the inspector opens on the player's node, so the two agree from the first paint
+    selected = ({"run": run, "rank": rank, "step": step, "node": order["nodes"][value]}
+                if order and order["nodes"] else None)
+    panel = inspector.inspector_payload(data, selected) if selected else None
+    return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
+            "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
+            "info": info, "player": player, "selected": selected, "inspector": panel,
+            "problems": problems.lines_of(data, run, step, rank), "ranks": ranks}

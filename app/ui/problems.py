@@ -10,15 +10,17 @@ import dash
 from dash import ALL, ClientsideFunction, Input, Output, State, html, no_update
 
 from gradscape.app import view
+from gradscape.app.data import PageData
 from gradscape.app.ui import ids
 from gradscape.app.ui.address import address
+from gradscape.app.view.ids import node_element
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.store import StoreError
 
 LINE = "problem-line"  # pattern-matching id type of a clickable line
 
 
-def lines_of(data: Any, run: str | None, step: int | None, rank: int = 0) -> dict[str, Any]:
+def lines_of(data: PageData, run: str | None, step: int | None, rank: int = 0) -> dict[str, Any]:
     """The panel's content for a step of a rank (`problem_lines`); an empty panel when there is no step."""
     if not run or step is None:
         return problem_lines(None)
@@ -37,7 +39,7 @@ def children(info: dict[str, Any] | None) -> list[Any]:
         if line["node"] is not None:
             items.append(html.Button(body, id={"type": LINE, "k": line["k"], "node": line["node"]},
                                      className="gs-problem gs-problem-node", n_clicks=0,
-                                     title=f"select {line['node_name']} (n{line['node']})"))
+                                     title=f"select {line['node_name']} ({node_element(line['node'])})"))
         else:
             items.append(html.Div(body, className="gs-problem"))
     return [html.Div(["problems ", html.Span(info["badge"], className="gs-problems-count"
@@ -51,7 +53,7 @@ def panel(info: dict[str, Any] | None = None) -> Any:
     return html.Div(id=ids.PROBLEMS, className="gs-problems", children=children(info))
 
 
-def register(app: dash.Dash, data: Any) -> None:
+def register(app: dash.Dash, data: PageData) -> None:
     @app.callback(Output(ids.PROBLEMS, "children"), Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"),
                   Input(ids.RANK_SELECT, "value"), prevent_initial_call=True)  # first load: the layout holds them
     def show_problems(run: str | None, step: int | None, rank: int | None) -> Any:

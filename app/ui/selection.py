@@ -12,13 +12,14 @@ import dash
 from dash import Input, Output, State, ctx, no_update
 
 from gradscape.app import view
+from gradscape.app.data import PageData
 from gradscape.app.ui import ids
 from gradscape.app.ui.address import address, link_rank
-from gradscape.app.ui.data import UIData
+from gradscape.app.view import ids as element
 from gradscape.tracer.store import StoreError
 
 
-def register(app: dash.Dash, data: UIData) -> None:
+def register(app: dash.Dash, data: PageData) -> None:
     # Node selection and folds. Three callbacks, one per source, because Dash drops the answer of a
     # callback whose input changes while it is in flight and asks again with only the newest trigger:
     # with the step list as an input of the same callback, a streamed step arriving during a click on a
@@ -63,7 +64,7 @@ def register(app: dash.Dash, data: UIData) -> None:
         return selection(data, ids.SEARCH, run, step, int(rank or 0), selected, collapsed, found=found)
 
 
-def selection(data: UIData, trigger: Any, run: str | None, step: int | None, rank: int,
+def selection(data: PageData, trigger: Any, run: str | None, step: int | None, rank: int,
               selected: dict[str, Any] | None, collapsed: dict[str, Any] | None, tap: dict[str, Any] | None = None,
               found: str | None = None, link: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
     """(selected node, folded modules, address) after a click (`tap`), a find (`found`), a deep link, or a
@@ -80,19 +81,17 @@ def selection(data: UIData, trigger: Any, run: str | None, step: int | None, ran
     new_folded: list[str] | None = None
     if trigger == ids.GRAPH and tap:
         el = str(tap.get("id", ""))
-        if el.startswith("m:"):
-            return no_update, {"run": run, "collapsed": sorted(view.expand_one_level(wire, current, el[2:]))}, \
+        if (module := element.module_of(el)) is not None:
+            return no_update, {"run": run, "collapsed": sorted(view.expand_one_level(wire, current, module))}, \
                 no_update
-        if el.startswith("g:"):
-            return no_update, {"run": run, "collapsed": sorted(view.collapse_module(current, el[2:]))}, no_update
-        if el.startswith("n") and el[1:].isdigit():
-            node = int(el[1:])
+        if (box := element.box_of(el)) is not None:
+            return no_update, {"run": run, "collapsed": sorted(view.collapse_module(current, box))}, no_update
+        node = element.node_of(el)
     elif trigger == ids.SEARCH and found:
-        if found.startswith("n") and found[1:].isdigit():
-            node = int(found[1:])
+        if (node := element.node_of(found)) is not None:
             new_folded = sorted(view.reveal(wire, current, node))
-        elif found.startswith("m:"):
-            new_folded = sorted(view.expand_module(current, found[2:]))
+        elif (module := element.module_of(found)) is not None:
+            new_folded = sorted(view.expand_module(current, module))
     elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT, ids.RANK_SELECT) and link and link.get("run") == run \
             and link_rank(link) == rank and link.get("step") == step and link.get("node") is not None \
             and (trigger == ids.DEEP_LINK or not selected or selected.get("step") != step):

@@ -8,11 +8,11 @@ is a few lines over these functions and everything is testable on real traces wi
     elements = cytoscape_elements(wire, layout, "norm")
     panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
 
-The step's graph as a `networkx.DiGraph` (layers, reachability, paths to the loss, parameters no
-gradient reached) is `app.view.graph`; see docs/graph-view.md.
-
-Ids used throughout: `n12` (node 12), `m:blocks.3` (a folded module), `g:blocks.3` (an expanded
-module's box).
+The rooms: `ids` (the graph's element ids, made and read there only), `graph` (the step as a
+`networkx.DiGraph`), `layout` and `collapse` (positions, folded modules), `elements` (cytoscape
+elements) with `colours`, `search` (the find box), `heatmaps` over `grid` (a tensor as a 2-D grid),
+`flow` (gradient flow), `modules` (the module tab), `compare` and `problems`; `_wire` reads a step's
+wire form for all of them. See docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (
@@ -24,20 +24,13 @@ from gradscape.app.view.collapse import (
     visible_count,
     visible_element,
 )
-from gradscape.app.view.elements import (
-    COLOR_BY,
-    SEARCH_HITS,
-    cytoscape_elements,
-    find,
-    legend,
-    search,
-    search_index,
-    searched_on_server,
-)
+from gradscape.app.view.colours import COLOR_BY, legend
+from gradscape.app.view.elements import cytoscape_elements
 from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_steps
 from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from gradscape.app.view.layout import count_crossings, layout_graph
 from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
+from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, searched_on_server
 
 __all__ = [
     "COLOR_BY",

@@ -134,17 +134,6 @@ def inside(module: str | None, prefix: str) -> bool:
     return module is not None and (module == prefix or module.startswith(prefix + "."))
 
 
-def node_index(ref: str | int) -> int:
-    """`"n12"` or `12` → 12."""
-    if isinstance(ref, int):
-        return ref
-    if ref.startswith("n") and ref[1:].isdigit():
-        return int(ref[1:])
-    if ref.isdigit():
-        return int(ref)
-    raise ValueError(f"{ref!r} is not a node id (expected 'n<int>')")
-
-
 def node_label(node: WireNode, wire: Wire) -> str:
     """What a node is called on the graph: the op's short name, or a parameter's name and shape."""
     if node["name"] == ACCUMULATE:

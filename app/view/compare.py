@@ -21,7 +21,8 @@ from typing import Any, Literal
 import numpy as np
 
 from gradscape.app.view._wire import Wire, fmt_num, fmt_shape, stat, tensor
-from gradscape.app.view.heatmaps import heatmap_figure, view_2d
+from gradscape.app.view.grid import view_2d
+from gradscape.app.view.heatmaps import heatmap_figure
 from gradscape.tracer.wire import TensorArrays, decode_array
 
 

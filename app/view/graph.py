@@ -1,4 +1,4 @@
-"""The step's autograd graph as a `networkx.DiGraph`: the model the view and the problem finder read.
+"""The step's autograd graph as a `networkx.DiGraph`, built from its wire form: the app side's graph model.
 
     g = step_graph(wire)                 # nodes: node ids; edges: gradient flow, loss side → leaves
     layers(g)                            # {node: longest-path layer from the loss}
@@ -16,6 +16,12 @@ Node attributes: `name`, `kind`, `module` (drawn module, `None` at top level; an
 belongs to the module owning its parameter), `param`, `order` (execution index, `None` when it did not
 run), `label`. Edge attribute: `slots`, the list of output slots of `a` that feed `b`.
 Graph attributes: `roots` (node ids where backward started), `params` (every parameter name of the model).
+
+Readers: none in the page yet, only tests/app/test_view_layout.py. The layout (`layout.py`, `collapse.py`)
+works on its own arrays (NOTE [networkx and what is hand-written here] in layout.py says why). The problem
+finder does not read it and will not: it runs in the training process (tracer/debug/), which imports
+nothing from app/, and before the step's wire form exists, so it builds its own networkx graph of the
+recorder's nodes.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from gradscape.app.view._wire import (
     tensor,
 )
 from gradscape.app.view.heatmaps import slot_of, stats_rows
+from gradscape.app.view.ids import node_element
 from gradscape.tracer.wire import TensorArrays
 
 
@@ -57,7 +58,7 @@ def param_rows(wire: Wire, module: str) -> list[dict[str, Any]]:
         t = tensor(wire, index)
         row: dict[str, Any] = {"name": name, "tensor": index, "node": None, "shape": None, "stats": []}
         if name in nodes_by_param:
-            row["node"] = f"n{nodes_by_param[name]}"
+            row["node"] = node_element(nodes_by_param[name])
         if t is not None:
             n = numel(t["shape"])
             norm = stat(t, "norm") or 0.0
@@ -97,9 +98,9 @@ def backward_hook_note(wire: Wire, module: str) -> dict[str, Any]:
     inputs = [tensor(wire, i) for i in calls[0]["gi"]]
     full = ", ".join("None" if t is None else fmt_shape(t["shape"]) for t in inputs) or "nothing"
     text = (f"register_backward_hook (deprecated) would have shown grad_input = the grad_inputs of "
-            f"{node['name']} (n{last}), the last op of {module}'s forward: ({listed}). That is not the "
+            f"{node['name']} ({node_element(last)}), the last op of {module}'s forward: ({listed}). That is not the "
             f"gradient w.r.t. the module's input; register_full_backward_hook gives grad_input = ({full}).")
-    return {"node": f"n{last}", "name": node["name"], "slots": slots, "text": text}
+    return {"node": node_element(last), "name": node["name"], "slots": slots, "text": text}
 
 
 PARAM_COLUMNS = ("parameter", "shape", "‖g‖₂", "RMS", "max |g|", "mean", "nan", "inf")
@@ -142,7 +143,7 @@ def module_detail(wire: Wire, module: str, arrays: Mapping[int, TensorArrays] | 
     for c, call in enumerate(mod["calls"]):
         go, gi, last = call["go"], call["gi"], call["last"]
         calls.append({
-            "call": c, "last": None if last is None else f"n{last}",
+            "call": c, "last": None if last is None else node_element(last),
             "grad_output": [_tensor_row(wire, k, i, f"∂L/∂output {k}") for k, i in enumerate(go)],
             "grad_input": [_tensor_row(wire, k, i, f"∂L/∂input {k}") for k, i in enumerate(gi)],
             "slots": {

@@ -1,5 +1,5 @@
 """The page's reads by rank (app/ui): the address a selection writes, the rank and steps a deep link or
-another run picks, and every read of `UIData` (graph, layout, search, flow over steps, inspector,
+another run picks, and every read of `PageData` (graph, layout, search, flow over steps, inspector,
 problems) keyed by rank, on a real trace file where two ranks traced their own batches and stored
 different steps."""
 
@@ -15,9 +15,9 @@ import torch.nn as nn
 
 import gradscape
 from gradscape.app import view
-from gradscape.app.ui import callbacks, compare, ids, inspector, problems
+from gradscape.app.data import PageData
+from gradscape.app.ui import compare, graph, ids, inspector, page, problems, runs
 from gradscape.app.ui.address import address, link_rank
-from gradscape.app.ui.data import UIData
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.store import TraceStore
 from gradscape.tracer.wire import STAT_NAMES, step_to_wire
@@ -104,20 +104,20 @@ def test_the_rank_shown_follows_a_link_then_the_current_rank_then_the_first() ->
 
 
 def test_the_step_list_holds_the_steps_of_the_rank_shown(store: TraceStore) -> None:
-    options, value = callbacks.step_choices(store, "ddp", None, 2, rank=0)
+    options, value = runs.step_choices(PageData(store), "ddp", None, 2, rank=0)
     assert [o["value"] for o in options] == [0, 1, 2] and value == 2
-    options, value = callbacks.step_choices(store, "ddp", None, 2, rank=1)
+    options, value = runs.step_choices(PageData(store), "ddp", None, 2, rank=1)
     assert [o["value"] for o in options] == [0, 1] and value == 1  # step 2 is not on rank 1: its newest
-    assert callbacks.step_choices(store, "ddp", None, 0, rank=1)[1] == 0  # the step shown stays
+    assert runs.step_choices(PageData(store), "ddp", None, 0, rank=1)[1] == 0  # the step shown stays
     link = {"run": "ddp", "rank": 1, "step": 0, "node": 1}
-    assert callbacks.step_choices(store, "ddp", link, 1, ids.DEEP_LINK, rank=1)[1] == 0
+    assert runs.step_choices(PageData(store), "ddp", link, 1, ids.DEEP_LINK, rank=1)[1] == 0
     # a link to rank 0's step does not move rank 1's
-    assert callbacks.step_choices(store, "ddp", {**link, "rank": 0}, 1, ids.DEEP_LINK, rank=1)[1] == 1
-    assert [o["value"] for o in callbacks.step_choices(store, "single", None, None)[0]] == [0]
+    assert runs.step_choices(PageData(store), "ddp", {**link, "rank": 0}, 1, ids.DEEP_LINK, rank=1)[1] == 1
+    assert [o["value"] for o in runs.step_choices(PageData(store), "single", None, None)[0]] == [0]
 
 
 def test_every_read_of_the_page_is_keyed_by_rank(store: TraceStore) -> None:
-    data = UIData(store)
+    data = PageData(store)
     g0, g1 = data.graph("ddp", 1, 0), data.graph("ddp", 1, 1)
     assert (g0["rank"], g1["rank"]) == (0, 1)
     assert g1 == store.read_graph("ddp", 1, 1)
@@ -132,8 +132,8 @@ def test_every_read_of_the_page_is_keyed_by_rank(store: TraceStore) -> None:
 
 
 def test_the_graph_inspector_and_problems_of_a_rank(store: TraceStore) -> None:
-    data = UIData(store)
-    elements, order, *_ = callbacks.graph_payload(data, "ddp", 1, "norm", None, rank=1)
+    data = PageData(store)
+    elements, order, *_ = graph.graph_payload(data, "ddp", 1, "norm", None, rank=1)
     wire1 = store.read_graph("ddp", 1, 1)
     assert elements == view.cytoscape_elements(wire1, view.layout_graph(wire1), "norm")
     assert order is not None and (order["run"], order["rank"], order["step"]) == ("ddp", 1, 1)
@@ -152,6 +152,6 @@ def test_the_graph_inspector_and_problems_of_a_rank(store: TraceStore) -> None:
 def test_the_first_page_of_a_run_shows_its_first_rank(tmp_path: Path) -> None:
     with TraceStore(tmp_path / "t.sqlite") as st:
         st.write_wire(_wire(0, 1, 2))  # rank 0 has stored nothing yet
-        state = callbacks.initial_state(UIData(st))
+        state = page.initial_state(PageData(st))
     assert state["ranks"] == [1] and state["step"] == 0 and state["order"]["rank"] == 1
     assert state["selected"]["rank"] == 1

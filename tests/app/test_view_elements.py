@@ -214,7 +214,7 @@ def wcag(a: str, b: str) -> float:
 
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_every_label_reads_on_its_fill_in_every_colour_mode(name: str, nan_wire: dict[str, Any]) -> None:
-    from gradscape.app.view.elements import PAGE_BACKGROUND
+    from gradscape.app.view.colours import PAGE_BACKGROUND
 
     wire = demo_wire(name)
     for w in (wire, nan_wire):
@@ -232,7 +232,7 @@ def test_every_label_reads_on_its_fill_in_every_colour_mode(name: str, nan_wire:
 
 
 def test_the_darkest_fill_gets_a_light_label() -> None:
-    from gradscape.app.view.elements import SCALE, text_color
+    from gradscape.app.view.colours import SCALE, text_color
 
     assert text_color(SCALE[0]) == "#ffffff" and text_color(SCALE[-1]) == "#000000"
     assert min(max(wcag(c, "#000000"), wcag(c, "#ffffff")) for c in SCALE) >= 4.5
@@ -248,7 +248,7 @@ def test_folded_module_label_names_class_and_count() -> None:
 
 def test_big_step_searches_on_the_server() -> None:
     from gradscape.app.view import SEARCH_HITS, searched_on_server
-    from gradscape.app.view.elements import SEARCH_ALL
+    from gradscape.app.view.search import SEARCH_ALL
 
     small = zoo_wire("mlp")
     assert not searched_on_server(small) and len(search_index(small)) > len(small["nodes"])

@@ -16,7 +16,8 @@ from zoo import build
 
 import gradscape
 from gradscape.app.view import explain, node_tensors, slot_figures
-from gradscape.app.view.heatmaps import ARRIVING, SENT, block_edges
+from gradscape.app.view.grid import block_edges
+from gradscape.app.view.heatmaps import ARRIVING, SENT
 from gradscape.tracer.wire import decode_array, step_to_wire
 
 Store = tuple[gradscape.TraceStore, str, int]

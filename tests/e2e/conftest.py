@@ -80,8 +80,8 @@ def _serve(tmp_path: Path, config: ServerConfig, entry: str = "") -> Iterator[Li
     th.start()
     url = f"http://127.0.0.1:{srv.server_port}"
     _wait_http(url + "/api/runs" + (f"?token={config.token}" if config.token else ""))
-    yield LiveServer(url + entry, store, app._gradscape_state)
-    app._gradscape_state.notifier.stop()
+    yield LiveServer(url + entry, store, app.gradscape_state)
+    app.gradscape_state.notifier.stop()
     for sock in list(sio.server.eio.sockets.values()):  # drop Engine.IO clients first (without waiting for a
         sock.close(wait=False, abort=True)              # closed page to drain its queue), or their threads linger
     sio.server.shutdown()

@@ -183,7 +183,7 @@ def test_follow_live_follows_the_newest_step_of_the_rank_shown(live_server: Any,
         page.wait_for_function("location.search.includes('rank=1')")
         ranks[1].send(1)
         page.wait_for_function(STEP_SHOWN, arg=1)
-        page.wait_for_function("window.gradscapeGraph.key === 'live/1/rank 1'")  # rank 1's step 1 drawn
+        page.wait_for_function("window.gradscape.graph.key === 'live/1/rank 1'")  # rank 1's step 1 drawn
         before = len(heard)
         ranks[0].send(1)
         ranks[0].send(2)  # rank 0 is ahead: the page hears of it, reads rank 1's list again and stays
@@ -193,11 +193,11 @@ def test_follow_live_follows_the_newest_step_of_the_rank_shown(live_server: Any,
         assert len(heard) > before
         assert [s["step"] for s in heard[-1]["steps"]] == [0, 1] and heard[-1]["rank"] == 1
         assert heard[-1]["ranks"] == [0, 1]
-        assert page.evaluate("window.gradscapeGraph.key") == "live/1/rank 1"
+        assert page.evaluate("window.gradscape.graph.key") == "live/1/rank 1"
         assert page.inner_text("#step-select").strip() == "step 1"
         ranks[1].send(2)  # the same step number, one rank after the other: the page hears both
         page.wait_for_function(STEP_SHOWN, arg=2)
-        page.wait_for_function("window.gradscapeGraph.key === 'live/2/rank 1'")
+        page.wait_for_function("window.gradscape.graph.key === 'live/2/rank 1'")
         page.wait_for_function("location.search.includes('rank=1&step=2')")  # the selection moved with it
         assert "rank 1 of 2" in page.inner_text("#inspector")
     finally:

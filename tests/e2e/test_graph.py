@@ -40,7 +40,7 @@ def _open(page: Page, url: str) -> None:
     page.goto(url)
     page.wait_for_function("window.cy && window.cy.nodes().length > 0")
     page.wait_for_function("(document.querySelector('#backward-player') || {innerText: ''}).innerText.includes(' of ')")
-    page.wait_for_function("window.gradscapeGraph && window.gradscapeGraph.opened")
+    page.wait_for_function("window.gradscape.graph && window.gradscape.graph.opened")
 
 
 def _no_errors(page: Page) -> None:
@@ -221,7 +221,7 @@ def test_a_streamed_step_keeps_the_view_the_person_chose(live_server: Any, page:
         case.loss(case.model, case.batch).backward()
     page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText.includes('step 1')",
                            timeout=10_000)
-    page.wait_for_function("window.gradscapeGraph.key === 'live/1'", timeout=10_000)
+    page.wait_for_function("window.gradscape.graph.key === 'live/1'", timeout=10_000)
     assert page.evaluate("[window.cy.zoom(), window.cy.pan()]") == view
     tr.close()
     _no_errors(page)

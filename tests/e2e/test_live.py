@@ -89,7 +89,7 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     page.evaluate(f"void window.cy.getElementById('n{node}').emit('tap')")
     page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{node},')")
     # the page has focused the new node (which scrolls the inspector to the top) before the person scrolls
-    page.wait_for_function(f"(window.__gsFocused || '').endsWith('/{node}')")
+    page.wait_for_function(f"(window.gradscape.player.focused || '').endsWith('/{node}')")
     # a view of the person's own: zoom and pan, and the inspector scrolled down
     page.evaluate("window.cy.viewport({zoom: 0.77, pan: {x: 31, y: 17}})")
     scrolled = page.evaluate("(() => { const i = document.getElementById('inspector');"
@@ -193,10 +193,10 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     page.wait_for_function("window.cy.getElementById('m:fc1').length === 1")
     # the player: three back from the end (which selects its node)
     page.click("#graph-info")  # the keys act when no field has the focus
-    last = page.evaluate("window.gradscapePlayer.position")
+    last = page.evaluate("window.gradscape.player.current.position")
     for _ in range(3):
         page.keyboard.press("ArrowLeft")
-    page.wait_for_function(f"window.gradscapePlayer.position === {last - 3}")
+    page.wait_for_function(f"window.gradscape.player.current.position === {last - 3}")
     current = page.evaluate("window.cy.$('.current').id()")
     # find fc2's weight by name
     with TraceStore(streaming.store_path, readonly=True) as store:
@@ -210,13 +210,13 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     step = wait_shown_step_above(page, shown_step(page))
     step = wait_shown_step_above(page, step)
     page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
-    page.wait_for_function(f"window.gradscapeGraph.key === '{RUN}/{step}'")
+    page.wait_for_function(f"window.gradscape.graph.key === '{RUN}/{step}'")
     assert "fraction of zeros" in page.inner_text("#color-by")
     assert "exactly 0" in page.inner_text("#legend")  # its title: "fraction of ∂L/∂output that is exactly 0"
     assert page.evaluate("[window.cy.getElementById('m:fc1').length, window.cy.getElementById('g:fc1').length]") \
         == [1, 0]
     assert page.evaluate("window.cy.$(':selected').id()") == f"n{weight}"
     assert f"(node n{weight}," in page.inner_text("#inspector")
-    assert page.evaluate("window.gradscapePlayer.position") == last - 3
+    assert page.evaluate("window.gradscape.player.current.position") == last - 3
     assert page.evaluate("window.cy.$('.current').id()") == current
     clean_console(page)

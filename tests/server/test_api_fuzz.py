@@ -22,7 +22,7 @@ ROUTES: list[tuple[str, str]] = [
     ("GET", "/api/runs/{run}/steps"),
     ("GET", "/api/runs/{run}/steps/{step}"),
     ("GET", "/api/runs/{run}/steps/{step}/nodes/{node}"),
-    # the debugger's routes (app/debug.py)
+    # the debugger's routes (app/api/debugger.py)
     ("GET", "/api/runs/{run}/breakpoints"),
     ("POST", "/api/runs/{run}/breakpoints"),
     ("DELETE", "/api/runs/{run}/breakpoints"),

@@ -50,20 +50,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import threading
 import time
 import warnings
 from typing import Any
 
-import numpy as np
 import torch
 
 from gradscape.tracer import protocol
 from gradscape.tracer.record.view import StepView
 from gradscape.tracer.record.walk import NodeRecord
-from gradscape.tracer.wire import encode_array
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +161,7 @@ class Breaker:
         self.paused = True
         self.pauses += 1
         try:
-            answer = link.send("paused", {"step": rec.step, "node": info, "executed": len(nodes), "nodes": nodes,
-                                          "thumb_budget": self.thumb_budget}, ack=True)
+            answer = link.send("paused", protocol.paused_payload(rec.step, info, nodes, self.thumb_budget), ack=True)
             if isinstance(answer, dict) and answer.get("ok") is False:
                 # the server did not take the pause, so nothing there could resume it: go on
                 warnings.warn(f"gradscape: the server refused the pause at {node.name}: {answer.get('error')}; "
@@ -205,10 +201,7 @@ def _module_of(rec: StepView, node: NodeRecord) -> str | None:
 
 
 def _tensor(t: Any) -> dict[str, Any] | None:
-    if t is None:
-        return None
-    stats = {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in t.stats.items()}
-    return {"shape": list(t.shape), "dtype": t.dtype, "stats": stats, "view": t.thumb_view, "thumb": None}
+    return None if t is None else protocol.paused_tensor(t.shape, t.dtype, t.stats, t.thumb_view)
 
 
 def _labels(rec: Any, mods: list[str | None]) -> list[Any] | None:
@@ -235,11 +228,12 @@ def partial_nodes(rec: Any, budget: int = THUMB_BUDGET) -> list[dict[str, Any]]:
     for pos, (r, run) in enumerate(runs):
         acc, mod = r.kind in ("param", "leaf"), mods[r.id]
         st = statics[r.id] if statics is not None and r.id < len(statics) else None
-        out.append({"id": r.id, "name": r.name, "kind": r.kind, "module": None if acc else mod, "param": r.param,
-                    "source": None if acc else rec.forward.source_of(r.seq), "order": pos, "pass": run.pass_index,
-                    "labels": None if st is None else list(st.labels), "args": None if st is None else list(st.args),
-                    "thumbs": False, "grad_outputs": [_tensor(t) for t in run.grad_outputs],
-                    "grad_inputs": None if run.grad_inputs is None else [_tensor(t) for t in run.grad_inputs]})
+        out.append(protocol.paused_node(
+            id=r.id, name=r.name, kind=r.kind, module=None if acc else mod, param=r.param,
+            source=None if acc else rec.forward.source_of(r.seq), order=pos, pass_index=run.pass_index,
+            labels=None if st is None else st.labels, args=None if st is None else st.args,
+            grad_outputs=[_tensor(t) for t in run.grad_outputs],
+            grad_inputs=None if run.grad_inputs is None else [_tensor(t) for t in run.grad_inputs]))
     spent = count = 0
     for pos in range(len(out) - 1, -1, -1):  # newest first, whole nodes, until the budget is spent
         _, run = runs[pos]
@@ -250,10 +244,7 @@ def partial_nodes(rec: Any, budget: int = THUMB_BUDGET) -> list[dict[str, Any]]:
         if spent + cost > budget or count + len(thumbs) > MAX_THUMBS:
             break
         spent, count = spent + cost, count + len(thumbs)
-        node = out[pos]
-        for kind, j, a in thumbs:
-            node[kind][j]["thumb"] = encode_array(np.ascontiguousarray(a, dtype=np.float32))
-        node["thumbs"] = True
+        protocol.add_thumbs(out[pos], thumbs)
     return out
 
 

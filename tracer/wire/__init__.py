@@ -48,13 +48,13 @@ from gradscape.tracer.wire.types import (
     WireTensor,
     node_runs,
 )
-from gradscape.tracer.wire.validation import step_from_wire, tensor_from_wire
+from gradscape.tracer.wire.validation import checked_list, opt_str, step_from_wire, str_list, tensor_from_wire
 from gradscape.tracer.wire.versions import WIRE_VERSION, with_defaults
 from gradscape.tracer.wire.views import matrix_shape, thumbnail_view
 
 __all__ = [
     "MAX_ARRAY_ELEMENTS", "STAT_NAMES", "WIRE_VERSION", "TensorArrays", "TensorRefs", "TraceFormatError", "WireArray",
     "WireCall", "WireModule", "WireNode", "WirePass", "WireProblem", "WireRun", "WireStep", "WireTensor",
-    "decode_array", "encode_array", "matrix_shape", "node_runs", "pack", "step_from_wire", "step_to_wire",
-    "tensor_from_wire", "tensor_to_wire", "thumbnail_view", "unpack", "with_defaults",
+    "checked_list", "decode_array", "encode_array", "matrix_shape", "node_runs", "opt_str", "pack", "step_from_wire",
+    "step_to_wire", "str_list", "tensor_from_wire", "tensor_to_wire", "thumbnail_view", "unpack", "with_defaults",
 ]

@@ -60,7 +60,7 @@ class _Refs:
         return self.tensors[i]
 
     def tensor_list(self, ix: Any, where: str) -> list[TensorTrace | None] | None:
-        return None if ix is None else [self.tensor(i, f"{where}[{k}]") for k, i in enumerate(_list(ix, where))]
+        return None if ix is None else [self.tensor(i, f"{where}[{k}]") for k, i in enumerate(checked_list(ix, where))]
 
     def node(self, i: Any, where: str, optional: bool = True) -> int | None:
         if i is None and optional:
@@ -80,10 +80,10 @@ def step_from_wire(d: Any) -> StepTrace:
     for key in ("run", "step", "nodes", "edges", "tensors"):
         if key not in d:
             raise TraceFormatError(f"step: missing field {key!r}")
-    tensors = [tensor_from_wire(t, f"tensors[{i}]") for i, t in enumerate(_list(d["tensors"], "tensors"))]
-    refs = _Refs(tensors, len(_list(d["nodes"], "nodes")))
+    tensors = [tensor_from_wire(t, f"tensors[{i}]") for i, t in enumerate(checked_list(d["tensors"], "tensors"))]
+    refs = _Refs(tensors, len(checked_list(d["nodes"], "nodes")))
     st = StepTrace(run=_str(d["run"], "run"), step=_int(d["step"], "step"))
-    st.error = _opt_str(d.get("error"), "error")
+    st.error = opt_str(d.get("error"), "error")
     st.meta = plain(_map(d.get("meta") or {}, "meta"), "meta")
     st.nodes = [_node(n, k, refs) for k, n in enumerate(d["nodes"])]
     st.edges = _edges(d["edges"], refs.n_nodes)
@@ -93,12 +93,12 @@ def step_from_wire(d: Any) -> StepTrace:
         t = refs.tensor(i, f"params[{_str(name, f'params: key {name!r}')!r}]")
         if t is not None:
             st.params[name] = t
-    st.passes = [_pass(p, k, refs) for k, p in enumerate(_list(d.get("passes") or [], "passes"))]
-    for k, e in enumerate(_list(d.get("execution") or [], "execution")):
+    st.passes = [_pass(p, k, refs) for k, p in enumerate(checked_list(d.get("passes") or [], "passes"))]
+    for k, e in enumerate(checked_list(d.get("execution") or [], "execution")):
         if not (isinstance(e, list) and len(e) == 2 and type(e[1]) is int and e[1] >= 0):
             raise TraceFormatError(f"execution[{k}]: {e!r} is not [node id, run index]")
         st.execution.append((refs.node(e[0], f"execution[{k}]", False) or 0, e[1]))
-    st.problems = [_problem(p, k, refs) for k, p in enumerate(_list(d.get("problems") or [], "problems"))]
+    st.problems = [_problem(p, k, refs) for k, p in enumerate(checked_list(d.get("problems") or [], "problems"))]
     for key in ("rank", "world_size"):
         v = d.get(key)
         if v is not None:
@@ -112,22 +112,22 @@ def _node(n: Any, k: int, refs: _Refs) -> NodeTrace:
     if n.get("id") != k or type(n.get("id")) is not int:
         raise TraceFormatError(f"{w}.id: expected {k}, got {n.get('id')!r} (ids are positions)")
     runs = []
-    for j, r in enumerate(_list(n.get("runs") or [], f"{w}.runs")):
+    for j, r in enumerate(checked_list(n.get("runs") or [], f"{w}.runs")):
         wr = f"{w}.runs[{j}]"
         if not isinstance(r, list) or len(r) != 5:
             raise TraceFormatError(f"{wr}: expected [pass, order, go, gi, time_us]")
         runs.append(NodeRun(_int(r[0], f"{wr}.pass"), _int(r[1], f"{wr}.order"),
-                            refs.tensor_list(_list(r[2], f"{wr}.go"), f"{wr}.go") or [],
+                            refs.tensor_list(checked_list(r[2], f"{wr}.go"), f"{wr}.go") or [],
                             refs.tensor_list(r[3], f"{wr}.gi"), _opt_num(r[4], f"{wr}.time_us")))
     return NodeTrace(
         id=k, name=_str(n.get("name"), f"{w}.name"), kind=_str(n.get("kind", "op"), f"{w}.kind"),
-        module=_opt_str(n.get("module"), f"{w}.module"), param=_opt_str(n.get("param"), f"{w}.param"),
-        source=_opt_str(n.get("source"), f"{w}.source"), schema=_opt_str(n.get("schema"), f"{w}.schema"),
+        module=opt_str(n.get("module"), f"{w}.module"), param=opt_str(n.get("param"), f"{w}.param"),
+        source=opt_str(n.get("source"), f"{w}.source"), schema=opt_str(n.get("schema"), f"{w}.schema"),
         order=_opt_int(n.get("order"), f"{w}.order"),
-        input_labels=_strs(n.get("labels"), f"{w}.labels"), input_args=_strs(n.get("args"), f"{w}.args"),
+        input_labels=str_list(n.get("labels"), f"{w}.labels"), input_args=str_list(n.get("args"), f"{w}.args"),
         input_shapes=_shapes(n.get("in_shapes"), f"{w}.in_shapes"),
         output_shapes=_shapes(n.get("out_shapes"), f"{w}.out_shapes"),
-        output_dtypes=_strs(n.get("out_dtypes"), f"{w}.out_dtypes", optional=True),
+        output_dtypes=str_list(n.get("out_dtypes"), f"{w}.out_dtypes", optional=True),
         grad_inputs=refs.tensor_list(n.get("gi"), f"{w}.gi"), grad_outputs=refs.tensor_list(n.get("go"), f"{w}.go"),
         time_us=_opt_num(n.get("t"), f"{w}.t"), runs=runs,
     )
@@ -135,7 +135,7 @@ def _node(n: Any, k: int, refs: _Refs) -> NodeTrace:
 
 def _edges(edges: Any, n_nodes: int) -> list[tuple[int, int, int]]:
     out = []
-    for k, e in enumerate(_list(edges, "edges")):
+    for k, e in enumerate(checked_list(edges, "edges")):
         if not (isinstance(e, list) and len(e) == 3 and all(type(x) is int for x in e)) or \
                 not (0 <= e[0] < n_nodes and 0 <= e[1] < n_nodes):
             raise TraceFormatError(f"edges[{k}]: {e!r} is not [src, dst, slot] with node ids in 0..{n_nodes - 1}")
@@ -148,16 +148,16 @@ def _module(name: Any, m: Any, refs: _Refs) -> ModuleTrace:
     _str(name, f"modules: key {name!r}")
     m = _map(m, w)
     calls = []
-    for j, c in enumerate(_list(m.get("calls") or [], f"{w}.calls")):
+    for j, c in enumerate(checked_list(m.get("calls") or [], f"{w}.calls")):
         wc = f"{w}.calls[{j}]"
         c = _map(c, wc)
         calls.append(ModuleCall(refs.tensor_list(c.get("gi"), f"{wc}.gi") or [],
                                 refs.tensor_list(c.get("go"), f"{wc}.go") or [],
-                                [refs.node(x, f"{wc}.in") for x in _list(c.get("in") or [], f"{wc}.in")],
-                                [refs.node(x, f"{wc}.out") for x in _list(c.get("out") or [], f"{wc}.out")],
+                                [refs.node(x, f"{wc}.in") for x in checked_list(c.get("in") or [], f"{wc}.in")],
+                                [refs.node(x, f"{wc}.out") for x in checked_list(c.get("out") or [], f"{wc}.out")],
                                 refs.node(c.get("last"), f"{wc}.last")))
     return ModuleTrace(name=name, type=_str(m.get("type", ""), f"{w}.type"),
-                       params=_strs(m.get("params"), f"{w}.params"), calls=calls)
+                       params=str_list(m.get("params"), f"{w}.params"), calls=calls)
 
 
 def _pass(p: Any, k: int, refs: _Refs) -> BackwardPass:
@@ -165,7 +165,7 @@ def _pass(p: Any, k: int, refs: _Refs) -> BackwardPass:
     p = _map(p, w)
     return BackwardPass(
         index=_int(p.get("index"), f"{w}.index"), api=_str(p.get("api"), f"{w}.api"),
-        roots=[x for x in (refs.node(r, f"{w}.roots", False) for r in _list(p.get("roots"), f"{w}.roots"))
+        roots=[x for x in (refs.node(r, f"{w}.roots", False) for r in checked_list(p.get("roots"), f"{w}.roots"))
                if x is not None],
         root_grads=refs.tensor_list(p.get("root_grads"), f"{w}.root_grads") or [],
         retain_graph=_bool(p.get("retain_graph", False), f"{w}.retain_graph"),
@@ -177,8 +177,8 @@ def _problem(p: Any, k: int, refs: _Refs) -> Problem:
     w = f"problems[{k}]"
     p = _map(p, w)
     return Problem(kind=_str(p.get("kind"), f"{w}.kind"), message=_str(p.get("message"), f"{w}.message"),
-                   node=refs.node(p.get("node"), f"{w}.node"), param=_opt_str(p.get("param"), f"{w}.param"),
-                   source=_opt_str(p.get("source"), f"{w}.source"))
+                   node=refs.node(p.get("node"), f"{w}.node"), param=opt_str(p.get("param"), f"{w}.param"),
+                   source=opt_str(p.get("source"), f"{w}.source"))
 
 
 # ---------------------------------------------------------------------- field checks
@@ -210,11 +210,11 @@ def _str(v: Any, where: str) -> str:
     return v
 
 
-def _opt_str(v: Any, where: str) -> str | None:
+def opt_str(v: Any, where: str) -> str | None:
     return None if v is None else _str(v, where)
 
 
-def _list(v: Any, where: str) -> list[Any]:
+def checked_list(v: Any, where: str) -> list[Any]:
     if not isinstance(v, list):
         raise TraceFormatError(f"{where}: expected a list, got {type(v).__name__}")
     return v
@@ -253,8 +253,8 @@ def _bool(v: Any, where: str) -> bool:
     return v
 
 
-def _strs(v: Any, where: str, optional: bool = False) -> list[Any]:
-    out = _list(v or [], where)
+def str_list(v: Any, where: str, optional: bool = False) -> list[Any]:
+    out = checked_list(v or [], where)
     for k, x in enumerate(out):
         if not (isinstance(x, str) or (optional and x is None)):
             raise TraceFormatError(f"{where}[{k}]: expected a string, got {type(x).__name__}")
@@ -263,7 +263,7 @@ def _strs(v: Any, where: str, optional: bool = False) -> list[Any]:
 
 def _shapes(v: Any, where: str) -> list[tuple[int, ...] | None]:
     out: list[tuple[int, ...] | None] = []
-    for k, s in enumerate(_list(v or [], where)):
+    for k, s in enumerate(checked_list(v or [], where)):
         if s is None:
             out.append(None)
             continue

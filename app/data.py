@@ -1,6 +1,7 @@
-"""What the page reads: decoded steps, their layouts, search indexes and gradient flow over steps, from the
-trace store, each in a small LRU keyed by (run, step, rank) (a step is decoded once however many
-callbacks ask for it)."""
+"""The one source the page's callbacks read (`PageData`): the stored steps (runs, steps, ranks, decoded
+graphs, their layouts, search indexes, arrays, gradient flow over steps), each decoded step and what is
+derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded once however many
+callbacks ask for it; and the paused state of a run stopped at a breakpoint (`paused_node`)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ from collections import OrderedDict
 from typing import Any
 
 from gradscape.app import view
-from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import WireStep
+from gradscape.app.server.state import DebugState
+from gradscape.tracer.store import RunInfo, TraceStore
+from gradscape.tracer.wire import TensorArrays, WireStep
 
 MAX_STEPS_OVER_TIME = 30
 
 
-class UIData:
+class PageData:
     """Reads for the page, with a small LRU of decoded step graphs and their layouts. Every entry is
-    keyed by (run, step, rank): the ranks of one step are different traces (their own batches)."""
+    keyed by (run, step, rank): the ranks of one step are different traces (their own batches). A read
+    of a step the store does not have raises `StoreError`."""
 
-    def __init__(self, store: TraceStore, size: int = 6) -> None:
+    def __init__(self, store: TraceStore, debug: DebugState | None = None, size: int = 6) -> None:
         self.store = store
+        self.debug = debug or DebugState()
         self.size = size
         self._graphs: OrderedDict[tuple[str, int, int], WireStep] = OrderedDict()
         self._layouts: OrderedDict[tuple[str, int, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
@@ -40,6 +44,25 @@ class UIData:
                 cache.popitem(last=False)
         return value
 
+    def runs(self) -> list[RunInfo]:
+        """The runs, oldest update first (as the run select lists them)."""
+        return sorted(self.store.runs(), key=lambda r: r["updated"])
+
+    def steps(self, run: str, rank: int = 0) -> list[int]:
+        return [s["step"] for s in self.store.steps(run, int(rank))]
+
+    def ranks(self, run: str) -> list[int]:
+        return list(self.store.ranks(run))
+
+    def arrays(self, run: str, step: int, indices: list[int], rank: int = 0) -> dict[int, TensorArrays]:
+        """The thumbnails and values of tensors `indices` of a step (not cached: they are big)."""
+        return self.store.read_arrays(run, int(step), indices, int(rank))
+
+    def paused_node(self, run: str, node: int, order: int | None = None) -> tuple[dict[str, Any] | None,
+                                                                                 dict[str, Any] | None]:
+        """A node of a paused backward with its thumbnails (`DebugState.paused_node`)."""
+        return self.debug.paused_node(run, node, order)
+
     def graph(self, run: str, step: int, rank: int = 0) -> WireStep:
         return self._lru(self._graphs, (run, int(step), int(rank)),
                          lambda: self.store.read_graph(run, int(step), int(rank)))
@@ -52,7 +75,7 @@ class UIData:
         """Per-layer gradient norm over the rank's last steps up to `step`: read once per (run, step,
         rank), not on every node click (it decodes up to MAX_STEPS_OVER_TIME stored steps)."""
         def make() -> dict[str, Any]:
-            steps = [s["step"] for s in self.store.steps(run, int(rank)) if s["step"] <= step][-MAX_STEPS_OVER_TIME:]
+            steps = [s for s in self.steps(run, rank) if s <= step][-MAX_STEPS_OVER_TIME:]
             return view.norm_over_steps([self.store.read_graph(run, s, int(rank)) for s in steps])
         return self._lru(self._flows, (run, int(step), int(rank)), make)
 

@@ -1,0 +1,116 @@
+"""The graph panel: the step's elements, its execution order (the player's), the colour legend, a line of
+counts and the find box's options, for the run, step, rank, colouring and folds the page shows.
+
+First load: the layout already holds the newest step (`page.initial_state`), so no server callback runs
+then except `fill_search` (the search options are not needed for the first paint). Every server callback
+that fires during the page load competes with the first paint for the browser's main thread and the
+server's.
+
+A step of thousands of nodes would ship every node as a search option and keep the browser busy
+indexing them (seconds at 10,000 nodes, during which a click on the graph waits); for such a step
+`view.search_index` gives the first options only and what the user types is searched on the server
+(`search_big_step`). The graph's "fit" and "zoom to selection" buttons work in the browser (assets/graph.js).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, ctx, html, no_update
+
+from gradscape.app import view
+from gradscape.app.data import PageData
+from gradscape.app.ui import ids
+from gradscape.app.view.ids import node_element
+from gradscape.tracer.store import StoreError
+from gradscape.tracer.wire import WireStep
+
+
+def register(app: dash.Dash, data: PageData) -> None:
+    # the player's position is not set here: in the browser, a new step of the same graph keeps it and
+    # another graph opens fully executed (`gradscape.player`); set here too, it raced the person's keys
+    @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
+                  Output(ids.LEGEND, "children"), Output(ids.GRAPH_INFO, "children"), Output(ids.SEARCH, "options"),
+                  Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.COLOR_BY, "value"),
+                  Input(ids.COLLAPSED, "data"), Input(ids.RANK_SELECT, "value"), prevent_initial_call=True)
+    def load_graph(run: str | None, step: int | None, color_by: str, collapsed: dict[str, Any] | None,
+                   rank: int | None) -> Any:
+        # the search options belong to the step: a fold or a new colouring keeps them (the dropdown
+        # re-indexes every option it is given, ~0.1 s in the browser for a 500-node step)
+        new_step = any(p.split(".")[0] in (ids.RUN_SELECT, ids.STEP_SELECT, ids.RANK_SELECT)
+                       for p in ctx.triggered_prop_ids)
+        elements, order, last, _value, legend, info, search = graph_payload(
+            data, run, step, color_by, collapsed, with_search=new_step, rank=int(rank or 0))
+        return elements, order, last, legend, info, search if new_step else no_update
+
+    @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "id"),
+                  State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),
+                  prevent_initial_call="initial_duplicate")
+    def fill_search(_id: Any, run: str | None, step: int | None, rank: int | None) -> Any:
+        """The first load's search options (an `id` never changes, so this runs once per page;
+        load_graph fills them on every later change)."""
+        if ctx.triggered_id is not None or not run or step is None:
+            return no_update
+        try:
+            return data.search_index(run, step, int(rank or 0))
+        except StoreError:
+            return no_update
+
+    @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "search_value"),
+                  State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),
+                  State(ids.SEARCH, "value"), State(ids.SEARCH, "options"), prevent_initial_call=True)
+    def search_big_step(query: str | None, run: str | None, step: int | None, rank: int | None, value: str | None,
+                        options: list[dict[str, str]] | None) -> Any:
+        if not query or not run or step is None:
+            return no_update
+        try:
+            wire = data.graph(run, step, int(rank or 0))
+        except StoreError:
+            return no_update
+        if not view.searched_on_server(wire):
+            return no_update  # every option is in the browser already
+        hits = view.search(wire, query, limit=view.SEARCH_HITS)
+        kept = [o for o in options or [] if o.get("value") == value and o not in hits]
+        return kept + hits
+
+
+def _exec_order(wire: WireStep, layout: dict[str, Any], rank: int = 0) -> dict[str, Any]:
+    """Per execution index: the node id and the drawn element that shows it (itself or its folded
+    module), so the player highlights what is on screen; with the run, rank and step it belongs to (the
+    player selects its current node there, in the browser)."""
+    elements, nodes = [], []
+    for nid, _run in wire["execution"]:
+        elements.append(view.visible_element(layout, node_element(nid)))
+        nodes.append(nid)
+    names = [wire["nodes"][n]["name"] for n in nodes]
+    return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "elements": elements, "nodes": nodes,
+            "names": names}
+
+
+def graph_payload(data: PageData, run: str | None, step: int | None, color_by: str | None,
+                  collapsed: dict[str, Any] | None, with_search: bool = True, rank: int = 0) -> tuple[Any, ...]:
+    """Everything the graph area shows for one step of one rank: elements, execution order, player
+    range, legend, a line of counts and the search options (`[]` without `with_search`)."""
+    if not run or step is None:
+        return [], None, 0, 0, None, "no step selected", []
+    try:
+        wire = data.graph(run, step, rank)
+    except StoreError as exc:
+        return [], None, 0, 0, None, str(exc), []
+    folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
+    layout = data.layout(run, step, folded, rank)
+    elements = view.cytoscape_elements(wire, layout, color_by or "norm")
+    order = _exec_order(wire, layout, rank)
+    drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
+    info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
+            + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else ""))
+    last = max(len(order["nodes"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
+    return (elements, order, last, last, _legend(view.legend(wire, color_by or "norm")), info,
+            data.search_index(run, step, rank) if with_search else [])
+
+
+def _legend(info: dict[str, Any]) -> Any:
+    return [html.Span(info.get("title", "")), html.Span(info.get("min_label", "")),
+            html.Div(className="bar", style={"background": info.get("css_gradient", "#ccc")}),
+            html.Span(info.get("max_label", "")), html.Span("red border: NaN/Inf", className="gs-nan")]

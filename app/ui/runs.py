@@ -1,0 +1,95 @@
+"""The header's lists: the run select and the step list (with "follow live"), the deep link that can
+set both, and the connection badge.
+
+Live data: the /ui socket only says *what changed* ("run r has step 12"); the lists are read again from
+the JSON API, in the browser (`liveRuns`, `liveSteps` in assets/live.js), so merged notifications lose
+nothing and no server callback's answer is dropped by Dash when its input changes while it is in flight.
+A deep link (`deepLink` in assets/links.js) and another run or rank chosen are answered on the server here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import ClientsideFunction, Input, Output, State, ctx
+
+from gradscape.app.data import PageData
+from gradscape.app.ui import ids
+from gradscape.app.ui.address import link_rank
+
+
+def register(app: dash.Dash, data: PageData) -> None:
+    # ?run=&rank=&step=&node= → {run, rank, step, node}, or no update without a link (the page was rendered
+    # with the newest step already)
+    app.clientside_callback(ClientsideFunction("gradscape", "deepLink"), Output(ids.DEEP_LINK, "data"),
+                            Input(ids.URL, "search"), State(ids.SELECTED, "data"))
+
+    @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
+                  Input(ids.DEEP_LINK, "data"), State(ids.RUN_SELECT, "value"),
+                  prevent_initial_call=True)  # first load: the layout already holds the runs
+    def sync_runs(link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:
+        return run_choices(data, link, current)
+
+    # a new run, announced on the socket → the run list, read from the JSON API in the browser
+    app.clientside_callback(ClientsideFunction("gradscape", "liveRuns"), Output(ids.LIVE_RUNS, "data"),
+                            Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
+                            prevent_initial_call=True)
+
+    @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
+                  Input(ids.RUN_SELECT, "value"), Input(ids.DEEP_LINK, "data"), Input(ids.RANK_SELECT, "value"),
+                  State(ids.STEP_SELECT, "value"),
+                  prevent_initial_call=True)  # first load: the layout already holds the steps
+    def sync_steps(run: str | None, link: dict[str, Any] | None, rank: int | None,
+                   current: int | None) -> tuple[Any, Any]:
+        """The steps of the run's shown rank (the rank is set first: `compare.sync_ranks`)."""
+        fired = ctx.triggered_prop_ids  # several can change in one update: the deep link wins
+        trigger = ids.DEEP_LINK if f"{ids.DEEP_LINK}.data" in fired else ids.RUN_SELECT
+        return step_choices(data, run, link, current, trigger, int(rank or 0))
+
+    # A `step` notification (or the server's catch-up when the socket (re)connects) → the steps of the
+    # shown rank, read from the JSON API in the browser and set on the step list there (a lost update left
+    # the list a step behind when this was a server callback). Another run or rank chosen only tells the
+    # browser which list an answer must be for.
+    app.clientside_callback(ClientsideFunction("gradscape", "liveSteps"), Output(ids.LIVE_STEPS, "data"),
+                            Input(ids.SOCKET, "data-step"), Input(ids.RUN_SELECT, "value"),
+                            Input(ids.RANK_SELECT, "value"), State(ids.STEP_SELECT, "value"),
+                            State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"),
+                            State(ids.RANK_SELECT, "options"), prevent_initial_call=True)
+
+    # "live" (with the tracer's counts) / "offline" / "connecting…", in the browser: tracer status
+    # notifications arrive up to ten times a second
+    app.clientside_callback(ClientsideFunction("gradscape", "connection"), Output(ids.CONNECTION, "children"),
+                            Output(ids.CONNECTION, "className"), Input(ids.SOCKET, "connected"),
+                            Input(ids.SOCKET, "data-tracer"))
+
+
+def run_choices(data: PageData, link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:
+    """The runs as options, and the one to show: a deep link's, else the current one, else the newest."""
+    runs = data.runs()
+    names = [r["run"] for r in runs]
+    options = [{"label": f"{r['run']} ({r['steps']} steps)", "value": r["run"]} for r in runs]
+    if link and link.get("run") in names:
+        return options, link["run"]
+    if current in names:
+        return options, current
+    return options, names[-1] if names else None
+
+
+def step_choices(data: PageData, run: str | None, link: dict[str, Any] | None, current: int | None,
+                 trigger: Any = None, rank: int = 0) -> tuple[Any, Any]:
+    """The steps of the run's `rank` as options, and the one to show: a deep link's (naming this run and
+    rank), else the current one, else the newest. (Live notifications are handled in the browser:
+    `liveSteps`.)"""
+    if not run:
+        return [], None
+    steps = data.steps(run, rank)
+    options = [{"label": f"step {s}", "value": s} for s in steps]
+    if not steps:
+        return options, None
+    if link and link.get("run") == run and link_rank(link) == rank and link.get("step") in steps and \
+            (current is None or trigger == ids.DEEP_LINK):
+        return options, link["step"]
+    if current not in steps:
+        return options, steps[-1]
+    return options, current

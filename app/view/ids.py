@@ -1,0 +1,60 @@
+"""The graph's element ids, made and read here only (the page's scripts get the prefixes from `table`):
+
+    n12          node 12 of the step (a wire node id)
+    m:blocks.3   a folded module, drawn as one node
+    g:blocks.3   the box of an expanded module (a compound parent)
+
+(app/view/collapse.py, which the layout engine reads, still spells its own `node_element`,
+`module_element` and `box_element` with the same prefixes; tests/app/test_page_ids.py checks they agree.)
+"""
+
+from __future__ import annotations
+
+NODE_PREFIX = "n"
+MODULE_PREFIX = "m:"
+BOX_PREFIX = "g:"
+
+
+def node_element(node_id: int) -> str:
+    return f"{NODE_PREFIX}{int(node_id)}"
+
+
+def module_element(module: str) -> str:
+    return MODULE_PREFIX + module
+
+
+def box_element(module: str) -> str:
+    return BOX_PREFIX + module
+
+
+def node_of(element: str) -> int | None:
+    """`"n12"` → 12; None for any other element (a module, a box, an edge)."""
+    digits = element[len(NODE_PREFIX):]
+    return int(digits) if element.startswith(NODE_PREFIX) and digits.isdigit() else None
+
+
+def module_of(element: str) -> str | None:
+    """`"m:blocks.3"` → `"blocks.3"`; None for any other element."""
+    return element[len(MODULE_PREFIX):] if element.startswith(MODULE_PREFIX) else None
+
+
+def box_of(element: str) -> str | None:
+    """`"g:blocks.3"` → `"blocks.3"`; None for any other element."""
+    return element[len(BOX_PREFIX):] if element.startswith(BOX_PREFIX) else None
+
+
+def node_index(ref: str | int) -> int:
+    """`"n12"`, `"12"` or `12` → 12; ValueError for anything else."""
+    if isinstance(ref, int):
+        return ref
+    found = node_of(ref)
+    if found is not None:
+        return found
+    if ref.isdigit():
+        return int(ref)
+    raise ValueError(f"{ref!r} is not a node id (expected 'n<int>')")
+
+
+def table() -> dict[str, str]:
+    """The prefixes, for the page's scripts (`window.gradscape.elements`)."""
+    return {"node": NODE_PREFIX, "module": MODULE_PREFIX, "box": BOX_PREFIX}

@@ -1,0 +1,84 @@
+/* gradscape: live updates (clientside callbacks of app/ui/runs.py). A notification on the /ui socket only
+ * says what changed; the run list (`liveRuns`) and the step list of the rank shown (`liveSteps`) are read
+ * again from the JSON API, the newest answer winning; `connection` shows the socket's state and the
+ * tracer's counts. Everything here lives in the page's one namespace, window.gradscape. */
+(function () {
+  const GS = window.gradscape, ID = GS.ids;
+  GS.live = {runSeq: 0, stepSeq: 0, stepsOf: null};  // the newest read's number; the run and rank it is for
+  const clientside = window.dash_clientside = window.dash_clientside || {};
+  clientside.gradscape = Object.assign(clientside.gradscape || {}, {
+    liveRuns: function (note, current) {
+      // a new run → the run list from the JSON API (oldest update first, as the server lists them);
+      // the run shown stays, or the newest one is shown when there was none
+      if (!note) return window.dash_clientside.no_update;
+      const seq = ++GS.live.runSeq;
+      fetch(new URL("/api/runs", window.location.origin), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (body) {
+          if (!body || !body.runs || seq !== GS.live.runSeq) return;
+          const runs = body.runs.slice().sort(function (a, b) { return (a.updated > b.updated) - (a.updated < b.updated); });
+          if (!runs.length) return;
+          const names = runs.map(function (r) { return r.run; });
+          window.dash_clientside.set_props(ID.RUN_SELECT, {
+            options: runs.map(function (r) { return {label: r.run + " (" + r.steps + " steps)", value: r.run}; }),
+            value: names.indexOf(current) >= 0 ? current : names[names.length - 1]});
+        })
+        .catch(function () { /* offline: the next notification brings the list up to date */ });
+      return seq;
+    },
+    liveSteps: function (note, run, rank, current, shown, follow, rankOptions) {
+      // a step notification for this run (of any rank), or the server's catch-up on (re)connecting → read
+      // the steps of the rank shown from the JSON API and set the step list; the newest answer wins (a
+      // sequence number), and only while that run and rank are still shown
+      const nu = window.dash_clientside.no_update;
+      const r = rank || 0;
+      GS.live.stepsOf = run + "\n" + r;  // another run or rank chosen: its step list comes from the server
+      const trig = (dash_clientside.callback_context.triggered || []).map(function (t) { return t.prop_id; });
+      if (trig.indexOf(ID.SOCKET + ".data-step") < 0) return nu;
+      if (!note || !run || (!note.catchup && note.run !== run)) return nu;
+      const seq = ++GS.live.stepSeq;
+      fetch(new URL("/api/runs/" + encodeURIComponent(run) + "/steps" + (r ? "?rank=" + r : ""),
+                    window.location.origin), {credentials: "same-origin"})
+        .then(function (res) { return res.ok ? res.json() : null; })
+        .then(function (body) {
+          if (!body || !body.steps || seq !== GS.live.stepSeq || GS.live.stepsOf !== run + "\n" + r) return;
+          // a rank that started storing steps after the page loaded joins the rank select (shown from two)
+          const ranks = body.ranks || [];
+          const hadRanks = (rankOptions || []).map(function (o) { return o.value; });
+          if (ranks.length && ranks.join(",") !== hadRanks.join(",")) {
+            window.dash_clientside.set_props(ID.RANK_SELECT, {
+              options: ranks.map(function (k) { return {label: "rank " + k, value: k}; }), disabled: ranks.length < 2});
+            window.dash_clientside.set_props(ID.RANK_FIELD, {style: ranks.length < 2 ? {display: "none"} : {}});
+          }
+          const steps = body.steps.map(function (s) { return s.step; });
+          const had = (shown || []).map(function (o) { return o.value; });
+          // nothing new (the catch-up, or another rank's step) leaves the page where it is (a deep link may
+          // have moved it)
+          if (steps.join(",") === had.join(",")) return;
+          if (!steps.length) return;
+          // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
+          const box = document.querySelector("#" + ID.FOLLOW + " input");
+          const following = !GS.link.pinned && (box ? box.checked : !!(follow && follow.length));
+          const props = {options: steps.map(function (s) { return {label: "step " + s, value: s}; })};
+          // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
+          // the value is set only when following or when the step shown is gone
+          if (following || steps.indexOf(current) < 0) props.value = steps[steps.length - 1];
+          window.dash_clientside.set_props(ID.STEP_SELECT, props);
+        })
+        .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
+      return seq;
+    },
+    connection: function (connected, tracer) {
+      // the /ui socket's state, and the tracer's own counts when it reports them
+      if (connected === false) return ["offline: no connection to the server", "gs-connection offline"];
+      if (!connected) return ["connecting…", "gs-connection"];
+      let text = "live";
+      if (tracer && typeof tracer === "object" && !Array.isArray(tracer)) {
+        const get = function (k, d) { const v = k in tracer ? tracer[k] : d; return v === null || v === undefined ? "None" : v; };
+        text += " · tracer " + get("run") + " " + get("state") + " · sent " + get("sent", 0) + ", spilled " +
+          get("spilled", 0) + ", dropped " + get("dropped", 0);
+      }
+      return [text, "gs-connection live"];
+    },
+  });
+})();
