@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from gradscape.tracer._model import StepTrace
+from gradscape import StepTrace
+from gradscape.tracer.wire import step_to_wire
 
 log = logging.getLogger(__name__)
 SESSION = "<session>"  # the key of the session's own trace file of the steps shown
@@ -116,13 +117,8 @@ class _PageSink:
         self.stats = {"written": 0, "dropped": 0}
 
     def write(self, st: StepTrace) -> None:
-        state = self.srv.app.state
-        state.store.write_step(st)
+        self.srv.app.state.store_step(step_to_wire(st))
         self.stats["written"] += 1
-        if st.run not in state.known_runs:
-            state.known_runs.add(st.run)
-            state.notifier.run(st.run)
-        state.notifier.step(st.run, st.step, st.rank or 0)
 
     def close(self, timeout: float = 10.0) -> None:
         return None  # the server owns the file

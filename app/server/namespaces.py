@@ -99,13 +99,7 @@ class TracerNamespace(ProtocolNamespace):
         if trace.run != run or trace.step != step:
             raise protocol.ProtocolError(f"step_chunk: data is run {trace.run!r} step {trace.step}, "
                                          f"the message says run {run!r} step {step}")
-        st = self.state
-        new_run = run not in st.known_runs
-        st.store.write_wire(step_to_wire(trace))  # what is stored is the schema's own form, unknown keys dropped
-        st.known_runs.add(run)
-        if new_run:
-            st.notifier.run(run)
-        st.notifier.step(run, step, trace.rank or 0)
+        self.state.store_step(step_to_wire(trace))  # what is stored is the schema's own form, unknown keys dropped
         return protocol.chunk_ack(step, chunk, stored=True)
 
     def _gather(self, run: str, step: int, chunk: int, chunks: int, data: bytes) -> bytes | None:

@@ -13,6 +13,7 @@ from gradscape.app.server.notifier import Notifier
 from gradscape.app.server.security import ServerConfig
 from gradscape.tracer import protocol
 from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import WireStep
 
 MAX_BREAKPOINTS = 64
 
@@ -152,6 +153,16 @@ class ServerState:
         if run in self.known_runs or run in list(self.sessions.values()) or self.debug.has_session(run):
             return True
         return any(r["run"] == run for r in self.store.runs())
+
+    def store_step(self, step: WireStep) -> None:
+        """Keep one step in the trace file and tell the pages (a run's first step also announces the run)."""
+        run = step["run"]
+        new_run = run not in self.known_runs
+        self.store.write_wire(step)
+        self.known_runs.add(run)
+        if new_run:
+            self.notifier.run(run)
+        self.notifier.step(run, step["step"], step["rank"] or 0)
 
     def close(self) -> None:
         """Stop the notifier thread; close the trace file if `create_app` opened it. Idempotent."""
