@@ -29,6 +29,7 @@ from gradscape.app.view._wire import (
     stat,
     tensor,
 )
+from gradscape.tracer.report import percent
 from gradscape.tracer.wire import (
     TensorArrays,
     WireArray,
@@ -308,7 +309,7 @@ def stats_rows(t: WireTensor | None) -> list[dict[str, Any]]:
         if name == "zeros%":
             zeros = stat(t, "zeros") or 0.0
             value: float | None = 100.0 * zeros / n if n else None
-            text = "—" if value is None else f"{value:.1f}%"
+            text = "—" if value is None else percent(zeros / n, 1)
         else:
             value = stat(t, name)
             text = str(int(value)) if name in ("nan", "inf") and value is not None else fmt_num(value)
