@@ -9,12 +9,13 @@ from gradscape.tracer._model import StepTrace, TensorTrace
 
 def percent(fraction: float, decimals: int = 0) -> str:
     """`fraction` as a percentage with at least `decimals` decimals, and as many more as it takes to
-    tell a non-zero fraction from 0% and a fraction under 1 from 100% (`0.004%`, `99.98%`); `—` for NaN."""
+    tell a non-zero fraction from 0% and a fraction under 1 from 100% (`0.004%`, `99.98%`); exactly
+    0 and 1 are `0%` and `100%`, and NaN is `—`."""
     p = 100.0 * fraction
     if math.isnan(p):
         return "—"
     if p <= 0.0 or p >= 100.0 or math.isinf(p):
-        return f"{p:.{decimals}f}%"
+        return f"{p:.0f}%"
     for d in range(decimals, 7):
         text = f"{p:.{d}f}"
         if 0.0 < float(text) < 100.0:
