@@ -109,10 +109,12 @@ class ForwardFrames:
 
     def __init__(self, names: dict[Any, str]) -> None:
         self.names = names
-        self.codes: dict[Any, str] = {_CALL_CODE: _CALL_CODE.co_varnames[0]}  # code → its first argument's name
+        # id(code) → (code, its first argument's name). By id: a code object hashes its whole contents
+        # at every look-up; the code is kept, so its id is not reused while this lives
+        self.codes: dict[int, tuple[Any, str]] = {id(_CALL_CODE): (_CALL_CODE, _CALL_CODE.co_varnames[0])}
         for mod in names:
             for code in _codes_of(type(mod)):
-                self.codes[code] = code.co_varnames[0]
+                self.codes[id(code)] = (code, code.co_varnames[0])
         self._frame: Any = None  # the last frame whose first argument was read, and its module's name
         self._owner: str | None = None
 
@@ -140,9 +142,9 @@ class ForwardFrames:
         while f is not None:
             code = f.f_code
             if looking:
-                arg = codes.get(code)
-                if arg is not None:
-                    name = self.owner(f, arg)
+                known = codes.get(id(code))
+                if known is not None and known[0] is code:
+                    name = self._owner if f is self._frame else self.owner(f, known[1])
                     if name is not None:
                         looking = False
                         mod = None if code is _CALL_CODE else name
