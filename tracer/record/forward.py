@@ -7,7 +7,9 @@ NOTE [Attribution by sequence window]
     belongs to the innermost window that holds its number (ops written directly in a parent's
     forward get the parent's name). The hooks only note two integers and the gradient edges of the
     call's inputs and outputs; names are given to nodes once, after the step (`modules_of`).
-    AccumulateGrad nodes carry the largest counter value and fall in no window.
+    AccumulateGrad nodes carry the largest counter value and fall in no window. A `forward` called
+    directly (`layer.forward(x)`) fires no hook and opens no window: the function mode finds its
+    module from the op's frames instead (NOTE [Direct forward calls] in tracer/record/sources.py).
 
 NOTE [Source lines]
     A `TorchFunctionMode`, active only inside `Tracer.step`, sees every top-level torch call of the
