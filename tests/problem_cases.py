@@ -68,3 +68,51 @@ def unused_layer(tr: gradscape.Tracer, model: nn.Module, i: int = 0) -> gradscap
         model(torch.randn(5, 4)).pow(2).mean().backward()
     assert st is not None
     return st
+
+
+class FFLayer(nn.Linear):
+    """The forward-forward example's layer: trained on its own (its own optimizer), its forward called
+    directly, not through `__call__`."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__(n_in, n_out)
+        self.act = nn.ReLU()
+        self.opt = torch.optim.SGD(self.parameters(), lr=0.03)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = x / (x.norm(2, 1, keepdim=True) + 1e-4)  # @ff-norm
+        return self.act(torch.mm(d, self.weight.T) + self.bias.unsqueeze(0))  # @ff-mm
+
+    def train_step(self, x_pos: torch.Tensor, x_neg: torch.Tensor) -> None:
+        g_pos = self.forward(x_pos).pow(2).mean(1)  # @ff-pos
+        g_neg = self.forward(x_neg).pow(2).mean(1)
+        loss = torch.log(1 + torch.exp(torch.cat([2.0 - g_pos, g_neg - 2.0]))).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+class FFNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([FFLayer(6, 8), FFLayer(8, 8)])
+
+
+def forward_forward(tr: gradscape.Tracer, net: FFNet, traced_layer: int, steps: int = 2) -> list[gradscape.StepTrace]:
+    """Layer-local training under one Tracer over the whole net, a step block around one layer's steps."""
+    torch.manual_seed(1)
+    x_pos, x_neg = torch.randn(16, 6), torch.randn(16, 6)
+    out = []
+    for i in range(steps):
+        h_pos, h_neg = x_pos, x_neg
+        for k, layer in enumerate(net.layers):
+            assert isinstance(layer, FFLayer)
+            if k == traced_layer:
+                with tr.step(i) as st:
+                    layer.train_step(h_pos, h_neg)
+                assert st is not None
+                out.append(st)
+            else:
+                layer.train_step(h_pos, h_neg)
+            h_pos, h_neg = layer.forward(h_pos).detach(), layer.forward(h_neg).detach()
+    return out

@@ -159,3 +159,61 @@ def test_a_loss_module_outside_the_model_gets_its_line() -> None:
     (mul,) = st.by_name("MulBackward0")
     assert mul.source == _line("@times-two")
     assert set(st.modules) == {"<root>"}
+
+
+class _FFLayer(nn.Linear):
+    """The forward-forward example's layer: trained on its own, its forward called directly."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__(n_in, n_out)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        d = x / (x.norm(2, 1, keepdim=True) + 1e-4)  # @ff-norm
+        return self.act(torch.mm(d, self.weight.T) + self.bias.unsqueeze(0))  # @ff-out
+
+
+def _scaled(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return layer.forward(x) * 3  # @helper
+
+
+class _Wrapper(nn.Module):
+    """Calls its inner module's forward itself (a wrapper that bypasses `__call__`), through a helper."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _FFLayer(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _scaled(self.inner, x) - 1  # @wrapper
+
+
+def test_direct_forward_calls_are_attributed_node_by_node() -> None:
+    """`layer.forward(x)` opens no hook window; each of its ops still belongs to the module whose forward
+    ran it, exactly as the same layer class called through `__call__` (layers.0 here), also nested (a
+    wrapper called through `__call__` that calls its inner module's forward through a helper)."""
+    torch.manual_seed(0)
+    net = nn.Module()
+    net.layers = nn.ModuleList([_FFLayer(4, 6), _FFLayer(6, 6)])
+    net.wrap = _Wrapper()
+    tr = gradscape.Tracer(net)
+    with tr.step(0) as st:
+        h = net.layers[0](torch.randn(5, 4, requires_grad=True))  # through __call__
+        g = net.layers[1].forward(h)  # directly
+        out = net.wrap(g)
+        (out ** 2).mean().backward()  # @ff-loss
+    assert st is not None
+    ops = [n for n in st.nodes if n.kind == "op"]
+    by = {m: sorted((n.name, n.source) for n in ops if n.module == m)
+          for m in ("layers.0", "layers.1", "wrap.inner", "layers.0.act", "layers.1.act", "wrap.inner.act")}
+    assert by["layers.0"] and by["layers.0"] == by["layers.1"] == by["wrap.inner"], by
+    assert {s for _, s in by["layers.0"]} == {_line("@ff-norm"), _line("@ff-out")}
+    assert ("MmBackward0", _line("@ff-out")) in by["layers.1"]
+    for m in ("layers.0.act", "layers.1.act", "wrap.inner.act"):
+        assert by[m] == [("ReluBackward0", _line("@ff-out"))], m
+    assert sorted((n.name, n.source) for n in ops if n.module == "wrap") == [
+        ("MulBackward0", _line("@helper")), ("SubBackward0", _line("@wrapper"))]
+    assert sorted(n.name for n in ops if n.module is None) == ["MeanBackward0", "PowBackward0"]
+    assert all(n.source == _line("@ff-loss") for n in ops if n.module is None)
+    for p in net.parameters():  # what autograd computed is untouched
+        assert p.grad is not None and torch.isfinite(p.grad).all()

@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-from problem_cases import WithUnused, line_of, log_of_negative, sqrt_at_zero, sqrt_of_sqrt, unused_layer
+from problem_cases import (
+    FFNet,
+    WithUnused,
+    forward_forward,
+    line_of,
+    log_of_negative,
+    sqrt_at_zero,
+    sqrt_of_sqrt,
+    unused_layer,
+)
 from serving import Server, free_port
 from zoo import ZOO, build
 
@@ -112,9 +121,9 @@ def test_an_unused_layer_and_a_cut_one_are_named_with_their_parameters() -> None
     model = WithUnused()
     st = unused_layer(gradscape.Tracer(model), model)
     missing = {p.param: p for p in st.problems if p.kind == "no_grad"}
-    assert set(missing) == {"spare.weight", "spare.bias", "side.weight", "side.bias"}
+    assert set(missing) == {"side.weight", "side.bias"}  # side ran and still got nothing: a problem
+    assert st.not_in_step == ["spare.weight", "spare.bias"]  # spare took no part in the step: listed apart
     assert model.spare.weight.grad is None and model.side.weight.grad is None and model.fc1.weight.grad is not None
-    assert "spare was not called" in missing["spare.weight"].message
     assert missing["side.bias"].source == line_of("@side-cut")
     assert missing["side.bias"].message == ("side.bias got no gradient: side's output (made at "
                                             f"{line_of('@side-made')}) was cut from the graph by .detach() at "
@@ -197,11 +206,14 @@ def test_the_step_document_of_the_json_api_has_the_problems(tmp_path: Path) -> N
             want = [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param, "source": p.source}
                     for p in st.problems]
             assert doc["problems"] == want
+            assert doc["not_in_step"] == st.not_in_step
         assert srv.api("/api/runs/p/steps/0")["problems"][0]["source"] == line_of("@inner-sqrt")
         kinds = [p["kind"] for p in srv.api("/api/runs/p/steps/2")["problems"]]
         assert [k for k in kinds if k in NONFINITE] == ["nonfinite_forward", "nonfinite_loss"]
         assert {p["param"] for p in srv.api("/api/runs/p/steps/3")["problems"] if p["kind"] == "no_grad"} == {
-            "spare.weight", "spare.bias", "side.weight", "side.bias"}
+            "side.weight", "side.bias"}
+        assert steps[0].not_in_step == [n for n, _ in model.named_parameters()]  # the model was not called
+        assert steps[3].not_in_step == ["spare.weight", "spare.bias"]
     finally:
         srv.stop()
 
@@ -269,3 +281,23 @@ def test_a_layer_run_under_no_grad_and_one_whose_output_is_dropped_say_why() -> 
         "which records no graph to it."
     assert {p.source for p in st.problems if p.param in ("frozen.weight", "frozen.bias")} == {line}
     assert "never reached the loss: it is unused" in why["dropped.bias"]
+
+
+@pytest.mark.parametrize("traced", [0, 1])
+def test_layer_local_training_lists_the_other_layer_as_not_in_the_step(traced: int) -> None:
+    """The forward-forward shape: each layer trained alone through `layer.forward`, one Tracer over the
+    whole net, a block around one layer's step. The other layer's parameters took no part in the step:
+    no problem, listed apart; the traced layer's ops are its own."""
+    net = FFNet()
+    other = 1 - traced
+    for st in forward_forward(gradscape.Tracer(net), net, traced):
+        assert st.problems == []
+        assert st.not_in_step == [f"layers.{other}.weight", f"layers.{other}.bias"]
+        assert set(st.params) == {f"layers.{traced}.weight", f"layers.{traced}.bias"}
+        ops = [n for n in st.nodes if n.kind == "op"]
+        inside = [n for n in ops if n.source in (line_of("@ff-norm"), line_of("@ff-mm"))]
+        assert len([n for n in inside if n.name == "MmBackward0"]) == 2  # x_pos and x_neg
+        assert all(n.module == (f"layers.{traced}.act" if n.name == "ReluBackward0" else f"layers.{traced}")
+                   for n in inside), [(n.name, n.module) for n in inside]
+        assert all(n.module is None for n in ops if n.source not in (line_of("@ff-norm"), line_of("@ff-mm")))
+    assert "not in this step" in st.summary() and "layers" in st.summary()

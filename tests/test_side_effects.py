@@ -313,3 +313,26 @@ def test_summaries_on_two_threads_at_once_are_exact() -> None:
     for t in threads:
         t.join()
     assert not bad
+
+
+@pytest.mark.parametrize("kind", ["eager", "compiled", "direct"])
+def test_process_state_is_as_it_was_after_traced_steps(kind: str) -> None:
+    """Warnings filters, the logging configuration, `sys` hooks and torch's global hook check, read in
+    a fresh process before and after two traced steps (tests/state_worker.py), are equal; no warning
+    about our hooks reaches the user, and a user's own global hook still gets torch's warning after."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(here / "state_worker.py"), kind], capture_output=True, text=True,
+                          timeout=600, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for key, was in seen["before"].items():
+        assert seen["after"][key] == was, key
+    warned = done.stderr.count("when there are global hooks on modules")
+    assert warned == (1 if kind == "compiled" else 0), done.stderr  # the user's own hook's, after the steps

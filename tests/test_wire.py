@@ -143,7 +143,7 @@ def test_files_from_an_earlier_release_read_with_every_field(tmp_path: Path) -> 
     from gradscape.app.view.problems import problem_lines
 
     w: Any = step_to_wire(_step("mlp"))
-    for key in ("problems", "rank", "world_size"):
+    for key in ("problems", "not_in_step", "rank", "world_size"):
         del w[key]
     for n in w["nodes"]:
         del n["runs"], n["t"]
@@ -151,7 +151,8 @@ def test_files_from_an_earlier_release_read_with_every_field(tmp_path: Path) -> 
         store.write_wire(w)
         graph = store.read_graph("fuzz-mlp", 2)
     assert set(graph) == WireStep.__required_keys__
-    assert graph["problems"] == [] and graph["rank"] is None and graph["world_size"] is None
+    assert graph["problems"] == [] and graph["not_in_step"] == [] and graph["rank"] is None
+    assert graph["world_size"] is None
     assert all(n["runs"] == [] and n["t"] is None for n in graph["nodes"])
     assert problem_lines(graph)["count"] == 0
     assert graph_json(graph)["rank"] is None
@@ -162,10 +163,10 @@ def test_files_from_an_earlier_release_read_with_every_field(tmp_path: Path) -> 
 def test_version_one_trace_files_still_read(tmp_path: Path) -> None:
     # A v1 step as the previous release wrote it (no problems/rank/world_size keys) reads back.
     w = step_to_wire(_step("mlp"))
-    for key in ("problems", "rank", "world_size"):
+    for key in ("problems", "not_in_step", "rank", "world_size"):
         del w[key]
     st = step_from_wire(unpack(pack(w)))
-    assert st.problems == [] and st.rank is None and st.world_size is None
+    assert st.problems == [] and st.not_in_step == [] and st.rank is None and st.world_size is None
 
 
 def test_random_mutations_raise_only_trace_format_error(wires: list[dict[str, Any]], tmp_path: Path) -> None:
@@ -221,6 +222,7 @@ def test_mutated_bytes_raise_only_trace_format_error(wires: list[dict[str, Any]]
     (("step",), 2 ** 64 - 1, "step"),
     (("meta",), {"k": b"\x00"}, "meta.k"),
     (("v",), True, "wire version"),
+    (("not_in_step",), ["fc1.weight", 3], "not_in_step[1]"),
 ])
 def test_malformed_fields_are_named(wires: list[dict[str, Any]], path: tuple[Any, ...], value: Any,
                                     named: str) -> None:

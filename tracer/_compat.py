@@ -123,6 +123,32 @@ sparse_indices = _private(torch.Tensor, "torch.Tensor", "_indices")
 sparse_values = _private(torch.Tensor, "torch.Tensor", "_values")
 
 
+# The code of `nn.Module._call_impl`, the frame between a module's `__call__` and its `forward`
+# (NOTE [Direct forward calls] in tracer/record/sources.py)
+module_call_code = _private(torch.nn.Module, "torch.nn.Module", "_call_impl").__code__
+
+# NOTE [Hooks under torch.compile] (tracer/record/global_hooks.py): `OptimizedModule.__call__` warns
+# while `torch.nn.modules.module._has_any_global_hook()` is true, looking the function up at each call.
+_nn_module = torch.nn.modules.module
+_GLOBAL_HOOK_DICTS = ("_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_pre_hooks",
+                      "_global_forward_hooks", "_global_forward_hooks_always_called",
+                      "_global_forward_hooks_with_kwargs")
+
+
+def global_module_hook_keys() -> list[Any]:
+    """The keys of every global module hook dict (what `_has_any_global_hook` looks at)."""
+    return [k for name in _GLOBAL_HOOK_DICTS for k in getattr(_nn_module, name, {})]
+
+
+def global_hook_check() -> Any:
+    """torch's `_has_any_global_hook` as it stands now, or None where this torch has none."""
+    return getattr(_nn_module, "_has_any_global_hook", None)
+
+
+def set_global_hook_check(fn: Any) -> None:
+    _nn_module._has_any_global_hook = fn
+
+
 def reinsert_hook(handle: Any, fn: Any) -> bool:
     """Put `fn` back at `handle`'s key in the hook dict it was registered in (and, for an `always_call`
     hook, mark it so again). False when that dict is gone: register anew then."""

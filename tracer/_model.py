@@ -169,6 +169,9 @@ class StepTrace:
     meta: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     problems: list[Problem] = field(default_factory=list)  # root cause first
+    # parameters that need a gradient and got none because their module took no part in this step's
+    # forward (layer-local training, an unused branch): no gradient was expected, so no problem
+    not_in_step: list[str] = field(default_factory=list)
     rank: int | None = None  # torch.distributed rank, None outside torch.distributed
     world_size: int | None = None
 

@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+import math
+
 from gradscape.tracer._model import StepTrace, TensorTrace
+
+
+def percent(fraction: float, decimals: int = 0) -> str:
+    """`fraction` as a percentage with at least `decimals` decimals, and as many more as it takes to
+    tell a non-zero fraction from 0% and a fraction under 1 from 100% (`0.004%`, `99.98%`); exactly
+    0 and 1 are `0%` and `100%`, and NaN is `—`."""
+    p = 100.0 * fraction
+    if math.isnan(p):
+        return "—"
+    if p <= 0.0 or p >= 100.0 or math.isinf(p):
+        return f"{p:.0f}%"
+    for d in range(decimals, 7):
+        text = f"{p:.{d}f}"
+        if 0.0 < float(text) < 100.0:
+            return text + "%"
+    return f"{p:.2g}%"  # under a millionth of a percent
 
 
 def _shape(t: TensorTrace | None) -> str:
@@ -17,7 +35,7 @@ def _brief(t: TensorTrace | None) -> str:
            f"max={s.get('max', float('nan')):.3g}"
     zeros = s.get("zeros", 0.0)
     if t.numel and zeros:
-        text += f" zeros={zeros / t.numel:.0%}"
+        text += f" zeros={percent(zeros / t.numel)}"
     if s.get("nan") or s.get("inf"):
         text += f" NaN={int(s.get('nan', 0))} Inf={int(s.get('inf', 0))}"
     return text
@@ -72,4 +90,11 @@ def format_step(st: StepTrace, max_nodes: int = 60) -> str:
         lines.append("parameter gradients:")
         for name, g in st.params.items():
             lines.append(f"  {name}: {_brief(g)}")
+    if st.not_in_step:
+        lines.append("")
+        lines.append(f"not in this step (their modules took no part in its forward): {', '.join(st.not_in_step)}")
+    if st.problems:
+        lines.append("")
+        lines.append("problems (root cause first):")
+        lines.extend(f"  {p.kind}: {p.message}" for p in st.problems)
     return "\n".join(lines)

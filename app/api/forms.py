@@ -63,7 +63,8 @@ def graph_json(wire: WireStep) -> dict[str, Any]:
             "nodes": [{k: _clean(v) if k != "runs" else v for k, v in n.items()} for n in nodes],
             "edges": wire["edges"], "order": [nid for _, nid in ran], "execution": wire["execution"],
             "modules": wire["modules"], "params": wire["params"], "passes": wire["passes"],
-            "problems": wire["problems"], "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])]}
+            "problems": wire["problems"], "not_in_step": wire["not_in_step"],
+            "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])]}
 
 
 def node_json(wire: WireStep, node_id: int, arrays: dict[int, TensorArrays]) -> dict[str, Any]:

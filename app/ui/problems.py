@@ -45,7 +45,8 @@ def children(info: dict[str, Any] | None) -> list[Any]:
     return [html.Div(["problems ", html.Span(info["badge"], className="gs-problems-count"
                                              + (" gs-problems-some" if info["count"] else ""))],
                      className="gs-problems-head"),
-            html.Div(items, className="gs-problems-list")]
+            html.Div(items, className="gs-problems-list")] + (
+                [html.Div(info["not_in_step"], className="gs-problems-quiet")] if info.get("not_in_step") else [])
 
 
 def panel(info: dict[str, Any] | None = None) -> Any:

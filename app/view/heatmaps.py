@@ -21,6 +21,7 @@ import numpy as np
 from gradscape.app.view._wire import ACCUMULATE, Wire, fmt_num, fmt_shape, numel, stat, tensor
 from gradscape.app.view.grid import positions, thumb_blocks, thumb_padding, view_2d, view_words
 from gradscape.app.view.ids import node_element, node_index
+from gradscape.tracer.report import percent
 from gradscape.tracer.wire import TensorArrays, WireArray, WireNode, WireTensor, decode_array
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
@@ -99,7 +100,7 @@ def stats_rows(t: WireTensor | None) -> list[dict[str, Any]]:
         if name == "zeros%":
             zeros = stat(t, "zeros") or 0.0
             value: float | None = 100.0 * zeros / n if n else None
-            text = "—" if value is None else f"{value:.1f}%"
+            text = "—" if value is None else percent(zeros / n, 1)
         else:
             value = stat(t, name)
             text = str(int(value)) if name in ("nan", "inf") and value is not None else fmt_num(value)

@@ -18,10 +18,12 @@ KIND_LABELS = {
 
 
 def problem_lines(wire: WireStep | None) -> dict[str, Any]:
-    """`{"count", "badge", "lines"}` for a step's wire form; each line has `k` (its position), `kind`,
-    `label`, `message`, `node` (an id that exists in the step, else None), `node_name` and `source`."""
+    """`{"count", "badge", "lines", "not_in_step"}` for a step's wire form; each line has `k` (its position),
+    `kind`, `label`, `message`, `node` (an id that exists in the step, else None), `node_name` and `source`;
+    `not_in_step` is the one quiet line for the parameters whose modules took no part in the step (no
+    problem: docs/problems.md), or None."""
     if wire is None:
-        return {"count": 0, "badge": "no problems found", "lines": []}
+        return {"count": 0, "badge": "no problems found", "lines": [], "not_in_step": None}
     nodes = wire["nodes"]
     lines = []
     for k, p in enumerate(wire["problems"]):
@@ -33,4 +35,6 @@ def problem_lines(wire: WireStep | None) -> dict[str, Any]:
                       "node_name": None if node is None else nodes[node]["name"]})
     count = len(lines)
     badge = "no problems found" if count == 0 else f"{count} problem" + ("s" if count > 1 else "")
-    return {"count": count, "badge": badge, "lines": lines}
+    absent = wire.get("not_in_step") or []
+    quiet = f"not in this step (their modules took no part in its forward): {', '.join(absent)}" if absent else None
+    return {"count": count, "badge": badge, "lines": lines, "not_in_step": quiet}

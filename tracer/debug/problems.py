@@ -122,7 +122,8 @@ class StepProblems:
 
     # ------------------------------------------------------------------ step end
     def finish(self, st: StepTrace, view: StepView) -> list[Problem]:
-        """Every problem of the step, root cause first. Never raises (the step is kept without them)."""
+        """Every problem of the step, root cause first; sets `st.not_in_step` (the parameters without a
+        gradient that are no problem, `step_checks.no_grad`). Never raises (the step is kept without them)."""
         if not enabled:
             return []
         try:
@@ -144,7 +145,8 @@ class StepProblems:
                                + ("; every gradient is finite, so only the loss shows it." if
                                   not any_nonfinite_gradient(st) else "."), rid, None, n.source))
         out.extend(backward_born(st, self.bad_forward))
-        out.extend(no_grad(st, view, self.detaches, self.no_grad_uses))
+        missing, st.not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses)
+        out.extend(missing)
         self.detaches, self.no_grad_uses = [], {}
         out.extend(layer_norms(st, view.model.module_params, self.history))
         out.extend(dead(st))

@@ -103,22 +103,27 @@ def _cut_at(node: Any, detaches: list[tuple[Any, str | None]]) -> str | None:
 
 
 def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]],
-             no_grad_uses: dict[Any, str | None] | None = None) -> list[Problem]:
-    """Parameters that need a gradient and got none, in the model's order, with the reason when known."""
+            no_grad_uses: dict[Any, str | None] | None = None) -> tuple[list[Problem], list[str]]:
+    """Parameters that need a gradient and got none, in the model's order: a `no_grad` problem with the
+    reason when known, except those whose module took no part in the step's forward (no call through
+    `__call__`, no node made in its forward): no gradient was expected of them, and they are listed
+    apart, as not in this step (the second list)."""
     if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
-        return []  # autograd.grad fills no .grad: no parameter is expected to get one
+        return [], []  # autograd.grad fills no .grad: no parameter is expected to get one
     if len(st.params) >= len(view.model.param_names):
-        return []  # every parameter got one (the usual step: no need to look at each)
+        return [], []  # every parameter got one (the usual step: no need to look at each)
     wanted = [name for p, name in view.model.param_names.items() if p.requires_grad]
     missing = [name for name in wanted if name not in st.params]
     if not missing:
-        return []
+        return [], []
     in_graph = {n.param: n.id for n in st.nodes if n.param}
     owner = {p: mod for mod, plist in view.model.module_params.items() for p in plist}
     calls: dict[str, list[Any]] = {}
     for c in view.forward.calls:
         calls.setdefault(c.name, []).append(c)
+    ran = set(calls) | {n.module for n in st.nodes if n.module}  # modules that took part in the forward
     out: list[Problem] = []
+    absent: list[str] = []
     for name in missing:
         node = in_graph.get(name)
         mod = owner.get(name)
@@ -130,10 +135,11 @@ def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]
             source = no_grad_uses[p]
             why = (f"it was used under torch.no_grad() (at {source}), which records no graph to it."
                    if source else "it was used under torch.no_grad(), which records no graph to it.")
+        elif mod is not None and mod not in ran:
+            absent.append(name)  # its module took no part in this step: not a problem of the step
+            continue
         elif mod is None or mod == "<root>" or not calls.get(mod):
-            why = (f"its module {mod} was not called in this step's forward (an unused layer)."
-                   if mod not in (None, "<root>") else "it has no path to the loss (unused, or cut by "
-                   ".detach() or torch.no_grad()).")
+            why = "it has no path to the loss (unused, or cut by .detach() or torch.no_grad())."
         else:
             outs = [e for c in calls[mod] for e in c.outputs if e is not None]
             if not outs:
@@ -154,7 +160,7 @@ def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]
                     why = (f"{mod}'s output{at} never reached the loss: it is unused, or cut by torch.no_grad() "
                            "after that.")
         out.append(Problem("no_grad", f"{name} got no gradient: {why}", node, name, source))
-    return out
+    return out, absent
 
 
 def layer_norms(st: StepTrace, module_params: dict[str, list[str]],

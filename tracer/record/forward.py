@@ -7,7 +7,9 @@ NOTE [Attribution by sequence window]
     belongs to the innermost window that holds its number (ops written directly in a parent's
     forward get the parent's name). The hooks only note two integers and the gradient edges of the
     call's inputs and outputs; names are given to nodes once, after the step (`modules_of`).
-    AccumulateGrad nodes carry the largest counter value and fall in no window.
+    AccumulateGrad nodes carry the largest counter value and fall in no window. A `forward` called
+    directly (`layer.forward(x)`) fires no hook and opens no window: the function mode finds its
+    module from the op's frames instead (NOTE [Direct forward calls] in tracer/record/sources.py).
 
 NOTE [Source lines]
     A `TorchFunctionMode`, active only inside `Tracer.step`, sees every top-level torch call of the
@@ -49,7 +51,7 @@ from torch.overrides import TorchFunctionMode
 from gradscape.tracer import _compat
 from gradscape.tracer.record import global_hooks
 from gradscape.tracer.record.global_hooks import compiling as _compiling
-from gradscape.tracer.record.sources import is_library_leaf, user_frame
+from gradscape.tracer.record.sources import ForwardFrames, is_library_leaf, user_frame
 
 _seqnr = _compat.sequence_nr
 _NoTorchFunction = _compat.DisableTorchFunction
@@ -113,6 +115,7 @@ class ForwardRecorder:
     _src_lo: list[int] = field(default_factory=list)
     _src_hi: list[int] = field(default_factory=list)
     _src: list[str | None] = field(default_factory=list)
+    _src_mod: list[str | None] = field(default_factory=list)  # the module whose forward ran the op, when seen
     _mode: Any = None
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
@@ -121,6 +124,10 @@ class ForwardRecorder:
     on_detach: Callable[[Any, Any], None] | None = None  # problem finder: (tensor, caller frame) of a detach
     on_no_grad: Callable[[Any, Any], None] | None = None  # problem finder: (args, caller frame) of an op in no_grad
     on_module_out: Callable[[Any, str], None] | None = None  # (module, its name) as a model module's forward ends
+    _frames: ForwardFrames = field(init=False)  # NOTE [Direct forward calls] in tracer/record/sources.py
+
+    def __post_init__(self) -> None:
+        self._frames = ForwardFrames(self.module_names)
 
     def start(self) -> None:
         global_hooks.add(self)
@@ -137,6 +144,7 @@ class ForwardRecorder:
         self._paused = False
         self._leaf = None
         self._stack.clear()
+        self._frames.release()
 
     # ---- stepping aside. NOTE [Optimizer steps]: an `optimizer.step()` inside the block makes dozens
     # of torch calls (a `.grad` read, an update per parameter) that create no graph node under the
@@ -198,13 +206,13 @@ class ForwardRecorder:
         # registered with always_call=True: also runs when the forward raised (then `out` is None)
         if _graph_task() != -1:
             return None
+        name = self.module_names.get(mod)
         if self._leaf is mod:
             self._leaf = None
             self._resume()
             lo, hi = self._leaf_lo, _seqnr()
-            if hi != lo:
-                self.note_source(lo, hi, _getframe(2))  # the frame above global_hooks._on_post
-        name = self.module_names.get(mod)
+            if hi != lo:  # the frame above global_hooks._on_post: the leaf's own `_call_impl`
+                self.note_source(lo, hi, _getframe(2), name)
         if name is None:
             return None
         if self.on_module_out is not None:
@@ -239,13 +247,27 @@ class ForwardRecorder:
             b = bisect.bisect_left(ordered, call.hi, a)
             for k in range(a, b):
                 out[order[k]] = call.name
+        # an op the mode saw in the forward of a model module belongs to it (NOTE [Direct forward calls])
+        lo, hi, mods = self._src_lo, self._src_hi, self._src_mod
+        if any(m is not None for m in mods):
+            for k, seq in enumerate(seqs):
+                i = bisect.bisect_right(lo, seq) - 1
+                if i >= 0 and seq < hi[i] and mods[i] is not None:
+                    out[k] = mods[i]
         return out
 
     # ---- source lines ----
-    def note_source(self, lo: int, hi: int, frame: Any) -> None:
+    def note_source(self, lo: int, hi: int, frame: Any, module: str | None = None) -> None:
+        """The nodes numbered [lo, hi) were made from `frame`: the user's line, and the model module whose
+        forward ran there (`module` when the caller knows it, a library leaf of the model)."""
         self._src_lo.append(lo)
         self._src_hi.append(hi)
-        self._src.append(user_frame(frame))
+        if module is None:
+            src, module = self._frames.locate(frame)
+        else:
+            src = user_frame(frame)
+        self._src.append(src)
+        self._src_mod.append(module)
 
     def source_of(self, seq: int) -> str | None:
         i = bisect.bisect_right(self._src_lo, seq) - 1

@@ -18,7 +18,6 @@ The hooks are installed when the first step block opens (`add`) and removed when
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -82,27 +81,46 @@ _HOOKS: tuple[tuple[str, Callable[..., Any], Callable[..., Any], dict[str, Any]]
 )
 
 
-# torch warns at every call of a `torch.compile(module)` wrapper while any global module hook is
-# registered (the hooks see the wrapper's call too). Ours are meant to: that is how a compiled region
-# is attributed to its module. So that warning is ignored from the first traced step on (a filter
-# added once, and again only if something reset the filters: adding and removing one per step would
-# make Python forget which warnings it already showed once, and show the user's warnings again).
-_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+# NOTE [No warning about our hooks]
+#     `OptimizedModule.__call__` (what `torch.compile(module)` returns) warns at every call while any
+#     global module hook is registered: such hooks also fire for the wrapper. Ours are meant to (that
+#     is how a compiled region is attributed to its module), and a warning filter to hide the warning
+#     would outlive the step (adding or removing one makes Python forget which warnings it already
+#     showed once). So while our hooks are installed, the function torch asks
+#     (`torch.nn.modules.module._has_any_global_hook`, looked up at each call) is one that counts every
+#     global module hook but ours: the warning still comes for anyone else's. torch's own is put back
+#     when the last step block closes; nothing else of the process is touched.
+_ours: set[int] = set()  # the keys of our hooks in torch's global hook dicts
+_torch_check: list[Any] = []  # torch's `_has_any_global_hook` while ours stands in for it
+
+
+def _others_hooked() -> bool:
+    """torch's `_has_any_global_hook` without counting ours."""
+    ours = _ours
+    return any(k not in ours for k in _compat.global_module_hook_keys())
 
 
 def _install_hooks() -> None:
-    """Register the global hooks, each at the key it had the first time (NOTE [Hooks under torch.compile])."""
-    if not any(f[1] is not None and f[1].pattern == _COMPILE_HOOK_WARNING for f in warnings.filters):
-        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+    """Register the global hooks, each at the key it had the first time (NOTE [Hooks under torch.compile]),
+    and let torch's check for global hooks leave them out (NOTE [No warning about our hooks])."""
     for name, register, fn, kwargs in _HOOKS:
         handle = _slots.get(name)
         if handle is None or not _compat.reinsert_hook(handle, fn):
             _slots[name] = register(fn, **kwargs)
+    _ours.clear()
+    _ours.update(h.id for h in _slots.values())
+    check = _compat.global_hook_check()
+    if check is not None and check is not _others_hooked:
+        _torch_check[:] = [check]
+        _compat.set_global_hook_check(_others_hooked)
 
 
 def _remove_hooks() -> None:
     for handle in _slots.values():
         handle.remove()
+    if _torch_check and _compat.global_hook_check() is _others_hooked:  # a check set over ours stays
+        _compat.set_global_hook_check(_torch_check[0])
+    _torch_check.clear()
 
 
 def add(rec: ForwardObserver) -> None:

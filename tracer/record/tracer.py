@@ -180,8 +180,8 @@ class _TracedStep:
 
 def _copy_recorded(target: StepTrace, src: StepTrace) -> None:
     """Copy what the recorder assembled into the `StepTrace` the `with` block handed out."""
-    for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta", "error", "problems", "rank",
-              "world_size"):
+    for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta", "error", "problems", "not_in_step",
+              "rank", "world_size"):
         setattr(target, f, getattr(src, f))
 
 

@@ -23,7 +23,8 @@ Wire form, version `WIRE_VERSION` (every key is always present):
      "modules": {name: {"type", "params": [str], "calls": [{"gi", "go", "in", "out", "last"}]}},
      "params": {name: int}, "passes": [{"index", "api", "roots", "root_grads", "retain_graph",
                                        "create_graph", "start", "end"}], "execution": [[node, run], ...],
-     "problems": [{"kind", "message", "node", "param", "source"}], "rank": int|None, "world_size": int|None}
+     "problems": [{"kind", "message", "node", "param", "source"}], "not_in_step": [str],
+     "rank": int|None, "world_size": int|None}
     Node fields hold node ids (positions in "nodes") and tensor indices (positions in "tensors").
     T = {"shape": [int], "dtype": str, "stats": [min, max, mean, std, norm, nan, inf, zeros],
          "view": str, "device": str, "thumb": A|None, "values": A|None}

@@ -83,6 +83,7 @@ def step_to_wire(st: StepTrace) -> WireStep:
             "execution": [list(e) for e in st.execution], "tensors": tab.items,
             "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
                           "source": p.source} for p in st.problems],
+            "not_in_step": list(st.not_in_step),
             "rank": st.rank, "world_size": st.world_size}
 
 

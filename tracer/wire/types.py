@@ -121,6 +121,7 @@ class WireStep(TypedDict):
     execution: list[list[int]]  # [node id, run index]
     tensors: list[WireTensor]
     problems: list[WireProblem]
+    not_in_step: list[str]  # parameter names
     rank: int | None
     world_size: int | None
 

@@ -99,6 +99,8 @@ def step_from_wire(d: Any) -> StepTrace:
             raise TraceFormatError(f"execution[{k}]: {e!r} is not [node id, run index]")
         st.execution.append((refs.node(e[0], f"execution[{k}]", False) or 0, e[1]))
     st.problems = [_problem(p, k, refs) for k, p in enumerate(checked_list(d.get("problems") or [], "problems"))]
+    st.not_in_step = [_str(p, f"not_in_step[{k}]") for k, p in enumerate(checked_list(d.get("not_in_step") or [],
+                                                                              "not_in_step"))]
     for key in ("rank", "world_size"):
         v = d.get(key)
         if v is not None:
