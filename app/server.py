@@ -46,6 +46,7 @@ class ServerConfig:
     token: str | None = None  # required on every request when set
     allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback (and the bind host)
     notify_interval: float = 0.1  # /ui pushes are coalesced to at most ~10 Hz
+    keep_last: int | None = None  # keep only the newest N steps of each run and rank (`serve --keep-last N`)
 
     @property
     def loopback(self) -> bool:
@@ -355,7 +356,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     """Build the Dash app and its SocketIO around one trace file. Nothing global is touched."""
     config = config or ServerConfig()
     owns_store = not isinstance(store, TraceStore)
-    store = store if isinstance(store, TraceStore) else TraceStore(store)
+    store = store if isinstance(store, TraceStore) else TraceStore(store, keep_last=config.keep_last)
     server = Flask("gradscape")
     # Dash's annotations leave out two values it documents: a Flask instance as `server` (they say
     # bool | Callable[[], Any]) and None as `update_title` (no "Updating..." title while callbacks run).
