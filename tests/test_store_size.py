@@ -148,3 +148,36 @@ def test_serve_keep_last_is_a_store_option(tmp_path: Path) -> None:
         app.close()
     with pytest.raises(SystemExit):  # argparse: "expected a positive number of steps"
         main(["serve", "--keep-last", "0"])
+
+
+_DEEP = """
+import sys, time, torch, gradscape
+torch.set_num_threads(1)
+assert sys.getrecursionlimit() == 1000  # the interpreter's default: nothing here may recurse per node
+cell = torch.nn.LSTMCell(32, 32)
+x = torch.randn(6666, 8, 32)
+with gradscape.Tracer(cell, sink=sys.argv[1], run="deep") as tr, tr.step(0) as st:
+    h = c = torch.zeros(8, 32)
+    for t in range(6666):
+        h, c = cell(x[t], (h, c))
+    h.pow(2).mean().backward()
+back = gradscape.load(sys.argv[1])
+assert len(back.nodes) == len(st.nodes) >= 100_000, len(back.nodes)
+assert back.edges == st.edges
+print("ok", len(back.nodes))
+"""
+
+
+@pytest.mark.slow
+def test_a_100k_node_step_is_traced_written_and_read_back_with_default_limits(tmp_path: Path) -> None:
+    """A deep graph is a loop over a long sequence, not an error: 6,666 LSTMCell steps (~100k nodes)
+    traced, written and read back in a fresh interpreter with the default recursion limit and stack."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", _DEEP, str(path)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0] == "ok"

@@ -31,11 +31,13 @@ the newest N steps of its run and rank stay, so a run that traces for days keeps
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -290,7 +292,8 @@ class TraceStore:
         if row is None:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
-        return with_defaults(dict(unpack(_decompress(row[0]))))
+        with _gc_paused():
+            return with_defaults(dict(unpack(_decompress(row[0]))))
 
     def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
         idx = sorted({int(i) for i in indices})
@@ -330,7 +333,8 @@ class TraceStore:
 
     def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:
         try:
-            return step_from_wire(self.read_wire(run, step, rank))
+            with _gc_paused():
+                return step_from_wire(self.read_wire(run, step, rank))
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
 
@@ -343,6 +347,21 @@ class TraceStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a step's objects are built. They form no cycles for it to
+    find, but a big step makes hundreds of thousands of containers, and the full collections they set
+    off measured over half of `read_step` (a 15k-node step read in a process holding a traced step:
+    6.3 s, 2.5 s with the collector off)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _compress(blob: bytes) -> bytes:
