@@ -1,6 +1,6 @@
 """`gradscape` command line (also `python -m app`).
 
-    gradscape serve [--store FILE] [--host 127.0.0.1] [--port 8050] [--token T]
+    gradscape serve [--store FILE] [--host 127.0.0.1] [--port 8050] [--token T] [--keep-last N]
     gradscape demo  [--port 8050] [--model mlp|cnn|transformer] [--every 5]
     gradscape show FILE [--run R] [--step S]      print one recorded step
     gradscape runs FILE                           list runs and steps
@@ -30,7 +30,10 @@ def _server_args(p: argparse.ArgumentParser, store: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gradscape", description="A visual debugger for the PyTorch backward pass.")
     sub = ap.add_subparsers(dest="command")
-    _server_args(sub.add_parser("serve", help="run the web app and the tracer endpoint"), "gradscape.sqlite")
+    srv = sub.add_parser("serve", help="run the web app and the tracer endpoint")
+    _server_args(srv, "gradscape.sqlite")
+    srv.add_argument("--keep-last", type=_positive, default=None, metavar="N",
+                     help="keep only the newest N steps of each run and rank in the store (default: all)")
     demo = sub.add_parser("demo", help="the server plus a bundled training loop streaming into it")
     _server_args(demo, "runs/demo.sqlite")
     demo.add_argument("--model", choices=["mlp", "cnn", "transformer"], default="mlp")
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv or ["serve"])  # bare `gradscape` / `python -m app`: serve
     try:
         if args.command == "serve":
-            return serve(args.store, args.host, args.port, args.token)
+            return serve(args.store, args.host, args.port, args.token, keep_last=args.keep_last)
         if args.command == "demo":
             return demo_main(args)
         if args.command == "doctor":
@@ -144,7 +147,15 @@ def _check_server(url: str, token: str | None) -> tuple[bool, str]:
     return True, f"a gradscape server answers ({len(runs)} run{'s' if len(runs) != 1 else ''})"
 
 
-def serve(store: str, host: str, port: int, token: str | None, ready: object = None) -> int:
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of steps, got {text}")
+    return n
+
+
+def serve(store: str, host: str, port: int, token: str | None, ready: object = None,
+          keep_last: int | None = None) -> int:
     from gradscape.app.server import ServerConfig, create_app, resolve_token
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -152,7 +163,7 @@ def serve(store: str, host: str, port: int, token: str | None, ready: object = N
     Path(store).parent.mkdir(parents=True, exist_ok=True)
     from werkzeug.serving import make_server
 
-    config = ServerConfig(host=host, port=port, token=resolve_token(host, token))
+    config = ServerConfig(host=host, port=port, token=resolve_token(host, token), keep_last=keep_last)
     app, _socketio = create_app(store, config)
     # bound before the URL is printed: `--port 0` takes a free port and the line names it (tests read it)
     srv = make_server(host, port, app.server, threaded=True)

@@ -35,6 +35,8 @@ CASES = {
     "all_nan": lambda: torch.full((4, 4), float("nan")),
     "bf16": lambda: torch.randn(33, 130).bfloat16(),
     "float64": lambda: torch.randn(50, 3, dtype=torch.float64),
+    "float64_wide": lambda: torch.randn(40, 70, dtype=torch.float64) * 1e60,  # past float32's range
+    "float16": lambda: (torch.randn(33, 130) * 100).half(),
     "noncontiguous": lambda: torch.randn(90, 120).t(),
     "small_transposed": lambda: torch.randn(30, 20).t(),
     "large_values": lambda: torch.full((1000,), 3e20),
@@ -183,8 +185,12 @@ def _check_thumb(got: np.ndarray | None, x: torch.Tensor, size: int) -> None:
     np.testing.assert_allclose(got, want, equal_nan=True, **tol)  # NaN and ±Inf in the same cells too
 
 
+KERNEL_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+KERNEL_DTYPE_IDS = ["f32", "bf16", "f16", "f64"]
+
+
 @pytest.mark.parametrize("contiguous", [True, False], ids=["contiguous", "strided"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=KERNEL_DTYPE_IDS)
 @pytest.mark.parametrize("size", [64, 8])
 @pytest.mark.parametrize("shape", KERNEL_SHAPES, ids=str)
 def test_kernel_matches_torch(shape: tuple[int, ...], size: int, dtype: torch.dtype, contiguous: bool,
@@ -196,7 +202,7 @@ def test_kernel_matches_torch(shape: tuple[int, ...], size: int, dtype: torch.dt
     _check_thumb(got[1], x, size)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=KERNEL_DTYPE_IDS)
 @pytest.mark.parametrize("size", [64, 8])
 @pytest.mark.parametrize("shape", [(7,), (10_000,), (40, 30), (300, 500), (3, 70, 90), (2, 6, 28, 28),
                                    (2, 17, 9, 9), (3, 2, 4, 100, 5)], ids=str)
@@ -241,6 +247,31 @@ def test_kernel_all_non_finite_and_chunks(kernel: None) -> None:
     _check_thumb(got[1], y, 64)
 
 
+def test_kernel_widens_every_float16(kernel: None) -> None:
+    """Every one of float16's 65,536 bit patterns (subnormals, ±0, ±Inf, NaNs) widened exactly: the
+    kernel's statistics and thumbnail are those torch computes from `x.float()`."""
+    x = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.float16).reshape(256, 256)
+    got = native_summary(x, 256)  # 256×256: the thumbnail is every value
+    assert got is not None and got[1] is not None
+    _check_stats(got[0], x)
+    np.testing.assert_array_equal(got[1], x.float().numpy())
+    assert got[0][5] == torch.isnan(x).sum().item() == 2046 and got[0][6] == 2
+
+
+def test_kernel_float64_is_summarised_in_double(kernel: None) -> None:
+    """float64 statistics are exact doubles (beyond float32's range and precision); the thumbnail is
+    the torch path's, from the values rounded to float32; sums past float64 step aside for torch."""
+    x = torch.tensor([1e150, -1e-300, 1.0 + 2.0 ** -40, 0.0, float("nan"), -3e140], dtype=torch.float64)
+    got = native_summary(x, 64)
+    assert got is not None and got[1] is not None
+    assert got[0][:2] == (-3e140, 1e150)
+    y = torch.tensor([1.0 + 2.0 ** -40, -2.0 ** -1074, 0.0], dtype=torch.float64)
+    res = native_summary(y, 64)
+    assert res is not None and res[0][:2] == (-(2.0 ** -1074), 1.0 + 2.0 ** -40) and res[0][4] == 2.0
+    _check_thumb(got[1], x, 64)
+    assert native_summary(torch.full((10,), 1e200, dtype=torch.float64), 64) is None  # Σx² overflows double
+
+
 def test_kernel_overflow_and_no_thumbnail(kernel: None) -> None:
     assert native_summary(torch.full((1000,), 3e20), 64) is None  # float32 sums overflow: torch recomputes
     x = torch.randn(2, 3, 4, 5)
@@ -268,7 +299,7 @@ def test_the_fast_path_gives_the_trace_the_first_call_gave(case: str, kernel: No
     fast = len(s._buffers) - fast_before
     s.finalize()
     transposed = x.dim() == 2 and x.t().is_contiguous()  # native_summary's detour through x.T
-    eligible = (x.is_contiguous() or transposed) and x.dtype in (torch.float32, torch.bfloat16) \
+    eligible = (x.is_contiguous() or transposed) and x.dtype in KERNEL_DTYPES \
         and case != "large_values"
     assert fast == (1 if eligible else 0)
     for f in ("shape", "dtype", "device", "thumb_view"):

@@ -93,7 +93,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     page of the caller's instead of gradscape's (tests of the server alone)."""
     config = config or ServerConfig()
     owns_store = not isinstance(store, TraceStore)
-    store = store if isinstance(store, TraceStore) else TraceStore(store)
+    store = store if isinstance(store, TraceStore) else TraceStore(store, keep_last=config.keep_last)
     server = Flask("gradscape")
     socketio = SocketIO(server, async_mode="threading", async_handlers=False,
                         max_http_buffer_size=protocol.MAX_MESSAGE, cors_allowed_origins=None,

@@ -26,6 +26,7 @@ class ServerConfig:
     token: str | None = None  # required on every request when set
     allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback (and the bind host)
     notify_interval: float = 0.1  # /ui pushes are coalesced to at most ~10 Hz
+    keep_last: int | None = None  # keep only the newest N steps of each run and rank (`serve --keep-last N`)
 
     @property
     def loopback(self) -> bool:

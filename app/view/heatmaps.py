@@ -113,6 +113,18 @@ def _decode(a: WireArray | None, key: str) -> np.ndarray | None:
     return None if a is None else decode_array(a, key)
 
 
+def _no_thumb_note(wire: Wire, t: WireTensor) -> str:
+    """Why a tensor has no picture: left out by the step's thumbnail budget (NOTE [Thumbnail budget]
+    in tracer/summary/budget.py: every tensor without one whose norm is at most the largest left out),
+    or none was kept."""
+    out = wire["meta"].get("thumbs_left_out")
+    norm = stat(t, "norm")
+    if isinstance(out, dict) and norm is not None and norm <= float(out.get("max_norm", -1.0)):
+        return (f"thumbnail left out: the step's thumbnails passed its budget of {out.get('budget')} bytes, and "
+                f"the {out.get('count')} smallest-norm gradients keep their statistics only (Tracer(thumb_budget=...))")
+    return "no values stored for this tensor (statistics only)"
+
+
 def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays],
           sample: int, max_side: int) -> dict[str, Any]:
     t = tensor(wire, index)
@@ -145,7 +157,7 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
             slot["note"] = "the thumbnail shows sample 0 only; trace with tensors='full' to see other samples"
         shown = 0
     else:
-        slot["note"] = "no values stored for this tensor (statistics only)"
+        slot["note"] = _no_thumb_note(wire, t)
         return slot
     if z.size == 0:
         slot["note"] = "empty tensor"

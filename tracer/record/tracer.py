@@ -19,6 +19,7 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
+from gradscape.tracer.summary.budget import DEFAULT_BUDGET, apply_thumb_budget
 from gradscape.tracer.summary.summariser import Summariser
 
 log = logging.getLogger(__name__)
@@ -42,17 +43,23 @@ class Tracer:
     and installs nothing at all on the others. `tensors="full"` also keeps every gradient's values.
     `keep`: how many recent steps the memory sink holds (`tr.steps`). Every kept step is a few hundred
     Python objects per hundred nodes that the cyclic garbage collector re-scans until they are dropped,
-    so a small `keep` costs less per traced step.
+    so a small `keep` costs less per traced step. `thumb_budget`: bytes of thumbnails a step keeps
+    (one byte a cell, as the trace file stores them); past it the smallest-norm gradients keep their
+    statistics only, and `st.meta["thumbs_left_out"]` says how many (NOTE [Thumbnail budget] in
+    tracer/summary/budget.py). None keeps every thumbnail.
     """
 
     def __init__(self, model: torch.nn.Module | None = None, *, sink: Any = None, run: str | None = None,
-                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2) -> None:
+                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
+                 thumb_budget: int | None = DEFAULT_BUDGET) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
             raise ValueError(f"tensors must be one of {_TENSOR_MODES}, got {tensors!r}")
         if not isinstance(thumb, int) or thumb < 0:
             raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
+        if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
+            raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
         if model is not None and not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         self.model = model
@@ -60,6 +67,7 @@ class Tracer:
         self.every = every
         self.tensors = tensors
         self.thumb = thumb
+        self.thumb_budget = thumb_budget
         self.sinks: list[Sink] = resolve_sinks(sink, keep=keep, run=self.run)
         self.last: StepTrace | None = None
         self._closed = False
@@ -172,6 +180,7 @@ class _TracedStep:
                 warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
                               stacklevel=2)
                 return None
+        apply_thumb_budget(done, tr.thumb_budget)
         _copy_recorded(self.st, done)
         tr.last = self.st
         tr._emit(self.st)

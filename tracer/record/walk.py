@@ -125,7 +125,17 @@ class GraphWalk:
             rec.children = kids
 
     def release(self) -> None:
-        """Let go of the graph's nodes (the step is over)."""
-        self.records = []
-        self.ids = {}
-        self.senders = {}
+        """Let go of the graph's nodes (the step is over), consumers before what they consume.
+
+        NOTE [Deep graph release]
+            Once Python has held a node (`next_functions` makes its Python object), torch frees it
+            through that object, and freeing it frees what it alone still holds, recursively in C: a
+            100k-node graph (an LSTMCell unrolled 6,666 times) overflows the stack there. When the
+            user's tensors are gone by the step's end, these references are the graph's last, so they
+            are dropped in reverse creation order (a node's inputs are made before it): each node
+            freed still finds its inputs held here, and no chain of frees runs deeper than one node.
+            A graph the user still holds is freed later by the user's code, as torch frees it."""
+        records = self.records
+        self.records, self.ids, self.senders = [], {}, {}
+        for rec in sorted(records, key=lambda r: r.seq, reverse=True):
+            rec.node, rec.nexts = None, ()

@@ -8,13 +8,15 @@ from gradscape.tracer._model import StepTrace
 
 
 class FileSink:
-    """Appends every step to a SQLite trace file, one transaction per step."""
+    """Appends every step to a SQLite trace file, one transaction per step. `keep_last=N` keeps only
+    the newest N steps of the run (and rank) in the file, so a run that traces for days stays bounded:
+    `Tracer(model, sink=FileSink("run.sqlite", keep_last=100))`."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, keep_last: int | None = None) -> None:
         from gradscape.tracer.store import TraceStore
 
         self.path = str(path)
-        self.store = TraceStore(self.path)
+        self.store = TraceStore(self.path, keep_last=keep_last)
         self.stats = {"written": 0, "dropped": 0}
 
     def write(self, st: StepTrace) -> None:

@@ -6,5 +6,6 @@ fetched to the host once per step (`Summariser`), with an optional C kernel for 
     thumbnails  the block-mean thumbnail (NOTE [Thumbnail views])
     sparse      sparse gradients, never made dense
     fastpath    the kernel's one-pass path, planned once per shape
+    budget      the per-step thumbnail budget (`Tracer(thumb_budget=...)`)
     kernel      finding and loading the built kernel (`_fastsum*.c`, compiled at install time)
 """

@@ -7,12 +7,17 @@
  * set (_fastsum), and for the x86-64-v3 (AVX2, FMA) and v4 (AVX-512) levels (_fastsum_v3/_v4);
  * the baseline build's gs_cpu_level() tells the loader which of them this CPU can run.
  *
- * gs_summarise_f32 / gs_summarise_bf16(x, g, out): x is a contiguous buffer of n elements, and
- * g = [n, planes, R, C, kr, kc, gc] (int64). out[0..8) receives, over the FINITE elements:
+ * gs_summarise_f32 / _bf16 / _f16 / _f64(x, g, out): x is a contiguous buffer of n elements of that
+ * type, and g = [n, planes, R, C, kr, kc, gc] (int64). out[0..8) receives, over the FINITE elements:
  *   [min, max, sum, sum of squares, non-zero count, NaN count, Inf count, finite count],
  * and, when planes > 0, the float32 thumbnail follows from out + 8 (one buffer: each argument
  * costs the Python caller time in ctypes). The return value is 0, or 1 when a float32 partial sum
  * overflowed (the caller recomputes in float64), or 2 when scratch memory could not be had.
+ *
+ * bfloat16 and float16 are widened to float32 (exactly: every value of either is a float32) a chunk
+ * at a time and then summarised as float32 is. float64 statistics are computed in double from the
+ * doubles themselves (gs_chunk_f64: the extremes are exact doubles, as torch's are), and its
+ * thumbnail from the values rounded to float32, as the torch path's `thumbnail` rounds them.
  *
  * The thumbnail is made from the first `planes` R×C matrices of x: each is reduced to the means
  * of its kr×kc blocks (the last block of a row or column may be shorter), a tile of
@@ -49,7 +54,8 @@
 typedef struct {
     double sum, sumsq;
     int64_t nz, nan, fin;
-    int32_t kmn, kmx;
+    int32_t kmn, kmx;       /* float32 extremes as order keys */
+    int64_t kmn64, kmx64;   /* float64 extremes as order keys (gs_chunk_f64) */
 } gs_acc_t;
 
 /* A chunk with NaN or ±Inf: every test works on the bits, and non-finite values are masked out of
@@ -239,10 +245,91 @@ static int gs_finite(double d) {
     return (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
 }
 
-static int gs_finish(const gs_acc_t *acc, int64_t n, double *out8) {
+/* ---- float64 and float16 ---- */
+
+static int64_t gs_key64(uint64_t u) {
+    const int64_t si = (int64_t)u;
+    return si ^ ((si >> 63) & INT64_MAX); /* double order as int order */
+}
+
+static double gs_key64_to_double(int64_t key) {
+    const int64_t si = key < 0 ? (key ^ INT64_MAX) : key;
+    const uint64_t u = (uint64_t)si;
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+/* The statistics of n doubles, in double, into acc (the f64 fields). An all-finite chunk is one
+ * pass; a chunk whose sums came out non-finite (a NaN or ±Inf in it, or squares past ~1e154) is
+ * done again with every test on the bits and the non-finite values masked out. */
+static void gs_chunk_f64(const double *restrict x, int32_t n, gs_acc_t *restrict acc) {
+    double s = 0.0, ss = 0.0;
+    int64_t kmn = INT64_MAX, kmx = INT64_MIN;
+    int32_t nz = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, x + i, 8);
+        const double v = x[i];
+        s += v;
+        ss += v * v;
+        const int64_t key = gs_key64(u);
+        kmn = key < kmn ? key : kmn;
+        kmx = key > kmx ? key : kmx;
+        nz += (u & 0x7fffffffffffffffull) != 0;
+    }
+    int32_t fi = n, nn = 0;
+    if (!(gs_finite(s) && gs_finite(ss))) {
+        s = ss = 0.0, kmn = INT64_MAX, kmx = INT64_MIN, nz = 0, fi = 0;
+        for (int32_t i = 0; i < n; i++) {
+            uint64_t u;
+            memcpy(&u, x + i, 8);
+            const uint64_t a = u & 0x7fffffffffffffffull;
+            if (a >= 0x7ff0000000000000ull) {
+                nn += a > 0x7ff0000000000000ull;
+                continue;
+            }
+            const double v = x[i];
+            s += v;
+            ss += v * v;
+            const int64_t key = gs_key64(u);
+            kmn = key < kmn ? key : kmn;
+            kmx = key > kmx ? key : kmx;
+            nz += a != 0;
+            fi++;
+        }
+    }
+    acc->sum += s;
+    acc->sumsq += ss;
+    acc->nz += nz;
+    acc->nan += nn;
+    acc->fin += fi;
+    acc->kmn64 = kmn < acc->kmn64 ? kmn : acc->kmn64;
+    acc->kmx64 = kmx > acc->kmx64 ? kmx : acc->kmx64;
+}
+
+/* float16 to float32, exactly and without branches: the exponent and mantissa bits moved to
+ * float32's places, scaled by 2^112 (which also makes float16's subnormals normal), and the
+ * exponent set to all ones where the half was Inf or NaN (|value| ≥ 65536 after scaling). */
+static void gs_widen_f16(const uint16_t *restrict h, int64_t m, float *restrict out) {
+    const float magic = 5.192296858534828e+33f; /* 2^112 */
+    for (int64_t i = 0; i < m; i++) {
+        const uint32_t bits = (uint32_t)(h[i] & 0x7fffu) << 13, sign = (uint32_t)(h[i] & 0x8000u) << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        f *= magic;
+        uint32_t w;
+        memcpy(&w, &f, 4);
+        w |= (uint32_t)(-(int32_t)(f >= 65536.0f)) & 0x7f800000u;
+        w |= sign;
+        memcpy(out + i, &w, 4);
+    }
+}
+
+static int gs_finish(const gs_acc_t *acc, int64_t n, int f64, double *out8) {
     const double nan = 0.0 / 0.0;
-    out8[0] = acc->fin ? gs_key_to_double(acc->kmn) : nan;
-    out8[1] = acc->fin ? gs_key_to_double(acc->kmx) : nan;
+    out8[0] = !acc->fin ? nan : f64 ? gs_key64_to_double(acc->kmn64) : gs_key_to_double(acc->kmn);
+    out8[1] = !acc->fin ? nan : f64 ? gs_key64_to_double(acc->kmx64) : gs_key_to_double(acc->kmx);
     out8[2] = acc->sum;
     out8[3] = acc->sumsq;
     out8[4] = (double)acc->nz;
@@ -440,13 +527,36 @@ static int gs_thumb_init(gs_thumb_t *T, const int64_t *g, float *thumb, float *s
     return 0;
 }
 
-static int gs_summarise(const void *x, int bf16, const int64_t *g, double *out8) {
+enum { GS_F32, GS_BF16, GS_F16, GS_F64 };
+
+/* The chunk of m elements from element s of x, as float32: x itself for float32, else widened (or,
+ * for float64, rounded) into buf. */
+static const float *gs_as_f32(const void *x, int kind, int64_t s, int64_t m, float *restrict buf) {
+    if (kind == GS_F32) return (const float *)x + s;
+    if (kind == GS_BF16) { /* bfloat16 is the top half of a float32 */
+        const uint16_t *h = (const uint16_t *)x + s;
+        for (int64_t i = 0; i < m; i++) {
+            const uint32_t w = (uint32_t)h[i] << 16;
+            memcpy(buf + i, &w, 4);
+        }
+    } else if (kind == GS_F16) {
+        gs_widen_f16((const uint16_t *)x + s, m, buf);
+    } else {
+        const double *d = (const double *)x + s;
+        for (int64_t i = 0; i < m; i++) buf[i] = (float)d[i];
+    }
+    return buf;
+}
+
+static int gs_summarise(const void *x, int kind, const int64_t *g, double *out8) {
     float *thumb = g[1] > 0 ? (float *)(out8 + 8) : NULL;
     const int64_t n = g[0];
     gs_acc_t acc;
     memset(&acc, 0, sizeof(acc));
     acc.kmn = INT32_MAX;
     acc.kmx = INT32_MIN;
+    acc.kmn64 = INT64_MAX;
+    acc.kmx64 = INT64_MIN;
     float stack_rowacc[GS_CHUNK];
     float buf[GS_CHUNK];
     gs_thumb_t T;
@@ -455,28 +565,27 @@ static int gs_summarise(const void *x, int bf16, const int64_t *g, double *out8)
     const int64_t nthumb = T.left, rows = T.C > 0 && T.C <= GS_CHUNK ? (GS_CHUNK / T.C) * T.C : GS_CHUNK;
     for (int64_t s = 0, m; s < n; s += m) {
         m = gs_min(n - s, s < nthumb ? rows : GS_CHUNK);
-        const float *v;
-        if (bf16) { /* bfloat16 is the top half of a float32 */
-            const uint16_t *h = (const uint16_t *)x + s;
-            for (int64_t i = 0; i < m; i++) {
-                const uint32_t w = (uint32_t)h[i] << 16;
-                memcpy(buf + i, &w, 4);
-            }
-            v = buf;
-        } else {
-            v = (const float *)x + s;
+        if (kind == GS_F64) {
+            gs_chunk_f64((const double *)x + s, (int32_t)m, &acc);
+            if (T.left > 0) gs_thumb_chunk(&T, gs_as_f32(x, kind, s, gs_min(m, T.left), buf), m);
+            continue;
         }
+        const float *v = gs_as_f32(x, kind, s, m, buf);
         gs_chunk(v, (int32_t)m, &acc);
         if (T.left > 0) gs_thumb_chunk(&T, v, m);
     }
     if (T.thumb) gs_thumb_finish(&T);
     if (T.rowacc && T.rowacc != stack_rowacc) free(T.rowacc);
-    return gs_finish(&acc, n, out8);
+    return gs_finish(&acc, n, kind == GS_F64, out8);
 }
 
-int gs_summarise_f32(const float *x, const int64_t *g, double *out) { return gs_summarise(x, 0, g, out); }
+int gs_summarise_f32(const float *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F32, g, out); }
 
-int gs_summarise_bf16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, 1, g, out); }
+int gs_summarise_bf16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_BF16, g, out); }
+
+int gs_summarise_f16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F16, g, out); }
+
+int gs_summarise_f64(const double *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F64, g, out); }
 
 /* The highest build of this file that the CPU (and the OS, for the wider registers) can run:
  * 4 for the AVX-512 build, 3 for the AVX2 build, 0 for the baseline only. */

@@ -15,7 +15,8 @@ from gradscape.tracer.summary.kernel import check_geometry, native
 from gradscape.tracer.summary.stats import dtype_name
 from gradscape.tracer.wire import matrix_shape, thumbnail_view
 
-_NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16"}
+_NATIVE_DTYPES = {torch.float32: "gs_summarise_f32", torch.bfloat16: "gs_summarise_bf16",
+                  torch.float16: "gs_summarise_f16", torch.float64: "gs_summarise_f64"}
 
 
 def _same_call(a: _NativePlan, b: _NativePlan) -> bool:
@@ -98,9 +99,9 @@ def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:
 
 def native_summary(t: torch.Tensor, size: int) -> tuple[tuple[float, ...], np.ndarray | None] | None:
     """Statistics and block-mean thumbnail (every rank, the tile grid of rank 4 included) in one
-    pass with the C kernel (`summary.kernel`), for CPU float32/bfloat16 tensors; None when the
-    kernel is unavailable or does not apply, or when float32 partial sums overflowed (|g| > ~1e19:
-    the torch path recomputes in float64). The thumbnail comes back as a host array: this path
+    pass with the C kernel (`summary.kernel`), for CPU float32/bfloat16/float16/float64 tensors; None
+    when the kernel is unavailable or does not apply, or when partial sums overflowed (float32's past
+    |g| ~1e19, float64's past ~1e154: the torch path recomputes). The thumbnail comes back as a host array: this path
     never leaves the CPU.
 
     This runs in every hook, so the Python around the kernel is kept short (each step measured):

@@ -23,7 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-_SYMBOLS = ("gs_summarise_f32", "gs_summarise_bf16")  # (x, geometry, out) -> status
+# each (x, geometry, out) -> status
+_SYMBOLS = ("gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "gs_summarise_f64")
 
 
 class KernelGeometryError(ValueError):

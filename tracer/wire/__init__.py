@@ -8,6 +8,7 @@ schema's public face; each lives in the module of its concern:
     views       the 2-D view a thumbnail shows (`matrix_shape`, `thumbnail_view`)
     codec       `StepTrace` → wire form (`step_to_wire`), and the msgpack bytes (`pack`, `unpack`)
     validation  wire form → `StepTrace`, every field checked (`step_from_wire`)
+    compact     thumbnails as the trace file keeps them: 8 bits a cell with their range, repeats once
 
 No pickle anywhere: a trace is data (`dict`/`list`/`str`/numbers/`bytes`), never code. `step_from_wire`
 checks every field and raises `TraceFormatError` naming the first one that is wrong.

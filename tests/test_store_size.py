@@ -1,0 +1,185 @@
+"""The trace file's size: compact thumbnails, the per-step thumbnail budget, version-2 files still read,
+and `keep_last` (the file sink's and `gradscape serve --keep-last N`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+from test_store import assert_same_step
+
+import gradscape
+from gradscape import TraceStore, load
+from gradscape.app.view.heatmaps import slot_figures
+from gradscape.tracer.sinks.file import FileSink
+from gradscape.tracer.wire import step_to_wire
+from gradscape.tracer.wire.compact import dequantise, quantise
+
+
+def _lstm_step(steps: int, path: Path | None = None, **opts: object) -> gradscape.StepTrace:
+    """One traced step of an nn.LSTMCell unrolled `steps` times (about 15 nodes a time step), with a
+    loss on every output, so that every gradient is non-zero."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(32, 32)
+    x = torch.randn(steps, 8, 32)
+    with gradscape.Tracer(cell, sink=None if path is None else str(path), run="lstm", **opts) as tr, \
+            tr.step(0) as st:
+        h = c = torch.zeros(8, 32)
+        outs = []
+        for t in range(steps):
+            h, c = cell(x[t], (h, c))
+            outs.append(h)
+        torch.stack(outs).pow(2).mean().backward()
+    assert st is not None
+    return st
+
+
+def test_quantised_thumbnails_keep_their_range_and_non_finite_cells() -> None:
+    a = np.array([[-2.0, 0.5, np.nan], [np.inf, -np.inf, 3.0]], dtype=np.float32)
+    back = dequantise(quantise(a), "t")
+    assert back.dtype == np.float32
+    assert (back[0, 0], back[1, 2]) == (-2.0, 3.0)  # the extremes exactly
+    assert np.isnan(back[0, 2]) and back[1, 0] == np.inf and back[1, 1] == -np.inf
+    assert abs(back[0, 1] - 0.5) <= 5.0 / 252 / 2
+    flat = np.full((3, 4), 7.25, dtype=np.float32)  # one value: no range at all
+    assert np.array_equal(dequantise(quantise(flat), "t"), flat)
+
+
+def test_a_step_costs_few_bytes_a_node(tmp_path: Path) -> None:
+    """A 3,000-node step of an unrolled LSTMCell: ~5 kB a node before thumbnails were kept in 8 bits
+    and compressed; under 1 kB now with every thumbnail, and within 400 bytes a node when its
+    thumbnail budget is 250 bytes a node. Statistics are always kept."""
+    path, small = tmp_path / "all.sqlite", tmp_path / "budget.sqlite"
+    st = _lstm_step(200, path)
+    n = len(st.nodes)
+    assert n > 2900 and "thumbs_left_out" not in st.meta
+    assert os.path.getsize(path) / n < 1000
+    cut = _lstm_step(200, small, thumb_budget=250 * n)
+    assert os.path.getsize(small) / n <= 400
+    back = load(small)
+    assert back.meta["thumbs_left_out"]["count"] > 0
+    assert all(t.stats for nd in back.nodes for t in (nd.grad_inputs or []) + (nd.grad_outputs or []) if t)
+    assert_same_step(cut, back, stored=True)
+
+
+def test_the_budget_leaves_out_the_smallest_norms_and_the_page_says_so(tmp_path: Path) -> None:
+    st = _lstm_step(40)
+    every = {id(t): t for nd in st.nodes for t in (nd.grad_inputs or []) + (nd.grad_outputs or []) if t}
+    cells = sum(t.thumb.size for t in every.values() if t.thumb is not None)
+    budget = cells // 3
+    cut = _lstm_step(40, thumb_budget=budget)
+    tensors = {id(t): t for nd in cut.nodes for t in (nd.grad_inputs or []) + (nd.grad_outputs or []) if t}
+    kept = [t for t in tensors.values() if t.thumb is not None]
+    out = [t for t in tensors.values() if t.thumb is None]
+    assert kept and out and sum(t.thumb.size for t in kept) <= budget  # type: ignore[union-attr]
+    assert min(t.stats["norm"] for t in kept) >= max(t.stats["norm"] for t in out)
+    info = cut.meta["thumbs_left_out"]
+    assert info["budget"] == budget and info["count"] == len(out)
+    assert info["max_norm"] == max(t.stats["norm"] for t in out)
+    wire = step_to_wire(cut)
+    node = next(nd for nd in cut.nodes if nd.grad_outputs and nd.grad_outputs[0] is not None
+                and nd.grad_outputs[0].thumb is None)
+    w = step_to_wire(cut)
+    idx = w["nodes"][node.id]["go"][0]
+    arrays = {i: {"thumb": t["thumb"], "values": t["values"]} for i, t in enumerate(wire["tensors"])}
+    note = slot_figures(w, node.id, arrays)["grad_outputs"]["slots"][0]["note"]
+    assert idx is not None and "left out" in note and str(budget) in note
+    with pytest.raises(ValueError, match="thumb_budget"):
+        gradscape.Tracer(thumb_budget=-1)
+
+
+def test_a_version_2_file_still_reads(tmp_path: Path) -> None:
+    """Version 2 kept uncompressed blobs and float32 thumbnails: such a file reads exactly, and opening
+    it for writing marks it version 3 without rewriting it."""
+    path = tmp_path / "v2.sqlite"
+    st = _lstm_step(3, path)
+    db = sqlite3.connect(path)
+    wire = step_to_wire(st)
+    graph = {**wire, "tensors": [{k: t[k] for k in ("shape", "dtype", "stats", "view", "device")}  # type: ignore[literal-required]
+                                 for t in wire["tensors"]]}
+    db.execute("UPDATE steps SET graph=?", (msgpack.packb(graph, use_bin_type=True),))
+    db.execute("DELETE FROM tensors")
+    db.executemany("INSERT INTO tensors VALUES('lstm', 0, 0, ?, ?)",
+                   [(i, msgpack.packb({"thumb": t["thumb"], "values": t["values"]}, use_bin_type=True))
+                    for i, t in enumerate(wire["tensors"])])
+    db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    assert_same_step(st, load(path))  # exactly: version 2 kept float32
+    with TraceStore(path) as store:
+        store.write_step(_lstm_step(2))
+        assert [s["step"] for s in store.steps("lstm")] == [0]  # the same step 0, replaced
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+
+
+def test_keep_last_keeps_the_newest_steps(tmp_path: Path) -> None:
+    path = tmp_path / "k.sqlite"
+    sink = FileSink(path, keep_last=2)
+    cell = torch.nn.Linear(3, 2)
+    tr = gradscape.Tracer(cell, sink=[sink], run="r")
+    for i in range(5):
+        with tr.step(i):
+            cell(torch.randn(4, 3)).sum().backward()
+    tr.close()
+    with TraceStore(path, readonly=True) as store:
+        assert [s["step"] for s in store.steps("r")] == [3, 4]
+    db = sqlite3.connect(path)
+    assert {s for (s,) in db.execute("SELECT DISTINCT step FROM tensors")} == {3, 4}
+    with pytest.raises(ValueError, match="keep_last"):
+        TraceStore(tmp_path / "x.sqlite", keep_last=0)
+    assert math.isfinite(load(path).nodes[0].grad_outputs[0].stats["norm"])  # type: ignore[index,union-attr]
+
+
+def test_serve_keep_last_is_a_store_option(tmp_path: Path) -> None:
+    from gradscape.app.cli import main
+    from gradscape.app.server import ServerConfig, create_app
+
+    app = create_app(str(tmp_path / "s.sqlite"), ServerConfig(keep_last=3))
+    try:
+        assert app.state.store.keep_last == 3
+    finally:
+        app.close()
+    with pytest.raises(SystemExit):  # argparse: "expected a positive number of steps"
+        main(["serve", "--keep-last", "0"])
+
+
+_DEEP = """
+import sys, time, torch, gradscape
+torch.set_num_threads(1)
+assert sys.getrecursionlimit() == 1000  # the interpreter's default: nothing here may recurse per node
+cell = torch.nn.LSTMCell(32, 32)
+x = torch.randn(6666, 8, 32)
+def loss():  # the graph is the function's: it is freed before the step ends (NOTE [Deep graph release])
+    h = c = torch.zeros(8, 32)
+    for t in range(6666):
+        h, c = cell(x[t], (h, c))
+    return h.pow(2).mean()
+with gradscape.Tracer(cell, sink=sys.argv[1], run="deep") as tr, tr.step(0) as st:
+    loss().backward()
+back = gradscape.load(sys.argv[1])
+assert len(back.nodes) == len(st.nodes) > 99_000, len(back.nodes)
+assert back.edges == st.edges
+print("ok", len(back.nodes))
+"""
+
+
+@pytest.mark.slow
+def test_a_100k_node_step_is_traced_written_and_read_back_with_default_limits(tmp_path: Path) -> None:
+    """A deep graph is a loop over a long sequence, not an error: 6,666 LSTMCell steps (~100k nodes)
+    traced, written and read back in a fresh interpreter with the default recursion limit and stack."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", _DEEP, str(path)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[0] == "ok"
