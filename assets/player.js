@@ -23,8 +23,8 @@ window.__gsOpenedWith = window.location.search;
 window.dash_clientside = Object.assign({}, window.dash_clientside, {
   gradscape: {
     deepLink: function (search, selected) {
-      // "?run=r&rank=1&step=3&node=12" → {run: "r", rank: 1, step: 3, node: 12}; nothing (no update) without
-      // a link. No rank: rank 0 (the page writes rank= only for another rank, app/ui/address.py). Nothing
+      // "?run=r&rank=1&step=3&node=12" → {run: "r", rank: 1, step: 3, node: 12} set on ID.DEEP_LINK; nothing
+      // without a link (set here, not returned: app/ui/callbacks.py says why). No rank: rank 0 (the page writes rank= only for another rank, app/ui/address.py). Nothing
       // either for the address the page wrote itself for the selection it shows (read back as a link, it
       // took the step list back to the selection's step while a run streamed on)
       const q = new URLSearchParams(search || "");
@@ -35,7 +35,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
         if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
       });
       if (selected && window.__gsLinkRead && out.run === selected.run && (out.rank || 0) === (selected.rank || 0) &&
-          out.step === selected.step && out.node === selected.node) return window.dash_clientside.no_update;
+          out.step === selected.step && out.node === selected.node) return;
       // a link that names a step pins it: "follow live" goes off (visibly). Only the address the page
       // was opened with: the page itself writes the selection into the address later on
       if (!window.__gsLinkRead) {
@@ -45,7 +45,7 @@ window.dash_clientside = Object.assign({}, window.dash_clientside, {
           window.dash_clientside.set_props(ID.FOLLOW, {value: []});
         }
       }
-      return Object.keys(out).length ? out : window.dash_clientside.no_update;
+      if (Object.keys(out).length) window.dash_clientside.set_props(ID.DEEP_LINK, {data: out});
     },
     liveRuns: function (note, current) {
       // a new run → the run list from the JSON API (oldest update first, as the server lists them);
