@@ -88,9 +88,7 @@ def doctor(url: str | None, token: str | None = None) -> int:
 
     import torch
 
-    from gradscape.tracer import _compat
-    from gradscape.tracer.sinks import paths as _paths
-    from gradscape.tracer.summary import kernel as _native
+    from gradscape.tracer.environment import environment
 
     try:
         version = metadata.version("gradscape")
@@ -98,20 +96,19 @@ def doctor(url: str | None, token: str | None = None) -> int:
         version = "not installed (run from a source tree)"
     print(f"gradscape: {version} ({Path(gradscape.__file__).parent})")
     print(f"python: {platform.python_version()} ({sys.executable}) on {platform.platform()}")
-    lo = ".".join(map(str, _compat.MIN_TORCH))
-    print(f"torch: {torch.__version__} (gradscape is tested with torch {lo})")
+    env = environment()
+    print(f"torch: {torch.__version__} (gradscape is tested with torch {env.tested_torch})")
     if torch.cuda.is_available():
         names = ", ".join(f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count()))
         print(f"cuda: {torch.version.cuda}, {names}")
     else:
         print("cuda: no device")
-    print(f"summariser: {_native.summariser()}")
-    kernel = _native.kernel_path()
-    if kernel is not None:
-        print(f"summary kernel: {kernel}")
+    print(f"summariser: {env.summariser}")
+    if env.kernel is not None:
+        print(f"summary kernel: {env.kernel}")
     print(f"trace files: where Tracer(sink=FILE) says; `gradscape serve` reads {Path('gradscape.sqlite').resolve()} "
           f"unless --store says otherwise")
-    print(f"spill files: {_paths.spill_dir()} (steps a live sink could not send)")
+    print(f"spill files: {env.spill_dir} (steps a live sink could not send)")
     if url is None:
         return 0
     ok, what = _check_server(url, token)

@@ -10,8 +10,8 @@
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     deepLink: function (search, selected) {
-      // "?run=r&rank=1&step=3&node=12" → {run: "r", rank: 1, step: 3, node: 12}; nothing (no update) without
-      // a link. No rank: rank 0 (the page writes rank= only for another rank, app/ui/address.py). Nothing
+      // "?run=r&rank=1&step=3&node=12" → {run: "r", rank: 1, step: 3, node: 12} set on ID.DEEP_LINK; nothing
+      // without a link (set here, not returned: app/ui/runs.py says why). No rank: rank 0 (the page writes rank= only for another rank, app/ui/address.py). Nothing
       // either for the address the page wrote itself for the selection it shows (read back as a link, it
       // took the step list back to the selection's step while a run streamed on)
       const q = new URLSearchParams(search || "");
@@ -22,7 +22,7 @@
         if (v && /^-?[0-9]+$/.test(v)) out[key] = parseInt(v, 10);
       });
       if (selected && GS.link.read && out.run === selected.run && (out.rank || 0) === (selected.rank || 0) &&
-          out.step === selected.step && out.node === selected.node) return window.dash_clientside.no_update;
+          out.step === selected.step && out.node === selected.node) return;
       // a link that names a step pins it: "follow live" goes off (visibly). Only the address the page
       // was opened with: the page itself writes the selection into the address later on
       if (!GS.link.read) {
@@ -32,7 +32,7 @@
           window.dash_clientside.set_props(ID.FOLLOW, {value: []});
         }
       }
-      return Object.keys(out).length ? out : window.dash_clientside.no_update;
+      if (Object.keys(out).length) window.dash_clientside.set_props(ID.DEEP_LINK, {data: out});
     },
     problemPick: function (_clicks, run, step, rank) {
       // a click on a problem line (its id names the node) → {run, rank, step, node, at}; new lines (a step

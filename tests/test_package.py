@@ -62,70 +62,116 @@ def _install(tmp_path: Path, wheel: Path) -> tuple[Path, Path, dict[str, str]]:
     return env_dir, purelib, bare
 
 
+def _check_one_import_name(wheel: Path, kernel: bool) -> set[str]:
+    """The wheel adds one import package, `gradscape` (its file list and top_level.txt say so), with the page's
+    assets, the tracer's data and, when `kernel`, the summary kernel; its files."""
+    with zipfile.ZipFile(wheel) as zf:
+        files = set(zf.namelist())
+        info = "gradscape-0.1.0.dist-info/"
+        top_level = zf.read(info + "top_level.txt").decode().split()
+        entry_points = zf.read(info + "entry_points.txt").decode()
+    assert {f.split("/")[0] for f in files} == {"gradscape", "gradscape-0.1.0.dist-info"}, sorted(files)
+    assert top_level == ["gradscape"]
+    assert "gradscape = gradscape.app.cli:main" in entry_points
+    assets = {f"gradscape/assets/{p.name}" for p in (ROOT / "assets").iterdir() if p.suffix in (".js", ".css")}
+    assert assets and {f for f in files if f.startswith("gradscape/assets/")} == assets
+    data = {f"gradscape/tracer/data/{p.name}" for p in (ROOT / "tracer" / "data").glob("*.json")}
+    assert data and data <= files
+    for need in ("gradscape/__init__.py", "gradscape/__main__.py", "gradscape/py.typed", "gradscape/app/ui/page.py",
+                 "gradscape/app/view/layout.py", "gradscape/tracer/wire/__init__.py"):
+        assert need in files, f"the wheel lacks {need}"
+    built = {f for f in files if f.startswith("gradscape/tracer/summary/_fastsum")}
+    assert not any(f.endswith(".c") for f in built)  # the kernel's source is in the sdist only
+    assert bool(built) == kernel, sorted(built)
+    return files
+
+
+def _check_installed(env_dir: Path, bare: dict[str, str], cwd: Path) -> None:
+    """In the fresh environment: `import gradscape` is the installed package with its public API, `python -m
+    gradscape` and the `gradscape` script run, there is no `tracer` or `app` to import, and the server's
+    read side (the view layer, the API, the schema, the store) imports no torch."""
+    py = str(env_dir / "bin" / "python")
+    purelib = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=bare).stdout.strip()
+    code = "import gradscape as g; print(g.__file__, g.Tracer.__module__.split('.')[0], g.Tracer.__name__)"
+    out = _run([py, "-c", code], env=bare, cwd=cwd).stdout.split()
+    assert out == [str(Path(purelib) / "gradscape" / "__init__.py"), "gradscape", "Tracer"], out
+    for cmd in ([py, "-m", "gradscape", "--help"], [str(env_dir / "bin" / "gradscape"), "--help"]):
+        usage = _run(cmd, env=bare, cwd=cwd).stdout
+        assert "serve" in usage and "doctor" in usage, usage
+    for name in ("tracer", "app"):
+        res = subprocess.run([py, "-c", f"import {name}"], capture_output=True, text=True, env=bare, cwd=cwd,
+                             timeout=120)
+        assert res.returncode == 1 and f"No module named '{name}'" in res.stderr, (name, res.stderr)
+    code = ("import sys, gradscape.app.view, gradscape.app.api, gradscape.tracer.wire, gradscape.tracer.store; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    assert _run([py, "-c", code], env=bare, cwd=cwd).stdout.strip() == "[]"
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    """The working tree as a clone has it (gradscape/'s links to tracer/, app/, assets/ kept as links)."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=_SKIP_COPY, symlinks=True)
+    assert (src / "gradscape" / "tracer").is_symlink()
+    return src
+
+
 @pytest.mark.slow
 def test_slow_wheel_built_where_compiling_fails_installs_and_warns_once(tmp_path: Path) -> None:
-    """The kernel is optional: a build whose compiler fails still gives a wheel, with the assets and
-    without the kernel; installed, it traces with torch reductions after one warning saying why."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=_SKIP_COPY)
+    """The kernel is optional: a build from the tree whose compiler fails still gives a wheel of the one
+    import package, with the assets and without the kernel; installed, it traces with torch reductions
+    after one warning saying why."""
+    src = _copy_tree(tmp_path)
     dist = tmp_path / "dist"
     env = {**os.environ, "CC": "/bin/false"}  # every compile fails
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
          env=env, cwd=tmp_path)
     (wheel,) = dist.glob("gradscape-*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        files = set(zf.namelist())
-    assert "app/assets/player.js" in files
-    assert not any(f.startswith("tracer/summary/_fastsum") for f in files), sorted(files)
+    _check_one_import_name(wheel, kernel=False)
     env_dir, _, bare = _install(tmp_path, wheel)
-    doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=tmp_path).stdout
+    run_dir = tmp_path / "cwd"
+    run_dir.mkdir()
+    _check_installed(env_dir, bare, run_dir)
+    doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=run_dir).stdout
     assert "summariser: torch (the summary kernel was not built when gradscape was installed" in doctor, doctor
-    script = ("import warnings, torch, tracer\n"
+    script = ("import warnings, torch, gradscape\n"
               "with warnings.catch_warnings(record=True) as seen:\n"
               "    warnings.simplefilter('always')\n"
               "    for i in range(2):\n"
               "        st = gradscape.trace((torch.nn.Parameter(torch.ones(4, 3)) * 2).sum())\n"
               "print(len(st.nodes), [str(w.message) for w in seen])\n")
-    out = _run([str(env_dir / "bin" / "python"), "-c", script], env=bare, cwd=tmp_path).stdout
+    out = _run([str(env_dir / "bin" / "python"), "-c", script], env=bare, cwd=run_dir).stdout
     assert out.startswith("3 [") and out.count("summary kernel was not built") == 1, out
 
 
 @pytest.mark.slow
 def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser(tmp_path: Path) -> None:
-    """sdist → wheel (the way pip builds from PyPI) → a fresh environment → no compiler on PATH:
-    `gradscape doctor` reports the native summariser from the installed package, and `gradscape
-    serve` from that install serves the page with its clientside script and CSS."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=_SKIP_COPY)
-    if (src / "app" / "assets").exists():
-        shutil.rmtree(src / "app" / "assets")
+    """sdist → wheel (the way pip builds from PyPI) → a fresh environment → no compiler on PATH: the wheel
+    adds only `gradscape`; `gradscape doctor` reports the native summariser from the installed package, and
+    `gradscape serve` from that install serves the page with its clientside script and CSS."""
+    src = _copy_tree(tmp_path)
     dist = tmp_path / "dist"
     _run([sys.executable, "-c", f"import setuptools.build_meta as b; b.build_sdist({str(dist)!r})"], cwd=src)
     (sdist,) = dist.glob("gradscape-*.tar.gz")
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/summary/_fastsum.c",
-                 "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "app/ui/page.py"):
+                 "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "gradscape/app/ui/page.py",
+                 "gradscape/assets/player.js"):
         assert need in names, f"the sdist lacks {need}"
 
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
           str(sdist)], cwd=tmp_path)
     (wheel,) = dist.glob("gradscape-*.whl")
-    with zipfile.ZipFile(wheel) as zf:
-        files = set(zf.namelist())
-    for need in ("app/assets/player.js", "app/assets/gradscape.css", "app/ui/page.py", "app/view/layout.py",
-                 "tracer/py.typed"):
-        assert need in files, f"the wheel lacks {need}"
-    assert any(f.startswith("tracer/data/derivatives-") for f in files)
-    assert any(f.startswith("tracer/summary/_fastsum.") for f in files), sorted(files)
+    _check_one_import_name(wheel, kernel=True)
 
     env_dir, purelib, bare = _install(tmp_path, wheel)
     run_dir = tmp_path / "cwd"
     run_dir.mkdir()
+    _check_installed(env_dir, bare, run_dir)
     doctor = _run([str(env_dir / "bin" / "gradscape"), "doctor"], env=bare, cwd=run_dir).stdout
     assert "summariser: native\n" in doctor, doctor
-    assert f"summary kernel: {purelib / 'tracer' / 'summary' / '_fastsum'}" in doctor, doctor
-    assert f"gradscape: 0.1.0 ({purelib})" in doctor, doctor
+    assert f"summary kernel: {purelib / 'gradscape' / 'tracer' / 'summary' / '_fastsum'}" in doctor, doctor
+    assert f"gradscape: 0.1.0 ({purelib / 'gradscape'})" in doctor, doctor
     assert f"spill files: {tmp_path / 'data' / 'spill'}" in doctor
 
     port = free_port()

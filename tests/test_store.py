@@ -99,9 +99,14 @@ def test_wire_form_shares_tensors_once() -> None:
     wire = step_to_wire(st)
     back = step_from_wire(msgpack.unpackb(msgpack.packb(wire, use_bin_type=True), raw=False))
     assert_same_step(st, back)
-    # a tensor on both ends of an edge is one entry, referenced twice
-    n_refs = sum(len([i for i in (n["gi"] or []) + (n["go"] or []) if i is not None]) for n in wire["nodes"])
-    assert len(wire["tensors"]) < n_refs
+    # a tensor on both ends of an edge is one entry, referenced twice: what the source sends on the edge's
+    # slot is what the destination receives (each node of this MLP has one output)
+    assert st.edges
+    for src, dst, slot in st.edges:
+        assert wire["nodes"][dst]["go"] == [wire["nodes"][src]["gi"][slot]], (src, dst, slot)
+    refs = [i for n in wire["nodes"] for i in (n["gi"] or []) + (n["go"] or []) if i is not None]
+    assert sorted(set(refs)) == list(range(len(wire["tensors"])))  # every entry is used, none is stored twice
+    assert len(refs) == len(wire["tensors"]) + len(st.edges)  # the edges' tensors are the only ones shared
 
 
 def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:

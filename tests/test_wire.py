@@ -3,6 +3,7 @@ but `TraceFormatError` (naming a field); what decodes is storable and answered b
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import random
@@ -236,24 +237,98 @@ def test_malformed_fields_are_named(wires: list[dict[str, Any]], path: tuple[Any
     assert named in str(info.value)
 
 
-def test_arrays_keep_their_values(wires: list[dict[str, Any]]) -> None:
-    st = step_from_wire(wires[0])
-    full = [t for t in st.params.values() if t.values is not None]
-    assert full and all(isinstance(t.values, np.ndarray) for t in full)
+def test_arrays_keep_their_values() -> None:
+    # tensors="full": each parameter's gradient comes back from the wire with torch's own values, bit for bit
+    case = build("mlp")
+    tr = gradscape.Tracer(case.model, run="values", tensors="full")
+    with tr.step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    assert st is not None
+    back = step_from_wire(unpack(pack(step_to_wire(st))))
+    grads = {name: p.grad for name, p in case.model.named_parameters()}
+    assert set(back.params) == set(grads) and grads
+    for name, t in back.params.items():
+        g = grads[name]
+        assert g is not None and t.values is not None, name
+        assert t.values.dtype == np.float32 and t.values.shape == tuple(g.shape), name
+        np.testing.assert_array_equal(t.values, g.numpy())
 
 
 def test_view_layer_does_not_import_torch() -> None:
-    code = "import sys, app.view, app.api, gradscape.tracer.wire, gradscape.tracer.store; print('torch' in sys.modules)"
+    # the server's read side (view, API, schema, store) runs without torch; gradscape.app.view imports every
+    # view module (its __init__), and the run must not find a top-level `app` or `tracer` to import instead
+    code = ("import sys, gradscape.app.view, gradscape.app.api, gradscape.app.ui.data, gradscape.tracer.wire, "
+            "gradscape.tracer.store; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'app', 'tracer')), 'gradscape.app.view.layout' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.strip() == "[] True", out.stderr
+
+
+def _package_of(path: Path) -> list[str]:
+    """The dotted package a file of the repository is imported in: app/ui/x.py is in gradscape.app.ui."""
+    return ["gradscape", *path.relative_to(ROOT).parent.parts]
+
+
+def _imported(tree: ast.AST, package: list[str]) -> list[str]:
+    """Every module or name a module imports, absolute and dotted: `from .x import y` in package p is
+    `p.x.y`, `import a.b` is `a.b`; a literal importlib.import_module("a.b") or __import__("a.b") too."""
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            mod = ".".join([*base, *([node.module] if node.module else [])])
+            out += [f"{mod}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("import_module", "__import__"):
+                out.append(node.args[0].value)
+    return out
+
+
+def _private_tracer_use(name: str) -> bool:
+    """`name` reaches into the tracer's private modules or names, or imports a top-level `tracer`/`app`
+    (there is none once installed: the one import package is gradscape)."""
+    parts = name.split(".")
+    if parts[0] in ("tracer", "app"):
+        return True
+    if parts[:2] != ["gradscape", "tracer"]:
+        return False
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts[2:])
+
+
+@pytest.mark.parametrize(("source", "where", "private"), [
+    ("from gradscape.tracer import _compat", "app/cli.py", True),
+    ("from gradscape.tracer import store, _native as n", "app/cli.py", True),
+    ("import gradscape.tracer._paths", "app/cli.py", True),
+    ("import gradscape.tracer._paths as p", "app/cli.py", True),
+    ("from gradscape.tracer._model import StepTrace", "app/view/x.py", True),
+    ("from gradscape.tracer.store import _private", "app/view/x.py", True),
+    ("from ...tracer import _compat", "app/view/x.py", True),
+    ("from ..tracer._codec import pack", "app/x.py", True),
+    ("from ...tracer._model import Problem", "app/ui/x.py", True),
+    ("importlib.import_module('gradscape.tracer._native')", "app/x.py", True),
+    ("from tracer import store", "app/x.py", True),
+    ("import app.view", "app/x.py", True),
+    ("from gradscape.tracer import store, wire", "app/cli.py", False),
+    ("from gradscape.tracer.environment import environment", "app/cli.py", False),
+    ("from ..tracer.wire import WireStep", "app/x.py", False),
+    ("from . import _helpers", "app/view/x.py", False),  # the app's own private modules are its own
+    ("from gradscape.app.view import _colours", "app/x.py", False),
+    ("import gradscape.tracer", "app/x.py", False),
+])
+def test_the_private_import_check_sees_every_form(source: str, where: str, private: bool) -> None:
+    names = _imported(ast.parse(source), _package_of(ROOT / where))
+    assert names and any(_private_tracer_use(n) for n in names) == private, names
 
 
 def test_app_imports_only_public_tracer_modules() -> None:
-    import re
-
-    private = re.compile(r"^\s*(from|import)\s+tracer\._", re.M)
-    found = [f"{p.relative_to(ROOT)}: {m.group(0).strip()}" for p in sorted((ROOT / "app").rglob("*.py"))
-             for m in private.finditer(p.read_text())]
+    files = sorted((ROOT / "app").rglob("*.py"))
+    assert len(files) > 20
+    found = [f"{p.relative_to(ROOT)}: {n}" for p in files
+             for n in _imported(ast.parse(p.read_text(), str(p)), _package_of(p)) if _private_tracer_use(n)]
     assert not found, found
-

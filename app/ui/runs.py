@@ -20,10 +20,15 @@ from gradscape.app.ui.address import link_rank
 
 
 def register(app: dash.Dash, data: PageData) -> None:
-    # ?run=&rank=&step=&node= → {run, rank, step, node}, or no update without a link (the page was rendered
-    # with the newest step already)
-    app.clientside_callback(ClientsideFunction("gradscape", "deepLink"), Output(ids.DEEP_LINK, "data"),
-                            Input(ids.URL, "search"), State(ids.SELECTED, "data"))
+    # ?run=&rank=&step=&node= → {run, rank, step, node} in ids.DEEP_LINK, or nothing without a link (the page
+    # was rendered with the newest step already). Set with set_props, not as this callback's output: the
+    # selection callbacks write the address (ids.URL) and read the link, so a declared output closed a loop
+    # in Dash's callback graph. Dash holds back a callback while one upstream of its inputs is pending, and
+    # in that loop each one is upstream of itself: Dash broke the loop only when nothing else was in flight,
+    # so a click answered while another callback was in flight left the inspector and the graph's focus
+    # waiting for the next notification (tests/app/test_callback_graph.py)
+    app.clientside_callback(ClientsideFunction("gradscape", "deepLink"), Input(ids.URL, "search"),
+                            State(ids.SELECTED, "data"))
 
     @app.callback(Output(ids.RUN_SELECT, "options"), Output(ids.RUN_SELECT, "value"),
                   Input(ids.DEEP_LINK, "data"), State(ids.RUN_SELECT, "value"),

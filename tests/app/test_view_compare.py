@@ -42,20 +42,28 @@ def test_difference_of_a_parameter_gradient_on_full_values() -> None:
     same = cmp.compare(wa, aa, wa, aa, "param:weight", label_a="rank 0", label_b="rank 1", across_ranks=True)
     assert same["max_abs"] == 0 and same["desync"] is False
     steps = cmp.compare(wa, aa, wb, ab, "param:weight", label_a="step 0", label_b="step 1", across_ranks=False)
-    assert steps["desync"] is False and steps["max_abs"] > 0  # two steps may differ: no desync
+    assert steps["desync"] is False  # two steps may differ: no desync
+    assert steps["max_abs"] == res["max_abs"] and steps["figure"]["data"][0]["z"] == res["figure"]["data"][0]["z"]
 
 
 def test_thumbnails_when_values_are_not_kept_and_said_so() -> None:
-    wa, aa, _ = _wire(torch.randn(4, 6), "summary")
-    wb, ab, _ = _wire(torch.randn(4, 6), "summary")
+    wa, aa, ga = _wire(torch.randn(4, 6), "summary")
+    wb, ab, gb = _wire(torch.randn(4, 6), "summary")
+    assert all(a["values"] is None for a in aa.values())  # summaries only: no values to compare
     res = cmp.compare(wa, aa, wb, ab, "param:weight", label_a="a", label_b="b", across_ranks=True)
     assert res["error"] is None and "thumbnails" in res["basis"] and res["note"]
+    # a 5×6 gradient is its own thumbnail: the difference drawn is torch's A − B, cell for cell
+    want = (ga - gb).numpy().astype(np.float64)
+    z = np.array(res["figure"]["data"][0]["z"], dtype=np.float64)
+    assert z.shape == want.shape and np.allclose(z, want, rtol=1e-5, atol=1e-6)
+    assert np.isclose(res["max_abs"], np.abs(want).max(), rtol=1e-5)
 
 
 def test_node_target_and_missing_gradient() -> None:
     wa, aa, _ = _wire(torch.randn(4, 6))
     node = next(n["id"] for n in wa["nodes"] if n["kind"] == "op")
     t = cmp.node_target(wa, node)
-    assert t["value"] == f"node:{node}" and cmp.target_tensor(wa, t["value"]) is not None
+    # what arrived at the node: its first grad_outputs slot
+    assert t["value"] == f"node:{node}" and cmp.target_tensor(wa, t["value"]) == wa["nodes"][node]["go"][0]
     res = cmp.compare(wa, aa, wa, aa, "param:nope", label_a="a", label_b="b", across_ranks=True)
     assert res["figure"] is None and "no gradient on a" in res["error"]
