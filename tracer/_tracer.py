@@ -6,7 +6,7 @@ import logging
 import operator
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -16,6 +16,7 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer._recorder import StepRecorder, StructureCache
 from gradscape.tracer._sinks import Sink, resolve_sinks
 from gradscape.tracer._summary import Summariser
+from gradscape.tracer.monitor import Monitor, as_module
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +41,16 @@ class Tracer:
     so a small `keep` costs less per traced step.
     """
 
-    def __init__(self, model: torch.nn.Module | None = None, *, sink: Any = None, run: str | None = None,
-                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2) -> None:
+    def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
+                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
+                 monitor: bool = True, triggers: Any = True) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
             raise ValueError(f"tensors must be one of {_TENSOR_MODES}, got {tensors!r}")
         if not isinstance(thumb, int) or thumb < 0:
             raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
-        if model is not None and not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
-        self.model = model
+        self.model = as_module(model)  # monitor: a list, tuple or dict of models becomes one container
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
         self.tensors = tensors
@@ -61,6 +61,7 @@ class Tracer:
         self._active = False
         self._statics = StructureCache()
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
+        self._monitor = Monitor(self, triggers) if monitor else None  # the every-step monitor (tracer/monitor/)
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
@@ -73,10 +74,12 @@ class Tracer:
             if isinstance(i, bool) or not hasattr(type(i), "__index__"):
                 raise TypeError(f"Tracer.step: the step index must be an int, got {type(i).__name__} {i!r}")
             i = operator.index(i)  # numpy integers and the like
-        if i % self.every != 0:
-            return _UNTRACED
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
+        if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
+            return self._monitor.step(i)
+        if i % self.every != 0:
+            return _UNTRACED
         return _TracedStep(self, i)
 
     def _emit(self, st: StepTrace) -> None:
@@ -101,6 +104,11 @@ class Tracer:
         if self._closed:
             return
         self._closed = True
+        if self._monitor is not None:
+            try:  # the history rows not yet written go first
+                self._monitor.close()
+            except Exception as exc:
+                log.warning("gradscape: the monitor could not flush its history: %s", exc)
         for sink in self.sinks:
             try:
                 sink.close(timeout)
@@ -112,6 +120,12 @@ class Tracer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The monitor's rows of the recent steps (the last 10,000), as `TraceStore.history` gives them;
+        rows still being read from the device (NOTE [No sync on CUDA]) come once they arrive."""
+        return [] if self._monitor is None else list(self._monitor.rows)
 
     @property
     def steps(self) -> Sequence[StepTrace]:
@@ -146,6 +160,7 @@ class _TracedStep:
         self.st = StepTrace(run=tracer.run, step=i)
         self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"),
                                 tracer._statics, tracer._warned)
+        self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
@@ -167,6 +182,11 @@ class _TracedStep:
             warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning, stacklevel=2)
             return None
         _fill(self.st, done)
+        if self.before_emit is not None:
+            try:
+                self.before_emit(self.st)
+            except Exception as err:
+                log.warning("gradscape: the monitor could not complete step %s: %s", self.st.step, err)
         tr.last = self.st
         tr._emit(self.st)
         return None  # never swallow the user's exception
@@ -187,6 +207,7 @@ def trace(loss: torch.Tensor, model: torch.nn.Module | None = None, **opts: Any)
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"trace() needs the loss tensor, got {type(loss).__name__}")
     gradient = opts.pop("gradient", None)
+    opts.setdefault("monitor", False)  # one backward, no training loop: nothing to monitor
     with Tracer(model, **opts) as tr, tr.step(0) as st:
         loss.backward(gradient)
     assert st is not None

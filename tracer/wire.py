@@ -16,7 +16,9 @@ Wire form, version `WIRE_VERSION` (every key is always present):
      "modules": {name: {"type", "params": [str], "calls": [{"gi", "go", "in", "out", "last"}]}},
      "params": {name: int}, "passes": [{"index", "api", "roots", "root_grads", "retain_graph",
                                        "create_graph", "start", "end"}], "execution": [[node, run], ...],
-     "problems": [{"kind", "message", "node", "param", "source"}], "rank": int|None, "world_size": int|None}
+     "problems": [{"kind", "message", "node", "param", "source"}], "rank": int|None, "world_size": int|None,
+     "trigger": str|None, "optimizer_steps": [{"optimizer", "params", "lr", "scale", "skipped", "grad_norm",
+                                               "grad_norm_before_clip"}]}
     Node fields hold node ids (positions in "nodes") and tensor indices (positions in "tensors").
     T = {"shape": [int], "dtype": str, "stats": [min, max, mean, std, norm, nan, inf, zeros],
          "view": str, "device": str, "thumb": A|None, "values": A|None}
@@ -38,6 +40,7 @@ from gradscape.tracer._model import (
     ModuleTrace,
     NodeRun,
     NodeTrace,
+    OptimizerStep,
     Problem,
     StepTrace,
     TensorTrace,
@@ -148,6 +151,17 @@ class WireProblem(TypedDict):
     source: str | None
 
 
+class WireOptimizerStep(TypedDict):
+    """One `OptimizerStep` (tracer/_model.py): an optimizer step the monitor saw in the block."""
+    optimizer: str
+    params: list[str]
+    lr: list[float]
+    scale: float | None
+    skipped: bool
+    grad_norm: float | None
+    grad_norm_before_clip: float | None
+
+
 class WireStep(TypedDict):
     v: int
     run: str
@@ -164,13 +178,16 @@ class WireStep(TypedDict):
     problems: list[WireProblem]
     rank: int | None
     world_size: int | None
+    trigger: str | None  # monitor: why an unscheduled step was traced
+    optimizer_steps: list[WireOptimizerStep]
 
 
 # What `step_from_wire` takes a missing field to mean. Files written by an earlier release of the same
 # wire version can lack fields added since (`problems`, `rank`, `world_size`); `with_defaults` fills
 # them in so that every reader can index every key of the types above.
 _STEP_DEFAULTS: dict[str, Any] = {"error": None, "meta": dict, "modules": dict, "params": dict, "passes": list,
-                                  "execution": list, "problems": list, "rank": None, "world_size": None}
+                                  "execution": list, "problems": list, "rank": None, "world_size": None,
+                                  "trigger": None, "optimizer_steps": list}
 _NODE_DEFAULTS: dict[str, Any] = {"kind": "op", "module": None, "param": None, "source": None, "schema": None,
                                   "order": None, "labels": list, "args": list, "in_shapes": list, "out_shapes": list,
                                   "out_dtypes": list, "gi": None, "go": None, "t": None, "runs": list}
@@ -354,7 +371,8 @@ def step_to_wire(st: StepTrace) -> WireStep:
             "execution": [list(e) for e in st.execution], "tensors": tab.items,
             "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
                           "source": p.source} for p in st.problems],
-            "rank": st.rank, "world_size": st.world_size}
+            "rank": st.rank, "world_size": st.world_size, "trigger": st.trigger,
+            "optimizer_steps": [optimizer_step_to_wire(o) for o in st.optimizer_steps]}
 
 
 def step_from_wire(d: Any) -> StepTrace:
@@ -465,7 +483,29 @@ def step_from_wire(d: Any) -> StepTrace:
         v = d.get(key)
         if v is not None:
             setattr(st, key, _int(v, key))
+    st.trigger = _opt_str(d.get("trigger"), "trigger")
+    st.optimizer_steps = [optimizer_step_from_wire(o, f"optimizer_steps[{k}]")
+                          for k, o in enumerate(_list(d.get("optimizer_steps") or [], "optimizer_steps"))]
     return st
+
+
+def optimizer_step_to_wire(o: OptimizerStep) -> WireOptimizerStep:
+    return {"optimizer": o.optimizer, "params": list(o.params), "lr": [float(x) for x in o.lr],
+            "scale": o.scale, "skipped": o.skipped, "grad_norm": o.grad_norm,
+            "grad_norm_before_clip": o.grad_norm_before_clip}
+
+
+def optimizer_step_from_wire(d: Any, where: str) -> OptimizerStep:
+    d = _map(d, where)
+    lr = _list(d.get("lr") or [], f"{where}.lr")
+    return OptimizerStep(optimizer=_str(d.get("optimizer"), f"{where}.optimizer"),
+                         params=_strs(d.get("params"), f"{where}.params"),
+                         lr=[_num(x, f"{where}.lr[{k}]") for k, x in enumerate(lr)],
+                         scale=_opt_num(d.get("scale"), f"{where}.scale"),
+                         skipped=_bool(d.get("skipped", False), f"{where}.skipped"),
+                         grad_norm=_opt_num(d.get("grad_norm"), f"{where}.grad_norm"),
+                         grad_norm_before_clip=_opt_num(d.get("grad_norm_before_clip"),
+                                                        f"{where}.grad_norm_before_clip"))
 
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -524,6 +564,12 @@ def _opt_num(v: Any, where: str) -> float | None:
         return None
     if type(v) not in (int, float):
         raise TraceFormatError(f"{where}: expected a number or nil, got {type(v).__name__}")
+    return float(v)
+
+
+def _num(v: Any, where: str) -> float:
+    if type(v) not in (int, float):
+        raise TraceFormatError(f"{where}: expected a number, got {type(v).__name__}")
     return float(v)
 
 

@@ -1,0 +1,104 @@
+"""What the monitor installs for one step block, and removes when it ends (also when it raises).
+
+NOTE [Monitor mode]
+    A `TorchFunctionMode` sees the torch calls of the block that matter to the monitor, without the
+    user passing anything: the backward APIs (`Tensor.backward`, `torch.autograd.backward`,
+    `torch.autograd.grad`: the roots are the losses), and GradScaler's own calls
+    (`torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)`, from
+    `GradScaler._unscale_grads_`, whose frame names the optimizer). Global optimizer step pre/post hooks
+    see every `optimizer.step()`: the pre-hook reads the gradients the optimizer is about to step with
+    (unscaled, clipped). Every other call goes straight through; the mode leaves the stack during an
+    optimizer step (dozens of calls that matter to nobody) when it is on top, and comes back after it.
+    Under a traced step the tracer's own mode sits above this one (see NOTE [Source lines] in
+    `tracer._attrib`), so a backward reaches it after the tracer has instrumented the graph.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+import torch.optim.optimizer as _optim
+from torch.overrides import TorchFunctionMode
+
+from gradscape.tracer import _compat
+from gradscape.tracer._attrib import _is_compiling, _remove_mode
+
+_BACKWARD = {torch.Tensor.backward: "Tensor.backward", torch.autograd.backward: "autograd.backward",
+             torch.autograd.grad: "autograd.grad"}
+_UNSCALE = torch._amp_foreach_non_finite_check_and_unscale_
+
+
+class MonitorMode(TorchFunctionMode):
+    def __init__(self, capture: Any) -> None:
+        super().__init__()
+        self.capture = capture
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if _is_compiling():
+            return func(*args, **kwargs)
+        api = _BACKWARD.get(func)
+        if api is not None:
+            return self.capture.on_backward(api, func, args, kwargs)
+        if func is _UNSCALE:
+            out = func(*args, **kwargs)
+            self.capture.on_unscale(args, sys._getframe(1))
+            return out
+        return func(*args, **kwargs)
+
+
+_active: list[Any] = []  # the captures of the open monitored blocks (one per thread that trains)
+
+
+def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
+    for cap in _active:
+        cap.on_optimizer_step(opt, kwargs)
+    return None
+
+
+def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
+    for cap in _active:
+        cap.installed.resume()
+    return None
+
+
+class Installed:
+    """The mode and the two global optimizer hooks of one block: `install()`, `remove()` (idempotent)."""
+
+    def __init__(self, capture: Any) -> None:
+        self.capture = capture
+        self.mode = MonitorMode(capture)
+        self.handles: list[Any] = []
+        self.aside = False
+        self.on = False
+
+    def install(self) -> None:
+        _active.append(self.capture)
+        self.handles = [_optim.register_optimizer_step_pre_hook(_on_opt_pre),
+                        _optim.register_optimizer_step_post_hook(_on_opt_post)]
+        _compat.push_mode(self.mode)
+        self.on = True
+
+    def step_aside(self) -> None:
+        """Off the stack while an optimizer steps, when on top (a mode above stays as it is)."""
+        n = _compat.mode_stack_len()
+        if self.on and not self.aside and n and _compat.mode_at(n - 1) is self.mode:
+            _compat.pop_mode()
+            self.aside = True
+
+    def resume(self) -> None:
+        if self.aside and self.on:
+            self.aside = False
+            _compat.push_mode(self.mode)
+
+    def remove(self) -> None:
+        if self.capture in _active:
+            _active.remove(self.capture)
+        handles, self.handles = self.handles, []
+        for h in handles:
+            h.remove()
+        if self.on and not self.aside:
+            _remove_mode(self.mode)
+        self.on = self.aside = False
