@@ -30,6 +30,7 @@ from flask import Flask, Response, request
 from flask_socketio import Namespace, SocketIO, emit
 
 from gradscape.app.api import register_api
+from gradscape.app.history_api import receive_history, register_history_api
 from gradscape.tracer import protocol
 from gradscape.tracer.store import TraceStore
 from gradscape.tracer.wire import TraceFormatError, step_from_wire, step_to_wire, unpack
@@ -99,6 +100,7 @@ class Notifier:
         self._steps: dict[tuple[str, int], int] = {}
         self._runs: list[str] = []
         self._tracers: dict[str, dict[str, Any]] = {}
+        self._history: dict[tuple[str, int], int] = {}  # (run, rank) → the last step of its history rows
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Any = None
@@ -126,6 +128,11 @@ class Notifier:
                 self._runs.append(run)
         self._wake.set()
 
+    def history(self, run: str, step: int, rank: int = 0) -> None:
+        with self._lock:
+            self._history[(run, rank)] = max(step, self._history.get((run, rank), -1))
+        self._wake.set()
+
     def tracer(self, run: str, state: str, stats: dict[str, int]) -> None:
         with self._lock:
             self._tracers[run] = {"run": run, "state": state, **stats}
@@ -139,12 +146,15 @@ class Notifier:
                 runs, self._runs = self._runs, []
                 steps, self._steps = self._steps, {}
                 tracers, self._tracers = self._tracers, {}
+                history, self._history = self._history, {}
             for r in runs:
                 self.socketio.emit("run", {"run": r}, namespace="/ui")
             for (r, rank), s in steps.items():
                 self.socketio.emit("step", {"run": r, "step": s, **({"rank": rank} if rank else {})}, namespace="/ui")
             for t in tracers.values():
                 self.socketio.emit("tracer", t, namespace="/ui")
+            for (r, rank), s in history.items():
+                self.socketio.emit("history", {"run": r, "step": s, **({"rank": rank} if rank else {})}, namespace="/ui")
             time.sleep(self.interval)
 
 
@@ -238,6 +248,9 @@ class TracerNamespace(Namespace):
             st.notifier.run(run)
         st.notifier.step(run, step, trace.rank or 0)
         return {"ok": True, "step": step, "chunk": chunk, "stored": True}
+
+    def on_history(self, msg: Any) -> dict[str, Any]:
+        return receive_history(self.state, msg)  # the monitor's rows (app/history_api.py)
 
     def on_status(self, msg: Any) -> dict[str, Any]:
         payload = protocol.check_envelope(msg, "status")
@@ -370,6 +383,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
     state.known_runs.update(r["run"] for r in store.runs())
     socketio.on_namespace(TracerNamespace("/tracer", state))
     socketio.on_namespace(UINamespace("/ui", state))
+    register_history_api(server, store)  # before register_api: its catch-all answers unknown /api/ paths
     register_api(server, store, state)
     from gradscape.app.debug import register_debug  # breakpoints: routes, state and the tracers' /debug namespace
 

@@ -16,6 +16,7 @@ from gradscape.tracer._model import (
     ModuleTrace,
     NodeRun,
     NodeTrace,
+    OptimizerStep,
     Problem,
     StepTrace,
     TensorTrace,
@@ -26,6 +27,7 @@ from gradscape.tracer.wire import TraceFormatError
 
 if TYPE_CHECKING:
     from gradscape.tracer._tracer import Tracer, trace
+    from gradscape.tracer.monitor.triggers import Triggers
 
 
 def __getattr__(name: str) -> Any:
@@ -35,6 +37,10 @@ def __getattr__(name: str) -> Any:
         from gradscape.tracer import _tracer
 
         return getattr(_tracer, name)
+    if name == "Triggers":  # the monitor's triggers (tracer/monitor/triggers.py)
+        from gradscape.tracer.monitor import triggers
+
+        return triggers.Triggers
     raise AttributeError(f"module 'gradscape' has no attribute {name!r}")
 
 
@@ -47,6 +53,7 @@ __all__ = [
     "ModuleTrace",
     "NodeRun",
     "NodeTrace",
+    "OptimizerStep",
     "Problem",
     "Sink",
     "StepTrace",
@@ -55,6 +62,7 @@ __all__ = [
     "TraceFormatError",
     "TraceStore",
     "Tracer",
+    "Triggers",
     "load",
     "trace",
 ]

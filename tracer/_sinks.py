@@ -57,6 +57,10 @@ class FileSink:
             self.stats["dropped"] += 1
             raise
 
+    def write_history(self, batch: Any) -> None:
+        """The monitor's history rows (`tracer.history_wire`), one transaction per batch."""
+        self.store.write_history(batch)
+
     def close(self, timeout: float = 10.0) -> None:
         self.store.close()
 

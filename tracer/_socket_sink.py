@@ -39,6 +39,7 @@ from gradscape.tracer._breakpoints import BreakpointLink
 from gradscape.tracer._codec import pack, step_to_wire
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer._paths import spill_path
+from gradscape.tracer.history_wire import history_parts
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,14 @@ class _Sender:
             self._to_spill(st, size, "the send queue is full")
         self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)
 
+    def write_history(self, batch: Any) -> None:
+        """A batch of the monitor's history rows (`tracer.history_wire`): queued like a step, sent as
+        `history` messages, spilled to the same file when the server cannot take it."""
+        if not self._started:
+            self._start()
+        if not self._net.offer(batch, 256 + 16 * len(batch["rows"]) * (4 + len(batch["params"]))):
+            self._to_spill(batch, 0, "the send queue is full")
+
     def close(self, timeout: float = 10.0) -> None:
         with self._life:
             if self._closed:
@@ -210,11 +219,15 @@ class _Sender:
                 from gradscape.tracer.store import TraceStore
 
                 self._file = TraceStore(self.spill_path)
+            if isinstance(st, dict):  # a batch of history rows (the monitor)
+                self._file.write_history(st)
+                return
             self._file.write_step(st)
             self.stats["spilled"] += 1
         except Exception as exc:
             self.stats["dropped"] += 1
-            log.warning("gradscape: could not spill step %s to %s: %s", st.step, self.spill_path, exc)
+            log.warning("gradscape: could not spill %s to %s: %s", "history" if isinstance(st, dict) else
+                        f"step {st.step}", self.spill_path, exc)
 
     # ------------------------------------------------------------------ sender thread
     def _send_loop(self) -> None:
@@ -234,6 +247,8 @@ class _Sender:
         if self._client is None and (time.monotonic() < self._next_try or not self._connect()):
             self._to_spill(st, 0, "the server is unreachable", force=True)
             return
+        if isinstance(st, dict):  # a batch of history rows (the monitor)
+            return self._deliver_history(st)
         try:
             data = pack(step_to_wire(st))
             chunks = [data[i:i + protocol.CHUNK_BYTES] for i in range(0, len(data), protocol.CHUNK_BYTES)] or [b""]
@@ -253,6 +268,20 @@ class _Sender:
             log.info("gradscape: lost the server while sending step %s: %s", st.step, exc)
             self._drop_client()
             self._to_spill(st, 0, "the connection to the server was lost", force=True)
+
+    def _deliver_history(self, batch: Any) -> None:
+        try:
+            for part in history_parts(batch):
+                ack = self._call("history", {"data": part})
+                if not isinstance(ack, dict) or not ack.get("ok"):
+                    raise _Refused(ack.get("error") if isinstance(ack, dict) else repr(ack))
+        except _Refused as exc:
+            log.warning("gradscape: the server refused history rows: %s", exc)
+            self._to_spill(batch, 0, f"the server refused history rows: {exc}", force=True)
+        except Exception as exc:
+            log.info("gradscape: lost the server while sending history rows: %s", exc)
+            self._drop_client()
+            self._to_spill(batch, 0, "the connection to the server was lost", force=True)
 
     def _call(self, event: str, payload: dict[str, Any]) -> Any:
         """An acknowledged emit that gives up as soon as the connection is known to be gone (the
@@ -316,6 +345,9 @@ class SocketSink:
 
     def write(self, st: StepTrace) -> None:
         self._core.write(st)
+
+    def write_history(self, batch: Any) -> None:
+        self._core.write_history(batch)
 
     def close(self, timeout: float = 10.0) -> None:
         self._finalizer.detach()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any, TypedDict
 
-from gradscape.tracer.wire import TraceFormatError
+from gradscape.tracer.wire import TraceFormatError, pack
 
 HISTORY_VERSION = 1
 MAX_HISTORY_ROWS = 10_000  # rows in one batch
@@ -55,6 +55,17 @@ class WireHistory(TypedDict):
 
 def history_to_wire(run: str, rank: int | None, params: list[str], rows: list[WireHistoryRow]) -> WireHistory:
     return {"v": HISTORY_VERSION, "run": run, "rank": rank, "params": list(params), "rows": list(rows)}
+
+
+def history_parts(batch: WireHistory, limit: int = 4 * 1024 * 1024) -> list[bytes]:
+    """The batch packed (msgpack) in parts of at most `limit` bytes each, split by rows (one `history`
+    message each: `tracer.protocol`)."""
+    data = pack(batch)
+    if len(data) <= limit or len(batch["rows"]) <= 1:
+        return [data]
+    half = len(batch["rows"]) // 2
+    return [p for rows in (batch["rows"][:half], batch["rows"][half:])
+            for p in history_parts({**batch, "rows": rows}, limit)]
 
 
 def row_as_dict(row: WireHistoryRow, params: list[str]) -> dict[str, Any]:

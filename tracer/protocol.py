@@ -16,12 +16,16 @@ sender's wall clock (seconds). Events on the `/tracer` namespace, sent with `cal
                 ack     {"ok": true, "step": 7, "chunk": 2, "stored": true}
     status      payload {"sent": 10, "spilled": 2, "dropped": 0}      (tracer counters, for the UI)
                 ack     {"ok": true}
+    history     payload {"data": <bytes>}: msgpack of a batch of the monitor's history rows
+                (`tracer.history_wire`), at most CHUNK_BYTES; stored in one transaction
+                ack     {"ok": true, "stored": 64}
 
 Any failure is acknowledged as `{"ok": false, "error": "<what was wrong>"}` and changes nothing.
 The server pushes light notifications on `/ui` (never data: the page reads the store):
 
     run     payload {"run": "my-run"}
     step    payload {"run": "my-run", "step": 7}
+    history payload {"run": "my-run", "step": 812}   (the run's history reaches step 812)
     tracer  payload {"run": "my-run", "state": "connected"|"gone", "sent": 10, "spilled": 2, "dropped": 0}
 """
 
@@ -39,7 +43,7 @@ MAX_STEP_BYTES = 1024 * 1024 * 1024  # a reassembled step larger than this is re
 MAX_CHUNKS = MAX_STEP_BYTES // CHUNK_BYTES + 1
 MAX_NAME = 200
 
-TRACER_EVENTS = ("hello", "step_chunk", "status")
+TRACER_EVENTS = ("hello", "step_chunk", "status", "history")
 
 
 class ProtocolError(ValueError):
@@ -115,6 +119,13 @@ def check_chunk(payload: dict[str, Any]) -> tuple[int, int, int, bytes]:
     if len(data) > CHUNK_BYTES:
         raise ProtocolError(f"step_chunk.payload.data: {len(data)} bytes, more than {CHUNK_BYTES} per chunk")
     return step, chunk, chunks, bytes(data)
+
+
+def check_history(payload: dict[str, Any]) -> bytes:
+    data = _need(payload, "data", (bytes, bytearray), "history.payload")
+    if len(data) > CHUNK_BYTES:
+        raise ProtocolError(f"history.payload.data: {len(data)} bytes, more than {CHUNK_BYTES}")
+    return bytes(data)
 
 
 def check_status(payload: dict[str, Any]) -> dict[str, int]:

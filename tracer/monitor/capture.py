@@ -43,6 +43,18 @@ def _dense(g: torch.Tensor) -> torch.Tensor:
     return local() if callable(local) else g
 
 
+def _scaler_optimizer(frame: Any) -> Any:
+    """The optimizer whose gradients GradScaler unscales: a local of `GradScaler._unscale_grads_`, the
+    caller of the unscale op (a few frames up when the tracer's own mode sat above ours)."""
+    for _ in range(6):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_unscale_grads_":
+            return frame.f_locals.get("optimizer")
+        frame = frame.f_back
+    return None
+
+
 @dataclass
 class OptRecord:
     """One optimizer step seen in the block (or one GradScaler unscaled and then skipped)."""
@@ -119,7 +131,7 @@ class StepCapture:
     def on_unscale(self, args: tuple[Any, ...], frame: Any) -> None:
         try:
             grads, found_inf, inv_scale = args[0], args[1], args[2]
-            opt = frame.f_locals.get("optimizer") if frame is not None else None
+            opt = _scaler_optimizer(frame)
             rec = self._open_record(opt) if opt is not None else None
             if rec is not None:
                 rec.inv_scale = inv_scale
@@ -188,6 +200,15 @@ class StepCapture:
         return torch.stack(parts)
 
     # ------------------------------------------------------------------ the end
+    def release(self) -> None:
+        """Drop what refers back here (the mode, the trace): the block is over."""
+        self.installed.mode.capture = None
+        self.installed.capture = None
+        self.traced = None
+        self.records = []
+        self.before = {}
+        self.params_stepped = {}
+
     def finish(self) -> None:
         """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found
         inf/NaN (skipped steps), with their norms as the backward left them."""

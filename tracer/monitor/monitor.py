@@ -46,6 +46,7 @@ class Monitor:
         self.window: deque[tuple[int, list[float | None]]] = deque(maxlen=self.triggers.cfg.window)
         self.found: dict[int, list[tuple[str, dict[str, Any]]]] = {}  # step → what its row set off
         self.trace_of: dict[int, tuple[str, dict[str, Any]]] = {}  # traced step → the trigger behind it
+        self.trigger_meta: dict[int, dict[str, Any]] = {}  # triggered step → st.meta["trigger"]
 
     # ------------------------------------------------------------------ names
     def _add(self, p: Any, name: str) -> int:
@@ -92,7 +93,7 @@ class Monitor:
 
         ts = _TracedStep(self.tracer, i)
         ts.st.trigger = kind
-        ts.st.meta["trigger"] = {"reason": kind, **{k: v for k, v in details.items() if k != "layer"}}
+        self.trigger_meta[i] = {"reason": kind, **{k: _plain(v) for k, v in details.items() if k != "layer"}}
         self.trace_of[i] = (kind, details)
         return ts
 
@@ -107,11 +108,18 @@ class Monitor:
             return
         steps = self.resolve_ready(force=True)
         ts.before_emit = lambda st: self._fill_trace(st, cap, steps.get(cap.step, []))
-        ts.__exit__(*exc_info)
+        try:
+            ts.__exit__(*exc_info)
+        finally:
+            ts.before_emit = None
         self.flush(force=True)
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         st.optimizer_steps = steps
+        meta = self.trigger_meta.pop(st.step, None)
+        if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers
+            meta.setdefault("step", st.step)
+            st.meta["trigger"] = meta
         st.params.update(cap.params_stepped)  # NOTE [Parameter gradients]: what each optimizer stepped with
         found = list(self.found.pop(st.step, []))
         behind = self.trace_of.pop(st.step, None)
@@ -200,6 +208,11 @@ class Monitor:
         self.flush(force=True)
 
 
+def _plain(v: Any) -> Any:
+    """A number for `st.meta` (JSON has no NaN or infinity: those are written as text)."""
+    return repr(v) if isinstance(v, float) and not finite(v) else v
+
+
 def _rank() -> int | None:
     import torch
 
@@ -239,4 +252,6 @@ class MonitoredStep:
         finally:
             cap.installed.remove()
             self.mon.tracer._active = False
+            cap.release()  # no reference cycle left to the cyclic collector
+            self.cap = self.traced = None
         return None
