@@ -397,6 +397,9 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
         ui_data = callbacks.register(app, store)
         graph_controls.register(app, ui_data)
         debugger.register(app, debug)  # breakpoints (app/ui/debugger.py)
+        from gradscape.app.ui import timeline
+
+        timeline.register(app, store)  # the run's history (app/ui/timeline.py)
         app.layout = lambda: page.layout(config.token, callbacks.initial_state(ui_data))
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())
 

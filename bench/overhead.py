@@ -153,7 +153,8 @@ class Runner:
         self.triggered_i += 1
         i = self.triggered_i
         # as if step i - 1 had spiked (what `grad_spike` leaves for the next step)
-        self.trt._monitor.triggers.pending = ("grad_spike", i - 1, {"step": i - 1})  # type: ignore[union-attr]
+        spike = {"step": i - 1, "grad_norm": 100.0, "median": 1.0, "threshold": 2.0}
+        self.trt._monitor.triggers.pending = ("grad_spike", i - 1, spike)  # type: ignore[union-attr]
         with self.trt.step(i) as st:
             self._train_step()
         if st is None or st.trigger != "grad_spike":

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
-from gradscape.app.ui import compare, debugger, ids, inspector, problems
+from gradscape.app.ui import compare, debugger, ids, inspector, problems, timeline
 
 STYLESHEET: list[dict[str, Any]] = [
     # sizes and label colours come from the data layer (app.view: room for each label, WCAG AA contrast)
@@ -95,12 +95,13 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
     return html.Div(className="gs-page", children=[
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
-                     eventNames=["run", "step", "tracer", "paused", "breakpoints"]),  # the last two: app/debug.py
+                     eventNames=["run", "step", "tracer", "paused", "breakpoints", "history"]),  # paused, breakpoints: app/debug.py
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
         dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         header,
+        timeline.panel(),  # the run's history over every step (app/ui/timeline.py)
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=[
                 html.Div(className="gs-graph-wrap", children=[graph, html.Div(className="gs-graph-tools", children=[

@@ -152,11 +152,11 @@ class StepCapture:
 
     # ------------------------------------------------------------------ optimizer steps
     def on_optimizer_step(self, opt: Any, kwargs: Any) -> None:
+        self.installed.step_aside()  # first: our own reads below need not pass through the mode
         try:
             self._optimizer_step(opt, kwargs)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
-        self.installed.step_aside()
 
     def _optimizer_step(self, opt: Any, kwargs: Any) -> None:
         rec = self._open_record(opt)

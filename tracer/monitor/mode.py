@@ -8,7 +8,11 @@ NOTE [Monitor mode]
     `GradScaler._unscale_grads_`, whose frame names the optimizer). Global optimizer step pre/post hooks
     see every `optimizer.step()`: the pre-hook reads the gradients the optimizer is about to step with
     (unscaled, clipped). Every other call goes straight through; the mode leaves the stack during an
-    optimizer step (dozens of calls that matter to nobody) when it is on top, and comes back after it.
+    optimizer step (dozens of calls that matter to nobody) when it is on top, and stays aside until the
+    next module call on this thread (a global module pre-hook that exists only while the mode is aside),
+    so a `zero_grad()` after the step costs nothing either. A backward after an optimizer step in the
+    same block with no module call in between is therefore not seen by the monitor (a traced step still
+    traces it: the tracer's own mode is back by then).
     Under a traced step the tracer's own mode sits above this one (see NOTE [Source lines] in
     `tracer._attrib`), so a backward reaches it after the tracer has instrumented the graph.
 """
@@ -16,6 +20,7 @@ NOTE [Monitor mode]
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -36,13 +41,12 @@ class MonitorMode(TorchFunctionMode):
         self.capture = capture
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        if _is_compiling():
-            return func(*args, **kwargs)
-        api = _BACKWARD.get(func)
-        if api is not None:
+        if kwargs is None:
+            kwargs = {}
+        api = _BACKWARD.get(func)  # every other call goes straight through, with nothing more to pay
+        if api is not None and not _is_compiling():
             return self.capture.on_backward(api, func, args, kwargs)
-        if func is _UNSCALE:
+        if func is _UNSCALE and not _is_compiling():
             out = func(*args, **kwargs)
             self.capture.on_unscale(args, sys._getframe(1))
             return out
@@ -60,6 +64,14 @@ def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
 
 def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
     for cap in _active:
+        cap.installed.resume_at_next_module()
+    return None
+
+
+def _on_module_pre(mod: Any, args: Any) -> None:
+    if _compat.current_graph_task_id() != -1:  # a forward recomputed inside backward (checkpoint)
+        return None
+    for cap in _active:
         cap.installed.resume()
     return None
 
@@ -73,6 +85,8 @@ class Installed:
         self.handles: list[Any] = []
         self.aside = False
         self.on = False
+        self.thread = 0
+        self._resume_handle: Any = None
 
     def install(self) -> None:
         _active.append(self.capture)
@@ -80,6 +94,7 @@ class Installed:
                         _optim.register_optimizer_step_post_hook(_on_opt_post)]
         _compat.push_mode(self.mode)
         self.on = True
+        self.thread = threading.get_ident()
 
     def step_aside(self) -> None:
         """Off the stack while an optimizer steps, when on top (a mode above stays as it is)."""
@@ -88,10 +103,20 @@ class Installed:
             _compat.pop_mode()
             self.aside = True
 
+    def resume_at_next_module(self) -> None:
+        if self.aside and self.on and self._resume_handle is None:
+            self._resume_handle = torch.nn.modules.module.register_module_forward_pre_hook(_on_module_pre)
+
     def resume(self) -> None:
-        if self.aside and self.on:
+        if self.aside and self.on and threading.get_ident() == self.thread:
             self.aside = False
             _compat.push_mode(self.mode)
+        self._drop_resume_hook()
+
+    def _drop_resume_hook(self) -> None:
+        handle, self._resume_handle = self._resume_handle, None
+        if handle is not None:
+            handle.remove()
 
     def remove(self) -> None:
         if self.capture in _active:
@@ -99,6 +124,7 @@ class Installed:
         handles, self.handles = self.handles, []
         for h in handles:
             h.remove()
+        self._drop_resume_hook()
         if self.on and not self.aside:
             _remove_mode(self.mode)
         self.on = self.aside = False

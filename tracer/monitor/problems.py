@@ -60,8 +60,11 @@ def spike_problem(st: StepTrace, kind: str, d: dict[str, Any], names: list[str])
     """`loss_spike` / `grad_spike`: what spiked, at which step, and the layer that rose first and most."""
     what = "loss" if kind == "loss_spike" else "total gradient norm"
     value = d.get("loss" if kind == "loss_spike" else "grad_norm")
-    text = (f"The {what} spiked at step {d['step']}: {value:.4g} against a median of {d['median']:.4g} "
-            f"over recent steps (threshold {d['threshold']:.4g}).")
+    text = f"The {what} spiked at step {d['step']}"
+    if all(isinstance(d.get(k), (int, float)) for k in ("median", "threshold")) and isinstance(value, (int, float)):
+        text += f": {value:.4g} against a median of {d['median']:.4g} over recent steps (threshold {d['threshold']:.4g})."
+    else:
+        text += "."
     if d["step"] != st.step:
         text += f" This trace is of step {st.step}, the step after it."
     layer = d.get("layer")

@@ -8,6 +8,7 @@ NOTE [Trigger rules]
                   second, ... of the step), once `warmup` of them are known. With the defaults (k = 8,
                   ratio = 1) the loss must at least double and stand 8 robust standard deviations
                   above the median: step-to-step noise, a falling loss and a slow drift never fire it.
+                  (The median and MAD are recomputed every `REFRESH` = 4 values.)
                   Known when the backward starts: that very backward is traced.
     `grad_spike`  the total gradient norm (unscaled, before clipping) is far above its recent history,
                   by the same rule. Known when the step ends: the next step is traced.
@@ -28,6 +29,7 @@ from typing import Any
 
 TRIGGERS = ("nonfinite", "loss_spike", "grad_spike", "amp_skipped")
 _MAD_SIGMA = 1.4826  # MAD → standard deviation of a normal distribution
+REFRESH = 4  # the median and MAD are recomputed after this many new values (they move slowly)
 
 
 @dataclass
@@ -85,19 +87,26 @@ class SpikeRule:
     ratio: float
     values: deque[float] = field(default_factory=deque)
 
+    _cached: tuple[float, float] | None = None  # (median, limit), recomputed every few values
+    _stale: int = 0
+
     def excess(self, x: float) -> tuple[float, float] | None:
         """(median, threshold) when `x` is a spike, else None."""
         if not finite(x) or len(self.values) < max(self.warmup, 3):
             return None
-        s = sorted(self.values)
-        med = _median(s)
-        mad = _median(sorted(abs(v - med) for v in s))
-        limit = max(self.k * _MAD_SIGMA * mad, self.ratio * abs(med))
+        if self._cached is None or self._stale >= REFRESH:
+            s = sorted(self.values)
+            med = _median(s)
+            mad = _median(sorted(abs(v - med) for v in s))
+            self._cached = (med, max(self.k * _MAD_SIGMA * mad, self.ratio * abs(med)))
+            self._stale = 0
+        med, limit = self._cached
         return (med, med + limit) if x - med > limit else None
 
     def add(self, x: Any) -> None:
         if finite(x):
             self.values.append(float(x))
+            self._stale += 1
             if len(self.values) > self.window:
                 self.values.popleft()
 
