@@ -154,7 +154,8 @@ class Notifier:
             for t in tracers.values():
                 self.socketio.emit("tracer", t, namespace="/ui")
             for (r, rank), s in history.items():
-                self.socketio.emit("history", {"run": r, "step": s, **({"rank": rank} if rank else {})}, namespace="/ui")
+                note = {"run": r, "step": s, **({"rank": rank} if rank else {})}
+                self.socketio.emit("history", note, namespace="/ui")
             time.sleep(self.interval)
 
 

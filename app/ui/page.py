@@ -95,7 +95,8 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
     return html.Div(className="gs-page", children=[
         dcc.Location(id=ids.URL, refresh=False),
         DashSocketIO(id=ids.SOCKET, url="/ui", options=options,
-                     eventNames=["run", "step", "tracer", "paused", "breakpoints", "history"]),  # paused, breakpoints: app/debug.py
+                     eventNames=["run", "step", "tracer", "paused", "breakpoints",  # paused, breakpoints: app/debug.py
+                                 "history"]),  # history: app/ui/timeline.py
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
         dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),

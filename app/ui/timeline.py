@@ -32,7 +32,8 @@ def panel() -> Any:
 
 
 def register(app: dash.Dash, store: TraceStore) -> None:
-    @app.callback(Output(TIMELINE_GRAPH, "figure"), Output(TIMELINE_HEATMAP, "figure"), Output(TIMELINE_INFO, "children"),
+    @app.callback(Output(TIMELINE_GRAPH, "figure"), Output(TIMELINE_HEATMAP, "figure"),
+                  Output(TIMELINE_INFO, "children"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.RANK_SELECT, "value"), Input(ids.SOCKET, "data-history"))
     def draw(run: str | None, rank: int | None, note: dict[str, Any] | None) -> tuple[Any, Any, Any]:
         if note is not None and run is not None and dash.ctx.triggered_id == ids.SOCKET and note.get("run") != run:

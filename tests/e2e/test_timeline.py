@@ -73,7 +73,8 @@ def test_timeline_grows_keeps_the_zoom_and_opens_a_triggered_step(streaming: Any
     # a click on the triggered step's mark opens it
     xy = page.evaluate(f"""() => {{ const gd = ({FIGURE})(); const t = gd.data.find(d => d.name === 'traced');
         const k = t.x.indexOf({SPIKE}); const fl = gd._fullLayout; const r = gd.getBoundingClientRect();
-        return [r.left + fl.xaxis._offset + fl.xaxis.d2p(t.x[k]), r.top + fl.yaxis._offset + fl.yaxis.d2p(t.y[k])]; }}""")
+        return [r.left + fl.xaxis._offset + fl.xaxis.d2p(t.x[k]),
+                r.top + fl.yaxis._offset + fl.yaxis.d2p(t.y[k])]; }}""")
     page.mouse.click(xy[0], xy[1])
     page.wait_for_function(f"() => (document.querySelector('#step-select') || {{innerText: ''}}).innerText"
                            f".includes('step {SPIKE}')", timeout=30_000)

@@ -15,7 +15,6 @@ NOTE [Norms before and after clipping]
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Any
 

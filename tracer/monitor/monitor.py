@@ -170,7 +170,8 @@ class Monitor:
                                              "step": row.step}))
             trig.grad_rule.add(g)
         if wire["skipped"] and trig.on("amp_skipped"):
-            bad = [self.names[i] for i, v in enumerate(norms) if v is not None and not finite(v) and i < len(self.names)]
+            bad = [self.names[i] for i, v in enumerate(norms)
+                   if v is not None and not finite(v) and i < len(self.names)]
             later.append(("amp_skipped", {"step": row.step, "scale": wire["scale"], "params": bad}))
         for kind, d in found + later:
             if kind in ("loss_spike", "grad_spike"):

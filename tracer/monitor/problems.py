@@ -26,10 +26,14 @@ def rising_layer(window: Sequence[tuple[int, list[float | None]]], now_step: int
     best: tuple[int, float, int] | None = None  # (first step, -ratio, index): smallest wins
     recent = list(window)[-LOOKBACK:]
     for j, x in enumerate(now):
-        hist = [row[j] for _, row in window if j < len(row) and row[j] is not None and math.isfinite(row[j] or 0.0)]
+        hist: list[float] = []
+        for _, row in window:
+            v = row[j] if j < len(row) else None
+            if v is not None and math.isfinite(v):
+                hist.append(float(v))
         if x is None or len(hist) < 3:
             continue
-        med = _median([float(h) for h in hist])
+        med = _median(hist)
         if med <= 0:
             continue
         ratio = x / med if math.isfinite(x) else math.inf
@@ -62,7 +66,8 @@ def spike_problem(st: StepTrace, kind: str, d: dict[str, Any], names: list[str])
     value = d.get("loss" if kind == "loss_spike" else "grad_norm")
     text = f"The {what} spiked at step {d['step']}"
     if all(isinstance(d.get(k), (int, float)) for k in ("median", "threshold")) and isinstance(value, (int, float)):
-        text += f": {value:.4g} against a median of {d['median']:.4g} over recent steps (threshold {d['threshold']:.4g})."
+        text += (f": {value:.4g} against a median of {d['median']:.4g} over recent steps "
+                 f"(threshold {d['threshold']:.4g}).")
     else:
         text += "."
     if d["step"] != st.step:

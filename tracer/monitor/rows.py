@@ -26,7 +26,8 @@ class PendingRow:
     nums: LazyNumbers = field(default_factory=LazyNumbers)
     loss_slots: list[int] = field(default_factory=list)
     norm_slots: list[tuple[list[int], int]] = field(default_factory=list)  # (param indices, slot of their vector)
-    opt_slots: list[tuple[OptimizerStep, list[int], dict[str, int]]] = field(default_factory=list)  # (record, lr slots, norm/scale slots)
+    # (the record, its lr slots, its norm and scale slots)
+    opt_slots: list[tuple[OptimizerStep, list[int], dict[str, int]]] = field(default_factory=list)
     scale_slot: int | None = None
     lr: dict[str, list[Any]] = field(default_factory=dict)
     skipped: bool = False
