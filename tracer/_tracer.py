@@ -34,8 +34,12 @@ class Tracer:
     ...     opt.step(); opt.zero_grad()
 
     `sink`: None (memory only), a `.sqlite`/`.db` path, an object with `write(StepTrace)` and
-    `close(timeout)`, or a list of those. `every=N` traces steps whose index is a multiple of N
-    and installs nothing at all on the others. `tensors="full"` also keeps every gradient's values.
+    `close(timeout)`, or a list of those. `every=N` traces steps whose index is a multiple of N;
+    on the others only the monitor is installed (nothing at all with `monitor=False`). `tensors="full"` also keeps every gradient's values.
+    `model`: a module, or a list, tuple or dict of modules (names stay apart: "0.fc.weight", "G.fc.weight").
+    `monitor=True` (the default) records a history row on every step, traced or not (`tr.history`, and
+    `write_history` of the sinks that take it), and `triggers` (True, False, a list of names or a
+    `Triggers`) trace the steps that go wrong when `every` did not schedule them: see tracer/monitor/.
     `keep`: how many recent steps the memory sink holds (`tr.steps`). Every kept step is a few hundred
     Python objects per hundred nodes that the cyclic garbage collector re-scans until they are dropped,
     so a small `keep` costs less per traced step.
