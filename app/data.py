@@ -1,7 +1,8 @@
 """The one source the page's callbacks read (`PageData`): the stored steps (runs, steps, ranks, decoded
-graphs, their layouts, search indexes, arrays, gradient flow over steps, the monitor's history), each decoded step and what is
-derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded once however many
-callbacks ask for it; and the paused state of a run stopped at a breakpoint (`paused_node`)."""
+graphs, their layouts, search indexes, arrays, gradient flow over steps, the monitor's history), each
+decoded step and what is derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded
+once however many callbacks ask for it; and the paused state of a run stopped at a breakpoint
+(`paused_node`)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from gradscape.tracer.wire.history import WireHistory, row_as_dict
 from gradscape.tracer.wire import pack, unpack
+from gradscape.tracer.wire.history import WireHistory, row_as_dict
 
 HISTORY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS history(

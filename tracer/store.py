@@ -31,7 +31,6 @@ from typing import Any, TypedDict, cast
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
-from gradscape.tracer.wire.history import WireHistory
 from gradscape.tracer.wire import (
     TensorArrays,
     TraceFormatError,
@@ -43,6 +42,7 @@ from gradscape.tracer.wire import (
     unpack,
     with_defaults,
 )
+from gradscape.tracer.wire.history import WireHistory
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish

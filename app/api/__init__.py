@@ -10,8 +10,8 @@ from flask_socketio import SocketIO
 
 from gradscape.app.api.debugger import register_debugger
 from gradscape.app.api.errors import register_errors
-from gradscape.app.api.history import register_history
 from gradscape.app.api.forms import graph_json, node_json, node_tensor_indices, tensor_json, thumb_json
+from gradscape.app.api.history import register_history
 from gradscape.app.api.runs import register_runs
 from gradscape.app.server.state import ServerState
 

@@ -15,8 +15,8 @@ from serving import TESTS, ApiError, Server, finish
 import gradscape
 from gradscape.app.server import GradscapeApp, ServerConfig, create_app
 from gradscape.tracer import protocol
-from gradscape.tracer.wire.history import history_to_wire
 from gradscape.tracer.wire import pack
+from gradscape.tracer.wire.history import history_to_wire
 
 
 def history_worker(url: str, run: str, *args: str) -> subprocess.Popen[str]:

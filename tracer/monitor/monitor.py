@@ -14,11 +14,11 @@ import weakref
 from collections import deque
 from typing import Any
 
-from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
+from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from gradscape.tracer._model import OptimizerStep
-from gradscape.tracer.wire.history import WireHistoryRow
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.lazy import LazyNumbers
+from gradscape.tracer.wire.history import WireHistoryRow
 
 
 @dataclass

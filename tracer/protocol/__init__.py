@@ -88,8 +88,9 @@ __all__ = [
     "MAX_MESSAGE", "MAX_NAME", "MAX_PAUSED_NODES", "MAX_PAUSED_THUMB_BYTES", "MAX_STEP_BYTES", "MAX_THUMB_ELEMENTS",
     "PROTOCOL_VERSION", "RESUME_MODES", "SLOTS", "TRACER_EVENTS", "TRACER_NAMESPACE", "UI_EVENTS", "UI_NAMESPACE",
     "ProtocolError", "Thumbs", "ack", "add_thumbs", "breakpoints_message", "changed_note", "check_breakpoint",
-    "check_chunk", "check_envelope", "check_hello", "check_history", "check_name", "check_paused", "check_paused_nodes",
-    "check_resume_mode", "check_status", "chunk_ack", "count", "debug_hello_ack", "envelope", "hello_ack",
-    "history_ack", "history_note",    "paused_catchup", "paused_node", "paused_payload", "paused_step", "paused_tensor", "refused",
+    "check_chunk", "check_envelope", "check_hello", "check_history", "check_name", "check_paused",
+    "check_paused_nodes", "check_resume_mode", "check_status", "chunk_ack", "count", "debug_hello_ack", "envelope",
+    "hello_ack", "history_ack", "history_note", "paused_catchup", "paused_node", "paused_payload", "paused_step",
+    "paused_tensor", "refused",
     "resume_message", "run_note", "step_catchup", "step_note", "tracer_note",
 ]

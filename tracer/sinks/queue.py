@@ -1,5 +1,5 @@
-"""The socket sink's queues: steps (and batches of the monitor's history rows) waiting to be sent or spilled, bounded in bytes (NOTE [Socket sink]
-in tracer/sinks/socket.py)."""
+"""The socket sink's queues: steps (and batches of the monitor's history rows) waiting to be sent or
+spilled, bounded in bytes (NOTE [Socket sink] in tracer/sinks/socket.py)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,8 @@ from gradscape.tracer.wire.views import matrix_shape, thumbnail_view
 
 __all__ = [
     "MAX_ARRAY_ELEMENTS", "STAT_NAMES", "WIRE_VERSION", "TensorArrays", "TensorRefs", "TraceFormatError", "WireArray",
-    "WireCall", "WireModule", "WireNode", "WireOptimizerStep", "WirePass", "WireProblem", "WireRun", "WireStep", "WireTensor",
+    "WireCall", "WireModule", "WireNode", "WireOptimizerStep", "WirePass", "WireProblem", "WireRun", "WireStep",
+    "WireTensor",
     "checked_list", "decode_array", "encode_array", "matrix_shape", "node_runs", "opt_str", "pack", "step_from_wire",
     "step_to_wire", "str_list", "tensor_from_wire", "tensor_to_wire", "thumbnail_view", "unpack", "with_defaults",
 ]

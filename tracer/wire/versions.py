@@ -1,8 +1,8 @@
 """The wire version, and what a field an earlier writer of that version left out means.
 
 Files written by an earlier release of the same wire version can lack fields added since (`problems`,
-`rank`, `world_size`, `trigger`, `optimizer_steps`); `step_from_wire` takes each absence to mean the default here, and `with_defaults`
-fills them in so that every reader can index every key of the types in `wire.types`.
+`rank`, `world_size`, `trigger`, `optimizer_steps`); `step_from_wire` takes each absence to mean the
+default here, and `with_defaults` fills them in so that every reader can index every key of the types in `wire.types`.
 """
 
 from __future__ import annotations
