@@ -1,7 +1,8 @@
 """Gradients as each optimizer really stepped with them (`st.params`, `st.optimizer_steps`), checked
-against what the optimizer itself saw in a step pre-hook of the test's own, and against
-`clip_grad_norm_`'s return value; under GradScaler (fp16 autocast on the CPU) and with two models and
-two optimizers in one block, as the DCGAN example does it."""
+against what the optimizer itself saw in a step pre- or post-hook of the test's own, and against
+`clip_grad_norm_`'s return value; under GradScaler (fp16 autocast on the CPU; a fused optimizer that
+unscales in place), with two models and two optimizers in one block, as the DCGAN example does it, and
+with a closure that runs the forward, backward and clipping inside `optimizer.step` (SGD, LBFGS)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,80 @@ def test_gradscaler_params_are_what_the_optimizer_stepped_with() -> None:
         norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in seen.values()))
         assert rec.grad_norm == pytest.approx(norm, rel=1e-5)
         assert rec.grad_norm_before_clip == pytest.approx(norm, rel=1e-5)  # unscaled, no clipping here
+
+
+def _used_by(opt: torch.optim.Optimizer, names: dict[nn.Parameter, str]) -> tuple[dict[str, torch.Tensor], object]:
+    """What `opt` stepped with, read in its own step post-hook (the test's): with a closure, the forward,
+    backward and clipping run inside `step()`, after every pre-hook."""
+    used: dict[str, torch.Tensor] = {}
+
+    def post(o: object, args: object, kwargs: object) -> None:
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    used[names[p]] = p.grad.detach().clone()
+
+    return used, opt.register_step_post_hook(post)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1),
+    lambda ps: torch.optim.LBFGS(ps, lr=0.1, max_iter=1),
+], ids=["SGD", "LBFGS"])
+def test_a_closure_that_runs_forward_backward_and_clipping_inside_the_step(make: object) -> None:
+    """`optimizer.step(closure)` (LBFGS, Lightning's automatic optimization): the gradients are read when
+    the step has used them, not in its pre-hook, before the closure made them."""
+    model = _mlp()
+    opt = make(list(model.parameters()))  # type: ignore[operator]
+    names = {p: n for n, p in model.named_parameters()}
+    used, handle = _used_by(opt, names)
+    tr = gradscape.Tracer(model, tensors="full")
+    x, y = torch.randn(32, 6) * 10, torch.randn(32, 3)
+    norms: list[float] = []
+    losses: list[float] = []
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)))
+        losses.append(float(loss.detach()))
+        return loss
+
+    with tr.step(0) as st:
+        opt.step(closure)
+    handle.remove()
+    assert st is not None and len(norms) == 1 and norms[0] > 0.5
+    (rec,) = st.optimizer_steps
+    assert rec.grad_norm_before_clip == norms[0]  # bitwise: clip_grad_norm_'s own computation
+    assert rec.grad_norm == pytest.approx(0.5, rel=1e-5)
+    assert sorted(used) == sorted(st.params)
+    for name, g in used.items():
+        assert np.array_equal(st.params[name].values, g.numpy()), name  # type: ignore[arg-type]
+    assert len(st.passes) == 1  # the tracer saw the backward inside the closure
+    row = tr.history[-1]
+    assert row["loss"] == losses[0] and row["grad_norm"] == pytest.approx(norms[0], rel=1e-6)
+
+
+def test_a_fused_optimizer_under_grad_scaler_is_read_unscaled() -> None:
+    """A fused optimizer unscales the gradients itself (GradScaler gives it `grad_scale`), in place: what it
+    stepped with is the unscaled gradient, and the record keeps the scale."""
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, fused=True)
+    names = {p: n for n, p in model.named_parameters()}
+    used, handle = _used_by(opt, names)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    tr = gradscape.Tracer(model, tensors="full")
+    x, y = torch.randn(32, 6), torch.randn(32, 3)
+    with tr.step(0) as st:
+        scaler.scale((model(x) - y).pow(2).mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+    handle.remove()
+    assert st is not None
+    (rec,) = st.optimizer_steps
+    assert rec.scale == 2.0 ** 10 and not rec.skipped
+    expect = math.sqrt(sum(float(g.double().pow(2).sum()) for g in used.values()))
+    assert rec.grad_norm == pytest.approx(expect, rel=1e-5)
+    for name, g in used.items():
+        assert np.array_equal(st.params[name].values, g.numpy()), name  # type: ignore[arg-type]
