@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-MAX_POINTS = 20_000  # steps drawn; beyond it, untraced steps are thinned evenly (traced ones always stay)
+# steps drawn as SVG lines (WebGL's driver warns in a headless page); beyond it, untraced steps are
+# thinned evenly (traced ones always stay)
+MAX_POINTS = 5_000
 TRIGGER_COLOUR = "#d62728"
 TRACED_COLOUR = "#1f77b4"
 
@@ -29,13 +31,13 @@ def timeline_figure(rows: list[dict[str, Any]], run: str | None) -> dict[str, An
     rows = thin(rows)
     steps = [r["step"] for r in rows]
     traces: list[dict[str, Any]] = [
-        {"type": "scattergl", "mode": "lines", "name": "loss", "x": steps, "y": [_pos(r["loss"]) for r in rows],
+        {"type": "scatter", "mode": "lines", "name": "loss", "x": steps, "y": [_pos(r["loss"]) for r in rows],
          "line": {"color": "#444", "width": 1.5}, "hovertemplate": "step %{x}<br>loss %{y:.4g}<extra></extra>"},
-        {"type": "scattergl", "mode": "lines", "name": "‖grad‖", "x": steps, "yaxis": "y2",
+        {"type": "scatter", "mode": "lines", "name": "‖grad‖", "x": steps, "yaxis": "y2",
          "y": [_pos(r["grad_norm"]) for r in rows], "line": {"color": "#ff7f0e", "width": 1.2},
          "hovertemplate": "step %{x}<br>‖grad‖ %{y:.4g}<extra></extra>"}]
     if any(r.get("scale") is not None for r in rows):
-        traces.append({"type": "scattergl", "mode": "lines", "name": "AMP scale", "x": steps, "yaxis": "y3",
+        traces.append({"type": "scatter", "mode": "lines", "name": "AMP scale", "x": steps, "yaxis": "y3",
                        "y": [_pos(r.get("scale")) for r in rows], "line": {"color": "#2ca02c", "dash": "dot"},
                        "hovertemplate": "step %{x}<br>scale %{y:g}<extra></extra>"})
     marks = [r for r in rows if r.get("traced")]
