@@ -1,7 +1,8 @@
 """The one source the page's callbacks read (`PageData`): the stored steps (runs, steps, ranks, decoded
-graphs, their layouts, search indexes, arrays, gradient flow over steps), each decoded step and what is
-derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded once however many
-callbacks ask for it; and the paused state of a run stopped at a breakpoint (`paused_node`)."""
+graphs, their layouts, search indexes, arrays, gradient flow over steps, the monitor's history), each
+decoded step and what is derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded
+once however many callbacks ask for it; and the paused state of a run stopped at a breakpoint
+(`paused_node`)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ class PageData:
 
     def ranks(self, run: str) -> list[int]:
         return list(self.store.ranks(run))
+
+    def history(self, run: str, rank: int = 0) -> list[dict[str, Any]]:
+        """The monitor's row of every step of the run on `rank` (`TraceStore.history`; not cached: it grows)."""
+        return self.store.history(run, int(rank))
 
     def arrays(self, run: str, step: int, indices: list[int], rank: int = 0) -> dict[int, TensorArrays]:
         """The thumbnails and values of tensors `indices` of a step (not cached: they are big)."""

@@ -9,7 +9,11 @@ once, rotating which mode goes first; a short step is repeated and preceded by o
 
     plain     forward + loss + backward + SGD step + zero_grad
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
-    untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10), i % 10 != 0
+    untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10, monitor=False), i % 10 != 0
+    monitor   the same step inside `with trm.step(i)` of Tracer(model, every=10**9): untraced, the every-step
+              monitor on (its history row, fused gradient norms, triggers armed)
+    triggered the same step traced because a trigger fired (grad_spike, noted as the previous step's):
+              a monitor step plus the trace, as a step that goes wrong costs
     nofinder  (with --finder) `traced` with the problem finder switched off (`gradscape.tracer.debug.problems.enabled`),
               to show what the finder itself costs on a finite step
 
@@ -44,7 +48,7 @@ from workloads import WORKLOADS, Workload, build  # noqa: E402
 import gradscape  # noqa: E402
 import gradscape.tracer.debug.problems as problem_finder  # noqa: E402
 
-MODES: tuple[str, ...] = ("plain", "traced", "untraced")
+MODES: tuple[str, ...] = ("plain", "traced", "untraced", "monitor", "triggered")
 FINDER_MODES = (*MODES, "nofinder")
 DEFAULT_ROUNDS = 5
 SHORT_STEP_ROUNDS = 41  # a step under 50 ms: 41 rounds take a few seconds. On a shared 2-core VM the
@@ -89,14 +93,19 @@ class Runner:
         self.batch = wl.batch()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.tr = gradscape.Tracer(self.model, run=f"bench-{wl.name}", every=1, tensors="summary")
-        self.tr10 = gradscape.Tracer(self.model, run=f"bench-{wl.name}-every10", every=10)
+        self.tr10 = gradscape.Tracer(self.model, run=f"bench-{wl.name}-every10", every=10, monitor=False)
+        self.trm = gradscape.Tracer(self.model, run=f"bench-{wl.name}-monitor", every=10 ** 9)
+        cfg = gradscape.Triggers(cap=10 ** 9, cooldown=0)
+        self.trt = gradscape.Tracer(self.model, run=f"bench-{wl.name}-triggered", every=10 ** 9, triggers=cfg)
+        self.monitor_i = 0
+        self.triggered_i = 0
         self.traced_i = 0
         self.untraced_i = 0
         self.last_nodes = 0
 
     def close(self) -> None:
-        self.tr.close()
-        self.tr10.close()
+        for tr in (self.tr, self.tr10, self.trm, self.trt):
+            tr.close()
 
     def _train_step(self) -> None:
         loss = self.wl.loss(self.model, self.batch)
@@ -132,6 +141,24 @@ class Runner:
             self._train_step()
         if st is not None:
             raise RuntimeError(f"every=10 tracer traced step {i}")
+
+    def monitor(self) -> None:
+        self.monitor_i += 1
+        with self.trm.step(self.monitor_i) as st:
+            self._train_step()
+        if st is not None:
+            raise RuntimeError(f"the monitor traced step {self.monitor_i}")
+
+    def triggered(self) -> None:
+        self.triggered_i += 1
+        i = self.triggered_i
+        # as if step i - 1 had spiked (what `grad_spike` leaves for the next step)
+        spike = {"step": i - 1, "grad_norm": 100.0, "median": 1.0, "threshold": 2.0}
+        self.trt._monitor.triggers.pending = ("grad_spike", i - 1, spike)  # type: ignore[union-attr]
+        with self.trt.step(i) as st:
+            self._train_step()
+        if st is None or st.trigger != "grad_spike":
+            raise RuntimeError(f"the trigger did not trace step {i}")
 
     def _sync(self) -> None:
         if self.device == "cuda":
@@ -231,13 +258,14 @@ def context_lines(device: str, threads: int, rounds: int, keys: list[str]) -> li
 
 
 HEADER = (f"{'workload':<12} {'nodes':>6} {'plain s':>10} {'traced s':>10} {'untraced s':>11} "
-          f"{'traced/plain':>13} {'untraced/plain':>15}")
+          f"{'traced/plain':>13} {'untraced/plain':>15} {'monitor/plain':>14} {'triggered/plain':>16}")
 
 
 def table_row(res: Result) -> str:
     return (f"{res.key + ' ' + res.name:<12} {res.nodes:>6} {res.median('plain'):>10.5f} "
             f"{res.median('traced'):>10.5f} {res.median('untraced'):>11.5f} "
-            f"{res.ratio('traced'):>12.2f}x {res.ratio('untraced'):>14.2f}x  ({res.rounds} rounds)")
+            f"{res.ratio('traced'):>12.2f}x {res.ratio('untraced'):>14.2f}x {res.ratio('monitor'):>13.3f}x "
+            f"{res.ratio('triggered'):>15.2f}x  ({res.rounds} rounds)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -299,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for res in results:
         print(f"{res.key} {res.name}: traced/plain {res.ratio('traced'):.2f}x (rounds {res.spread('traced')})  "
-              f"every10-untraced/plain {res.ratio('untraced'):.2f}x (rounds {res.spread('untraced')})")
+              f"every10-untraced/plain {res.ratio('untraced'):.2f}x (rounds {res.spread('untraced')})  "
+              f"monitor-only/plain {res.ratio('monitor'):.3f}x (rounds {res.spread('monitor')})  "
+              f"triggered/plain {res.ratio('triggered'):.2f}x (rounds {res.spread('triggered')})")
         if res.ratios["nofinder"]:
             print(f"{res.key} {res.name}: traced, problem finder off/plain {res.ratio('nofinder'):.2f}x "
                   f"(rounds {res.spread('nofinder')}); finder on/off "

@@ -16,6 +16,7 @@ from gradscape.tracer._model import (
     ModuleTrace,
     NodeRun,
     NodeTrace,
+    OptimizerStep,
     Problem,
     StepTrace,
     TensorTrace,
@@ -28,6 +29,7 @@ from gradscape.tracer.wire import TraceFormatError
 
 if TYPE_CHECKING:
     from gradscape.app.notebook import show
+    from gradscape.tracer.monitor.triggers import Triggers
     from gradscape.tracer.record.tracer import Tracer, trace
 
 
@@ -42,6 +44,10 @@ def __getattr__(name: str) -> Any:
         from gradscape.app.notebook import show
 
         return show
+    if name == "Triggers":  # the monitor's triggers (tracer/monitor/triggers.py), imported with torch
+        from gradscape.tracer.monitor import triggers
+
+        return triggers.Triggers
     raise AttributeError(f"module 'gradscape' has no attribute {name!r}")
 
 
@@ -54,6 +60,7 @@ __all__ = [
     "ModuleTrace",
     "NodeRun",
     "NodeTrace",
+    "OptimizerStep",
     "Problem",
     "Sink",
     "StepTrace",
@@ -62,6 +69,7 @@ __all__ = [
     "TraceFormatError",
     "TraceStore",
     "Tracer",
+    "Triggers",
     "load",
     "show",
     "trace",

@@ -110,7 +110,7 @@ def test_no_hook_left_when_the_step_raises(where: str, monkeypatch: pytest.Monke
 
 def test_every_n_installs_nothing_on_untraced_steps() -> None:
     case = build("mlp")
-    tr = gradscape.Tracer(case.model, every=3)
+    tr = gradscape.Tracer(case.model, every=3, monitor=False)  # the monitor installs a little on every step
     base = _global_hook_state()
     traced = []
     for i in range(7):
@@ -190,7 +190,7 @@ def test_an_optimizer_step_inside_the_block_loses_nothing_after_it(fails: bool) 
     case = build("mlp")
     opt = (_StepFails if fails else torch.optim.SGD)(case.model.parameters(), lr=0.1)
     before = _global_hook_state()
-    tr = gradscape.Tracer(case.model)
+    tr = gradscape.Tracer(case.model, monitor=False)  # the tracer's own mode alone
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
         assert torch._C._len_torch_function_stack() == 1
@@ -222,7 +222,7 @@ def test_an_optimizer_step_leaves_a_user_mode_above_ours_alone() -> None:
             seen.append(func)
             return func(*args, **(kwargs or {}))
 
-    tr = gradscape.Tracer(case.model)
+    tr = gradscape.Tracer(case.model, monitor=False)  # the tracer's own mode alone
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
         with Counting():
@@ -246,7 +246,7 @@ def test_a_module_call_on_another_thread_never_gets_our_mode() -> None:
             case.model(case.batch[0])
         seen.append(torch._C._len_torch_function_stack())
 
-    tr = gradscape.Tracer(case.model)
+    tr = gradscape.Tracer(case.model, monitor=False)  # the tracer's own mode alone
     with tr.step(0) as st:
         case.loss(case.model, case.batch).backward()
         with pytest.raises(RuntimeError, match="optimizer failed"):

@@ -237,7 +237,8 @@ def test_step_index_must_be_an_integer() -> None:
     for bad in ("3", 1.5, None, True):
         with pytest.raises(TypeError, match="step index"):
             tr.step(bad)  # type: ignore[arg-type]
-    assert tr.step(np.int64(3)).__enter__() is None  # an integer of another type is fine (untraced: odd)
+    with tr.step(np.int64(3)) as st:  # an integer of another type is fine
+        assert st is None  # untraced: odd
 
 
 def test_a_step_without_backward_warns_once_and_says_why() -> None:

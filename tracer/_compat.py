@@ -26,6 +26,10 @@ What each is for (see docs/autograd.md):
   (its `_parameters` / `_modules` dicts, read without `named_*`'s generators).
 - `post_accumulate_grad_hooks(param)`: the post-accumulate-grad hooks on a parameter, or None.
 - `sparse_indices(t)` / `sparse_values(t)`: the stored indices and values of a coalesced COO tensor.
+- `foreach_norm(tensors)`: the 2-norm of each tensor in one fused call (what `clip_grad_norm_` uses);
+  the monitor's gradient norms (tracer/monitor/capture.py).
+- `amp_unscale`: GradScaler's unscale op (`_amp_foreach_non_finite_check_and_unscale_`), which the
+  monitor's mode recognises (tracer/monitor/mode.py).
 - `reinsert_hook(handle, fn)`: put `fn` back into the hook dicts of a `RemovableHandle` that was
   removed, at the handle's own key (NOTE [Hooks under torch.compile] in tracer/record/global_hooks.py).
 """
@@ -119,6 +123,8 @@ def post_accumulate_grad_hooks(param: Any) -> Any:
     return getattr(param, "_post_accumulate_grad_hooks", None)
 
 
+foreach_norm = _private(torch, "torch", "_foreach_norm")
+amp_unscale = _private(torch, "torch", "_amp_foreach_non_finite_check_and_unscale_")
 sparse_indices = _private(torch.Tensor, "torch.Tensor", "_indices")
 sparse_values = _private(torch.Tensor, "torch.Tensor", "_values")
 

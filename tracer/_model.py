@@ -155,6 +155,25 @@ class Problem:
 
 
 @dataclass(slots=True)
+class OptimizerStep:
+    """One `optimizer.step()` run inside a step block, or one that GradScaler skipped (the monitor,
+    `tracer/monitor/`). `optimizer`: its name ("SGD", a second Adam "Adam#1"); `params`: the names of
+    the parameters it holds; `lr`: the learning rate of each of its param groups; `scale`: GradScaler's
+    scale the gradients were produced at, None without GradScaler; `skipped`: GradScaler skipped the step
+    (inf/NaN gradients); `grad_norm`: total 2-norm of the gradients it stepped with (unscaled, after
+    clipping; None when skipped); `grad_norm_before_clip`: total 2-norm, unscaled, of those gradients as
+    the backward left them (what `clip_grad_norm_` returns when the loop clips)."""
+
+    optimizer: str
+    params: list[str] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    scale: float | None = None
+    skipped: bool = False
+    grad_norm: float | None = None
+    grad_norm_before_clip: float | None = None
+
+
+@dataclass(slots=True)
 class StepTrace:
     """Everything recorded for one traced training step."""
 
@@ -174,6 +193,8 @@ class StepTrace:
     not_in_step: list[str] = field(default_factory=list)
     rank: int | None = None  # torch.distributed rank, None outside torch.distributed
     world_size: int | None = None
+    trigger: str | None = None  # None: scheduled by `every`; else why it was traced (tracer/monitor/triggers.py)
+    optimizer_steps: list[OptimizerStep] = field(default_factory=list)  # in the order they ran
 
     def node(self, node_id: int) -> NodeTrace:
         return self.nodes[node_id]

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.history_store import create_history_tables, read_history, write_history
 from gradscape.tracer.wire import (
     TensorArrays,
     TraceFormatError,
@@ -54,6 +55,7 @@ from gradscape.tracer.wire import (
     with_defaults,
 )
 from gradscape.tracer.wire.compact import ThumbTable, expand, refers_to
+from gradscape.tracer.wire.history import WireHistory
 
 SCHEMA_VERSION = 3
 _READABLE = ("2", "3")  # version 2: the same tables, blobs uncompressed (see the module docstring)
@@ -180,6 +182,7 @@ class TraceStore:
         for stmt in _SCHEMA.split(";"):
             if stmt.strip():
                 self._db.execute(stmt)
+        create_history_tables(self._db)  # the monitor's history (tracer/history_store.py)
         self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
         self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
 
@@ -242,6 +245,23 @@ class TraceStore:
             raise ValueError(f"keep_last must be a positive int, got {keep_last!r}")
         with self._lock, self._db:
             self._prune(run, int(rank), keep_last)
+
+    def write_history(self, batch: WireHistory) -> None:
+        """Store a batch of the monitor's history rows (`tracer.wire.history`, already checked)."""
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only")
+        now = time.time()
+        with self._lock, self._db:
+            self._db.execute("INSERT INTO runs VALUES(?,?,?) ON CONFLICT(run) DO UPDATE SET updated=excluded.updated",
+                             (batch["run"], now, now))
+            write_history(self._db, batch)
+
+    def history(self, run: str, rank: int = 0, since: int | None = None) -> list[dict[str, Any]]:
+        """The monitor's row of every step of `run` on `rank` (after step `since` when given), by step:
+        dicts with `step`, `loss`, `grad_norm`, `param_norms` (name → norm), `traced`, `trigger`, ...
+        (`tracer.wire.history`). [] for a run without history."""
+        with self._lock:
+            return read_history(self._db, run, rank, since)
 
     # ------------------------------------------------------------------ reading
     def runs(self) -> list[RunInfo]:

@@ -64,7 +64,9 @@ def graph_json(wire: WireStep) -> dict[str, Any]:
             "edges": wire["edges"], "order": [nid for _, nid in ran], "execution": wire["execution"],
             "modules": wire["modules"], "params": wire["params"], "passes": wire["passes"],
             "problems": wire["problems"], "not_in_step": wire["not_in_step"],
-            "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])]}
+            "tensors": [tensor_json(t, None, i) for i, t in enumerate(wire["tensors"])],
+            "trigger": wire["trigger"],  # the monitor: why an unscheduled step was traced, and its optimizer steps
+            "optimizer_steps": [{k: _clean(v) for k, v in o.items()} for o in wire["optimizer_steps"]]}
 
 
 def node_json(wire: WireStep, node_id: int, arrays: dict[int, TensorArrays]) -> dict[str, Any]:

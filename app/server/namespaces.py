@@ -61,7 +61,7 @@ class ProtocolNamespace(Namespace):
 
 
 class TracerNamespace(ProtocolNamespace):
-    """`/tracer`: handshake, step chunks, status (`protocol.stream`)."""
+    """`/tracer`: handshake, step chunks, status, the monitor's history (`protocol.stream`)."""
 
     events = protocol.TRACER_EVENTS
 
@@ -121,6 +121,11 @@ class TracerNamespace(ProtocolNamespace):
                 return None
             del st.pending[key]
         return b"".join(p.parts[i] for i in range(chunks))
+
+    def on_history(self, msg: Any) -> dict[str, Any]:
+        from gradscape.app.api.history import receive_history  # not at the top: app.api's modules import app.server's
+
+        return receive_history(self.state, msg)
 
     def on_status(self, msg: Any) -> dict[str, Any]:
         payload = protocol.check_envelope(msg, "status")

@@ -28,6 +28,7 @@ class Notifier:
         self._steps: dict[tuple[str, int], int] = {}
         self._runs: list[str] = []
         self._tracers: dict[str, dict[str, Any]] = {}
+        self._history: dict[tuple[str, int], int] = {}  # (run, rank) → the last step of its history rows
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Any = None
@@ -55,6 +56,11 @@ class Notifier:
                 self._runs.append(run)
         self._wake.set()
 
+    def history(self, run: str, step: int, rank: int = 0) -> None:
+        with self._lock:
+            self._history[(run, rank)] = max(step, self._history.get((run, rank), -1))
+        self._wake.set()
+
     def tracer(self, run: str, state: str, stats: dict[str, int]) -> None:
         with self._lock:
             self._tracers[run] = protocol.tracer_note(run, state, stats)
@@ -73,10 +79,13 @@ class Notifier:
                 runs, self._runs = self._runs, []
                 steps, self._steps = self._steps, {}
                 tracers, self._tracers = self._tracers, {}
+                history, self._history = self._history, {}
             for r in runs:
                 self.socketio.emit("run", protocol.run_note(r), namespace=ns)
             for (r, rank), s in steps.items():
                 self.socketio.emit("step", protocol.step_note(r, s, rank), namespace=ns)
             for t in tracers.values():
                 self.socketio.emit("tracer", t, namespace=ns)
+            for (r, rank), s in history.items():
+                self.socketio.emit("history", protocol.history_note(r, s, rank), namespace=ns)
             time.sleep(self.interval)

@@ -14,6 +14,7 @@ from gradscape.app.server.security import ServerConfig
 from gradscape.tracer import protocol
 from gradscape.tracer.store import TraceStore
 from gradscape.tracer.wire import WireStep
+from gradscape.tracer.wire.history import WireHistory
 
 MAX_BREAKPOINTS = 64
 
@@ -163,6 +164,16 @@ class ServerState:
         if new_run:
             self.notifier.run(run)
         self.notifier.step(run, step["step"], step["rank"] or 0)
+
+    def store_history(self, batch: WireHistory) -> None:
+        """Store a checked batch of the monitor's history rows and announce it (a new run, then its last step)."""
+        run = batch["run"]
+        new_run = run not in self.known_runs
+        self.store.write_history(batch)
+        self.known_runs.add(run)
+        if new_run:
+            self.notifier.run(run)
+        self.notifier.history(run, max(r["step"] for r in batch["rows"]), batch["rank"] or 0)
 
     def close(self) -> None:
         """Stop the notifier thread; close the trace file if `create_app` opened it. Idempotent."""

@@ -66,6 +66,13 @@ COMPARE_RESULT = "compare-result"
 COMPARE_STATUS = "compare-status"
 
 
+# the timeline panel (app/ui/timeline.py)
+TIMELINE = "timeline"
+TIMELINE_GRAPH = "timeline-graph"
+TIMELINE_HEATMAP = "timeline-heatmap"
+TIMELINE_INFO = "timeline-info"
+
+
 def table() -> dict[str, str]:
     """Every id by its name: what the server writes into the page for its scripts (`window.gradscape.ids`)."""
     return {k: v for k, v in globals().items() if k.isupper() and isinstance(v, str)}

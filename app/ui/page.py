@@ -10,7 +10,7 @@ from dash import dcc, html
 from dash_socketio import DashSocketIO
 
 from gradscape.app.data import PageData
-from gradscape.app.ui import compare, debugger, graph, ids, inspector, problems, runs
+from gradscape.app.ui import compare, debugger, graph, ids, inspector, problems, runs, timeline
 from gradscape.app.view.ids import node_element
 from gradscape.tracer import protocol
 
@@ -65,6 +65,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         _header(st),
+        timeline.panel(),  # the run's history over every step (app/ui/timeline.py)
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=_graph_area(st)),
             html.Div(className="gs-right", children=[

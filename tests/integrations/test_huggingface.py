@@ -88,6 +88,16 @@ def test_accumulation_one_step_holds_k_passes_and_the_clipping_shows(tmp_path: P
         expect = clipped(before, names, clip)
         for name in names:
             np.testing.assert_allclose(after[name], expect[name], rtol=1e-5, atol=1e-9)
+            assert np.array_equal(st.params[name].values, after[name]), name  # type: ignore[arg-type]
+        # the monitor's record of the optimizer step: the norm the Trainer logged, and the clipped one
+        (o,) = st.optimizer_steps
+        assert o.optimizer == "SGD" and not o.skipped and o.scale is None
+        assert o.grad_norm_before_clip == pytest.approx(norm, rel=1e-5)
+        assert o.grad_norm == pytest.approx(total_norm(after), rel=1e-5)
+        assert o.grad_norm == pytest.approx(clip, rel=1e-4)
+    history = cb.tracer.history
+    assert [r["step"] for r in history] == [0, 1, 2] and all(r["traced"] for r in history)
+    assert [r["grad_norm_clipped"] for r in history] == pytest.approx([clip] * 3, rel=1e-4)
 
 
 def test_every_nth_step_and_the_gradient_the_optimizer_used(tmp_path: Path) -> None:
@@ -135,11 +145,15 @@ def test_a_train_that_raises_inside_a_step_is_recorded_once_the_callback_is_clos
     cb = GradscapeCallback(sink=str(path), run="boom", every=1)
     with pytest.raises(RuntimeError, match="boom in forward") as caught:
         _train(tmp_path, Failing(fail_at=1), cb, samples=8)
-    assert torch._C._len_torch_function_stack() == 1  # the Trainer told no callback: step 1 is still open
+    # the Trainer told no callback: step 1 is still open, with its two modes (the tracer's and the monitor's)
+    assert torch._C._len_torch_function_stack() == 2
     cb.close(caught.value)
     with gradscape.TraceStore(path, readonly=True) as store:
         rows = [(r["step"], r["error"]) for r in store.steps("boom")]
     assert rows == [(0, None), (1, "RuntimeError: boom in forward")]
     assert torch._C._len_torch_function_stack() == 0
     assert not torch.nn.modules.module._global_forward_hooks
+    from torch.optim import optimizer
+
+    assert not optimizer._global_optimizer_pre_hooks and not optimizer._global_optimizer_post_hooks
     cb.close()  # idempotent

@@ -125,6 +125,14 @@ def test_automatic_optimization_traces_every_nth_optimizer_step_into_the_store(t
     steps = _traced(cb)
     assert [st.step for st in steps] == [0, 2, 4]
     assert len(model.used.steps) == 5
+    # every window adds one history row, traced or not (the monitor), in memory and in the store
+    assert cb.tracer is not None
+    assert [(r["step"], r["traced"]) for r in cb.tracer.history] == [(i, i % 2 == 0) for i in range(5)]
+    with gradscape.TraceStore(path, readonly=True) as store:
+        assert [(r["step"], r["traced"]) for r in store.history("fit")] == [(i, i % 2 == 0) for i in range(5)]
+    for (_, used_k), row in zip(model.used.steps, cb.tracer.history):
+        assert row["grad_norm_clipped"] == pytest.approx(total_norm(used_k), rel=1e-5)
+        assert row["loss"] is not None and np.isfinite(row["loss"])
     for st in steps:
         assert len(st.passes) == 1
         assert sorted(n.param for n in st.nodes if n.param) == sorted(_names(model))  # as in the LightningModule
@@ -137,7 +145,8 @@ def test_automatic_optimization_traces_every_nth_optimizer_step_into_the_store(t
 def test_accumulation_and_clipping_one_step_holds_every_micro_batch(tmp_path: Path) -> None:
     """7 batches with accumulate_grad_batches=3: steps of 3, 3 and 1 micro-batches (Lightning steps on
     an epoch's last batch). The passes' arrivals add up to the gradient before clipping, and clipping that
-    gives what the optimizer stepped with."""
+    gives what the optimizer stepped with, which is what `st.params` holds (Lightning clips inside
+    `optimizer.step(closure)`, after its pre-hooks)."""
     cb = GradscapeCallback(every=1, tensors="full", keep=10)
     model = Classifier()
     clip = 0.05
@@ -155,6 +164,10 @@ def test_accumulation_and_clipping_one_step_holds_every_micro_batch(tmp_path: Pa
         expect = clipped(before, names, clip)
         for name in names:
             np.testing.assert_allclose(used[name], expect[name], rtol=1e-6, atol=0)
+            assert np.array_equal(st.params[name].values, used[name]), name  # type: ignore[arg-type]
+        (o,) = st.optimizer_steps
+        assert o.grad_norm_before_clip == pytest.approx(total_norm(before), rel=1e-5)
+        assert o.grad_norm == pytest.approx(total_norm(used), rel=1e-5)
 
 
 def test_bf16_mixed_precision_with_accumulation() -> None:
@@ -192,6 +205,10 @@ def test_16_mixed_precision_with_a_grad_scaler_on_cpu() -> None:
         _, used = model.used.steps[st.step]
         for name in _names(model):
             assert np.array_equal(accumulated(st, name) / np.float32(scale), used[name]), name
+            assert np.array_equal(st.params[name].values, used[name]), name  # type: ignore[arg-type]  # unscaled
+        assert [o.scale for o in st.optimizer_steps] == [scale]
+        assert not st.optimizer_steps[0].skipped
+        assert st.optimizer_steps[0].grad_norm == pytest.approx(total_norm(used), rel=1e-5)
 
 
 def test_manual_optimization_with_two_optimizers() -> None:
@@ -212,6 +229,11 @@ def test_manual_optimization_with_two_optimizers() -> None:
             assert np.array_equal(st.params[name].values, g_used[name]), name  # type: ignore[arg-type]
         for name in discriminator:
             assert np.array_equal(st.params[name].values, d_used[name]), name  # type: ignore[arg-type]
+        # two optimizer steps, in the order they ran: the generator's, then the discriminator's
+        assert [o.optimizer for o in st.optimizer_steps] == ["SGD", "SGD#1"]
+        assert [sorted(o.params) for o in st.optimizer_steps] == [sorted(generator), sorted(discriminator)]
+        assert [o.grad_norm for o in st.optimizer_steps] == pytest.approx([total_norm(g_used), total_norm(d_used)],
+                                                                         rel=1e-5)
 
 
 def test_a_step_that_raises_is_stored_with_its_error_and_leaves_no_hook(tmp_path: Path) -> None:

@@ -9,10 +9,11 @@ and is acknowledged (`call`) with `{"ok": true, ...}` (`ack`), or, when anything
 `{"ok": false, "error": "<what was wrong>"}` (`refused`), which changes nothing.
 
     namespace  who                   events                                   module
-    /tracer    tracer → server       hello, step_chunk, status                `stream`
+    /tracer    tracer → server       hello, step_chunk, status, history       `stream`
     /debug     tracer → server       hello, paused                            `debug`, `paused`
                server → tracer       breakpoints, resume                      `debug`
-    /ui        server → page         run, step, tracer, paused, breakpoints   `ui`
+    /ui        server → page         run, step, history, tracer, paused,      `ui`
+                                     breakpoints
 
 Each module's docstring lists its events' payloads. The step itself travels in its wire form
 (`tracer.wire`), packed, in `step_chunk`s.
@@ -64,14 +65,17 @@ from gradscape.tracer.protocol.stream import (
     TRACER_NAMESPACE,
     check_chunk,
     check_hello,
+    check_history,
     check_status,
     chunk_ack,
     hello_ack,
+    history_ack,
 )
 from gradscape.tracer.protocol.ui import (
     UI_EVENTS,
     UI_NAMESPACE,
     changed_note,
+    history_note,
     paused_catchup,
     run_note,
     step_catchup,
@@ -84,8 +88,9 @@ __all__ = [
     "MAX_MESSAGE", "MAX_NAME", "MAX_PAUSED_NODES", "MAX_PAUSED_THUMB_BYTES", "MAX_STEP_BYTES", "MAX_THUMB_ELEMENTS",
     "PROTOCOL_VERSION", "RESUME_MODES", "SLOTS", "TRACER_EVENTS", "TRACER_NAMESPACE", "UI_EVENTS", "UI_NAMESPACE",
     "ProtocolError", "Thumbs", "ack", "add_thumbs", "breakpoints_message", "changed_note", "check_breakpoint",
-    "check_chunk", "check_envelope", "check_hello", "check_name", "check_paused", "check_paused_nodes",
-    "check_resume_mode", "check_status", "chunk_ack", "count", "debug_hello_ack", "envelope", "hello_ack",
-    "paused_catchup", "paused_node", "paused_payload", "paused_step", "paused_tensor", "refused",
+    "check_chunk", "check_envelope", "check_hello", "check_history", "check_name", "check_paused",
+    "check_paused_nodes", "check_resume_mode", "check_status", "chunk_ack", "count", "debug_hello_ack", "envelope",
+    "hello_ack", "history_ack", "history_note", "paused_catchup", "paused_node", "paused_payload", "paused_step",
+    "paused_tensor", "refused",
     "resume_message", "run_note", "step_catchup", "step_note", "tracer_note",
 ]

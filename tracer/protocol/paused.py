@@ -220,5 +220,6 @@ def paused_step(doc: dict[str, Any]) -> tuple[WireStep, dict[int, TensorArrays]]
         "gi": gi, "go": go, "t": None, "runs": []}
     step: WireStep = {"v": WIRE_VERSION, "run": "", "step": 0, "error": None, "meta": {}, "nodes": [node],
                       "edges": [], "modules": {}, "params": {}, "passes": [], "execution": [], "tensors": tensors,
-                      "problems": [], "not_in_step": [], "rank": None, "world_size": None}
+                      "problems": [], "not_in_step": [], "rank": None, "world_size": None, "trigger": None,
+                      "optimizer_steps": []}
     return step, arrays

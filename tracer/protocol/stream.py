@@ -9,6 +9,9 @@
                 ack     {"ok": true, "step": 7, "chunk": 2, "stored": true}
     status      payload {"sent": 10, "spilled": 2, "dropped": 0}      (tracer counters, for the UI)
                 ack     {"ok": true}
+    history     payload {"data": <bytes>}: msgpack of a batch of the monitor's history rows
+                (`tracer.wire.history`), at most CHUNK_BYTES; stored in one transaction
+                ack     {"ok": true, "stored": 64}
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from gradscape.tracer.protocol.envelope import (
 )
 
 TRACER_NAMESPACE = "/tracer"
-TRACER_EVENTS = ("hello", "step_chunk", "status")
+TRACER_EVENTS = ("hello", "step_chunk", "status", "history")
 
 
 def check_hello(payload: dict[str, Any]) -> list[int]:
@@ -64,6 +67,18 @@ def check_chunk(payload: dict[str, Any]) -> tuple[int, int, int, bytes]:
 def chunk_ack(step: int, chunk: int, stored: bool) -> dict[str, Any]:
     """The answer to one `step_chunk`: `stored` once the last chunk made the step whole and it was written."""
     return ack(step=step, chunk=chunk, stored=stored)
+
+
+def check_history(payload: dict[str, Any]) -> bytes:
+    data = need(payload, "data", (bytes, bytearray), "history.payload")
+    if len(data) > CHUNK_BYTES:
+        raise ProtocolError(f"history.payload.data: {len(data)} bytes, more than {CHUNK_BYTES}")
+    return bytes(data)
+
+
+def history_ack(stored: int) -> dict[str, Any]:
+    """The answer to one `history` batch: how many rows were stored."""
+    return ack(stored=stored)
 
 
 def check_status(payload: dict[str, Any]) -> dict[str, int]:

@@ -4,6 +4,7 @@ merge lose nothing (Dash props are state, not events). The page sends nothing bu
 
     run          {"run": "my-run"}                                   a new run has a stored step
     step         {"run": "my-run", "step": 7}                        (`"rank": 2` too on a rank but 0)
+    history      {"run": "my-run", "step": 812}                      the run's history reaches step 812
     tracer       {"run": "my-run", "state": "connected"|"gone", "sent": 10, "spilled": 2, "dropped": 0}
     paused       {"run": "my-run", "at": 1763750000.5}               paused or resumed (`/debug`)
     breakpoints  {"run": "my-run", "at": 1763750000.5}               its breakpoints changed
@@ -20,7 +21,7 @@ import time
 from typing import Any
 
 UI_NAMESPACE = "/ui"
-UI_EVENTS = ("run", "step", "tracer", "paused", "breakpoints")
+UI_EVENTS = ("run", "step", "history", "tracer", "paused", "breakpoints")
 TRACER_STATES = ("connected", "gone")
 
 
@@ -29,6 +30,11 @@ def run_note(run: str) -> dict[str, Any]:
 
 
 def step_note(run: str, step: int, rank: int = 0) -> dict[str, Any]:
+    return {"run": run, "step": step, **({"rank": rank} if rank else {})}
+
+
+def history_note(run: str, step: int, rank: int = 0) -> dict[str, Any]:
+    """`history`: the rows of `run` (on `rank`) now reach `step`."""
     return {"run": run, "step": step, **({"rank": rank} if rank else {})}
 
 

@@ -9,13 +9,14 @@ import logging
 import operator
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
@@ -39,8 +40,12 @@ class Tracer:
 
     `sink`: None (memory only), a `.sqlite`/`.db` path, an `http://` or `https://` URL of a gradscape
     server (live, tracer/sinks/socket.py), an object with `write(StepTrace)` and `close(timeout)`, or a
-    list of those. `every=N` traces steps whose index is a multiple of N
-    and installs nothing at all on the others. `tensors="full"` also keeps every gradient's values.
+    list of those. `every=N` traces steps whose index is a multiple of N; on the others only the monitor
+    is installed (nothing at all with `monitor=False`). `tensors="full"` also keeps every gradient's values.
+    `model`: a module, or a list, tuple or dict of modules (names stay apart: "0.fc.weight", "G.fc.weight").
+    `monitor=True` (the default) records a history row on every step, traced or not (`tr.history`, and
+    `write_history` of the sinks that take it), and `triggers` (True, False, a list of names or a
+    `Triggers`) trace the steps that go wrong when `every` did not schedule them: see tracer/monitor/.
     `keep`: how many recent steps the memory sink holds (`tr.steps`). Every kept step is a few hundred
     Python objects per hundred nodes that the cyclic garbage collector re-scans until they are dropped,
     so a small `keep` costs less per traced step. `thumb_budget`: bytes of thumbnails a step keeps
@@ -49,9 +54,9 @@ class Tracer:
     tracer/summary/budget.py). None keeps every thumbnail.
     """
 
-    def __init__(self, model: torch.nn.Module | None = None, *, sink: Any = None, run: str | None = None,
+    def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
                  every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
-                 thumb_budget: int | None = DEFAULT_BUDGET) -> None:
+                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -60,9 +65,7 @@ class Tracer:
             raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
         if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
             raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
-        if model is not None and not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
-        self.model = model
+        self.model = as_module(model)  # monitor: a list, tuple or dict of models becomes one container
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
         self.tensors = tensors
@@ -74,22 +77,26 @@ class Tracer:
         self._active = False
         self._statics = StructureCache()
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
+        self._monitor = Monitor(self, triggers) if monitor else None  # the every-step monitor (tracer/monitor/)
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
-        """Trace step `i` (when `i % every == 0`): forward attribution and every backward inside the
-        block. The context yields the `StepTrace`, complete once the block exits, or None on an
-        untraced step, for which nothing at all is installed (the context is a shared no-op)."""
+        """Trace step `i` (when `i % every == 0`, or when a trigger asks): forward attribution and every
+        backward inside the block. The context yields the `StepTrace`, complete once the block exits, or
+        None on an untraced step, for which only the monitor is installed (nothing at all with
+        `monitor=False`: the context is a shared no-op)."""
         if self._closed:
             raise RuntimeError("this Tracer is closed")
         if type(i) is not int:
             if isinstance(i, bool) or not hasattr(type(i), "__index__"):
                 raise TypeError(f"Tracer.step: the step index must be an int, got {type(i).__name__} {i!r}")
             i = operator.index(i)  # numpy integers and the like
-        if i % self.every != 0:
-            return _UNTRACED
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
+        if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
+            return self._monitor.step(i)
+        if i % self.every != 0:
+            return _UNTRACED
         return _TracedStep(self, i)
 
     def _emit(self, st: StepTrace) -> None:
@@ -114,6 +121,11 @@ class Tracer:
         if self._closed:
             return
         self._closed = True
+        if self._monitor is not None:
+            try:  # the history rows not yet written go first
+                self._monitor.close()
+            except Exception as exc:
+                log.warning("gradscape: the monitor could not flush its history: %s", exc)
         for sink in self.sinks:
             try:
                 sink.close(timeout)
@@ -125,6 +137,12 @@ class Tracer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """The monitor's rows of the recent steps (the last 10,000), as `TraceStore.history` gives them;
+        rows still being read from the device (NOTE [No sync on CUDA]) come once they arrive."""
+        return [] if self._monitor is None else list(self._monitor.rows)
 
     @property
     def steps(self) -> Sequence[StepTrace]:
@@ -159,6 +177,7 @@ class _TracedStep:
         self.st = StepTrace(run=tracer.run, step=i)
         self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"),
                                 tracer._statics, tracer._warned)
+        self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
@@ -182,6 +201,11 @@ class _TracedStep:
                 return None
         apply_thumb_budget(done, tr.thumb_budget)
         _copy_recorded(self.st, done)
+        if self.before_emit is not None:
+            try:
+                self.before_emit(self.st)
+            except Exception as err:
+                log.warning("gradscape: the monitor could not complete step %s: %s", self.st.step, err)
         tr.last = self.st
         tr._emit(self.st)
         return None  # never swallow the user's exception
@@ -203,6 +227,7 @@ def trace(loss: torch.Tensor, model: torch.nn.Module | None = None, **opts: Any)
     if not isinstance(loss, torch.Tensor):
         raise TypeError(f"trace() needs the loss tensor, got {type(loss).__name__}")
     gradient = opts.pop("gradient", None)
+    opts.setdefault("monitor", False)  # one backward, no training loop: nothing to monitor
     with Tracer(model, **opts) as tr, tr.step(0) as st:
         loss.backward(gradient)
     assert st is not None

@@ -1,4 +1,5 @@
-"""Where finished steps go. A sink has `write(StepTrace)`, `close(timeout)` and `stats` (`Sink`), and
+"""Where finished steps go. A sink has `write(StepTrace)`, `close(timeout)` and `stats` (`Sink`); a sink
+with `write_history(batch)` also takes the monitor's history rows (`tracer.wire.history`). And
 `resolve_sinks` turns a `Tracer`'s `sink=` argument into sink objects.
 
 The memory sink (`sinks.memory`) keeps the last `keep` steps; the file sink (`sinks.file`) appends to a

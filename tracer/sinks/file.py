@@ -1,10 +1,11 @@
-"""The file sink: every step appended to a SQLite trace file (`tracer.store`)."""
+"""The file sink: every step (and the monitor's history rows) appended to a SQLite trace file (`tracer.store`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.wire.history import WireHistory
 
 
 class FileSink:
@@ -26,6 +27,10 @@ class FileSink:
         except Exception:
             self.stats["dropped"] += 1
             raise
+
+    def write_history(self, batch: WireHistory) -> None:
+        """The monitor's history rows (`tracer.wire.history`), one transaction per batch."""
+        self.store.write_history(batch)
 
     def close(self, timeout: float = 10.0) -> None:
         self.store.close()

@@ -1,5 +1,5 @@
-"""The socket sink's queues: steps waiting to be sent or spilled, bounded in bytes (NOTE [Socket sink]
-in tracer/sinks/socket.py)."""
+"""The socket sink's queues: steps (and batches of the monitor's history rows) waiting to be sent or
+spilled, bounded in bytes (NOTE [Socket sink] in tracer/sinks/socket.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import time
 from collections import deque
 
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.wire.history import WireHistory
+
+Queued = StepTrace | WireHistory  # what the queues hold: a step, or a batch of history rows
 
 
 def estimate_bytes(st: StepTrace) -> int:
@@ -28,11 +31,11 @@ class ByteQueue:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.items: deque[tuple[StepTrace, int]] = deque()
+        self.items: deque[tuple[Queued, int]] = deque()
         self.bytes = 0
         self.cond = threading.Condition()
 
-    def offer(self, st: StepTrace, size: int, force: bool = False) -> bool:
+    def offer(self, st: Queued, size: int, force: bool = False) -> bool:
         with self.cond:
             if not force and self.items and self.bytes + size > self.limit:
                 return False
@@ -41,7 +44,7 @@ class ByteQueue:
             self.cond.notify_all()
             return True
 
-    def take(self, timeout: float) -> StepTrace | None:
+    def take(self, timeout: float) -> Queued | None:
         with self.cond:
             if not self.items:
                 self.cond.wait(timeout)
@@ -58,7 +61,7 @@ class ByteQueue:
                 self.cond.wait(max(0.0, min(0.05, deadline - time.monotonic())))
             return not self.items
 
-    def drain(self) -> list[StepTrace]:
+    def drain(self) -> list[Queued]:
         with self.cond:
             out = [st for st, _ in self.items]
             self.items.clear()

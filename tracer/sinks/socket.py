@@ -37,8 +37,9 @@ from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.debug.breakpoints import BreakpointLink
 from gradscape.tracer.sinks.paths import spill_path
-from gradscape.tracer.sinks.queue import ByteQueue, estimate_bytes
+from gradscape.tracer.sinks.queue import ByteQueue, Queued, estimate_bytes
 from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire.history import WireHistory, history_parts
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,14 @@ class _Sender:
             self._to_spill(st, size, "the send queue is full")
         self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)
 
+    def write_history(self, batch: WireHistory) -> None:
+        """A batch of the monitor's history rows (`tracer.wire.history`): queued like a step, sent as
+        `history` messages, spilled to the same file when the server cannot take it."""
+        if not self._started:
+            self._start()
+        if not self._net.offer(batch, 256 + 16 * len(batch["rows"]) * (4 + len(batch["params"]))):
+            self._to_spill(batch, 0, "the send queue is full")
+
     def close(self, timeout: float = 10.0) -> None:
         with self._life:
             if self._closed:
@@ -136,7 +145,7 @@ class _Sender:
             warnings.warn(f"gradscape: steps of run {self.run!r} go to {self.spill_path} ({why}); training is "
                           f"not affected. Counts: tr.stats.", RuntimeWarning, stacklevel=2)
 
-    def _to_spill(self, st: StepTrace, size: int, why: str, force: bool = False) -> None:
+    def _to_spill(self, st: Queued, size: int, why: str, force: bool = False) -> None:
         if self._spill.offer(st, size, force=force):
             self._warn(why)
         else:
@@ -150,17 +159,21 @@ class _Sender:
             if st is not None:
                 self._write_spill(st)
 
-    def _write_spill(self, st: StepTrace) -> None:
+    def _write_spill(self, st: Queued) -> None:
         try:
             if self._file is None:
                 from gradscape.tracer.store import TraceStore
 
                 self._file = TraceStore(self.spill_path)
+            if isinstance(st, dict):  # a batch of history rows (the monitor)
+                self._file.write_history(st)
+                return
             self._file.write_step(st)
             self.stats["spilled"] += 1
         except Exception as exc:
             self.stats["dropped"] += 1
-            log.warning("gradscape: could not spill step %s to %s: %s", st.step, self.spill_path, exc)
+            log.warning("gradscape: could not spill %s to %s: %s", "history" if isinstance(st, dict) else
+                        f"step {st.step}", self.spill_path, exc)
 
     # ------------------------------------------------------------------ sender thread
     def _send_loop(self) -> None:
@@ -176,10 +189,12 @@ class _Sender:
             finally:
                 self._busy.clear()
 
-    def _deliver(self, st: StepTrace) -> None:
+    def _deliver(self, st: Queued) -> None:
         if self._client is None and (time.monotonic() < self._next_try or not self._connect()):
             self._to_spill(st, 0, "the server is unreachable", force=True)
             return
+        if isinstance(st, dict):  # a batch of history rows (the monitor)
+            return self._deliver_history(st)
         try:
             data = pack(step_to_wire(st))
             chunks = [data[i:i + protocol.CHUNK_BYTES] for i in range(0, len(data), protocol.CHUNK_BYTES)] or [b""]
@@ -199,6 +214,20 @@ class _Sender:
             log.info("gradscape: lost the server while sending step %s: %s", st.step, exc)
             self._drop_client()
             self._to_spill(st, 0, "the connection to the server was lost", force=True)
+
+    def _deliver_history(self, batch: WireHistory) -> None:
+        try:
+            for part in history_parts(batch):
+                ack = self._call("history", {"data": part})
+                if not isinstance(ack, dict) or not ack.get("ok"):
+                    raise _Refused(ack.get("error") if isinstance(ack, dict) else repr(ack))
+        except _Refused as exc:
+            log.warning("gradscape: the server refused history rows: %s", exc)
+            self._to_spill(batch, 0, f"the server refused history rows: {exc}", force=True)
+        except Exception as exc:
+            log.info("gradscape: lost the server while sending history rows: %s", exc)
+            self._drop_client()
+            self._to_spill(batch, 0, "the connection to the server was lost", force=True)
 
     def _call(self, event: str, payload: dict[str, Any]) -> Any:
         """An acknowledged emit that gives up as soon as the connection is known to be gone (the
@@ -262,6 +291,9 @@ class SocketSink:
 
     def write(self, st: StepTrace) -> None:
         self._core.write(st)
+
+    def write_history(self, batch: WireHistory) -> None:
+        self._core.write_history(batch)
 
     def close(self, timeout: float = 10.0) -> None:
         self._finalizer.detach()

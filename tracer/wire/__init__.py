@@ -9,6 +9,7 @@ schema's public face; each lives in the module of its concern:
     codec       `StepTrace` → wire form (`step_to_wire`), and the msgpack bytes (`pack`, `unpack`)
     validation  wire form → `StepTrace`, every field checked (`step_from_wire`)
     compact     thumbnails as the trace file keeps them: 8 bits a cell with their range, repeats once
+    history     the run's history rows (the monitor's), a schema of its own (`history_to_wire`, ...)
 
 No pickle anywhere: a trace is data (`dict`/`list`/`str`/numbers/`bytes`), never code. `step_from_wire`
 checks every field and raises `TraceFormatError` naming the first one that is wrong.
@@ -25,7 +26,9 @@ Wire form, version `WIRE_VERSION` (every key is always present):
      "params": {name: int}, "passes": [{"index", "api", "roots", "root_grads", "retain_graph",
                                        "create_graph", "start", "end"}], "execution": [[node, run], ...],
      "problems": [{"kind", "message", "node", "param", "source"}], "not_in_step": [str],
-     "rank": int|None, "world_size": int|None}
+     "rank": int|None, "world_size": int|None,
+     "trigger": str|None, "optimizer_steps": [{"optimizer", "params", "lr", "scale", "skipped", "grad_norm",
+                                               "grad_norm_before_clip"}]}
     Node fields hold node ids (positions in "nodes") and tensor indices (positions in "tensors").
     T = {"shape": [int], "dtype": str, "stats": [min, max, mean, std, norm, nan, inf, zeros],
          "view": str, "device": str, "thumb": A|None, "values": A|None}
@@ -43,6 +46,7 @@ from gradscape.tracer.wire.types import (
     WireCall,
     WireModule,
     WireNode,
+    WireOptimizerStep,
     WirePass,
     WireProblem,
     WireRun,
@@ -56,7 +60,8 @@ from gradscape.tracer.wire.views import matrix_shape, thumbnail_view
 
 __all__ = [
     "MAX_ARRAY_ELEMENTS", "STAT_NAMES", "WIRE_VERSION", "TensorArrays", "TensorRefs", "TraceFormatError", "WireArray",
-    "WireCall", "WireModule", "WireNode", "WirePass", "WireProblem", "WireRun", "WireStep", "WireTensor",
+    "WireCall", "WireModule", "WireNode", "WireOptimizerStep", "WirePass", "WireProblem", "WireRun", "WireStep",
+    "WireTensor",
     "checked_list", "decode_array", "encode_array", "matrix_shape", "node_runs", "opt_str", "pack", "step_from_wire",
     "step_to_wire", "str_list", "tensor_from_wire", "tensor_to_wire", "thumbnail_view", "unpack", "with_defaults",
 ]

@@ -6,13 +6,14 @@ from typing import Any
 
 import msgpack
 
-from gradscape.tracer._model import STAT_NAMES, StepTrace, TensorTrace
+from gradscape.tracer._model import STAT_NAMES, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.types import (
     TensorRefs,
     TraceFormatError,
     WireModule,
     WireNode,
+    WireOptimizerStep,
     WirePass,
     WireRun,
     WireStep,
@@ -84,7 +85,14 @@ def step_to_wire(st: StepTrace) -> WireStep:
             "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
                           "source": p.source} for p in st.problems],
             "not_in_step": list(st.not_in_step),
-            "rank": st.rank, "world_size": st.world_size}
+            "rank": st.rank, "world_size": st.world_size, "trigger": st.trigger,
+            "optimizer_steps": [optimizer_step_to_wire(o) for o in st.optimizer_steps]}
+
+
+def optimizer_step_to_wire(o: OptimizerStep) -> WireOptimizerStep:
+    return {"optimizer": o.optimizer, "params": list(o.params), "lr": [float(x) for x in o.lr],
+            "scale": o.scale, "skipped": o.skipped, "grad_norm": o.grad_norm,
+            "grad_norm_before_clip": o.grad_norm_before_clip}
 
 
 def pack(obj: Any) -> bytes:

@@ -107,6 +107,17 @@ class WireProblem(TypedDict):
     source: str | None
 
 
+class WireOptimizerStep(TypedDict):
+    """One `OptimizerStep` (tracer/_model.py): an optimizer step the monitor saw in the step."""
+    optimizer: str
+    params: list[str]
+    lr: list[float]
+    scale: float | None
+    skipped: bool
+    grad_norm: float | None
+    grad_norm_before_clip: float | None
+
+
 class WireStep(TypedDict):
     v: int
     run: str
@@ -124,6 +135,8 @@ class WireStep(TypedDict):
     not_in_step: list[str]  # parameter names
     rank: int | None
     world_size: int | None
+    trigger: str | None  # the monitor: why an unscheduled step was traced
+    optimizer_steps: list[WireOptimizerStep]
 
 
 def node_runs(node: WireNode) -> list[WireRun]:

@@ -13,6 +13,7 @@ from gradscape.tracer._model import (
     ModuleTrace,
     NodeRun,
     NodeTrace,
+    OptimizerStep,
     Problem,
     StepTrace,
     TensorTrace,
@@ -105,7 +106,23 @@ def step_from_wire(d: Any) -> StepTrace:
         v = d.get(key)
         if v is not None:
             setattr(st, key, _int(v, key))
+    st.trigger = opt_str(d.get("trigger"), "trigger")
+    st.optimizer_steps = [optimizer_step_from_wire(o, f"optimizer_steps[{k}]")
+                          for k, o in enumerate(checked_list(d.get("optimizer_steps") or [], "optimizer_steps"))]
     return st
+
+
+def optimizer_step_from_wire(d: Any, where: str) -> OptimizerStep:
+    d = _map(d, where)
+    lr = checked_list(d.get("lr") or [], f"{where}.lr")
+    return OptimizerStep(optimizer=_str(d.get("optimizer"), f"{where}.optimizer"),
+                         params=str_list(d.get("params"), f"{where}.params"),
+                         lr=[_num(x, f"{where}.lr[{k}]") for k, x in enumerate(lr)],
+                         scale=_opt_num(d.get("scale"), f"{where}.scale"),
+                         skipped=_bool(d.get("skipped", False), f"{where}.skipped"),
+                         grad_norm=_opt_num(d.get("grad_norm"), f"{where}.grad_norm"),
+                         grad_norm_before_clip=_opt_num(d.get("grad_norm_before_clip"),
+                                                        f"{where}.grad_norm_before_clip"))
 
 
 def _node(n: Any, k: int, refs: _Refs) -> NodeTrace:
@@ -246,6 +263,12 @@ def _opt_num(v: Any, where: str) -> float | None:
         return None
     if type(v) not in (int, float):
         raise TraceFormatError(f"{where}: expected a number or nil, got {type(v).__name__}")
+    return float(v)
+
+
+def _num(v: Any, where: str) -> float:
+    if type(v) not in (int, float):
+        raise TraceFormatError(f"{where}: expected a number, got {type(v).__name__}")
     return float(v)
 
 

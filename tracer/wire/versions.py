@@ -1,8 +1,9 @@
 """The wire version, and what a field an earlier writer of that version left out means.
 
 Files written by an earlier release of the same wire version can lack fields added since (`problems`,
-`not_in_step`, `rank`, `world_size`); `step_from_wire` takes each absence to mean the default here, and
-`with_defaults` fills them in so that every reader can index every key of the types in `wire.types`.
+`not_in_step`, `rank`, `world_size`, `trigger`, `optimizer_steps`); `step_from_wire` takes each absence to
+mean the default here, and `with_defaults` fills them in so that every reader can index every key of the types
+in `wire.types`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ WIRE_VERSION = 1
 
 _STEP_DEFAULTS: dict[str, Any] = {"error": None, "meta": dict, "modules": dict, "params": dict, "passes": list,
                                   "execution": list, "problems": list, "not_in_step": list, "rank": None,
-                                  "world_size": None}
+                                  "world_size": None, "trigger": None, "optimizer_steps": list}
 _NODE_DEFAULTS: dict[str, Any] = {"kind": "op", "module": None, "param": None, "source": None, "schema": None,
                                   "order": None, "labels": list, "args": list, "in_shapes": list, "out_shapes": list,
                                   "out_dtypes": list, "gi": None, "go": None, "t": None, "runs": list}

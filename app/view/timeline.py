@@ -1,0 +1,107 @@
+"""The run's timeline, from its history rows (`TraceStore.history`): plotly figures as plain dicts,
+no Dash. Loss and total gradient norm over every step (log scale), GradScaler's scale where there is
+one, traced steps marked and triggered ones in red with their reason; and a layers × steps heatmap of
+each parameter's gradient norm against its own median, which shows which layer moved first."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# steps drawn as SVG lines (WebGL's driver warns in a headless page); beyond it, untraced steps are
+# thinned evenly (traced ones always stay)
+MAX_POINTS = 5_000
+TRIGGER_COLOUR = "#d62728"
+TRACED_COLOUR = "#1f77b4"
+
+
+def _pos(v: Any) -> float | None:
+    """A value a log axis can show: positive and finite, else None (a gap)."""
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+def thin(rows: list[dict[str, Any]], limit: int = MAX_POINTS) -> list[dict[str, Any]]:
+    if len(rows) <= limit:
+        return rows
+    stride = math.ceil(len(rows) / limit)
+    return [r for k, r in enumerate(rows) if k % stride == 0 or r.get("traced")]
+
+
+def timeline_figure(rows: list[dict[str, Any]], run: str | None) -> dict[str, Any]:
+    rows = thin(rows)
+    steps = [r["step"] for r in rows]
+    traces: list[dict[str, Any]] = [
+        {"type": "scatter", "mode": "lines", "name": "loss", "x": steps, "y": [_pos(r["loss"]) for r in rows],
+         "line": {"color": "#444", "width": 1.5}, "hovertemplate": "step %{x}<br>loss %{y:.4g}<extra></extra>"},
+        {"type": "scatter", "mode": "lines", "name": "‖grad‖", "x": steps, "yaxis": "y2",
+         "y": [_pos(r["grad_norm"]) for r in rows], "line": {"color": "#ff7f0e", "width": 1.2},
+         "hovertemplate": "step %{x}<br>‖grad‖ %{y:.4g}<extra></extra>"}]
+    if any(r.get("scale") is not None for r in rows):
+        traces.append({"type": "scatter", "mode": "lines", "name": "AMP scale", "x": steps, "yaxis": "y3",
+                       "y": [_pos(r.get("scale")) for r in rows], "line": {"color": "#2ca02c", "dash": "dot"},
+                       "hovertemplate": "step %{x}<br>scale %{y:g}<extra></extra>"})
+    marks = [r for r in rows if r.get("traced")]
+    if marks:
+        traces.append({"type": "scatter", "mode": "markers+text", "name": "traced", "x": [r["step"] for r in marks],
+                       "y": [_marker_y(r) for r in marks], "customdata": [[r["step"], r.get("trigger") or ""]
+                                                                          for r in marks],
+                       "text": [r.get("trigger") or "" for r in marks], "textposition": "top center",
+                       "textfont": {"color": TRIGGER_COLOUR, "size": 11},
+                       "marker": {"size": [11 if r.get("trigger") else 8 for r in marks], "line": {"width": 1},
+                                  "color": [TRIGGER_COLOUR if r.get("trigger") else TRACED_COLOUR for r in marks]},
+                       "hovertemplate": "step %{x} (traced%{customdata[1]}): click to open<extra></extra>"})
+        for t in traces[-1:]:
+            t["customdata"] = [[r["step"], f": {r['trigger']}" if r.get("trigger") else ""] for r in marks]
+    skipped = [r for r in rows if r.get("skipped")]
+    if skipped:
+        traces.append({"type": "scatter", "mode": "markers", "name": "AMP skipped", "x": [r["step"] for r in skipped],
+                       "y": [_marker_y(r) for r in skipped], "marker": {"symbol": "x", "color": "#9467bd"},
+                       "hovertemplate": "step %{x}: GradScaler skipped it<extra></extra>"})
+    layout = {"uirevision": run or "", "margin": {"l": 48, "r": 90, "t": 8, "b": 28}, "height": 170,
+              "showlegend": True, "legend": {"orientation": "h", "y": 1.15, "x": 0},
+              "xaxis": {"title": {"text": ""}, "domain": [0, 0.9]},
+              "yaxis": {"type": "log", "title": {"text": "loss"}},
+              "yaxis2": {"type": "log", "overlaying": "y", "side": "right", "title": {"text": "‖grad‖"},
+                         "showgrid": False},
+              "yaxis3": {"type": "log", "overlaying": "y", "side": "right", "position": 0.97, "anchor": "free",
+                         "showgrid": False, "title": {"text": "scale"}},
+              "clickmode": "event", "hovermode": "closest"}
+    return {"data": traces, "layout": layout}
+
+
+def _marker_y(r: dict[str, Any]) -> float | None:
+    """Where a traced step's mark sits: on the loss line, or on the top edge when the loss cannot be drawn."""
+    y = _pos(r.get("loss"))
+    return y
+
+
+def heatmap_figure(rows: list[dict[str, Any]], run: str | None, max_layers: int = 60) -> dict[str, Any]:
+    """log10(norm / the parameter's own median over the run shown), layers × steps."""
+    rows = thin(rows, 4000)
+    names: list[str] = []
+    for r in rows:
+        for n in r.get("param_norms", {}):
+            if n not in names:
+                names.append(n)
+    names = names[:max_layers]
+    z: list[list[float | None]] = []
+    for n in names:
+        vals = [r.get("param_norms", {}).get(n) for r in rows]
+        finite = sorted(v for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v > 0)
+        med = finite[len(finite) // 2] if finite else None
+        z.append([_ratio(v, med) for v in vals])
+    data = [{"type": "heatmap", "x": [r["step"] for r in rows], "y": names, "z": z, "zmid": 0, "zmin": -2, "zmax": 2,
+             "colorscale": "RdBu", "reversescale": True,
+             "colorbar": {"title": {"text": "log10 ×median"}, "thickness": 10},
+             "hovertemplate": "%{y}<br>step %{x}<br>log10(norm / its median) %{z:.2f}<extra></extra>"}]
+    layout = {"uirevision": run or "", "margin": {"l": 140, "r": 20, "t": 4, "b": 28},
+              "height": min(60 + 14 * len(names), 320), "yaxis": {"autorange": "reversed", "tickfont": {"size": 9}}}
+    return {"data": data, "layout": layout}
+
+
+def _ratio(v: Any, med: float | None) -> float | None:
+    if not isinstance(v, (int, float)) or med is None:
+        return None
+    if not math.isfinite(v):
+        return 2.0  # inf/NaN: shown as the top of the scale
+    return math.log10(v / med) if v > 0 else -2.0

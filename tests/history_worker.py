@@ -1,0 +1,49 @@
+"""A training loop with the monitor on, streaming into a gradscape server (the history tests and the
+timeline's browser test run it as a subprocess). One batch at step `--spike` is scaled ×100, so a
+trigger fires there. Prints one JSON line at the end: the Tracer's history rows and sink counts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+
+import gradscape
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--spike", type=int, default=30)
+    ap.add_argument("--pause", type=float, default=0.0)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr = gradscape.Tracer(model, run=args.run, sink=args.url, every=args.every)
+    for i in range(args.steps):
+        x, y = torch.randn(16, 8), torch.randn(16, 1)
+        if i == args.spike:
+            x, y = x * 100, y * 100
+        with tr.step(i):
+            (model(x) - y).pow(2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+        print(f"step {i}", flush=True)
+        time.sleep(args.pause)
+    tr.close(20.0)
+    rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+            for r in tr.history]
+    print(json.dumps({"stats": tr.stats, "history": rows}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

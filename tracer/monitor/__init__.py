@@ -1,0 +1,18 @@
+"""The every-step monitor and its triggers: a history row for every step in `tr.step(i)`, traced or
+not; traces of the steps that go wrong; the gradients each optimizer really stepped with.
+
+    models.py    several models for one Tracer (a list, tuple or dict of modules)
+    mode.py      what a block installs: a torch-function mode and two global optimizer hooks
+    capture.py   what a block sees: losses, norms before/after clipping, GradScaler, optimizer steps
+    lazy.py      numbers read without waiting on the device
+    rows.py      a step's history row
+    triggers.py  the triggers, their rules, thresholds and caps
+    problems.py  the monitor's problems (spikes, skipped AMP steps)
+    monitor.py   one Tracer's monitor and the context of each step
+"""
+
+from gradscape.tracer.monitor.models import as_module
+from gradscape.tracer.monitor.monitor import Monitor, MonitoredStep
+from gradscape.tracer.monitor.triggers import TRIGGERS, Triggers
+
+__all__ = ["TRIGGERS", "Monitor", "MonitoredStep", "Triggers", "as_module"]

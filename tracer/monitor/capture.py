@@ -1,0 +1,252 @@
+"""One step block as the monitor sees it: the losses, the gradient norms after each backward, what
+GradScaler unscaled, and what each optimizer stepped with. See NOTE [Monitor mode] for how it is seen.
+
+NOTE [Norms before and after clipping]
+    After each backward (not `autograd.grad`, which leaves `.grad` alone) the norm of every known
+    parameter's gradient is taken in one fused call (`torch._foreach_norm`, as `clip_grad_norm_` does);
+    GradScaler's unscale takes them again for the gradients it unscaled. These are the norms "as the
+    backward left them" (unscaled). When an optimizer steps, its gradients' norms are taken once more:
+    those it steps with (after clipping). Each total is `vector_norm(stack(norms))` over the optimizer's
+    parameters in its order, the very computation of `clip_grad_norm_`, so `grad_norm_before_clip`
+    equals what it returned when the loop clipped the same parameters. Nothing is read to the host
+    here (NOTE [No sync on CUDA] in `lazy.py`).
+
+NOTE [Read at the post-hook]
+    What an optimizer stepped with is read in its step POST-hook: with a closure (`optimizer.step(closure)`:
+    LBFGS, Lightning's automatic optimization) the forward, `zero_grad`, backward, GradScaler's unscale
+    and clipping all run inside the step, after the pre-hooks. torch's SGD, Adam and AdamW (for-loop,
+    foreach and fused; with `maximize` and `weight_decay`) never write `.grad`, except the fused ones
+    under GradScaler (`optimizer.grad_scale` set), which unscale it in place: so after the step `.grad`
+    holds what was used, unscaled (tests/test_optimizer_steps.py checks both). An optimizer step that
+    raises has no post-hook: its record keeps no norms. With GradScaler the scale the gradients were
+    produced at is its unscale's (`on_unscale`), or `optimizer.grad_scale` for a fused optimizer.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer.debug.problems import root_values
+from gradscape.tracer.monitor.mode import Installed
+
+log = logging.getLogger(__name__)
+
+
+def _norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of each gradient, stacked (one fused call; per tensor for what foreach refuses)."""
+    with torch.no_grad():
+        try:
+            return torch.stack(_compat.foreach_norm(grads))
+        except (RuntimeError, TypeError, NotImplementedError):
+            return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
+
+
+def _dense(g: torch.Tensor) -> torch.Tensor:
+    if g.layout != torch.strided:
+        return g.coalesce().values() if g.is_sparse else g.to_dense()
+    local = getattr(g, "to_local", None)  # a DTensor shard (FSDP2): this rank's part, no collective
+    return local() if callable(local) else g
+
+
+def _scaler_optimizer(frame: Any) -> Any:
+    """The optimizer whose gradients GradScaler unscales: a local of `GradScaler._unscale_grads_`, the
+    caller of the unscale op (a few frames up when the tracer's own mode sat above ours)."""
+    for _ in range(6):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_unscale_grads_":
+            return frame.f_locals.get("optimizer")
+        frame = frame.f_back
+    return None
+
+
+@dataclass
+class OptRecord:
+    """One optimizer step seen in the block (or one GradScaler unscaled and then skipped)."""
+
+    opt: Any
+    name: str
+    idx: list[int] = field(default_factory=list)  # known-parameter indices, in the optimizer's order
+    lr: list[Any] = field(default_factory=list)
+    inv_scale: torch.Tensor | None = None
+    found_inf: list[torch.Tensor] = field(default_factory=list)
+    stepped: bool = False
+    before: torch.Tensor | None = None  # per-parameter norms before clipping, unscaled (1-d)
+    total_before: torch.Tensor | None = None
+    total_after: torch.Tensor | None = None
+
+
+class StepCapture:
+    """The monitor's state for one block; `finish()` removes what it installed."""
+
+    def __init__(self, monitor: Any, step: int, traced: Any) -> None:
+        self.mon = monitor
+        self.step = step
+        self.traced = traced  # the _TracedStep when the step is traced (scheduled, by trigger, or later by loss)
+        self.by_trigger = False  # a loss trigger started the trace inside this block
+        self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
+        self.before: dict[int, tuple[torch.Tensor, int]] = {}  # param index → (norm vector, position)
+        self.records: list[OptRecord] = []
+        self.params_stepped: dict[str, Any] = {}  # traced steps: name → summary of what its optimizer used
+        self.trigger: tuple[str, dict[str, Any]] | None = None  # what the losses set off in this block
+        self.checked = 0  # losses already read and given to the loss rules (on the CPU, as they come)
+        self.installed = Installed(self)
+
+    # ------------------------------------------------------------------ backward
+    def on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        roots: list[Any] = []
+        try:
+            for t in root_values(api, args, kwargs):
+                roots.append(t.detach() if t is not None and t.numel() == 1 else None)
+            self.losses.extend(roots)
+            self._check_loss(roots, len(self.losses) - len(roots))
+        except Exception as exc:  # the monitor never breaks a backward
+            log.warning("gradscape: the monitor could not read a backward's roots: %s", exc)
+        rec = self.traced.rec if self.traced is not None and self.by_trigger else None
+        out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
+        if api != "autograd.grad":
+            self._snapshot()
+        return out
+
+    def _check_loss(self, roots: list[Any], first: int) -> None:
+        """On the CPU the loss is read now (no device to wait for) and a `nonfinite` / `loss_spike`
+        traces this very backward; on another device the row is read later and the next step is traced."""
+        if not roots or any(r is not None and r.device.type != "cpu" for r in roots):
+            return
+        hit = self.mon.triggers.loss_trigger([None if r is None else float(r) for r in roots], first)
+        self.checked = first + len(roots)
+        if hit is None or self.trigger is not None:
+            return
+        self.trigger = hit
+        if self.traced is None and self.mon.triggers.allow(hit[0], self.step):
+            self.mon.triggers.fire(hit[0], self.step)
+            self.traced = self.mon.start_trace(self.step, hit[0], hit[1])
+            self.by_trigger = True
+
+    def _snapshot(self, grads_params: list[tuple[int, torch.Tensor]] | None = None) -> None:
+        if grads_params is None:
+            grads_params = [(i, p.grad) for i, p in enumerate(self.mon.params) if p.grad is not None]
+        if not grads_params:
+            return
+        vec = _norms([g for _, g in grads_params])
+        for k, (i, _) in enumerate(grads_params):
+            self.before[i] = (vec, k)
+
+    # ------------------------------------------------------------------ GradScaler
+    def on_unscale(self, args: tuple[Any, ...], frame: Any) -> None:
+        try:
+            grads, found_inf, inv_scale = args[0], args[1], args[2]
+            opt = _scaler_optimizer(frame)
+            rec = self._open_record(opt) if opt is not None else None
+            if rec is not None:
+                rec.inv_scale = inv_scale
+                rec.found_inf.append(found_inf)
+            by_grad = {id(p.grad): i for i, p in enumerate(self.mon.params) if p.grad is not None}
+            pairs = [(by_grad[id(g)], g) for g in grads if id(g) in by_grad]
+            self._snapshot(pairs)
+        except Exception as exc:
+            log.warning("gradscape: the monitor could not read GradScaler's unscale: %s", exc)
+
+    def _open_record(self, opt: Any) -> OptRecord:
+        for r in self.records:
+            if r.opt is opt and not r.stepped:
+                return r
+        r = OptRecord(opt, self.mon.optimizer_name(opt))
+        self.records.append(r)
+        return r
+
+    # ------------------------------------------------------------------ optimizer steps
+    def on_optimizer_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer is about to step. With a closure (LBFGS, Lightning's automatic optimization) the
+        forward, backward, unscaling and clipping all run inside the step, after this: the mode stays on
+        to see them and the gradients are read in the post-hook (NOTE [Read at the post-hook])."""
+        closure = args[1] if isinstance(args, tuple) and len(args) > 1 else (kwargs or {}).get("closure")
+        if closure is None:
+            self.installed.step_aside()  # first: our own reads below need not pass through the mode
+        try:
+            rec = self._open_record(opt)
+            scale = getattr(opt, "grad_scale", None)  # GradScaler's, for an optimizer that unscales inside
+            if isinstance(scale, torch.Tensor):
+                rec.inv_scale = 1.0 / scale
+        except Exception as exc:
+            log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
+
+    def on_optimizer_post(self, opt: Any) -> None:
+        """The optimizer has stepped: its gradients are the ones it used (NOTE [Read at the post-hook])."""
+        try:
+            with _compat.DisableTorchFunction():  # our reads pass through no mode (the tracer's is on in a closure)
+                self._optimizer_step(opt)
+        except Exception as exc:
+            log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
+        self.installed.resume_at_next_module()
+
+    def _optimizer_step(self, opt: Any) -> None:
+        rec = self._open_record(opt)
+        rec.stepped = True
+        rec.lr = [g.get("lr") for g in opt.param_groups]
+        pairs = [(self.mon.index_of(p, opt, gi, k), p.grad) for gi, g in enumerate(opt.param_groups)
+                 for k, p in enumerate(g["params"]) if p.grad is not None]
+        rec.idx = [i for i, _ in pairs]
+        if not pairs:
+            return
+        after = _norms([g for _, g in pairs])
+        before = self._before_of(rec.idx, after)
+        with torch.no_grad():
+            rec.total_after = torch.linalg.vector_norm(after)
+            rec.total_before = torch.linalg.vector_norm(before)
+        rec.before = before
+        if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
+            summ = self.traced.rec.summ
+            for i, g in pairs:
+                self.params_stepped[self.mon.names[i]] = summ.summarise(g)
+
+    def _before_of(self, idx: list[int], fallback: torch.Tensor) -> torch.Tensor:
+        """The optimizer's per-parameter norms as the backward left them, from the snapshots."""
+        parts: list[torch.Tensor] = []
+        for k, i in enumerate(idx):
+            snap = self.before.get(i)
+            parts.append(fallback[k] if snap is None else snap[0][snap[1]])
+        if all(self.before.get(i) is not None for i in idx):
+            vecs = {id(self.before[i][0]) for i in idx}
+            if len(vecs) == 1:  # one snapshot holds them all: one gather, not one op per parameter
+                vec = self.before[idx[0]][0]
+                pos = [self.before[i][1] for i in idx]
+                if pos == list(range(len(vec))):
+                    return vec
+                return vec[torch.tensor(pos, device=vec.device)]
+        return torch.stack(parts)
+
+    # ------------------------------------------------------------------ the end
+    def release(self) -> None:
+        """Drop what refers back here (the mode, the trace): the block is over."""
+        self.installed.mode.capture = None
+        self.installed.capture = None
+        self.traced = None
+        self.records = []
+        self.before = {}
+        self.params_stepped = {}
+
+    def finish(self) -> None:
+        """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found
+        inf/NaN (skipped steps), with their norms as the backward left them."""
+        self.installed.remove()
+        kept = []
+        for r in self.records:
+            if not r.stepped:
+                if not r.found_inf or not any(bool((f != 0).any()) for f in r.found_inf):
+                    continue
+                opt = r.opt
+                r.lr = [g.get("lr") for g in opt.param_groups]
+                r.idx = [self.mon.index_of(p, opt, gi, k) for gi, g in enumerate(opt.param_groups)
+                         for k, p in enumerate(g["params"]) if p.grad is not None]
+                if r.idx and all(i in self.before for i in r.idx):
+                    r.before = self._before_of(r.idx, torch.empty(0))
+                    with torch.no_grad():
+                        r.total_before = torch.linalg.vector_norm(r.before)
+            kept.append(r)
+        self.records = kept

@@ -1,0 +1,258 @@
+"""The every-step monitor of one Tracer: a history row for every step inside `tr.step(i)`, traced or
+not, and the triggers that trace a step nobody scheduled (NOTE [Trigger rules] in `triggers.py`).
+
+Rows are kept in memory (`Tracer.history`, the last `KEEP_ROWS`) and written to the sinks in batches
+(`write_history`): every `FLUSH_ROWS` rows, at least every `FLUSH_SECONDS`, on every traced step and
+at `close()`, so an untraced step costs no write of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections import deque
+from typing import Any
+
+from gradscape.tracer.monitor.capture import StepCapture
+from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
+from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
+from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
+from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
+
+log = logging.getLogger(__name__)
+
+KEEP_ROWS = 10_000
+FLUSH_ROWS = 64
+FLUSH_SECONDS = 1.0
+
+
+class Monitor:
+    def __init__(self, tracer: Any, triggers: Any) -> None:
+        self.tracer = tracer
+        self.triggers = TriggerState(Triggers.resolve(triggers))
+        self.params: list[Any] = []
+        self.names: list[str] = []
+        self._index: dict[Any, int] = {}
+        if tracer.model is not None:
+            for n, p in tracer.model.named_parameters():
+                self._add(p, n)
+        self._opt_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._opt_counts: dict[str, int] = {}
+        self.pending: deque[PendingRow] = deque()
+        self.rows: deque[dict[str, Any]] = deque(maxlen=KEEP_ROWS)
+        self.unsent: list[WireHistoryRow] = []
+        self._last_flush = time.monotonic()
+        self.window: deque[tuple[int, list[float | None]]] = deque(maxlen=self.triggers.cfg.window)
+        self.found: dict[int, list[tuple[str, dict[str, Any]]]] = {}  # step → what its row set off
+        self.trace_of: dict[int, tuple[str, dict[str, Any]]] = {}  # traced step → the trigger behind it
+        self.trigger_meta: dict[int, dict[str, Any]] = {}  # triggered step → st.meta["trigger"]
+
+    # ------------------------------------------------------------------ names
+    def _add(self, p: Any, name: str) -> int:
+        self._index[p] = len(self.params)
+        self.params.append(p)
+        self.names.append(name)
+        return len(self.params) - 1
+
+    def index_of(self, p: Any, opt: Any, group: int, k: int) -> int:
+        """The parameter's index; one that no model named gets its optimizer's name and place."""
+        i = self._index.get(p)
+        return i if i is not None else self._add(p, f"{self.optimizer_name(opt)}.param_groups.{group}.{k}")
+
+    def optimizer_name(self, opt: Any) -> str:
+        """The class name; a second optimizer of the same class is "Adam#1", a third "Adam#2"."""
+        name = self._opt_names.get(opt)
+        if name is None:
+            cls = type(opt).__name__
+            n = self._opt_counts.get(cls, 0)
+            self._opt_counts[cls] = n + 1
+            name = self._opt_names[opt] = cls if n == 0 else f"{cls}#{n}"
+        return name
+
+    # ------------------------------------------------------------------ steps
+    def step(self, i: int) -> Any:
+        from gradscape.tracer.record.tracer import _TracedStep
+
+        self.resolve_ready()
+        scheduled = i % self.tracer.every == 0
+        trig = self.triggers.pending
+        self.triggers.pending = None
+        traced = None
+        if scheduled:
+            traced = _TracedStep(self.tracer, i)
+        elif trig is not None and self.triggers.allow(trig[0], i):
+            self.triggers.fire(trig[0], i)
+            traced = self.start_trace(i, trig[0], trig[2])
+        if traced is not None and trig is not None:
+            self.trace_of.setdefault(i, (trig[0], trig[2]))
+        return MonitoredStep(self, i, traced)
+
+    def start_trace(self, i: int, kind: str, details: dict[str, Any]) -> Any:
+        from gradscape.tracer.record.tracer import _TracedStep
+
+        ts = _TracedStep(self.tracer, i)
+        ts.st.trigger = kind
+        self.trigger_meta[i] = {"reason": kind, **{k: _plain(v) for k, v in details.items() if k != "layer"}}
+        self.trace_of[i] = (kind, details)
+        return ts
+
+    def end_step(self, cap: StepCapture, exc_info: tuple[Any, Any, Any]) -> None:
+        try:
+            self.pending.append(pending_row(cap, len(self.params), self.names))
+        except Exception as exc:
+            log.warning("gradscape: the monitor could not record step %s: %s", cap.step, exc)
+        ts = cap.traced
+        if ts is None:
+            self.resolve_ready()
+            return
+        steps = self.resolve_ready(force=True)
+        ts.before_emit = lambda st: self._fill_trace(st, cap, steps.get(cap.step, []))
+        try:
+            ts.__exit__(*exc_info)
+        finally:
+            ts.before_emit = None
+        self.flush(force=True)
+
+    def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
+        st.optimizer_steps = steps
+        meta = self.trigger_meta.pop(st.step, None)
+        if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers
+            meta.setdefault("step", st.step)
+            st.meta["trigger"] = meta
+        st.params.update(cap.params_stepped)  # NOTE [Parameter gradients]: what each optimizer stepped with
+        found = list(self.found.pop(st.step, []))
+        behind = self.trace_of.pop(st.step, None)
+        if behind is not None and behind[1].get("step", st.step) != st.step:
+            found.insert(0, behind)
+        problems = []
+        for kind, d in found:
+            if kind in ("loss_spike", "grad_spike"):
+                problems.append(spike_problem(st, kind, d, self.names))
+            elif kind == "amp_skipped":
+                problems.append(amp_problem(st, d))
+        st.problems[:0] = problems
+
+    # ------------------------------------------------------------------ rows
+    def resolve_ready(self, force: bool = False) -> dict[int, list[Any]]:
+        """Turn the rows whose numbers have arrived into history (all of them when `force`)."""
+        done: dict[int, list[Any]] = {}
+        while self.pending and (force or self.pending[0].nums.ready()):
+            row = self.pending.popleft()
+            try:
+                wire, steps, losses = resolve(row)
+                self._take(row, wire, losses)
+                done[row.step] = steps
+            except Exception as exc:
+                log.warning("gradscape: the monitor could not read step %s: %s", row.step, exc)
+        if self.unsent and (len(self.unsent) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS):
+            self.flush()
+        return done
+
+    def _take(self, row: PendingRow, wire: WireHistoryRow, losses: list[float | None]) -> None:
+        """A row joins the history; the triggers it sets off are noted (for the step's own trace) or
+        wait for the next step (NOTE [Trigger rules])."""
+        trig, norms = self.triggers, wire["param_norms"]
+        found: list[tuple[str, dict[str, Any]]] = []  # for this step's trace, when it has one
+        later: list[tuple[str, dict[str, Any]]] = []  # for the next step's
+        hit = trig.loss_trigger(losses[row.checked:], row.checked) if len(losses) > row.checked else None
+        if hit is not None:  # read after the step (not on the CPU): the next step is traced
+            later.append((hit[0], {**hit[1], "step": row.step}))
+        behind = self.trace_of.get(row.step)
+        if row.traced and behind is not None and behind[1].setdefault("step", row.step) == row.step:
+            self.trace_of.pop(row.step)  # a loss trigger traced this very backward
+            found.append(behind)
+        g = wire["grad_norm"]
+        if g is not None:
+            spike = trig.grad_rule.excess(g)
+            if spike is not None and trig.on("grad_spike"):
+                later.append(("grad_spike", {"grad_norm": g, "median": spike[0], "threshold": spike[1],
+                                             "step": row.step}))
+            trig.grad_rule.add(g)
+        if wire["skipped"] and trig.on("amp_skipped"):
+            bad = [self.names[i] for i, v in enumerate(norms)
+                   if v is not None and not finite(v) and i < len(self.names)]
+            later.append(("amp_skipped", {"step": row.step, "scale": wire["scale"], "params": bad}))
+        for kind, d in found + later:
+            if kind in ("loss_spike", "grad_spike"):
+                d["layer"] = rising_layer(self.window, row.step, norms)
+        self.window.append((row.step, list(norms)))
+        if row.traced:
+            self.found[row.step] = found + later
+        elif later and trig.pending is None:
+            trig.pending = (later[0][0], row.step, later[0][1])
+        self.rows.append(row_as_dict(wire, self.names))
+        self.unsent.append(wire)
+
+    def flush(self, force: bool = False) -> None:
+        """Write the rows not yet written to every sink that takes history (`write_history`)."""
+        if not self.unsent:
+            return
+        rows, self.unsent = self.unsent, []
+        self._last_flush = time.monotonic()
+        n = len(self.names)
+        for r in rows:
+            if len(r["param_norms"]) < n:
+                r["param_norms"] = r["param_norms"] + [None] * (n - len(r["param_norms"]))
+        batch = history_to_wire(self.tracer.run, _rank(), list(self.names), rows)
+        for sink in self.tracer.sinks:
+            write = getattr(sink, "write_history", None)
+            if write is None:
+                continue
+            try:
+                write(batch)
+            except Exception as exc:  # a sink must never break training
+                log.warning("gradscape: sink %s could not take the history: %s", type(sink).__name__, exc)
+
+    def close(self) -> None:
+        self.resolve_ready(force=True)
+        self.flush(force=True)
+
+
+def _plain(v: Any) -> Any:
+    """A number for `st.meta` (JSON has no NaN or infinity: those are written as text)."""
+    return repr(v) if isinstance(v, float) and not finite(v) else v
+
+
+def _rank() -> int | None:
+    import torch
+
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+
+
+class MonitoredStep:
+    """The context of every step while the monitor is on: the capture, and the trace when there is one."""
+
+    def __init__(self, monitor: Monitor, i: int, traced: Any) -> None:
+        self.mon = monitor
+        self.i = i
+        self.traced = traced
+        self.cap: StepCapture | None = None
+
+    def __enter__(self) -> Any:
+        tr = self.mon.tracer
+        tr._active = True
+        cap = self.cap = StepCapture(self.mon, self.i, self.traced)
+        cap.installed.install()
+        if self.traced is None:
+            return None
+        try:
+            return self.traced.__enter__()
+        except BaseException:
+            cap.finish()
+            tr._active = False
+            raise
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        cap = self.cap
+        assert cap is not None
+        try:
+            cap.finish()
+            self.mon.end_step(cap, (exc_type, exc, tb))
+        finally:
+            cap.installed.remove()
+            self.mon.tracer._active = False
+            cap.release()  # no reference cycle left to the cyclic collector
+            self.cap = self.traced = None
+        return None

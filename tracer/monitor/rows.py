@@ -1,0 +1,110 @@
+"""A step's history row, from what its `StepCapture` saw: tensors gathered in `LazyNumbers` at the end
+of the block, turned into plain numbers once they can be read (NOTE [No sync on CUDA] in `lazy.py`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gradscape.tracer._model import OptimizerStep
+from gradscape.tracer.monitor.capture import StepCapture
+from gradscape.tracer.monitor.lazy import LazyNumbers
+from gradscape.tracer.wire.history import WireHistoryRow
+
+
+@dataclass
+class PendingRow:
+    """A step's row whose numbers may still be on the device."""
+
+    step: int
+    traced: bool
+    trigger: str | None
+    checked: int  # losses already given to the loss rules (read on the CPU during the block)
+    nums: LazyNumbers = field(default_factory=LazyNumbers)
+    loss_slots: list[int] = field(default_factory=list)
+    norm_slots: list[tuple[list[int], int]] = field(default_factory=list)  # (param indices, slot of their vector)
+    # (the record, its lr slots, its norm and scale slots)
+    opt_slots: list[tuple[OptimizerStep, list[int], dict[str, int]]] = field(default_factory=list)
+    scale_slot: int | None = None
+    lr: dict[str, list[Any]] = field(default_factory=dict)
+    skipped: bool = False
+    n_params: int = 0
+
+
+def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow:
+    """Gather what the block saw; nothing is read here."""
+    tr = cap.traced
+    row = PendingRow(cap.step, tr is not None, None if tr is None else tr.st.trigger, cap.checked, n_params=n_params)
+    nums = row.nums
+    row.loss_slots = [nums.add(t) for t in cap.losses]
+    # each parameter's norm before clipping: as its optimizer saw it, else the last snapshot
+    per: dict[int, tuple[torch.Tensor, int]] = dict(cap.before)
+    for r in cap.records:
+        if r.before is not None:
+            for k, i in enumerate(r.idx):
+                per[i] = (r.before, k)
+    groups: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
+    for i, (vec, k) in per.items():
+        g = groups.setdefault(id(vec), (vec, [], []))
+        g[1].append(i)
+        g[2].append(k)
+    for vec, idx, pos in groups.values():
+        sel = vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)]
+        row.norm_slots.append((idx, nums.add(sel)))
+    inv = None
+    for r in cap.records:
+        o = OptimizerStep(optimizer=r.name, params=[names[i] for i in r.idx], skipped=not r.stepped)
+        slots = {"before": nums.add(r.total_before)}
+        if r.stepped:
+            slots["after"] = nums.add(r.total_after)
+        if r.inv_scale is not None:
+            slots["inv"] = nums.add(r.inv_scale)
+            inv = r.inv_scale
+        lr_slots = [nums.add(lr) for lr in r.lr]
+        row.opt_slots.append((o, lr_slots, slots))
+        row.skipped = row.skipped or not r.stepped
+    row.scale_slot = None if inv is None else nums.add(inv)
+    nums.launch()
+    return row
+
+
+def _f(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[float | None]]:
+    """(the wire row, the optimizer steps with their numbers, every loss). Waits if not ready."""
+    vals = row.nums.values()
+    losses = [_f(vals[s]) for s in row.loss_slots]
+    norms: list[float | None] = [None] * row.n_params
+    for idx, slot in row.norm_slots:
+        for i, v in zip(idx, vals[slot]):
+            if i < len(norms):
+                norms[i] = float(v)
+    steps: list[OptimizerStep] = []
+    lr: dict[str, list[float]] = {}
+    clipped_sq, any_step = 0.0, False
+    for o, lr_slots, slots in row.opt_slots:
+        o.grad_norm_before_clip = _f(vals[slots["before"]])
+        if "after" in slots:
+            o.grad_norm = _f(vals[slots["after"]])
+            clipped_sq += (o.grad_norm or 0.0) ** 2
+            any_step = True
+        if "inv" in slots:
+            inv = _f(vals[slots["inv"]])
+            o.scale = None if not inv else 1.0 / inv
+        o.lr = [float(vals[s]) for s in lr_slots if vals[s] is not None]
+        lr[o.optimizer] = list(o.lr)
+        steps.append(o)
+    present = [v for v in norms if v is not None]
+    total = math.sqrt(sum(v * v for v in present)) if present else None
+    inv_all = _f(vals[row.scale_slot]) if row.scale_slot is not None else None
+    wire: WireHistoryRow = {
+        "step": row.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
+        "grad_norm": total, "grad_norm_clipped": math.sqrt(clipped_sq) if any_step else None,
+        "param_norms": norms, "lr": lr, "scale": None if not inv_all else 1.0 / inv_all,
+        "skipped": row.skipped, "traced": row.traced, "trigger": row.trigger}
+    return wire, steps, losses

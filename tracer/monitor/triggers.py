@@ -1,0 +1,168 @@
+"""Triggers: the anomalies that get a step traced when no `every` scheduled it.
+
+NOTE [Trigger rules]
+    `nonfinite`   a backward root (the loss) is NaN or infinite. Known when the backward starts: that
+                  very backward is traced.
+    `loss_spike`  the loss is far above its recent history: `loss - median > max(k * 1.4826 * MAD,
+                  ratio * |median|)` over the last `window` finite losses of the same backward (first,
+                  second, ... of the step), once `warmup` of them are known. With the defaults (k = 8,
+                  ratio = 1) the loss must at least double and stand 8 robust standard deviations
+                  above the median: step-to-step noise, a falling loss and a slow drift never fire it.
+                  (The median and MAD are recomputed every `REFRESH` = 4 values.)
+                  Known when the backward starts: that very backward is traced.
+    `grad_spike`  the total gradient norm (unscaled, before clipping) is far above its recent history,
+                  by the same rule. Known when the step ends: the next step is traced.
+    `amp_skipped` GradScaler skipped an optimizer step (inf/NaN gradients). Known when the step ends:
+                  the next step is traced.
+    Caps: at most `cap` triggered traces per Tracer (default 10), and after one, the same trigger
+    stays quiet for `cooldown` steps (default 50), so a run that diverged is not traced at every step.
+    A step `every` scheduled is traced anyway; a trigger there only adds its problem.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+TRIGGERS = ("nonfinite", "loss_spike", "grad_spike", "amp_skipped")
+_MAD_SIGMA = 1.4826  # MAD → standard deviation of a normal distribution
+REFRESH = 4  # the median and MAD are recomputed after this many new values (they move slowly)
+
+
+@dataclass
+class Triggers:
+    """Which triggers are on and their thresholds (NOTE [Trigger rules]). `Tracer(triggers=...)` takes
+    one of these, True (all, the default), False (none) or a list of trigger names."""
+
+    kinds: tuple[str, ...] = TRIGGERS
+    k: float = 8.0
+    ratio: float = 1.0
+    window: int = 100
+    warmup: int = 20
+    cap: int = 10
+    cooldown: int = 50
+
+    def __post_init__(self) -> None:
+        self.kinds = tuple(self.kinds)
+        bad = [t for t in self.kinds if t not in TRIGGERS]
+        if bad:
+            raise ValueError(f"triggers: unknown {bad}; choose from {list(TRIGGERS)}")
+        for name in ("window", "warmup", "cap", "cooldown"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 0:
+                raise ValueError(f"triggers: {name} must be an int >= 0, got {v!r}")
+        if not (self.k > 0 and self.ratio >= 0):
+            raise ValueError(f"triggers: k must be > 0 and ratio >= 0, got k={self.k!r} ratio={self.ratio!r}")
+
+    @classmethod
+    def resolve(cls, v: Any) -> Triggers:
+        if isinstance(v, Triggers):
+            return v
+        if v is True or v is None:
+            return cls()
+        if v is False:
+            return cls(kinds=())
+        if isinstance(v, str):
+            return cls(kinds=(v,))
+        if isinstance(v, Iterable):
+            return cls(kinds=tuple(v))
+        raise TypeError(f"triggers must be True, False, a list of {list(TRIGGERS)} or a Triggers, "
+                        f"got {type(v).__name__}")
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+@dataclass
+class SpikeRule:
+    """`value - median > max(k·1.4826·MAD, ratio·|median|)` over a window of finite values."""
+
+    window: int
+    warmup: int
+    k: float
+    ratio: float
+    values: deque[float] = field(default_factory=deque)
+
+    _cached: tuple[float, float] | None = None  # (median, limit), recomputed every few values
+    _stale: int = 0
+
+    def excess(self, x: float) -> tuple[float, float] | None:
+        """(median, threshold) when `x` is a spike, else None."""
+        if not finite(x) or len(self.values) < max(self.warmup, 3):
+            return None
+        if self._cached is None or self._stale >= REFRESH:
+            s = sorted(self.values)
+            med = _median(s)
+            mad = _median(sorted(abs(v - med) for v in s))
+            self._cached = (med, max(self.k * _MAD_SIGMA * mad, self.ratio * abs(med)))
+            self._stale = 0
+        med, limit = self._cached
+        return (med, med + limit) if x - med > limit else None
+
+    def add(self, x: Any) -> None:
+        if finite(x):
+            self.values.append(float(x))
+            self._stale += 1
+            if len(self.values) > self.window:
+                self.values.popleft()
+
+
+def _median(s: list[float]) -> float:
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+class TriggerState:
+    """The triggers of one Tracer: the spike rules' windows, the cap and cooldowns, and a trigger
+    waiting for the next step."""
+
+    def __init__(self, cfg: Triggers) -> None:
+        self.cfg = cfg
+        self.loss_rules: dict[int, SpikeRule] = {}  # backward root position in the step → its rule
+        self.grad_rule = self._rule()
+        self.fired = 0
+        self.last: dict[str, int] = {}  # trigger → step it last traced
+        self.pending: tuple[str, int, dict[str, Any]] | None = None  # (trigger, step it was seen, details)
+
+    def _rule(self) -> SpikeRule:
+        c = self.cfg
+        return SpikeRule(c.window, c.warmup, c.k, c.ratio)
+
+    def on(self, kind: str) -> bool:
+        return kind in self.cfg.kinds
+
+    def allow(self, kind: str, step: int) -> bool:
+        """The trigger is on and neither the cap nor its cooldown holds it back."""
+        if kind not in self.cfg.kinds or self.fired >= self.cfg.cap:
+            return False
+        last = self.last.get(kind)
+        return last is None or step - last > self.cfg.cooldown
+
+    def fire(self, kind: str, step: int) -> None:
+        self.fired += 1
+        self.last[kind] = step
+
+    def loss_trigger(self, losses: list[Any], first: int = 0) -> tuple[str, dict[str, Any]] | None:
+        """The trigger a step's losses set off, if any (floats; `first`: the position in the step of the
+        first of them, each position has its own window); then they join the windows."""
+        found: tuple[str, dict[str, Any]] | None = None
+        for pos, v in enumerate(losses, first):
+            if v is None:
+                continue
+            rule = self.loss_rules.get(pos)
+            if rule is None:
+                rule = self.loss_rules[pos] = self._rule()
+            if found is None:
+                if not finite(v):
+                    if self.on("nonfinite"):
+                        found = ("nonfinite", {"loss": v, "root": pos})
+                else:
+                    hit = rule.excess(v)
+                    if hit is not None and self.on("loss_spike"):
+                        found = ("loss_spike", {"loss": v, "median": hit[0], "threshold": hit[1], "root": pos})
+            rule.add(v)
+        return found
