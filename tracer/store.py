@@ -31,17 +31,15 @@ the newest N steps of its run and rank stay, so a run that traces for days keeps
 
 from __future__ import annotations
 
-import gc
 import sqlite3
 import threading
 import time
-import zlib
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict
 
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.blobs import collector_paused, compress, decompress
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
 from gradscape.tracer.wire import (
     TensorArrays,
@@ -59,7 +57,6 @@ from gradscape.tracer.wire.history import WireHistory
 
 SCHEMA_VERSION = 3
 _READABLE = ("2", "3")  # version 2: the same tables, blobs uncompressed (see the module docstring)
-_LEVEL = 6  # zlib's level: 1 measured ~15% bigger on a traced step, 9 no smaller than 6
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 _SCHEMA = """
@@ -212,7 +209,7 @@ class TraceStore:
         for i, t in enumerate(wire["tensors"]):
             kept = {"thumb": thumbs.add(i, t.get("thumb")), "values": t.get("values")}
             if kept["thumb"] is not None or kept["values"] is not None:
-                tensors.append((i, _compress(pack(kept))))
+                tensors.append((i, compress(pack(kept))))
             stripped.append({"shape": t["shape"], "dtype": t["dtype"], "stats": t["stats"], "view": t["view"],
                              "device": t["device"]})
         graph: WireStep = {**wire, "tensors": stripped}
@@ -224,7 +221,7 @@ class TraceStore:
             self._db.execute("DELETE FROM tensors WHERE run=? AND rank=? AND step=?", (run, rank, step))
             self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?,?)",
                              (run, rank, step, now, len(wire["nodes"]), len(wire["edges"]), wire.get("error"),
-                              _compress(pack(graph))))
+                              compress(pack(graph))))
             self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
                                  [(run, rank, step, i, a) for i, a in tensors])
             if self.keep_last is not None:
@@ -312,8 +309,8 @@ class TraceStore:
         if row is None:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
-        with _gc_paused():
-            return with_defaults(dict(unpack(_decompress(row[0]))))
+        with collector_paused():
+            return with_defaults(dict(unpack(decompress(row[0]))))
 
     def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
         idx = sorted({int(i) for i in indices})
@@ -337,7 +334,7 @@ class TraceStore:
             q = (f"SELECT idx, arrays FROM tensors WHERE run=? AND rank=? AND step=? "
                  f"AND idx IN ({','.join('?' * len(chunk))})")
             for i, blob in self._db.execute(q, (run, int(rank), int(step), *chunk)):
-                row = unpack(_decompress(blob))
+                row = unpack(decompress(blob))
                 if not isinstance(row, dict):
                     raise StoreError(f"step {step} of run {run!r} in {self.path}: tensor {i}'s arrays are not a map")
                 out[int(i)] = row
@@ -353,7 +350,7 @@ class TraceStore:
 
     def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:
         try:
-            with _gc_paused():
+            with collector_paused():
                 return step_from_wire(self.read_wire(run, step, rank))
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
@@ -367,35 +364,6 @@ class TraceStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a step's objects are built. They form no cycles for it to
-    find, but a big step makes hundreds of thousands of containers, and the full collections they set
-    off measured over half of `read_step` (a 15k-node step read in a process holding a traced step:
-    6.3 s, 2.5 s with the collector off)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _compress(blob: bytes) -> bytes:
-    return zlib.compress(blob, _LEVEL)
-
-
-def _decompress(blob: bytes) -> bytes:
-    """A stored blob's msgpack: a zlib stream since version 3, the msgpack itself before."""
-    if blob[:1] != b"\x78":
-        return blob
-    try:
-        return zlib.decompress(blob)
-    except zlib.error as exc:
-        raise TraceFormatError(f"a stored blob is not a zlib stream: {exc}") from exc
 
 
 def load(path: str | Path, run: str | None = None, step: int | None = None, rank: int = 0) -> StepTrace:
