@@ -165,16 +165,19 @@ class _TracedStep:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tr = self.tracer
         tr._active = False
-        with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
-            try:
-                done = self.rec.finish(exc)  # removes them first: the step is assembled without them
-            except Exception as err:  # never hide the user's exception behind ours
-                warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
-                              stacklevel=2)
-                return None
-        _copy_recorded(self.st, done)
-        tr.last = self.st
-        tr._emit(self.st)
+        try:
+            with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
+                try:
+                    done = self.rec.finish(exc)  # removes them first: the step is assembled without them
+                except Exception as err:  # never hide the user's exception behind ours
+                    warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
+                                  stacklevel=2)
+                    return None
+            _copy_recorded(self.st, done)
+            tr.last = self.st
+            tr._emit(self.st)
+        finally:
+            self.rec.collector.resume()  # paused at the first backward (tracer/record/collector.py)
         return None  # never swallow the user's exception
 
 
