@@ -64,39 +64,49 @@ class Loop:
         self.opt.step()
         self.opt.zero_grad()
 
-    def plain(self) -> float:
-        t0 = time.perf_counter()
+    def plain(self) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of this process) of one plain step."""
+        t0, c0 = time.perf_counter(), time.process_time()
         self.step()
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
-    def traced(self) -> float:
-        t0 = time.perf_counter()
+    def traced(self) -> tuple[float, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
         with self.tr.step(self.i) as st:
             self.step()
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - t0, time.process_time() - c0
         self.i += 1
         assert st is not None
         self.nodes = len(st.nodes)
         return dt
 
 
+def _row(nodes: int, plain: list[float], traced: list[float]) -> str:
+    ratios = [t / p for t, p in zip(traced, plain)]
+    per = [(t - p) / nodes * 1e6 for t, p in zip(traced, plain)]
+    return (f"{statistics.median(plain) * 1e3:>9.1f} {statistics.median(traced) * 1e3:>9.1f} "
+            f"{statistics.median(ratios):>6.2f}x {min(ratios):>5.2f}–{max(ratios):<5.2f} "
+            f"{statistics.median(per):>7.1f} {min(per):>6.1f}–{max(per):<6.1f}")
+
+
 def curve(sizes: list[int], rounds: int) -> None:
-    print(f"{'nodes':>7} {'plain ms':>10} {'traced ms':>10} {'ratio':>7} {'ratio range':>13} {'µs/node':>8}"
-          f" {'µs/node range':>15}")
+    """Wall time, and the process's CPU time, which a loaded machine disturbs less (both modes run on
+    one thread): median per mode, the per-round ratio (median, range) and µs per node (median, range)."""
+    head = f"{'plain ms':>9} {'traced ms':>9} {'ratio':>7} {'range':>11} {'µs/node':>7} {'range':>13}"
+    print(f"{'':>7} | {'wall':^61} | {'CPU time':^61}")
+    print(f"{'nodes':>7} | {head} | {head}")
     for n in sizes:
         loop = Loop(n)
-        times: dict[str, list[float]] = {"plain": [], "traced": []}
+        wall: dict[str, list[float]] = {"plain": [], "traced": []}
+        cpu: dict[str, list[float]] = {"plain": [], "traced": []}
         loop.plain(), loop.traced()  # warm-up
         for r in range(rounds):
-            order = ("plain", "traced") if r % 2 == 0 else ("traced", "plain")
-            for mode in order:
-                times[mode].append(getattr(loop, mode)())
-        ratios = [t / p for t, p in zip(times["traced"], times["plain"])]
-        per = [(t - p) / loop.nodes * 1e6 for t, p in zip(times["traced"], times["plain"])]
-        print(f"{loop.nodes:>7} {statistics.median(times['plain']) * 1e3:>10.1f} "
-              f"{statistics.median(times['traced']) * 1e3:>10.1f} {statistics.median(ratios):>6.2f}x "
-              f"{min(ratios):>5.2f}–{max(ratios):<6.2f} {statistics.median(per):>8.1f} "
-              f"{min(per):>6.1f}–{max(per):<8.1f}", flush=True)
+            for mode in (("plain", "traced") if r % 2 == 0 else ("traced", "plain")):
+                w, c = getattr(loop, mode)()
+                wall[mode].append(w)
+                cpu[mode].append(c)
+        print(f"{loop.nodes:>7} | {_row(loop.nodes, wall['plain'], wall['traced'])} | "
+              f"{_row(loop.nodes, cpu['plain'], cpu['traced'])}", flush=True)
         loop.tr.close()
 
 
@@ -128,11 +138,10 @@ def file_round_trip(n: int, rounds: int) -> None:
         plains = []
         loop.plain()
         for _ in range(rounds):
-            plains.append(loop.plain())
-        plain = statistics.median(plains)
-        traced = loop.traced()  # one step: every traced step adds hundreds of MB to the file
+            plains.append(loop.plain()[0])
+        traced = loop.traced()[0]  # one step: every traced step adds hundreds of MB to the file
         loop.tr.close()
-        plains.append(loop.plain())
+        plains.append(loop.plain()[0])
         size = os.path.getsize(path) / 1e6
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         t0 = time.perf_counter()
