@@ -85,6 +85,13 @@ class NodeHooks:
             else:
                 add(rec.node.register_hook(partial(post, rec)))
 
+    def release(self) -> None:
+        """Drop what the step's hooks left behind, and the hook functions themselves (they refer back
+        to this object: a cycle, left to the cyclic collector otherwise)."""
+        self.handoff = {}
+        self.hidden = {}
+        self._hooks = None
+
     def watch_hidden_params(self, walk: GraphWalk, model: ModelIndex, handles: StepHandles) -> None:
         """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
         gradients in a graph the walk cannot see. Holding the parameter's AccumulateGrad node makes

@@ -136,8 +136,7 @@ class StepRecorder:
 
     def _release(self) -> None:
         self.walk.release()
-        self.hooks.handoff = {}
-        self.hooks.hidden = {}
+        self.hooks.release()
         self.params.arrived = {}
         self.module_sums.release()
         self.forward.calls = []
