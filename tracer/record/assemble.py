@@ -55,7 +55,7 @@ def node_traces(records: list[NodeRecord], forward: ForwardRecorder,
     outs = [_outputs_of(r) for r in records]  # a node's input shapes are its children's output shapes
     statics = statics_of(mods)
     source_of = forward.source_of
-    out = []
+    out: list[NodeTrace] = []
     append = out.append
     for r, st, mod, (o_shapes, o_dtypes) in zip(records, statics, mods, outs):
         in_shapes: list[Any] = []

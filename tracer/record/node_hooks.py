@@ -63,8 +63,8 @@ class NodeHooks:
         self.step, self.summ, self.params, self.module_sums = step, summariser, params, module_sums
         self.breaker, self.view = breaker, view
         self.execution = execution  # (node id, run index) in the order the nodes ran: the hooks append
-        # (child id, input_nr) → (identity, summary) of what its single sender sent there (NOTE [Dedupe])
-        self.handoff: dict[tuple[int, int], tuple[tuple[Any, ...], TensorTrace]] = {}
+        # (child id, input_nr) → (address, (shape, strides, dtype), summary) of what its single sender sent there
+        self.handoff: dict[tuple[int, int], tuple[int, tuple[Any, ...], TensorTrace]] = {}
         self.last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self.pass_index = -1  # the backward pass running
         self.pass_t0 = 0  # when it started (ns)
