@@ -14,8 +14,9 @@ Small programs of the kind the PyTorch examples repository and nanoGPT hold, wri
     W6 regression     a linear regression on polynomial features (x, x², x³, x⁴), batch 32, smooth L1
     W7 actor-critic   a policy MLP (4-128-2 with a value head) over a 10-step episode, REINFORCE with baseline
     W8 word-lm        a word-language-model TransformerEncoder (2 layers, d=200, 2 heads), bptt 35, batch 20
-    W9 nanogpt-amp    a nanoGPT-like decoder (4 layers, d=128, 4 heads, seq 64, batch 8, vocab 65) under CPU
-                      autocast to float16
+    W9 nanogpt-fp16   a nanoGPT-like decoder (4 layers, d=128, 4 heads, seq 64, batch 8, vocab 65) under
+                      autocast to float16 (bfloat16 where float16 autocast does not run)
+    W10 nanogpt-bf16  the same under autocast to bfloat16
 
 `lstm_loop(nodes)`: an `nn.LSTMCell` loop unrolled over time, about `nodes` autograd nodes (bench/pernode.py).
 """
@@ -328,14 +329,17 @@ def word_lm(device: str | torch.device = "cpu", bptt: int = 35, batch: int = 20,
     return Workload("word-lm", model, make_batch, loss)
 
 
-def nanogpt_amp(device: str | torch.device = "cpu") -> Workload:
-    """W9: a nanoGPT-like decoder (the GPT of W3/W4, 4 layers, d=128, 4 heads, seq 64, batch 8, a
-    65-character vocabulary) with its forward and loss under autocast to float16 (bfloat16 where the
-    device's autocast has no float16)."""
-    w = _gpt("nanogpt-amp", n_layers=4, d_model=128, n_heads=4, batch=8, device=device, seq_len=64, vocab=65)
+def nanogpt_amp(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float16) -> Workload:
+    """W9 (float16) and W10 (bfloat16): a nanoGPT-like decoder (the GPT of W3/W4, 4 layers, d=128,
+    4 heads, seq 64, batch 8, a 65-character vocabulary) with its forward and loss under autocast to
+    `dtype`; W9 falls back to bfloat16 where the device's autocast does not run float16. (On a CPU
+    without native float16 arithmetic a float16 step is an order of magnitude slower than a bfloat16
+    one, so W10 is the one whose ratio shows the tracer's cost.)"""
     dev = torch.device(device).type
-    dtype = torch.float16 if dev == "cuda" or torch.amp.autocast_mode.is_autocast_available(dev) and \
-        _autocasts_to(dev, torch.float16) else torch.bfloat16
+    if dtype == torch.float16 and not _autocasts_to(dev, dtype):
+        dtype = torch.bfloat16
+    name = "nanogpt-" + ("fp16" if dtype == torch.float16 else "bf16")
+    w = _gpt(name, n_layers=4, d_model=128, n_heads=4, batch=8, device=device, seq_len=64, vocab=65)
     inner = w.loss_fn
 
     def loss(model: nn.Module, b: Any) -> torch.Tensor:
@@ -344,6 +348,11 @@ def nanogpt_amp(device: str | torch.device = "cpu") -> Workload:
 
     w.loss_fn = loss
     return w
+
+
+def nanogpt_bf16(device: str | torch.device = "cpu") -> Workload:
+    """W10: `nanogpt_amp` under autocast to bfloat16."""
+    return nanogpt_amp(device, torch.bfloat16)
 
 
 def _autocasts_to(device_type: str, dtype: torch.dtype) -> bool:
@@ -401,7 +410,7 @@ def lstm_loop(nodes: int = 10_000, device: str | torch.device = "cpu", batch: in
 
 WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12,
                                                  "W5": lenet_compiled, "W6": regression, "W7": actor_critic,
-                                                 "W8": word_lm, "W9": nanogpt_amp}
+                                                 "W8": word_lm, "W9": nanogpt_amp, "W10": nanogpt_bf16}
 
 
 def build(key: str, device: str | torch.device = "cpu") -> Workload:
