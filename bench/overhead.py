@@ -1,6 +1,6 @@
 """Overhead of gradscape's tracer on a full training step, per workload.
 
-    python bench/overhead.py                      # W1..W4, CPU, 1 thread; 41 rounds of a step under 50 ms, else 5
+    python bench/overhead.py                      # W1..W10, CPU, 1 thread; 41 rounds of a step under 50 ms, else 5
     python bench/overhead.py --quick              # W1..W3, 2 rounds
     python bench/overhead.py --workloads W3 --rounds 9 --device cuda
     python bench/overhead.py --workloads W1 --profile  # cProfile of traced steps instead of timings
