@@ -1,8 +1,9 @@
 """Overhead of gradscape's tracer on a full training step, per workload.
 
-    python bench/overhead.py                      # W1..W4, CPU, 1 thread; 41 rounds of a step under 50 ms, else 5
+    python bench/overhead.py                      # W1..W10, CPU, 1 thread; 41 rounds of a step under 50 ms, else 5
     python bench/overhead.py --quick              # W1..W3, 2 rounds
     python bench/overhead.py --workloads W3 --rounds 9 --device cuda
+    python bench/overhead.py --workloads W1 --profile  # cProfile of traced steps instead of timings
 
 Modes, measured interleaved in the same process (one warm-up round, then every round runs every mode
 once, rotating which mode goes first; a short step is repeated and preceded by one untimed step):
@@ -24,9 +25,11 @@ better than a ratio of medians when the machine drifts.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import math
 import os
 import platform
+import pstats
 import statistics
 import sys
 import time
@@ -241,6 +244,27 @@ def run_workload(key: str, rounds: int, device: str, modes: tuple[str, ...] = MO
         runner.close()
 
 
+def profile_workload(key: str, device: str, top: int) -> None:
+    """cProfile of traced steps of one workload (after a warm-up of each mode), as many as fill ~1 s of
+    plain steps, sorted by own time and by cumulative time."""
+    wl = build(key, device)
+    runner = Runner(wl, device)
+    try:
+        for mode in MODES:
+            runner.time(mode)
+        steps = max(1, min(500, math.ceil(1.0 / max(runner.time("plain"), 1e-6))))
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(steps):
+            runner.traced()
+        prof.disable()
+    finally:
+        runner.close()
+    print(f"{key} {wl.name}: cProfile of {steps} traced steps ({runner.last_nodes} nodes each)")
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(prof).sort_stats(order).print_stats(top)
+
+
 def context_lines(device: str, threads: int, rounds: int, keys: list[str]) -> list[str]:
     dev = device
     if device == "cuda":
@@ -280,6 +304,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--finder", action="store_true",
                     help="also time the traced step with the problem finder off (mode nofinder)")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of timing, print a cProfile of traced steps of each workload")
+    ap.add_argument("--top", type=int, default=30, help="rows of each --profile table (default 30)")
     ap.add_argument("--quick", action="store_true",
                     help=f"{QUICK_ROUNDS} rounds of {QUICK_WORKLOADS} unless given explicitly")
     args = ap.parse_args(argv)
@@ -310,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in context_lines(args.device, args.threads, args.rounds, args.keys):
         print(line)
     print()
+    if args.profile:
+        for key in args.keys:
+            profile_workload(key, args.device, args.top)
+        return 0
     print(HEADER)
     print("-" * len(HEADER), flush=True)
     results = []

@@ -8,6 +8,17 @@ fixed seed and reused) and `.loss(model, batch)` (a scalar loss). Models are bui
     W2 lenet  LeNet-like CNN on [64,1,28,28], cross-entropy over 10 classes
     W3 gpt6   6-layer GPT-like decoder, d=384, 6 heads, seq 128, batch 8
     W4 gpt12  12-layer GPT-like decoder, d=768, 12 heads, seq 128, batch 4
+
+Small programs of the kind the PyTorch examples repository and nanoGPT hold, as stand-ins (bench/small_programs.py):
+
+    W6 regression     a linear regression on polynomial features (x, x², x³, x⁴), batch 32, smooth L1
+    W7 actor-critic   a policy MLP (4-128-2 with a value head) over a 10-step episode, REINFORCE with baseline
+    W8 word-lm        a word-language-model TransformerEncoder (2 layers, d=200, 2 heads), bptt 35, batch 20
+    W9 nanogpt-fp16   a nanoGPT-like decoder (4 layers, d=128, 4 heads, seq 64, batch 8, vocab 65) under
+                      autocast to float16 (bfloat16 where float16 autocast does not run)
+    W10 nanogpt-bf16  the same under autocast to bfloat16
+
+`lstm_loop(nodes)`: an `nn.LSTMCell` loop unrolled over time, about `nodes` autograd nodes (bench/pernode.py).
 """
 
 from __future__ import annotations
@@ -211,8 +222,55 @@ def residual_stages(stages: int = 50, blocks: int = 29) -> nn.Module:
     return nn.Sequential(*[nn.Sequential(*[_Residual() for _ in range(blocks)]) for _ in range(stages)])
 
 
+# --------------------------------------------------------------------------- many small ops
+
+
+class _CellLoop(nn.Module):
+    """An `nn.LSTMCell` (4 → hidden 32) unrolled over the sequence, a Linear read-out at every time step:
+    about 17 autograd nodes per time step, each on an 8×32 tensor or smaller."""
+
+    def __init__(self, hidden: int = 32) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.cell = nn.LSTMCell(4, hidden)
+        self.head = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[1], self.hidden)
+        c = x.new_zeros(x.shape[1], self.hidden)
+        outs = []
+        for t in range(x.shape[0]):
+            h, c = self.cell(x[t], (h, c))
+            outs.append(self.head(h))
+        return torch.stack(outs)
+
+
+NODES_PER_TIME_STEP = 17  # of `_CellLoop`
+
+
+def lstm_loop(nodes: int = 10_000, device: str | torch.device = "cpu", batch: int = 8) -> Workload:
+    """An `nn.LSTMCell` loop (hidden 32, batch 8) unrolled over time to about `nodes` autograd nodes,
+    mean-squared error against random targets."""
+    torch.manual_seed(SEED)
+    model = _CellLoop().to(device)
+    steps = max(1, nodes // NODES_PER_TIME_STEP)
+
+    def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        g = _generator(SEED + 4)
+        return (torch.randn(steps, batch, 4, generator=g).to(device),
+                torch.randn(steps, batch, 1, generator=g).to(device))
+
+    def loss(model: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.mse_loss(model(b[0]), b[1])
+
+    return Workload(f"lstm{nodes}", model, make_batch, loss)
+
+
+from small_programs import actor_critic, nanogpt_amp, nanogpt_bf16, regression, word_lm  # noqa: E402
+
 WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12,
-                                                 "W5": lenet_compiled}
+                                                 "W5": lenet_compiled, "W6": regression, "W7": actor_critic,
+                                                 "W8": word_lm, "W9": nanogpt_amp, "W10": nanogpt_bf16}
 
 
 def build(key: str, device: str | torch.device = "cpu") -> Workload:

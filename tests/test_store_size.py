@@ -156,7 +156,7 @@ torch.set_num_threads(1)
 assert sys.getrecursionlimit() == 1000  # the interpreter's default: nothing here may recurse per node
 cell = torch.nn.LSTMCell(32, 32)
 x = torch.randn(6666, 8, 32)
-def loss():  # the graph is the function's: it is freed before the step ends (NOTE [Deep graph release])
+def loss():  # the graph is the function's: it is freed before the step ends (NOTE [Teardown] in tracer/record/walk.py)
     h = c = torch.zeros(8, 32)
     for t in range(6666):
         h, c = cell(x[t], (h, c))

@@ -13,7 +13,9 @@ NOTE [One hook per node]
 NOTE [Dedupe]
     The tensor a node sends along an edge is the very tensor its child receives when that child
     output has a single producer. The post-hook leaves its summary under (child, input_nr); the
-    child's hook takes it if the tensor (pointer, shape, strides, dtype) is the same. The entry
+    child's hook takes it if the tensor (address, shape, strides, dtype) is the same (the id of its
+    Python object would be cheaper, but whether torch keeps that object alive while the tensor waits
+    in the engine's input buffer is an implementation detail). The entry
     lives only while the tensor sits in the engine's input buffer, so memory reuse cannot fake a
     match. View-like nodes (`VIEW_NODES`) send on the same elements in another shape: their
     `grad_inputs[0]` reuses the statistics and computes only the thumbnail.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import torch
@@ -46,14 +49,7 @@ now = time.perf_counter_ns
 _thread_id = threading.get_ident
 _grad_enabled = torch.is_grad_enabled
 _set_grad = _compat.set_grad_enabled
-
-
-def _same_tensor(t: torch.Tensor) -> tuple[Any, ...]:
-    """What identifies a gradient between the hook of the node that sent it and the hook of the node
-    that receives it (NOTE [Dedupe]): where its elements are and how they are laid out. (The id of
-    its Python object would be cheaper, but whether torch keeps that object alive while the tensor
-    waits in the engine's input buffer is an implementation detail.) The hooks inline it."""
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+_STRIDED = torch.strided
 
 
 class NodeHooks:
@@ -67,23 +63,34 @@ class NodeHooks:
         self.step, self.summ, self.params, self.module_sums = step, summariser, params, module_sums
         self.breaker, self.view = breaker, view
         self.execution = execution  # (node id, run index) in the order the nodes ran: the hooks append
-        # (child id, input_nr) → (identity, summary) of what its single sender sent there (NOTE [Dedupe])
-        self.handoff: dict[tuple[int, int], tuple[tuple[Any, ...], TensorTrace]] = {}
+        # (child id, input_nr) → (address, (shape, strides, dtype), summary) of what its single sender sent there
+        self.handoff: dict[tuple[int, int], tuple[int, tuple[Any, ...], TensorTrace]] = {}
         self.last_end: dict[int, int] = {}  # engine thread → when our last hook on it returned (ns)
         self.pass_index = -1  # the backward pass running
         self.pass_t0 = 0  # when it started (ns)
         self.hidden: dict[Any, str] = {}  # AccumulateGrad nodes outside the walked graph → their parameter
         self._summarise = summariser.summarise_no_grad  # hooks turn grad mode off once for all their tensors
         self._warned_unreadable = False
+        self._hooks: tuple[Any, Any] | None = None  # the step's two hook functions (`_make_hooks`)
 
     def install(self, records: list[NodeRecord], handles: StepHandles) -> None:
         """One hook on each of `records` (NOTE [One hook per node])."""
         add = handles.add
+        if self._hooks is None:
+            self._hooks = self._make_hooks()
+        pre, post = self._hooks
         for rec in records:
             if rec.kind in ("param", "leaf"):
-                add(rec.node.register_prehook(self.acc_hook(rec)))
+                add(rec.node.register_prehook(partial(pre, rec)))
             else:
-                add(rec.node.register_hook(self.post_hook(rec)))
+                add(rec.node.register_hook(partial(post, rec)))
+
+    def release(self) -> None:
+        """Drop what the step's hooks left behind, and the hook functions themselves (they refer back
+        to this object: a cycle, left to the cyclic collector otherwise)."""
+        self.handoff = {}
+        self.hidden = {}
+        self._hooks = None
 
     def watch_hidden_params(self, walk: GraphWalk, model: ModelIndex, handles: StepHandles) -> None:
         """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
@@ -112,109 +119,111 @@ class NodeHooks:
 
     # The hooks run once per node per step, inside backward, where every Python operation costs 2-3×
     # its warm time (the kernels around a hook evict the interpreter's caches). So they are written
-    # for speed, each change measured: one grad-mode check per hook rather than per tensor, the
-    # execution order taken from the position in `execution` at assembly (a list append is atomic;
-    # no lock), where a summary goes for dedupe decided by the walk (`NodeRecord.send`), and each hook
-    # written out in one function, `_same_tensor` inlined.
-    def acc_hook(self, rec: NodeRecord) -> Any:
-        """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
-        could see it already rewritten in place, e.g. by DDP's reducer). Written out in one function,
-        like the post-hook, with `ParamGradients.note_arrival` inlined and the identity of a deduplicated
-        arrival taken from its `handoff` entry rather than read again."""
-        rid, runs, param = rec.id, rec.runs, rec.param
-        execution, handoff, summarise, last_end = self.execution, self.handoff, self._summarise, self.last_end
-        brk, params = self.breaker, self.params
+    # for speed, each change measured: two functions per step, made by `_make_hooks`, with what they
+    # use bound once as closure variables; each node's hook is `partial(fn, rec)` (two small objects
+    # per node, where a closure per node made a dozen cells); one grad-mode check per hook rather than
+    # per tensor; the execution order taken from the position in `execution` at assembly (a list
+    # append is atomic; no lock); where a summary goes for dedupe decided by the walk
+    # (`NodeRecord.send`); a gradient's address and layout read once, for its dedupe identity and its
+    # summary both (`Summariser.summarise_keyed`).
+    def _make_hooks(self) -> tuple[Any, Any]:
+        """The step's AccumulateGrad pre-hook `pre(rec, grad_outputs)` and post-hook `post(rec, grad_inputs,
+        grad_outputs)`, each written out in one function."""
+        hooks, execution_append, handoff, last_end = self, self.execution.append, self.handoff, self.last_end
+        take = handoff.pop
+        keyed, summarise, brk, params, add_to_sum = (self.summ.summarise_keyed, self._summarise, self.breaker,
+                                                     self.params, self.module_sums.add)
 
-        def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            run = NodeRun(self.pass_index, -1, [], None)  # order: set from `execution` in finish()
-            execution.append((rid, len(runs)))
+        def arrived(rid: int, grad_outputs: tuple[torch.Tensor | None, ...], gos: list[TensorTrace | None]) -> None:
+            """What arrived at node `rid` (NOTE [Dedupe]), summarised into `gos`."""
+            for i, g in enumerate(grad_outputs):
+                if g is None:
+                    gos.append(None)
+                else:
+                    hit = take((rid, i), None)
+                    if hit is not None and hit[0] == g.data_ptr() and hit[1] == (g.shape, g.stride(), g.dtype):
+                        gos.append(hit[2])
+                    elif g.layout is _STRIDED:
+                        gos.append(keyed(g, g.data_ptr(), (g.shape, g.stride(), g.dtype), None))
+                    else:
+                        gos.append(summarise(g, None))
+
+        def pre(rec: NodeRecord, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
+            could see it already rewritten in place, e.g. by DDP's reducer). `ParamGradients.note_arrival`
+            inlined."""
+            runs = rec.runs
+            run = NodeRun(hooks.pass_index, -1, [], None)  # order: set from `execution` in finish()
+            execution_append((rec.id, len(runs)))
             runs.append(run)
             grad_on = _grad_enabled()  # on in a create_graph backward: summaries must not record
             if grad_on:
                 _set_grad(False)
             try:
-                gos = run.grad_outputs
-                key: tuple[Any, ...] | None = None  # the identity of grad_outputs[0], where already read
-                for i, g in enumerate(grad_outputs):  # what arrived (NOTE [Dedupe])
-                    if g is None:
-                        gos.append(None)
-                        continue
-                    hit = handoff.pop((rid, i), None)
-                    if hit is not None and hit[0] == (g.data_ptr(), g.shape, g.stride(), g.dtype):
-                        gos.append(hit[1])
-                        if i == 0:
-                            key = hit[0]
-                    else:
-                        gos.append(summarise(g, None))
-                if param is not None and grad_outputs and grad_outputs[0] is not None:
-                    g = grad_outputs[0]
-                    if key is None and g.layout == torch.strided:
-                        key = (g.data_ptr(), g.shape, g.stride(), g.dtype)
-                    params.arrived[param] = (gos[0], key)  # see `ParamGradients.note_arrival`
+                arrived(rec.id, grad_outputs, run.grad_outputs)
+                g = grad_outputs[0] if grad_outputs else None
+                if rec.param is not None and g is not None:
+                    key = (g.data_ptr(), g.shape, g.stride(), g.dtype) if g.layout is _STRIDED else None
+                    params.arrived[rec.param] = (run.grad_outputs[0], key)  # see `ParamGradients.note_arrival`
             except Exception as exc:  # never let the tracer break the user's backward
-                self._unreadable(run, (), grad_outputs, exc)
+                hooks._unreadable(run, (), grad_outputs, exc)
             finally:
                 if grad_on:
                     _set_grad(True)
             if brk.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
-                brk.at_node(self.view, rec, None, grad_outputs)
+                brk.at_node(hooks.view, rec, None, grad_outputs)
             last_end[_thread_id()] = now()
             return None
 
-        return pre
-
-    def post_hook(self, rec: NodeRecord) -> Any:
-        is_view = rec.name in VIEW_NODES
-        rid, runs = rec.id, rec.runs
-        # bound once: these containers live as long as the step
-        execution, handoff, summarise, last_end = self.execution, self.handoff, self._summarise, self.last_end
-        brk, add_to_sum = self.breaker, self.module_sums.add
-
-        def post(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+        def post(rec: NodeRecord, grad_inputs: tuple[torch.Tensor | None, ...],
+                 grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t1 = now()
             tid = _thread_id()
-            run = NodeRun(self.pass_index, -1, [], None, (t1 - max(last_end.get(tid, 0), self.pass_t0)) / 1e3)
-            execution.append((rid, len(runs)))  # order: the position here, set in finish()
+            t0 = last_end.get(tid, 0)
+            if t0 < hooks.pass_t0:
+                t0 = hooks.pass_t0
+            runs = rec.runs
+            run = NodeRun(hooks.pass_index, -1, [], None, (t1 - t0) / 1e3)
+            execution_append((rec.id, len(runs)))  # order: the position here, set in finish()
             runs.append(run)
             grad_on = _grad_enabled()
             if grad_on:
                 _set_grad(False)
             try:
                 gos = run.grad_outputs
-                for i, g in enumerate(grad_outputs):  # what arrived (NOTE [Dedupe])
-                    if g is None:
-                        gos.append(None)
-                        continue
-                    hit = handoff.pop((rid, i), None)
-                    gos.append(hit[1] if hit is not None and hit[0] == (g.data_ptr(), g.shape, g.stride(), g.dtype)
-                               else summarise(g, None))
-                view_of = gos[0] if is_view and gos else None
+                arrived(rec.id, grad_outputs, gos)
+                view_of = gos[0] if gos and rec.name in VIEW_NODES else None
                 send, sums = rec.send, rec.sums  # set by the walk, after this hook was made
                 out: list[TensorTrace | None] = []
                 for j, g in enumerate(grad_inputs):  # what it sends on
                     if g is None:
                         out.append(None)
-                        continue
-                    tr = summarise(g, view_of if view_of is not None and j == 0 and g.numel() == view_of.numel
-                                   else None)
-                    out.append(tr)
-                    child = send[j] if j < len(send) else None
-                    if child is not None:
-                        handoff[child] = ((g.data_ptr(), g.shape, g.stride(), g.dtype), tr)
-                    if sums is not None and j in sums:
-                        add_to_sum(sums[j], g)
+                    elif g.layout is _STRIDED:
+                        ptr, key = g.data_ptr(), (g.shape, g.stride(), g.dtype)
+                        tr = keyed(g, ptr, key, view_of if view_of is not None and j == 0
+                                   and g.numel() == view_of.numel else None)
+                        out.append(tr)
+                        child = send[j] if j < len(send) else None
+                        if child is not None:
+                            handoff[child] = (ptr, key, tr)
+                        if sums is not None and j in sums:
+                            add_to_sum(sums[j], g)
+                    else:  # sparse: no address to dedupe by
+                        out.append(summarise(g, None))
+                        if sums is not None and j in sums:
+                            add_to_sum(sums[j], g)
                 run.grad_inputs = out
             except Exception as exc:  # never let the tracer break the user's backward
-                self._unreadable(run, grad_inputs, grad_outputs, exc)
+                hooks._unreadable(run, grad_inputs, grad_outputs, exc)
             finally:
                 if grad_on:
                     _set_grad(True)
             if brk.armed:  # breakpoints (NOTE [Breakpoints]): False unless one is set
-                brk.at_node(self.view, rec, grad_inputs, grad_outputs)
+                brk.at_node(hooks.view, rec, grad_inputs, grad_outputs)
             last_end[tid] = now()
             return None
 
-        return post
+        return pre, post
 
     def _unreadable(self, run: NodeRun, grad_inputs: tuple[torch.Tensor | None, ...],
                     grad_outputs: tuple[torch.Tensor | None, ...], exc: Exception) -> None:

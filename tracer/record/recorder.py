@@ -40,6 +40,7 @@ from gradscape.tracer._model import BackwardPass, StepTrace
 from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
 from gradscape.tracer.record.assemble import edges_of, node_traces
+from gradscape.tracer.record.collector import CollectorPause
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -84,6 +85,7 @@ class StepRecorder:
         self.params = ParamGradients(self.model, summariser)
         self.module_sums = ModuleSums(self.walk, self.forward)
         self.passes: list[BackwardPass] = []
+        self.collector = CollectorPause()  # off from the first backward until the step is emitted (collector.py)
         self.notes: list[str] = []  # what this step could not trace, and why (st.meta["notes"])
         execution: list[tuple[int, int]] = []  # written by the node hooks, read by the view
         self.view = StepView(step, self.walk, execution, self.forward, summariser, self.model, self.statics)
@@ -134,8 +136,7 @@ class StepRecorder:
 
     def _release(self) -> None:
         self.walk.release()
-        self.hooks.handoff = {}
-        self.hooks.hidden = {}
+        self.hooks.release()
         self.params.arrived = {}
         self.module_sums.release()
         self.forward.calls = []
@@ -149,6 +150,7 @@ class StepRecorder:
                             "its tensors are the transform's wrappers, whose memory cannot be read")
             return func(*args, **kwargs)
         roots, retain, create = backward_roots(api, args, kwargs)
+        self.collector.pause()  # NOTE [Garbage collector] in collector.py; resumed by the step's end
         try:
             bp = self._start_pass(api, roots, retain, create, root_values(api, args, kwargs))
         except Exception as exc:  # never let the tracer break the user's backward

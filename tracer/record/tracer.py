@@ -192,22 +192,25 @@ class _TracedStep:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tr = self.tracer
         tr._active = False
-        with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
-            try:
-                done = self.rec.finish(exc)  # removes them first: the step is assembled without them
-            except Exception as err:  # never hide the user's exception behind ours
-                warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
-                              stacklevel=2)
-                return None
-        apply_thumb_budget(done, tr.thumb_budget)
-        _copy_recorded(self.st, done)
-        if self.before_emit is not None:
-            try:
-                self.before_emit(self.st)
-            except Exception as err:
-                log.warning("gradscape: the monitor could not complete step %s: %s", self.st.step, err)
-        tr.last = self.st
-        tr._emit(self.st)
+        try:
+            with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
+                try:
+                    done = self.rec.finish(exc)  # removes them first: the step is assembled without them
+                except Exception as err:  # never hide the user's exception behind ours
+                    warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
+                                  stacklevel=2)
+                    return None
+            apply_thumb_budget(done, tr.thumb_budget)
+            _copy_recorded(self.st, done)
+            if self.before_emit is not None:
+                try:
+                    self.before_emit(self.st)
+                except Exception as err:
+                    log.warning("gradscape: the monitor could not complete step %s: %s", self.st.step, err)
+            tr.last = self.st
+            tr._emit(self.st)
+        finally:
+            self.rec.collector.resume()  # paused at the first backward (tracer/record/collector.py)
         return None  # never swallow the user's exception
 
 

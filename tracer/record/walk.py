@@ -1,6 +1,18 @@
 """The graph walk of one traced step: every node reachable from a backward's roots gets an id (its
 position in `GraphWalk.records`, in visit order), its children and the senders of each of its inputs.
 The walk only reads the graph; the node hooks are installed on what it found (tracer/record/node_hooks.py).
+
+NOTE [Teardown]
+    The walk holds a Python object for every node of the graph, and after the step those objects may
+    be the graph's last owners (the loss is gone by then in most loops). The order they are let go in
+    matters. Once Python has held a node, torch frees it through that object, and freeing it frees
+    what it alone still holds, recursively in C: letting go of a node after the nodes it leads to made
+    the release of a graph of 100k nodes (an LSTMCell loop unrolled over time) recurse once per node
+    and crash the process on the default 8 MB C stack. So `release` drops the nodes in reverse creation
+    order (a node's inputs are made before it, so this is a topological order: consumers first): each
+    node freed still finds its inputs held here, and no chain of frees runs deeper than one node
+    (bench/pernode.py --file 100000; tested in tests/test_scale.py). A graph the user still holds is
+    freed later by the user's code, as torch frees it.
 """
 
 from __future__ import annotations
@@ -125,16 +137,8 @@ class GraphWalk:
             rec.children = kids
 
     def release(self) -> None:
-        """Let go of the graph's nodes (the step is over), consumers before what they consume.
-
-        NOTE [Deep graph release]
-            Once Python has held a node (`next_functions` makes its Python object), torch frees it
-            through that object, and freeing it frees what it alone still holds, recursively in C: a
-            100k-node graph (an LSTMCell unrolled 6,666 times) overflows the stack there. When the
-            user's tensors are gone by the step's end, these references are the graph's last, so they
-            are dropped in reverse creation order (a node's inputs are made before it): each node
-            freed still finds its inputs held here, and no chain of frees runs deeper than one node.
-            A graph the user still holds is freed later by the user's code, as torch frees it."""
+        """Let go of the graph's nodes (the step is over), consumers before what they consume
+        (NOTE [Teardown])."""
         records = self.records
         self.records, self.ids, self.senders = [], {}, {}
         for rec in sorted(records, key=lambda r: r.seq, reverse=True):

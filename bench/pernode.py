@@ -1,0 +1,185 @@
+"""gradscape's cost per autograd node: an `nn.LSTMCell` loop unrolled over time (hidden 32, batch 8),
+the shape of graph that sequence models and RL rollouts build, where ops are small and many.
+
+    python bench/pernode.py                      # the curve: 1k, 10k, 50k, 100k nodes
+    python bench/pernode.py --nodes 1000,10000 --rounds 5
+    python bench/pernode.py --profile 10000      # cProfile of one traced 10k-node step
+    python bench/pernode.py --file 100000        # a traced step written to a trace file, read back elsewhere
+
+Modes, measured interleaved in the same process (one warm-up round of each, then every round runs
+each mode once, rotating which goes first):
+
+    plain    forward + loss + backward + SGD step + zero_grad
+    traced   the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
+
+Per size it prints the medians, the per-round ratio traced/plain (median and range) and the cost per
+node, (traced - plain) / nodes in µs. `--file N` traces one step with the SQLite file sink, then loads
+it back in a fresh Python process started with default limits (recursion limit, C stack), and prints
+both times as ratios to the plain step measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for p in (str(BENCH_DIR), str(REPO_ROOT)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import torch  # noqa: E402
+from workloads import lstm_loop  # noqa: E402
+
+import gradscape  # noqa: E402
+
+DEFAULT_NODES = "1000,10000,50000,100000"
+
+
+class Loop:
+    """One LSTMCell loop of about `nodes` autograd nodes, with its optimizer and tracer."""
+
+    def __init__(self, nodes: int, sink: object = None) -> None:
+        self.wl = lstm_loop(nodes)
+        self.model = self.wl.model
+        self.batch = self.wl.batch()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        self.tr = gradscape.Tracer(self.model, sink=sink, every=1, tensors="summary")
+        self.i = 0
+        self.nodes = 0
+
+    def step(self) -> None:
+        loss = self.wl.loss(self.model, self.batch)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+
+    def plain(self) -> tuple[float, float]:
+        """(wall seconds, CPU seconds of this process) of one plain step."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        self.step()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    def traced(self) -> tuple[float, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        with self.tr.step(self.i) as st:
+            self.step()
+        dt = time.perf_counter() - t0, time.process_time() - c0
+        self.i += 1
+        assert st is not None
+        self.nodes = len(st.nodes)
+        return dt
+
+
+def _row(nodes: int, plain: list[float], traced: list[float]) -> str:
+    ratios = [t / p for t, p in zip(traced, plain)]
+    per = [(t - p) / nodes * 1e6 for t, p in zip(traced, plain)]
+    return (f"{statistics.median(plain) * 1e3:>9.1f} {statistics.median(traced) * 1e3:>9.1f} "
+            f"{statistics.median(ratios):>6.2f}x {min(ratios):>5.2f}–{max(ratios):<5.2f} "
+            f"{statistics.median(per):>7.1f} {min(per):>6.1f}–{max(per):<6.1f}")
+
+
+def curve(sizes: list[int], rounds: int) -> None:
+    """Wall time, and the process's CPU time, which a loaded machine disturbs less (both modes run on
+    one thread): median per mode, the per-round ratio (median, range) and µs per node (median, range)."""
+    head = f"{'plain ms':>9} {'traced ms':>9} {'ratio':>7} {'range':>11} {'µs/node':>7} {'range':>13}"
+    print(f"{'':>7} | {'wall':^61} | {'CPU time':^61}")
+    print(f"{'nodes':>7} | {head} | {head}")
+    for n in sizes:
+        loop = Loop(n)
+        wall: dict[str, list[float]] = {"plain": [], "traced": []}
+        cpu: dict[str, list[float]] = {"plain": [], "traced": []}
+        loop.plain(), loop.traced()  # warm-up
+        for r in range(rounds):
+            for mode in (("plain", "traced") if r % 2 == 0 else ("traced", "plain")):
+                w, c = getattr(loop, mode)()
+                wall[mode].append(w)
+                cpu[mode].append(c)
+        print(f"{loop.nodes:>7} | {_row(loop.nodes, wall['plain'], wall['traced'])} | "
+              f"{_row(loop.nodes, cpu['plain'], cpu['traced'])}", flush=True)
+        loop.tr.close()
+
+
+def profile(n: int, top: int) -> None:
+    loop = Loop(n)
+    loop.plain(), loop.traced()
+    prof = cProfile.Profile()
+    prof.enable()
+    loop.traced()
+    prof.disable()
+    print(f"cProfile of one traced step of {loop.nodes} nodes (sorted by own time)")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(top)
+
+
+_READ_BACK = """
+import sys, time
+import gradscape
+t0 = time.perf_counter()
+st = gradscape.load(sys.argv[1])
+print(time.perf_counter() - t0, len(st.nodes), len(st.edges))
+"""
+
+
+def file_round_trip(n: int, rounds: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.sqlite")
+        loop = Loop(n, sink=path)
+        plains = []
+        loop.plain()
+        for _ in range(rounds):
+            plains.append(loop.plain()[0])
+        traced = loop.traced()[0]  # one step: every traced step adds hundreds of MB to the file
+        loop.tr.close()
+        plains.append(loop.plain()[0])
+        size = os.path.getsize(path) / 1e6
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", _READ_BACK, path], capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t0
+        if out.returncode != 0:
+            print(f"read-back process failed (exit {out.returncode}): {out.stderr[-2000:]}")
+            return
+        load_s, nodes, edges = out.stdout.split()
+        plain = statistics.median(plains)
+        print(f"{loop.nodes} nodes: plain {plain * 1e3:.0f} ms; traced + written {traced * 1e3:.0f} ms = "
+              f"{traced / plain:.2f}x plain; file {size:.0f} MB; read back in a fresh process "
+              f"{float(load_s) * 1e3:.0f} ms ({wall:.1f} s with start-up) = {float(load_s) / plain:.2f}x plain, "
+              f"{nodes} nodes and {edges} edges")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", default=DEFAULT_NODES, help=f"comma-separated graph sizes (default {DEFAULT_NODES})")
+    ap.add_argument("--rounds", type=int, default=5, help="timed rounds per size (default 5)")
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--profile", type=int, metavar="N", help="cProfile one traced step of about N nodes")
+    ap.add_argument("--top", type=int, default=30, help="rows of the profile (default 30)")
+    ap.add_argument("--file", type=int, metavar="N", help="trace one N-node step to a file and read it back")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("error", message="gradscape", category=RuntimeWarning)
+    print(f"torch {torch.__version__}  threads {torch.get_num_threads()}  "
+          f"loadavg {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.profile:
+        profile(args.profile, args.top)
+    elif args.file:
+        file_round_trip(args.file, args.rounds)
+    else:
+        curve([int(s) for s in args.nodes.split(",") if s.strip()], args.rounds)
+    print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
