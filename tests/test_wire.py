@@ -257,7 +257,7 @@ def test_arrays_keep_their_values() -> None:
 def test_view_layer_does_not_import_torch() -> None:
     # the server's read side (view, API, schema, store) runs without torch; gradscape.app.view imports every
     # view module (its __init__), and the run must not find a top-level `app` or `tracer` to import instead
-    code = ("import sys, gradscape.app.view, gradscape.app.api, gradscape.app.ui.data, gradscape.tracer.wire, "
+    code = ("import sys, gradscape.app.view, gradscape.app.api, gradscape.app.data, gradscape.tracer.wire, "
             "gradscape.tracer.store; print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'app', 'tracer')), 'gradscape.app.view.layout' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
