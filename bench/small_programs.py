@@ -9,7 +9,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from workloads import SEED, Workload, _generator, _gpt
+
+if __package__:  # imported as bench.small_programs (the tests), else from a bench script's folder
+    from .workloads import SEED, Workload, _generator, _gpt
+else:
+    from workloads import SEED, Workload, _generator, _gpt
 
 
 def regression(device: str | torch.device = "cpu") -> Workload:

@@ -266,7 +266,12 @@ def lstm_loop(nodes: int = 10_000, device: str | torch.device = "cpu", batch: in
     return Workload(f"lstm{nodes}", model, make_batch, loss)
 
 
-from small_programs import actor_critic, nanogpt_amp, nanogpt_bf16, regression, word_lm  # noqa: E402
+# the small programs build on the definitions above; bench scripts import this file as `workloads`,
+# the tests as `bench.workloads`
+if __package__:
+    from .small_programs import actor_critic, nanogpt_amp, nanogpt_bf16, regression, word_lm  # noqa: E402
+else:
+    from small_programs import actor_critic, nanogpt_amp, nanogpt_bf16, regression, word_lm  # noqa: E402
 
 WORKLOADS: dict[str, Callable[..., Workload]] = {"W1": mlp, "W2": lenet, "W3": gpt6, "W4": gpt12,
                                                  "W5": lenet_compiled, "W6": regression, "W7": actor_critic,
