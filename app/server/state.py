@@ -157,23 +157,21 @@ class ServerState:
 
     def store_step(self, step: WireStep) -> None:
         """Keep one step in the trace file and tell the pages (a run's first step also announces the run)."""
-        run = step["run"]
-        new_run = run not in self.known_runs
         self.store.write_wire(step)
-        self.known_runs.add(run)
-        if new_run:
-            self.notifier.run(run)
-        self.notifier.step(run, step["step"], step["rank"] or 0)
+        self._announce_run(step["run"])
+        self.notifier.step(step["run"], step["step"], step["rank"] or 0)
 
     def store_history(self, batch: WireHistory) -> None:
         """Store a checked batch of the monitor's history rows and announce it (a new run, then its last step)."""
-        run = batch["run"]
-        new_run = run not in self.known_runs
         self.store.write_history(batch)
-        self.known_runs.add(run)
-        if new_run:
+        self._announce_run(batch["run"])
+        self.notifier.history(batch["run"], max(r["step"] for r in batch["rows"]), batch["rank"] or 0)
+
+    def _announce_run(self, run: str) -> None:
+        """A run the pages have not been told of yet: tell them (once), after its first data is stored."""
+        if run not in self.known_runs:
+            self.known_runs.add(run)
             self.notifier.run(run)
-        self.notifier.history(run, max(r["step"] for r in batch["rows"]), batch["rank"] or 0)
 
     def close(self) -> None:
         """Stop the notifier thread; close the trace file if `create_app` opened it. Idempotent."""
