@@ -100,12 +100,12 @@ def test_no_callback_is_held_back_by_itself(callbacks: list[Callback]) -> None:
 
 
 def test_the_link_parser_reads_the_address_and_sets_the_link_from_the_browser(callbacks: list[Callback]) -> None:
-    # the deep link still reaches the selection (a set_props in assets/player.js), and the address the
+    # the deep link still reaches the selection (a set_props in assets/links.js), and the address the
     # selection callbacks write is still what the parser reads
     parser = [cb for cb in callbacks if cb.inputs == (f"{ids.URL}.search",)]
     assert len(parser) == 1 and parser[0].outputs == frozenset()
-    player_js = (Path(__file__).resolve().parents[2] / "assets" / "player.js").read_text()
-    assert "set_props(ID.DEEP_LINK, {data: out})" in player_js
+    links_js = (Path(__file__).resolve().parents[2] / "assets" / "links.js").read_text()
+    assert "set_props(ID.DEEP_LINK, {data: out})" in links_js
     readers = [cb for cb in callbacks if f"{ids.DEEP_LINK}.data" in cb.inputs]
     writers = [cb for cb in callbacks if f"{ids.URL}.search" in cb.outputs]
     assert readers and writers

@@ -170,8 +170,10 @@ class Summariser:
         """A fresh chunk of the arena, with room for at least `words` doubles: each chunk of a step
         twice the last, from `_FIRST_CHUNK` up to `_CHUNK_DOUBLES` (a small step zeroes little memory)."""
         self._cap = max(words, min(2 * self._cap, _CHUNK_DOUBLES) if self._chunk is not None else _FIRST_CHUNK)
-        self._chunk = (ctypes.c_double * self._cap)()
-        self._addr = ctypes.addressof(self._chunk)
+        # a numpy buffer, not a ctypes array: `c_double * n` makes a new type for each size, which is
+        # freed as cyclic garbage (tests/test_side_effects.py)
+        self._chunk = np.zeros(self._cap, np.float64)
+        self._addr = self._chunk.ctypes.data
         self._used = 0
 
     def _summarise(self, t: torch.Tensor, stats_of: TensorTrace | None) -> TensorTrace:
