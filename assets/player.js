@@ -1,13 +1,43 @@
 /* gradscape: the backward player (clientside callbacks of app/ui/player.py): `advance` moves it (the
  * ticker, the buttons, the keys), `player` follows a new graph or step and selects the node the person
  * steps to, `paint` marks what has run, the current node and its edges on the graph, and `focus` selects
- * and brings into view the selected node (a click on a node selects it here too). The graph is
+ * and brings into view the selected node (a click on a node selects it here too); the player's node is
+ * brought into view as it moves, unless the person is moving the graph (`P.reveal`). The graph is
  * dash-cytoscape's, reachable as window.cy; classes change in place, so stepping through thousands of
  * elements never round-trips through Python. Everything here lives in the page's one namespace,
  * window.gradscape (GS.player: where the player is, GS.player.current). */
 (function () {
   const GS = window.gradscape, ID = GS.ids, E = GS.elements;
-  const P = GS.player = {current: null, clicks: {prev: 0, next: 0}, hold: undefined, focused: undefined};
+  const P = GS.player = {current: null, clicks: {prev: 0, next: 0}, hold: undefined, focused: undefined,
+                         picked: null};  // picked: the node last chosen (by anyone), {run, node}
+  // Someone moving the graph by hand (a drag, held down; a wheel turn, for HANDS_OFF_MS after it): the page
+  // does not recentre the graph under them (`P.reveal`)
+  const HANDS_OFF_MS = 800, MARGIN = 8;
+  P.holding = false;
+  P.handled = -Infinity;
+  P.handsOn = function () { return P.holding || performance.now() - P.handled < HANDS_OFF_MS; };
+  function watchHands(cy) {
+    if (cy.__gsHands) return;
+    cy.__gsHands = true;
+    const box = cy.container(), opts = {capture: true, passive: true};
+    const down = function () { P.holding = true; };
+    const up = function () { if (P.holding) { P.holding = false; P.handled = performance.now(); } };
+    box.addEventListener("mousedown", down, opts);
+    box.addEventListener("touchstart", down, opts);
+    box.addEventListener("wheel", function () { P.handled = performance.now(); }, opts);
+    window.addEventListener("mouseup", up, opts);
+    window.addEventListener("touchend", up, opts);
+  }
+  // Bring `el` (the player's node, or the one selected) into view when it is not, unless someone is moving
+  // the graph. An earlier recentring still animating is stopped first (quick steps would queue them, and the
+  // view would trail behind the player)
+  P.reveal = function (cy, el) {
+    if (!cy || !el || !el.length || P.handsOn()) return;
+    const b = el.renderedBoundingBox({includeLabels: false}), W = cy.width(), H = cy.height();
+    if (b.x1 >= MARGIN && b.y1 >= MARGIN && b.x2 <= W - MARGIN && b.y2 <= H - MARGIN) return;
+    cy.stop(true, false);
+    cy.animate({center: {eles: el}}, {duration: 150, queue: false});
+  };
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     advance: function (ticks, prev, next, value, max) {
@@ -44,20 +74,24 @@
       }
       const held = !fresh && P.hold === v;
       if (!fresh) P.hold = undefined;
-      const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !fresh && !held;  // the person moved it
+      // the person moved it: also when a new step of the same graph arrives in the same call (Dash merges
+      // the two), which dropped their step before
+      const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !held && !(fresh && (!prev || prev.sig !== sig));
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
       if (cy && fresh) GS.graph.shown(cy, order);
       else if (!GS.graph.key) {
         GS.graph.key = GS.graph.keyOf(order);
         GS.graph.run = order.run;
       }
-      if (moved) {  // the user moved the player: the inspector follows its current node
+      if (moved) {  // the user moved the player: the graph shows its node and the inspector follows it
+        if (cy) P.reveal(cy, cy.getElementById(order.elements[v]));
         dash_clientside.set_props(ID.SELECTED, {data: {run: order.run, rank: order.rank || 0, step: order.step,
                                                            node: order.nodes[v]}});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
       P.current = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
                                 rank: order.rank || 0, step: order.step, sig: sig};
+      if (cy) watchHands(cy);
       if (cy && !cy.__gsTap) {
         // a click on a node selects it here, in the browser: a server answer may be dropped when a streamed
         // step changes an input of the same callback while it is in flight, and the click would be lost
@@ -100,6 +134,15 @@
     },
     focus: function (selected, order) {
       const cy = window.cy;
+      // a server's answer for a new step keeps the node its request held (`kept`); when the person picked
+      // another since (the player, a click: set here, in the browser), their pick stays, in the new step
+      const picked = P.picked;
+      if (selected && selected.kept && picked && picked.run === selected.run && picked.node !== selected.node) {
+        dash_clientside.set_props(ID.SELECTED, {data: {run: selected.run, rank: selected.rank || 0,
+                                                       step: selected.step, node: picked.node}});
+        return window.dash_clientside.no_update;
+      }
+      if (!selected || !selected.kept) P.picked = selected ? {run: selected.run, node: selected.node} : null;
       if (cy && selected) {
         let el = cy.getElementById(E.node + selected.node);
         if (!el.length && order) {
@@ -117,8 +160,7 @@
             const ins = document.getElementById(ID.INSPECTOR);
             if (ins) ins.scrollTop = 0;
             if (GS.scroll) { GS.scroll.want = 0; GS.scroll.pulled = false; }
-            const ext = cy.extent(), p = el.position();
-            if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+            P.reveal(cy, el);
           }
           P.focused = key;
         }

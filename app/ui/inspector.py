@@ -106,9 +106,10 @@ def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: 
     module = n["module"]
     if module and module in wire["modules"]:
         tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module, arrays)))
+    flow = view.gradient_flow(wire)
     tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
-        dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
-                  style={"height": "320px"}),
+        dcc.Graph(id=ids.FLOW, figure=flow, config={"displayModeBar": False},
+                  style={"height": f"{flow['layout']['height']}px"}),
         dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
                   style={"height": "320px"})]))
     # the tab the person picked survives a new render (a streamed step re-renders the inspector): Dash's

@@ -11,8 +11,8 @@ is a few lines over these functions and everything is testable on real traces wi
 The rooms: `ids` (the graph's element ids, made and read there only), `graph` (the step as a
 `networkx.DiGraph`), `layout` and `collapse` (positions, folded modules), `elements` (cytoscape
 elements) with `colours`, `search` (the find box), `heatmaps` over `grid` (a tensor as a 2-D grid),
-`flow` (gradient flow), `modules` (the module tab), `compare` and `problems`; `_wire` reads a step's
-wire form for all of them. See docs/graph-view.md.
+`flow` (gradient flow), `modules` (the module tab), `compare` and `problems`; `step_fields` reads the fields of a step
+(its wire form) for all of them. See docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (
@@ -26,7 +26,7 @@ from gradscape.app.view.collapse import (
 )
 from gradscape.app.view.colours import COLOR_BY, legend
 from gradscape.app.view.elements import cytoscape_elements
-from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_steps
+from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_rows, norm_over_steps
 from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from gradscape.app.view.layout import count_crossings, layout_graph
 from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
@@ -52,6 +52,7 @@ __all__ = [
     "module_table",
     "module_tensors",
     "node_tensors",
+    "norm_over_rows",
     "norm_over_steps",
     "param_rows",
     "reveal",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view._wire import Wire, fmt_num, max_abs, stat, tensor, zero_fraction
+from gradscape.app.view.step_fields import Wire, fmt_num, max_abs, stat, tensor, zero_fraction
 from gradscape.tracer.wire import WireNode, WireTensor
 
 COLOR_BY = ("norm", "maxabs", "zeros")

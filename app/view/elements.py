@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view._wire import Wire, fmt_shape, module_type, node_label, nonfinite, numel, stat, tensor
 from gradscape.app.view.collapse import box_label, module_label
 from gradscape.app.view.colours import (
     BOX_FILL,
@@ -41,6 +40,7 @@ from gradscape.app.view.colours import (
     text_color,
 )
 from gradscape.app.view.ids import box_element, module_of, node_element, node_of
+from gradscape.app.view.step_fields import Wire, fmt_shape, module_type, node_label, nonfinite, numel, stat, tensor
 from gradscape.tracer.wire import WireNode, WireTensor
 
 

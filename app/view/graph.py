@@ -32,7 +32,7 @@ from typing import Any
 
 import networkx as nx
 
-from gradscape.app.view._wire import Wire, node_label, node_module, prefixes
+from gradscape.app.view.step_fields import Wire, node_label, node_module, prefixes
 
 __all__ = ["by_module", "layers", "param_node", "paths_to_loss", "reachable", "roots", "step_graph",
            "unreachable_params", "upstream"]

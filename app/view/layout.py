@@ -63,14 +63,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gradscape.app.view._gcpause import gc_paused
-from gradscape.app.view._wire import Wire, prefixes
 from gradscape.app.view.boxes import box_bounds, box_overlaps, separate_boxes
 from gradscape.app.view.collapse import box_label, collapse_graph, default_collapse, element_size, normalise
 from gradscape.app.view.crossings import count_crossings
+from gradscape.app.view.gc_threshold import raised_gc_threshold
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
 from gradscape.app.view.ordering import order_layers
+from gradscape.app.view.step_fields import Wire, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
 
 __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", "layout_graph"]
@@ -90,7 +90,7 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     An edge's `slots` are the `[src, dst, slot]` wire edges it stands for; `bends` are the points
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
     """
-    with gc_paused():
+    with raised_gc_threshold():
         return _layout(wire, collapsed, sweeps, dx, dy, module_gap, max_visible)
 
 
