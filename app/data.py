@@ -1,7 +1,8 @@
 """The one source the page's callbacks read (`PageData`): the stored steps (runs, steps, ranks, decoded
-graphs, their layouts, search indexes, arrays, gradient flow over steps), each decoded step and what is
-derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded once however many
-callbacks ask for it; and the paused state of a run stopped at a breakpoint (`paused_node`)."""
+graphs, their layouts, the marks their elements show, search indexes, arrays, gradient flow over steps),
+each decoded step and what is derived from it kept in a small LRU keyed by (run, step, rank), so it is
+decoded once however many callbacks ask for it; and the paused state of a run stopped at a breakpoint
+(`paused_node`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ class PageData:
         self._flows: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
         self._flow_rows: OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = OrderedDict()
         self._search: OrderedDict[tuple[str, int, int], list[dict[str, str]]] = OrderedDict()
+        self._marks: OrderedDict[tuple[str, int, int, str], view.StepMarks] = OrderedDict()
         self._lock = threading.Lock()
 
     def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any, size: int | None = None) -> Any:
@@ -71,6 +73,12 @@ class PageData:
     def search_index(self, run: str, step: int, rank: int = 0) -> list[dict[str, str]]:
         return self._lru(self._search, (run, int(step), int(rank)),
                          lambda: view.search_index(self.graph(run, step, rank)))
+
+    def marks(self, run: str, step: int, color_by: str, rank: int = 0) -> view.StepMarks:
+        """The colour range, node statistics, NaN/Inf counts and legend of a step for one colouring: once per
+        step, not on every fold or expand (`view.marks`)."""
+        return self._lru(self._marks, (run, int(step), int(rank), color_by),
+                         lambda: view.step_marks(self.graph(run, step, rank), color_by), 3 * self.size)
 
     def flow_over_steps(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
         """Per-layer gradient norm over the rank's last steps up to `step`: made once per (run, step,

@@ -38,6 +38,31 @@
     cy.stop(true, false);
     cy.animate({center: {eles: el}}, {duration: 150, queue: false});
   };
+  // The drawn element of each executed node, for the graph as drawn now (`elements`: dash-cytoscape's): the
+  // node itself, or the outermost folded module around it (as the layout folds, app/view/collapse.py). The
+  // step's order (app/ui/graph.py `exec_order`) comes once per step, with each node's module; a fold or an
+  // expand sends only the elements, and this runs again over them
+  function drawnElements(order, elements) {
+    const drawn = new Set();
+    (elements || []).forEach(function (e) { if (e.group === "nodes" && e.data) drawn.add(e.data.id); });
+    const hiding = {};  // module index -> its folded element, or null
+    const folded = function (m) {
+      if (!(m in hiding)) {
+        const parts = order.modules[m].split(".");
+        hiding[m] = null;
+        for (let i = 1; i <= parts.length; i++) {
+          const id = E.module + parts.slice(0, i).join(".");
+          if (drawn.has(id)) { hiding[m] = id; break; }
+        }
+      }
+      return hiding[m];
+    };
+    const modOf = order.module_of || [];
+    return order.nodes.map(function (n, k) {
+      const id = E.node + n;
+      return drawn.has(id) ? id : (modOf[k] >= 0 ? folded(modOf[k]) : null);
+    });
+  }
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     advance: function (ticks, prev, next, value, max) {
@@ -52,13 +77,18 @@
       else if (trig.startsWith(ID.TICKER + ".")) v = v >= (max || 0) ? 0 : v + 1;
       return v;
     },
-    player: function (value, order, _elements, max) {
+    player: function (value, stepOrder, elements, max) {
       const cy = window.cy;
-      if (!order || !order.nodes || !order.nodes.length) return "";
-      const last = order.nodes.length - 1;
+      if (!stepOrder || !stepOrder.nodes || !stepOrder.nodes.length) return "";
+      const last = stepOrder.nodes.length - 1;
       let v = Math.min(value || 0, last);
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
-      const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;
+      const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;  // a new step (its order comes once per step)
+      const redrawn = fresh || trig.indexOf(ID.GRAPH + ".elements") >= 0;  // that, or a fold or an expand
+      if (redrawn || !P.order || P.order.nodes !== stepOrder.nodes) {
+        P.order = Object.assign({}, stepOrder, {elements: drawnElements(stepOrder, elements)});
+      }
+      const order = P.order;  // the step's order with each node's drawn element
       const prev = P.current;
       // which graph this is (its run and backward order), worked out once per new order, not per tick
       const sig = fresh || !prev ? order.run + "|" + order.nodes.join(",") : prev.sig;
@@ -78,7 +108,7 @@
       // the two), which dropped their step before
       const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !held && !(fresh && (!prev || prev.sig !== sig));
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
-      if (cy && fresh) GS.graph.shown(cy, order);
+      if (cy && redrawn) GS.graph.shown(cy, order);
       else if (!GS.graph.key) {
         GS.graph.key = GS.graph.keyOf(order);
         GS.graph.run = order.run;
@@ -132,8 +162,8 @@
         });
       }
     },
-    focus: function (selected, order) {
-      const cy = window.cy;
+    focus: function (selected, _stepOrder) {
+      const cy = window.cy, order = P.order;
       // a server's answer for a new step keeps the node its request held (`kept`); when the person picked
       // another since (the player, a click: set here, in the browser), their pick stays, in the new step
       const picked = P.picked;

@@ -29,10 +29,12 @@ from gradscape.app.view.elements import cytoscape_elements
 from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_rows, norm_over_steps
 from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from gradscape.app.view.layout import count_crossings, layout_graph
+from gradscape.app.view.marks import StepMarks, step_marks
 from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
 from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, searched_on_server
 
 __all__ = [
+    "StepMarks",
     "COLOR_BY",
     "SEARCH_HITS",
     "backward_hook_note",
@@ -61,6 +63,7 @@ __all__ = [
     "searched_on_server",
     "slot_figures",
     "stats_rows",
+    "step_marks",
     "visible_count",
     "visible_element",
 ]
