@@ -13,7 +13,9 @@
       // its step counts ("r (59 steps)"): only the labels change then, never the run shown
       const trig = (dash_clientside.callback_context.triggered || []).map(function (t) { return t.prop_id; });
       const newRun = trig.indexOf(ID.SOCKET + ".data-run") >= 0;
-      if (newRun ? !note : !stepNote) return window.dash_clientside.no_update;
+      // (not for the catch-up a (re)connection brings: the page was served with the run list, and a run it
+      // missed arrives with its own notification)
+      if (newRun ? !note : !stepNote || stepNote.catchup) return window.dash_clientside.no_update;
       const seq = ++GS.live.runSeq;
       fetch(new URL("/api/runs", window.location.origin), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : null; })

@@ -63,6 +63,13 @@
       return drawn.has(id) ? id : (modOf[k] >= 0 ? folded(modOf[k]) : null);
     });
   }
+  // A selection made here, in the browser (the player, a click on a node). Noted at once, not when `focus`
+  // sees it: a server's answer for a new step arriving in the same moment can replace it in the store
+  // before any callback reads it, and `focus` puts it back (see `kept` there)
+  P.pick = function (sel) {
+    P.picked = {run: sel.run, node: sel.node};
+    dash_clientside.set_props(ID.SELECTED, {data: sel});
+  };
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     advance: function (ticks, prev, next, value, max) {
@@ -115,8 +122,7 @@
       }
       if (moved) {  // the user moved the player: the graph shows its node and the inspector follows it
         if (cy) P.reveal(cy, cy.getElementById(order.elements[v]));
-        dash_clientside.set_props(ID.SELECTED, {data: {run: order.run, rank: order.rank || 0, step: order.step,
-                                                           node: order.nodes[v]}});
+        P.pick({run: order.run, rank: order.rank || 0, step: order.step, node: order.nodes[v]});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
       P.current = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
@@ -129,8 +135,7 @@
         cy.on("tap", "node", function (evt) {
           const id = evt.target.id(), p = P.current;
           if (p && id.startsWith(E.node) && /^[0-9]+$/.test(id.slice(E.node.length))) {
-            dash_clientside.set_props(ID.SELECTED, {data: {run: p.run, rank: p.rank, step: p.step,
-                                                               node: parseInt(id.slice(E.node.length), 10)}});
+            P.pick({run: p.run, rank: p.rank, step: p.step, node: parseInt(id.slice(E.node.length), 10)});
           }
         });
       }
