@@ -8,11 +8,12 @@ is a few lines over these functions and everything is testable on real traces wi
     elements = cytoscape_elements(wire, layout, "norm")
     panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
 
-The rooms: `ids` (the graph's element ids, made and read there only), `graph` (the step as a
-`networkx.DiGraph`), `layout` and `collapse` (positions, folded modules), `elements` (cytoscape
-elements) with `colours`, `search` (the find box), `heatmaps` over `grid` (a tensor as a 2-D grid),
-`flow` (gradient flow), `modules` (the module tab), `compare` and `problems`; `step_fields` reads the fields of a step
-(its wire form) for all of them. See docs/graph-view.md.
+The rooms: `ids` (the graph's element ids, made and read there only), `layout` and `collapse`
+(positions, folded modules; no networkx model of the step: docs/graph-view.md says why), `elements`
+(cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
+(the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `modules` (the
+module tab), `compare` and `problems`; `step_fields` reads the fields of a step (its wire form) for all
+of them, and `gc_threshold` raises the collector's threshold while a layout runs. See docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (
