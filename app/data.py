@@ -1,7 +1,8 @@
 """The one source the page's callbacks read (`PageData`): the stored steps (runs, steps, ranks, decoded
-graphs, their layouts, search indexes, arrays, gradient flow over steps, the monitor's history), each
-decoded step and what is derived from it kept in a small LRU keyed by (run, step, rank), so it is decoded
-once however many callbacks ask for it; and the paused state of a run stopped at a breakpoint
+graphs, their layouts, the marks their elements show, search indexes, arrays, gradient flow over steps,
+the monitor's history), each decoded step and what is derived from it kept in a small LRU keyed by (run,
+step, rank), so it is decoded once however many callbacks ask for it; and the paused state of a run
+stopped at a breakpoint
 (`paused_node`)."""
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ class PageData:
         self._graphs: OrderedDict[tuple[str, int, int], WireStep] = OrderedDict()
         self._layouts: OrderedDict[tuple[str, int, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
         self._flows: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
+        self._flow_rows: OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = OrderedDict()
         self._search: OrderedDict[tuple[str, int, int], list[dict[str, str]]] = OrderedDict()
+        self._marks: OrderedDict[tuple[str, int, int, str], view.StepMarks] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any) -> Any:
+    def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any, size: int | None = None) -> Any:
         with self._lock:
             if key in cache:
                 cache.move_to_end(key)
@@ -41,7 +44,7 @@ class PageData:
         value = make()
         with self._lock:
             cache[key] = value
-            while len(cache) > self.size:
+            while len(cache) > (size or self.size):
                 cache.popitem(last=False)
         return value
 
@@ -76,13 +79,26 @@ class PageData:
         return self._lru(self._search, (run, int(step), int(rank)),
                          lambda: view.search_index(self.graph(run, step, rank)))
 
+    def marks(self, run: str, step: int, color_by: str, rank: int = 0) -> view.StepMarks:
+        """The colour range, node statistics, NaN/Inf counts and legend of a step for one colouring: once per
+        step, not on every fold or expand (`view.marks`)."""
+        return self._lru(self._marks, (run, int(step), int(rank), color_by),
+                         lambda: view.step_marks(self.graph(run, step, rank), color_by), 3 * self.size)
+
     def flow_over_steps(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
-        """Per-layer gradient norm over the rank's last steps up to `step`: read once per (run, step,
-        rank), not on every node click (it decodes up to MAX_STEPS_OVER_TIME stored steps)."""
+        """Per-layer gradient norm over the rank's last steps up to `step`: made once per (run, step,
+        rank), not on every node click, from each step's layer rows, which are kept (for the last
+        2 × MAX_STEPS_OVER_TIME steps read): a new step of a streaming run decodes that step only, where
+        decoding the last 30 took 1-2 s for a small GPT-2 and the inspector, which shows this, could not
+        keep up with a step every 0.4 s."""
         def make() -> dict[str, Any]:
             steps = [s for s in self.steps(run, rank) if s <= step][-MAX_STEPS_OVER_TIME:]
-            return view.norm_over_steps([self.store.read_graph(run, s, int(rank)) for s in steps])
+            return view.norm_over_rows([(s, self._layer_rows(run, s, int(rank))) for s in steps])
         return self._lru(self._flows, (run, int(step), int(rank)), make)
+
+    def _layer_rows(self, run: str, step: int, rank: int) -> list[dict[str, Any]]:
+        return self._lru(self._flow_rows, (run, step, rank),
+                         lambda: view.flow_rows(self.store.read_graph(run, step, rank)), 2 * MAX_STEPS_OVER_TIME)
 
     def layout(self, run: str, step: int, collapsed: list[str] | None, rank: int = 0) -> dict[str, Any]:
         key = (run, int(step), int(rank), None if collapsed is None else tuple(sorted(collapsed)))

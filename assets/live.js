@@ -1,5 +1,5 @@
 /* gradscape: live updates (clientside callbacks of app/ui/runs.py). A notification on the /ui socket only
- * says what changed; the run list (`liveRuns`) and the step list of the rank shown (`liveSteps`) are read
+ * says what changed; the run list with its step counts (`liveRuns`) and the step list of the rank shown (`liveSteps`) are read
  * again from the JSON API, the newest answer winning; `connection` shows the socket's state and the
  * tracer's counts. Everything here lives in the page's one namespace, window.gradscape. */
 (function () {
@@ -7,10 +7,15 @@
   GS.live = {runSeq: 0, stepSeq: 0, stepsOf: null};  // the newest read's number; the run and rank it is for
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
-    liveRuns: function (note, current) {
-      // a new run → the run list from the JSON API (oldest update first, as the server lists them);
-      // the run shown stays, or the newest one is shown when there was none
-      if (!note) return window.dash_clientside.no_update;
+    liveRuns: function (note, stepNote, current, shown) {
+      // a new run → the run list from the JSON API (oldest update first, as the server lists them); the run
+      // shown stays, or the newest one is shown when there was none. A new step → the same list again, for
+      // its step counts ("r (59 steps)"): only the labels change then, never the run shown
+      const trig = (dash_clientside.callback_context.triggered || []).map(function (t) { return t.prop_id; });
+      const newRun = trig.indexOf(ID.SOCKET + ".data-run") >= 0;
+      // (not for the catch-up a (re)connection brings: the page was served with the run list, and a run it
+      // missed arrives with its own notification)
+      if (newRun ? !note : !stepNote || stepNote.catchup) return window.dash_clientside.no_update;
       const seq = ++GS.live.runSeq;
       fetch(new URL("/api/runs", window.location.origin), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : null; })
@@ -19,9 +24,13 @@
           const runs = body.runs.slice().sort(function (a, b) { return (a.updated > b.updated) - (a.updated < b.updated); });
           if (!runs.length) return;
           const names = runs.map(function (r) { return r.run; });
-          window.dash_clientside.set_props(ID.RUN_SELECT, {
-            options: runs.map(function (r) { return {label: r.run + " (" + r.steps + " steps)", value: r.run}; }),
-            value: names.indexOf(current) >= 0 ? current : names[names.length - 1]});
+          const options = runs.map(function (r) { return {label: r.run + " (" + r.steps + " steps)", value: r.run}; });
+          if (newRun || names.indexOf(current) < 0) {
+            window.dash_clientside.set_props(ID.RUN_SELECT, {
+              options: options, value: names.indexOf(current) >= 0 ? current : names[names.length - 1]});
+          } else if (JSON.stringify(options) !== JSON.stringify(shown || [])) {
+            window.dash_clientside.set_props(ID.RUN_SELECT, {options: options});
+          }
         })
         .catch(function () { /* offline: the next notification brings the list up to date */ });
       return seq;

@@ -1,13 +1,75 @@
 /* gradscape: the backward player (clientside callbacks of app/ui/player.py): `advance` moves it (the
  * ticker, the buttons, the keys), `player` follows a new graph or step and selects the node the person
  * steps to, `paint` marks what has run, the current node and its edges on the graph, and `focus` selects
- * and brings into view the selected node (a click on a node selects it here too). The graph is
+ * and brings into view the selected node (a click on a node selects it here too); the player's node is
+ * brought into view as it moves, unless the person is moving the graph (`P.reveal`). The graph is
  * dash-cytoscape's, reachable as window.cy; classes change in place, so stepping through thousands of
  * elements never round-trips through Python. Everything here lives in the page's one namespace,
  * window.gradscape (GS.player: where the player is, GS.player.current). */
 (function () {
   const GS = window.gradscape, ID = GS.ids, E = GS.elements;
-  const P = GS.player = {current: null, clicks: {prev: 0, next: 0}, hold: undefined, focused: undefined};
+  const P = GS.player = {current: null, clicks: {prev: 0, next: 0}, hold: undefined, focused: undefined,
+                         picked: null};  // picked: the node last chosen (by anyone), {run, node}
+  // Someone moving the graph by hand (a drag, held down; a wheel turn, for HANDS_OFF_MS after it): the page
+  // does not recentre the graph under them (`P.reveal`)
+  const HANDS_OFF_MS = 800, MARGIN = 8;
+  P.holding = false;
+  P.handled = -Infinity;
+  P.handsOn = function () { return P.holding || performance.now() - P.handled < HANDS_OFF_MS; };
+  function watchHands(cy) {
+    if (cy.__gsHands) return;
+    cy.__gsHands = true;
+    const box = cy.container(), opts = {capture: true, passive: true};
+    const down = function () { P.holding = true; };
+    const up = function () { if (P.holding) { P.holding = false; P.handled = performance.now(); } };
+    box.addEventListener("mousedown", down, opts);
+    box.addEventListener("touchstart", down, opts);
+    box.addEventListener("wheel", function () { P.handled = performance.now(); }, opts);
+    window.addEventListener("mouseup", up, opts);
+    window.addEventListener("touchend", up, opts);
+  }
+  // Bring `el` (the player's node, or the one selected) into view when it is not, unless someone is moving
+  // the graph. An earlier recentring still animating is stopped first (quick steps would queue them, and the
+  // view would trail behind the player)
+  P.reveal = function (cy, el) {
+    if (!cy || !el || !el.length || P.handsOn()) return;
+    const b = el.renderedBoundingBox({includeLabels: false}), W = cy.width(), H = cy.height();
+    if (b.x1 >= MARGIN && b.y1 >= MARGIN && b.x2 <= W - MARGIN && b.y2 <= H - MARGIN) return;
+    cy.stop(true, false);
+    cy.animate({center: {eles: el}}, {duration: 150, queue: false});
+  };
+  // The drawn element of each executed node, for the graph as drawn now (`elements`: dash-cytoscape's): the
+  // node itself, or the outermost folded module around it (as the layout folds, app/view/collapse.py). The
+  // step's order (app/ui/graph.py `exec_order`) comes once per step, with each node's module; a fold or an
+  // expand sends only the elements, and this runs again over them
+  function drawnElements(order, elements) {
+    const drawn = new Set();
+    (elements || []).forEach(function (e) { if (e.group === "nodes" && e.data) drawn.add(e.data.id); });
+    const hiding = {};  // module index -> its folded element, or null
+    const folded = function (m) {
+      if (!(m in hiding)) {
+        const parts = order.modules[m].split(".");
+        hiding[m] = null;
+        for (let i = 1; i <= parts.length; i++) {
+          const id = E.module + parts.slice(0, i).join(".");
+          if (drawn.has(id)) { hiding[m] = id; break; }
+        }
+      }
+      return hiding[m];
+    };
+    const modOf = order.module_of || [];
+    return order.nodes.map(function (n, k) {
+      const id = E.node + n;
+      return drawn.has(id) ? id : (modOf[k] >= 0 ? folded(modOf[k]) : null);
+    });
+  }
+  // A selection made here, in the browser (the player, a click on a node). Noted at once, not when `focus`
+  // sees it: a server's answer for a new step arriving in the same moment can replace it in the store
+  // before any callback reads it, and `focus` puts it back (see `kept` there)
+  P.pick = function (sel) {
+    P.picked = {run: sel.run, node: sel.node};
+    dash_clientside.set_props(ID.SELECTED, {data: sel});
+  };
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     advance: function (ticks, prev, next, value, max) {
@@ -22,13 +84,18 @@
       else if (trig.startsWith(ID.TICKER + ".")) v = v >= (max || 0) ? 0 : v + 1;
       return v;
     },
-    player: function (value, order, _elements, max) {
+    player: function (value, stepOrder, elements, max) {
       const cy = window.cy;
-      if (!order || !order.nodes || !order.nodes.length) return "";
-      const last = order.nodes.length - 1;
+      if (!stepOrder || !stepOrder.nodes || !stepOrder.nodes.length) return "";
+      const last = stepOrder.nodes.length - 1;
       let v = Math.min(value || 0, last);
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
-      const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;
+      const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;  // a new step (its order comes once per step)
+      const redrawn = fresh || trig.indexOf(ID.GRAPH + ".elements") >= 0;  // that, or a fold or an expand
+      if (redrawn || !P.order || P.order.nodes !== stepOrder.nodes) {
+        P.order = Object.assign({}, stepOrder, {elements: drawnElements(stepOrder, elements)});
+      }
+      const order = P.order;  // the step's order with each node's drawn element
       const prev = P.current;
       // which graph this is (its run and backward order), worked out once per new order, not per tick
       const sig = fresh || !prev ? order.run + "|" + order.nodes.join(",") : prev.sig;
@@ -44,20 +111,23 @@
       }
       const held = !fresh && P.hold === v;
       if (!fresh) P.hold = undefined;
-      const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !fresh && !held;  // the person moved it
+      // the person moved it: also when a new step of the same graph arrives in the same call (Dash merges
+      // the two), which dropped their step before
+      const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !held && !(fresh && (!prev || prev.sig !== sig));
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
-      if (cy && fresh) GS.graph.shown(cy, order);
+      if (cy && redrawn) GS.graph.shown(cy, order);
       else if (!GS.graph.key) {
         GS.graph.key = GS.graph.keyOf(order);
         GS.graph.run = order.run;
       }
-      if (moved) {  // the user moved the player: the inspector follows its current node
-        dash_clientside.set_props(ID.SELECTED, {data: {run: order.run, rank: order.rank || 0, step: order.step,
-                                                           node: order.nodes[v]}});
+      if (moved) {  // the user moved the player: the graph shows its node and the inspector follows it
+        if (cy) P.reveal(cy, cy.getElementById(order.elements[v]));
+        P.pick({run: order.run, rank: order.rank || 0, step: order.step, node: order.nodes[v]});
       }
       window.dash_clientside.gradscape.paintWhenReady(v, order, 200);
       P.current = {position: v, node: order.nodes[v], element: order.elements[v], run: order.run,
                                 rank: order.rank || 0, step: order.step, sig: sig};
+      if (cy) watchHands(cy);
       if (cy && !cy.__gsTap) {
         // a click on a node selects it here, in the browser: a server answer may be dropped when a streamed
         // step changes an input of the same callback while it is in flight, and the click would be lost
@@ -65,8 +135,7 @@
         cy.on("tap", "node", function (evt) {
           const id = evt.target.id(), p = P.current;
           if (p && id.startsWith(E.node) && /^[0-9]+$/.test(id.slice(E.node.length))) {
-            dash_clientside.set_props(ID.SELECTED, {data: {run: p.run, rank: p.rank, step: p.step,
-                                                               node: parseInt(id.slice(E.node.length), 10)}});
+            P.pick({run: p.run, rank: p.rank, step: p.step, node: parseInt(id.slice(E.node.length), 10)});
           }
         });
       }
@@ -98,8 +167,17 @@
         });
       }
     },
-    focus: function (selected, order) {
-      const cy = window.cy;
+    focus: function (selected, _stepOrder) {
+      const cy = window.cy, order = P.order;
+      // a server's answer for a new step keeps the node its request held (`kept`); when the person picked
+      // another since (the player, a click: set here, in the browser), their pick stays, in the new step
+      const picked = P.picked;
+      if (selected && selected.kept && picked && picked.run === selected.run && picked.node !== selected.node) {
+        dash_clientside.set_props(ID.SELECTED, {data: {run: selected.run, rank: selected.rank || 0,
+                                                       step: selected.step, node: picked.node}});
+        return window.dash_clientside.no_update;
+      }
+      if (!selected || !selected.kept) P.picked = selected ? {run: selected.run, node: selected.node} : null;
       if (cy && selected) {
         let el = cy.getElementById(E.node + selected.node);
         if (!el.length && order) {
@@ -117,8 +195,7 @@
             const ins = document.getElementById(ID.INSPECTOR);
             if (ins) ins.scrollTop = 0;
             if (GS.scroll) { GS.scroll.want = 0; GS.scroll.pulled = false; }
-            const ext = cy.extent(), p = el.position();
-            if (p.x < ext.x1 || p.x > ext.x2 || p.y < ext.y1 || p.y > ext.y2) cy.animate({center: {eles: el}}, {duration: 200});
+            P.reveal(cy, el);
           }
           P.focused = key;
         }

@@ -196,7 +196,7 @@ def first_expands(store: Path, which: str) -> list[float]:
         pg.goto(url)
         pg.evaluate("performance.setResourceTimingBufferSize(1000000)")  # settle() counts requests
         wait_ready(pg, "page")
-        pg.wait_for_function("window.gradscapeGraph && window.gradscapeGraph.opened")
+        pg.wait_for_function("window.gradscape.graph && window.gradscape.graph.opened")
         folded = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())")
         opening = pg.evaluate("window.cy.nodes().length")
         chosen = folded if which == "all" else folded[::max(1, len(folded) // max(1, int(which)))]

@@ -169,6 +169,19 @@ def _lm(model: nn.Module, batch: tuple[Any, ...]) -> torch.Tensor:
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1))
 
 
+def _gpt2(layers: int = 4) -> nn.Module:
+    """transformers' GPT2LMHeadModel from a small config with random weights (its long qualified names:
+    `transformer.h.0.attn.c_attn`); never downloaded."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                      bos_token_id=0, eos_token_id=0, loss_type="ForCausalLM"))
+
+
+def _hf_lm(model: nn.Module, batch: tuple[Any, ...]) -> torch.Tensor:
+    return model(batch[0], labels=batch[0]).loss
+
+
 def _two_heads(model: nn.Module, batch: tuple[Any, ...]) -> torch.Tensor:
     x, y = batch
     a, b = model(x)
@@ -200,6 +213,8 @@ def build(name: str) -> Case:
         return Case(name, Detached(), (torch.randn(3, 4, generator=g, requires_grad=True),), _mean_sq)
     if name == "custom":
         return Case(name, CustomFn(), (torch.randn(6, generator=g, requires_grad=True),), _mean_sq)
+    if name == "gpt2":  # a live page's model of issue 22: transformers' GPT-2, small config, random weights
+        return Case(name, _gpt2(), (torch.randint(0, 64, (2, 8), generator=g),), _hf_lm)
     if name == "grabbag":
         return Case(name, GrabBag(), (torch.randn(4, 6, generator=g),), lambda m, b: m(b[0]).mean())
     raise KeyError(name)

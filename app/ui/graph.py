@@ -22,7 +22,7 @@ from dash import Input, Output, State, ctx, html, no_update
 from gradscape.app import view
 from gradscape.app.data import PageData
 from gradscape.app.ui import ids
-from gradscape.app.view.ids import node_element
+from gradscape.app.view.step_fields import node_module
 from gradscape.tracer.store import StoreError
 from gradscape.tracer.wire import WireStep
 
@@ -38,11 +38,15 @@ def register(app: dash.Dash, data: PageData) -> None:
                    rank: int | None) -> Any:
         # the search options belong to the step: a fold or a new colouring keeps them (the dropdown
         # re-indexes every option it is given, ~0.1 s in the browser for a 500-node step)
+        # and so does the execution order (358 KB for a 10,000-node step): a fold or a first expand sends the
+        # elements only, and the player finds each node's drawn element among them (assets/player.js)
         new_step = any(p.split(".")[0] in (ids.RUN_SELECT, ids.STEP_SELECT, ids.RANK_SELECT)
                        for p in ctx.triggered_prop_ids)
         elements, order, last, _value, legend, info, search = graph_payload(
-            data, run, step, color_by, collapsed, with_search=new_step, rank=int(rank or 0))
-        return elements, order, last, legend, info, search if new_step else no_update
+            data, run, step, color_by, collapsed, with_search=new_step, rank=int(rank or 0), with_order=new_step)
+        if not new_step:
+            return elements, no_update, no_update, legend, info, no_update
+        return elements, order, last, legend, info, search
 
     @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "id"),
                   State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),
@@ -75,23 +79,27 @@ def register(app: dash.Dash, data: PageData) -> None:
         return kept + hits
 
 
-def _exec_order(wire: WireStep, layout: dict[str, Any], rank: int = 0) -> dict[str, Any]:
-    """Per execution index: the node id and the drawn element that shows it (itself or its folded
-    module), so the player highlights what is on screen; with the run, rank and step it belongs to (the
-    player selects its current node there, in the browser)."""
-    elements, nodes = [], []
-    for nid, _run in wire["execution"]:
-        elements.append(view.visible_element(layout, node_element(nid)))
-        nodes.append(nid)
-    names = [wire["nodes"][n]["name"] for n in nodes]
-    return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "elements": elements, "nodes": nodes,
-            "names": names}
+def exec_order(wire: WireStep, rank: int = 0) -> dict[str, Any]:
+    """Per execution index: the node id, its name and its drawn module (an index into `modules`, -1 at the
+    top level); with the run, rank and step it belongs to (the player selects its current node there, in
+    the browser). The same for every fold of the step: the browser finds the element that shows each node
+    (itself, or the outermost folded module around it: `drawnElements` in assets/player.js)."""
+    nodes = [nid for nid, _run in wire["execution"]]
+    modules: dict[str, int] = {}
+    module_of = []
+    for nid in nodes:
+        module = node_module(wire["nodes"][nid])
+        module_of.append(-1 if module is None else modules.setdefault(module, len(modules)))
+    return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "nodes": nodes,
+            "names": [wire["nodes"][n]["name"] for n in nodes], "modules": list(modules), "module_of": module_of}
 
 
 def graph_payload(data: PageData, run: str | None, step: int | None, color_by: str | None,
-                  collapsed: dict[str, Any] | None, with_search: bool = True, rank: int = 0) -> tuple[Any, ...]:
-    """Everything the graph area shows for one step of one rank: elements, execution order, player
-    range, legend, a line of counts and the search options (`[]` without `with_search`)."""
+                  collapsed: dict[str, Any] | None, with_search: bool = True, rank: int = 0,
+                  with_order: bool = True) -> tuple[Any, ...]:
+    """Everything the graph area shows for one step of one rank: elements, execution order (None without
+    `with_order`), player range, legend, a line of counts and the search options (`[]` without
+    `with_search`)."""
     if not run or step is None:
         return [], None, 0, 0, None, "no step selected", []
     try:
@@ -100,13 +108,14 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
         return [], None, 0, 0, None, str(exc), []
     folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
     layout = data.layout(run, step, folded, rank)
-    elements = view.cytoscape_elements(wire, layout, color_by or "norm")
-    order = _exec_order(wire, layout, rank)
+    marks = data.marks(run, step, color_by or "norm", rank)
+    elements = view.cytoscape_elements(wire, layout, color_by or "norm", marks)
+    order = exec_order(wire, rank) if with_order else None
     drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
     info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
             + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else ""))
-    last = max(len(order["nodes"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
-    return (elements, order, last, last, _legend(view.legend(wire, color_by or "norm")), info,
+    last = max(len(wire["execution"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
+    return (elements, order, last, last, _legend(marks.legend), info,
             data.search_index(run, step, rank) if with_search else [])
 
 

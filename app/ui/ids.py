@@ -12,6 +12,7 @@ SOCKET = "ui-socket"
 DEEP_LINK = "deep-link"
 LINK_USED = "deep-link-used"  # the deep link whose node has been selected
 SELECTED = "selected-node"
+INSPECTED = "inspected-node"  # what the inspector is asked to show: the selection, one request at a time
 COLLAPSED = "collapsed-modules"
 EXEC_ORDER = "exec-order"
 COLOR_BY = "color-by"

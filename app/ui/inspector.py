@@ -5,11 +5,12 @@ from `app.view`; this module lays them out."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import ClientsideFunction, Input, Output, dcc, html
 
 from gradscape.app import view
 from gradscape.app.data import PageData
@@ -22,12 +23,23 @@ HINT = "Click a node of the graph (or step through the backward pass) to see wha
 
 
 def register(app: dash.Dash, data: PageData) -> None:
+    # The selection reaches the inspector through a gate in the browser (`inspectGate`, assets/inspector.js):
+    # one render at a time, then the newest selection. Straight from the selection, a run streaming a step
+    # every 0.4 s changed it (the same node, a new step) faster than a render took, and Dash drops the
+    # answer of a callback whose input changes while it is in flight: the inspector stayed on an old node.
+    # Each render also numbers the inspector (`data-rendered`): the gate sees that change in the page and
+    # sends the selection that waited (an input here would close a loop of callbacks, which Dash refuses).
+    app.clientside_callback(ClientsideFunction("gradscape", "inspectGate"), Output(ids.INSPECTED, "data"),
+                            Input(ids.SELECTED, "data"), prevent_initial_call=True)
+    renders = itertools.count(1)
+
     @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
-                  Input(ids.SELECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
+                  Output(ids.INSPECTOR, "data-rendered"),
+                  Input(ids.INSPECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
     def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
         if not selected:  # cleared (Esc): the hint again
-            return [html.P(HINT, className="gs-hint")], [], {"display": "none"}
-        return inspector_payload(data, selected, sample)
+            return [html.P(HINT, className="gs-hint")], [], {"display": "none"}, next(renders)
+        return *inspector_payload(data, selected, sample), next(renders)
 
 
 def inspector_payload(data: PageData, selected: dict[str, Any], sample: int | None = None) -> tuple[Any, Any, Any]:
@@ -106,9 +118,10 @@ def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: 
     module = n["module"]
     if module and module in wire["modules"]:
         tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module, arrays)))
+    flow = view.gradient_flow(wire)
     tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
-        dcc.Graph(id=ids.FLOW, figure=view.gradient_flow(wire), config={"displayModeBar": False},
-                  style={"height": "320px"}),
+        dcc.Graph(id=ids.FLOW, figure=flow, config={"displayModeBar": False},
+                  style={"height": f"{flow['layout']['height']}px"}),
         dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
                   style={"height": "320px"})]))
     # the tab the person picked survives a new render (a streamed step re-renders the inspector): Dash's

@@ -10,7 +10,7 @@ from dash import dcc, html
 from dash_socketio import DashSocketIO
 
 from gradscape.app.data import PageData
-from gradscape.app.ui import compare, debugger, graph, ids, inspector, problems, runs, timeline
+from gradscape.app.ui import compare, debugger, graph, ids, inspector, player, problems, runs, timeline
 from gradscape.app.view.ids import node_element
 from gradscape.tracer import protocol
 
@@ -61,7 +61,8 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         DashSocketIO(id=ids.SOCKET, url=protocol.UI_NAMESPACE, options=options,
                      eventNames=list(protocol.UI_EVENTS)),
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
-        dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.COLLAPSED),
+        dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.INSPECTED, data=st.get("selected")),
+        dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         _header(st),
@@ -119,9 +120,11 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
 
 def _player(st: dict[str, Any]) -> Any:
     return html.Div(id=ids.PLAYER, className="gs-player", children=[
-        html.Button("‹", id=ids.PREV, title="step back", className="gs-btn"),
-        html.Button("▶", id=ids.PLAY, title="play / pause", className="gs-btn", n_clicks=0),
-        html.Button("›", id=ids.NEXT, title="step forward", className="gs-btn"),
+        # icons drawn by assets/icons.css (no symbol characters: not every browser has a font for them)
+        # (with no text, a button's title is its accessible name)
+        html.Button(id=ids.PREV, title="step back (←)", className="gs-btn gs-icon gs-icon-prev"),
+        html.Button(id=ids.PLAY, title=player.PLAY_TITLE, className=player.PLAY_CLASS, n_clicks=0),
+        html.Button(id=ids.NEXT, title="step forward (→)", className="gs-btn gs-icon gs-icon-next"),
         html.Div(dcc.Slider(id=ids.SLIDER, min=0, max=st.get("slider_max", 0), step=1,
                             value=st.get("slider_value", 0), marks=None,
                             tooltip={"placement": "top", "always_visible": False}, updatemode="drag"),

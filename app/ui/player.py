@@ -9,15 +9,20 @@ from dash import ClientsideFunction, Input, Output, State, ctx
 
 from gradscape.app.ui import ids
 
+# the play button's look and name while stopped and while playing (its icon: assets/icons.css)
+PLAY_CLASS, PAUSE_CLASS = "gs-btn gs-icon gs-icon-play", "gs-btn gs-icon gs-icon-pause"
+PLAY_TITLE, PAUSE_TITLE = "play (space)", "pause (space)"
+
 
 def register(app: dash.Dash) -> None:
-    @app.callback(Output(ids.TICKER, "disabled"), Output(ids.PLAY, "children"), Output(ids.TICKER, "interval"),
-                  Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"), State(ids.TICKER, "disabled"),
-                  prevent_initial_call=True)
-    def play(n: int | None, speed: int | None, disabled: bool) -> tuple[bool, str, int]:
+    @app.callback(Output(ids.TICKER, "disabled"), Output(ids.PLAY, "className"), Output(ids.PLAY, "title"),
+                  Output(ids.TICKER, "interval"), Input(ids.PLAY, "n_clicks"), Input(ids.SPEED, "value"),
+                  State(ids.TICKER, "disabled"), prevent_initial_call=True)
+    def play(n: int | None, speed: int | None, disabled: bool) -> tuple[bool, str, str, int]:
         if ctx.triggered_id == ids.PLAY:
             disabled = not disabled
-        return disabled, ("▶" if disabled else "❚❚"), int(speed or 400)
+        return (disabled, PLAY_CLASS if disabled else PAUSE_CLASS, PLAY_TITLE if disabled else PAUSE_TITLE,
+                int(speed or 400))
 
     app.clientside_callback(ClientsideFunction("gradscape", "advance"), Output(ids.SLIDER, "value"),
                             Input(ids.TICKER, "n_intervals"), Input(ids.PREV, "n_clicks"),

@@ -36,9 +36,11 @@ def register(app: dash.Dash, data: PageData) -> None:
     def sync_runs(link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:
         return run_choices(data, link, current)
 
-    # a new run, announced on the socket → the run list, read from the JSON API in the browser
+    # a new run, announced on the socket → the run list, read from the JSON API in the browser; a new step
+    # → the same list again for its step counts (the labels only: the run shown stays)
     app.clientside_callback(ClientsideFunction("gradscape", "liveRuns"), Output(ids.LIVE_RUNS, "data"),
-                            Input(ids.SOCKET, "data-run"), State(ids.RUN_SELECT, "value"),
+                            Input(ids.SOCKET, "data-run"), Input(ids.SOCKET, "data-step"),
+                            State(ids.RUN_SELECT, "value"), State(ids.RUN_SELECT, "options"),
                             prevent_initial_call=True)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),

@@ -97,12 +97,16 @@ def selection(data: PageData, trigger: Any, run: str | None, step: int | None, r
             and (trigger == ids.DEEP_LINK or not selected or selected.get("step") != step):
         node = link["node"]  # the page was opened from a deep link: once run, rank and step are in place
         new_folded = sorted(view.reveal(wire, current, node)) if 0 <= node < len(wire["nodes"]) else None
-    elif trigger in (ids.STEP_SELECT, ids.RANK_SELECT) and selected and selected.get("run") == run:
-        node = selected.get("node")  # same node, new step or rank (ids are stable for the same model)
+    kept = False
+    if node is None and trigger in (ids.STEP_SELECT, ids.RANK_SELECT) and selected and selected.get("run") == run:
+        node, kept = selected.get("node"), True  # same node, new step or rank (ids are stable for the same model)
     if node is None or not 0 <= node < len(wire["nodes"]):
         return no_update, ({"run": run, "collapsed": new_folded} if new_folded is not None else no_update), \
             no_update
-    sel = {"run": run, "rank": rank, "step": step, "node": node}
+    # `kept`: the node is the one the request's state held, which the person may have moved on from (the
+    # player, a click, handled in the browser) while this was answered: the browser keeps their newer pick
+    # (`focus`, assets/player.js)
+    sel = {"run": run, "rank": rank, "step": step, "node": node, **({"kept": True} if kept else {})}
     folded_out = {"run": run, "collapsed": new_folded} if new_folded is not None and new_folded != current \
         else no_update
     return sel, folded_out, address(sel)

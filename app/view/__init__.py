@@ -8,11 +8,12 @@ is a few lines over these functions and everything is testable on real traces wi
     elements = cytoscape_elements(wire, layout, "norm")
     panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
 
-The rooms: `ids` (the graph's element ids, made and read there only), `graph` (the step as a
-`networkx.DiGraph`), `layout` and `collapse` (positions, folded modules), `elements` (cytoscape
-elements) with `colours`, `search` (the find box), `heatmaps` over `grid` (a tensor as a 2-D grid),
-`flow` (gradient flow), `modules` (the module tab), `compare` and `problems`; `_wire` reads a step's
-wire form for all of them. See docs/graph-view.md.
+The rooms: `ids` (the graph's element ids, made and read there only), `layout` and `collapse`
+(positions, folded modules; no networkx model of the step: docs/graph-view.md says why), `elements`
+(cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
+(the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `modules` (the
+module tab), `compare` and `problems`; `step_fields` reads the fields of a step (its wire form) for all
+of them, and `gc_threshold` raises the collector's threshold while a layout runs. See docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (
@@ -26,13 +27,15 @@ from gradscape.app.view.collapse import (
 )
 from gradscape.app.view.colours import COLOR_BY, legend
 from gradscape.app.view.elements import cytoscape_elements
-from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_steps
+from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_rows, norm_over_steps
 from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from gradscape.app.view.layout import count_crossings, layout_graph
+from gradscape.app.view.marks import StepMarks, step_marks
 from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
 from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, searched_on_server
 
 __all__ = [
+    "StepMarks",
     "COLOR_BY",
     "SEARCH_HITS",
     "backward_hook_note",
@@ -52,6 +55,7 @@ __all__ = [
     "module_table",
     "module_tensors",
     "node_tensors",
+    "norm_over_rows",
     "norm_over_steps",
     "param_rows",
     "reveal",
@@ -60,6 +64,7 @@ __all__ = [
     "searched_on_server",
     "slot_figures",
     "stats_rows",
+    "step_marks",
     "visible_count",
     "visible_element",
 ]

@@ -7,8 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from gradscape.app.view._wire import prefixes
 from gradscape.app.view.layered import SPACING, Group, ProperGraph
+from gradscape.app.view.step_fields import prefixes
 
 __all__ = ["box_bounds", "box_overlaps", "box_rects", "separate_boxes"]
 

@@ -5,8 +5,8 @@ graph opens with modules collapsed and the user expands the one they care about.
 prefix `P` stands for every node whose module is `P` or nested in it; edges between two drawn
 elements are merged, and edges inside one collapsed module disappear.
 
-Element ids: `n12` for node 12, `m:blocks.3` for a collapsed module. Expanded modules that hold
-drawn elements become boxes (cytoscape compound parents), `g:blocks.3`.
+Element ids (made and read by `app.view.ids` only): `n12` for node 12, `m:blocks.3` for a collapsed
+module. Expanded modules that hold drawn elements become boxes (cytoscape compound parents), `g:blocks.3`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradscape.app.view._wire import Wire, inside, module_type, node_label, node_module, parent_prefix, prefixes
-
-MODULE_PREFIX = "m:"
-BOX_PREFIX = "g:"
+from gradscape.app.view.ids import box_element, module_element, module_of, node_element, node_of
+from gradscape.app.view.step_fields import Wire, inside, module_type, node_label, node_module, parent_prefix, prefixes
 
 
 @dataclass
@@ -69,22 +67,13 @@ def box_label(wire: Wire, prefix: str) -> str:
 
 def element_size(wire: Wire, eid: str, members: list[int] | None = None) -> tuple[float, float]:
     """(width, height) of a drawn node element (`n12` or `m:blocks.3`)."""
-    if eid.startswith(MODULE_PREFIX):
-        lines = module_label(wire, eid[len(MODULE_PREFIX):], len(members or [])).split("\n")
+    if (module := module_of(eid)) is not None:
+        lines = module_label(wire, module, len(members or [])).split("\n")
         return max(text_width(line, MODULE_FONT) for line in lines), MODULE_H
-    return text_width(node_label(wire["nodes"][int(eid[1:])], wire)), NODE_H
-
-
-def node_element(node_id: int) -> str:
-    return f"n{node_id}"
-
-
-def module_element(prefix: str) -> str:
-    return MODULE_PREFIX + prefix
-
-
-def box_element(prefix: str) -> str:
-    return BOX_PREFIX + prefix
+    node = node_of(eid)
+    if node is None:
+        raise ValueError(f"{eid!r} is not a drawn node element")
+    return text_width(node_label(wire["nodes"][node], wire)), NODE_H
 
 
 def normalise(wire: Wire, collapsed: Iterable[str]) -> set[str]:
@@ -222,12 +211,10 @@ def visible_element(layout: dict[str, Any], ref: str) -> str | None:
     nodes = layout["nodes"]
     if ref in nodes:
         return ref
-    if ref.startswith(MODULE_PREFIX):
-        prefix = ref[len(MODULE_PREFIX):]
+    if (prefix := module_of(ref)) is not None:
         if prefix in layout["boxes"]:
             return box_element(prefix)
         hiding = next((p for p in layout["collapsed"] if inside(prefix, p)), None)
         return None if hiding is None else module_element(hiding)
-    if ref.startswith("n") and ref[1:].isdigit():
-        return layout["hidden"].get(ref[1:])
-    return None
+    node = node_of(ref)
+    return None if node is None else layout["hidden"].get(str(node))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view._wire import Wire, fmt_num, max_abs, stat, tensor, zero_fraction
+from gradscape.app.view.step_fields import Wire, fmt_num, max_abs, stat, tensor, zero_fraction
 from gradscape.tracer.wire import WireNode, WireTensor
 
 COLOR_BY = ("norm", "maxabs", "zeros")
@@ -106,14 +106,14 @@ def _tick_label(v: float, color_by: str) -> str:
     return f"1e{int(v)}" if v == int(v) else f"{10 ** v:.2g}"
 
 
-def legend(wire: Wire, color_by: str = "norm") -> dict[str, Any]:
+def legend(wire: Wire, color_by: str = "norm", span: tuple[float, float] | None = None) -> dict[str, Any]:
     """Range, ticks and gradient of the node colours, for a legend drawn next to the graph.
 
     The range covers every node of the step (not only the drawn ones), so colours do not change
-    meaning when a module is expanded.
+    meaning when a module is expanded; `span` is that range when the caller has it already.
     """
     check_color_by(color_by)
-    lo, hi = colour_range(wire, color_by)
+    lo, hi = span or colour_range(wire, color_by)
     if color_by == "zeros":
         values = [0.0, 0.25, 0.5, 0.75, 1.0]
     else:

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gradscape.app.view._wire import Wire, fmt_num, fmt_shape, stat, tensor
 from gradscape.app.view.grid import view_2d
 from gradscape.app.view.heatmaps import heatmap_figure
+from gradscape.app.view.step_fields import Wire, fmt_num, fmt_shape, stat, tensor
 from gradscape.tracer.wire import TensorArrays, decode_array
 
 

@@ -27,39 +27,25 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view._wire import Wire, fmt_shape, module_type, node_label, nonfinite, numel, stat, tensor
 from gradscape.app.view.collapse import box_label, module_label
 from gradscape.app.view.colours import (
     BOX_FILL,
     NAN_FILL,
     PAGE_BACKGROUND,
     arrived,
-    check_color_by,
     colour_fields,
-    colour_range,
     statistic,
     text_color,
 )
 from gradscape.app.view.ids import box_element, module_of, node_element, node_of
-from gradscape.tracer.wire import WireNode, WireTensor
-
-
-def _badge(tensors: list[WireTensor | None]) -> tuple[int, int]:
-    nan = inf = 0
-    for t in tensors:
-        a, b = nonfinite(t)
-        nan += a
-        inf += b
-    return nan, inf
+from gradscape.app.view.marks import StepMarks, step_marks
+from gradscape.app.view.step_fields import Wire, fmt_shape, module_type, node_label, numel, stat, tensor
+from gradscape.tracer.wire import WireNode
 
 
 def _badge_text(nan: int, inf: int) -> str | None:
     parts = (["NaN"] if nan else []) + (["Inf"] if inf else [])
     return "/".join(parts) or None
-
-
-def _node_tensors(wire: Wire, node: WireNode) -> list[WireTensor | None]:
-    return [tensor(wire, i) for i in (node["go"] or []) + (node["gi"] or [])]
 
 
 def _roots(wire: Wire) -> set[int]:
@@ -70,10 +56,9 @@ def _roots(wire: Wire) -> set[int]:
     return roots
 
 
-def _op_element(wire: Wire, node: WireNode, info: dict[str, Any], roots: set[int], color_by: str,
-                 lo: float, hi: float) -> dict[str, Any]:
+def _op_element(wire: Wire, node: WireNode, info: dict[str, Any], roots: set[int], marks: StepMarks) -> dict[str, Any]:
     got = arrived(wire, node)
-    nan, inf = _badge(_node_tensors(wire, node))
+    nan, inf = marks.badges[node["id"]]
     classes = [node["kind"] or "op"]
     if node["id"] in roots:
         classes.append("root")
@@ -88,8 +73,8 @@ def _op_element(wire: Wire, node: WireNode, info: dict[str, Any], roots: set[int
         "id": node_element(node["id"]), "node": node["id"], "label": node_label(node, wire), "name": node["name"],
         "kind": node["kind"] or "op", "module": node["module"], "param": node["param"],
         "line": node["source"], "order": node["order"], "shape": fmt_shape(out_shape),
-        "badge": _badge_text(nan, inf), "nan": nan, "inf": inf, **colour_fields(statistic(got, color_by),
-                                                                                color_by, lo, hi),
+        "badge": _badge_text(nan, inf), "nan": nan, "inf": inf,
+        **colour_fields(marks.values[node["id"]], marks.color_by, marks.lo, marks.hi),
         "w": info["w"], "h": info["h"],
     }
     _paint(data)
@@ -102,8 +87,7 @@ def _op_element(wire: Wire, node: WireNode, info: dict[str, Any], roots: set[int
             "classes": " ".join(classes)}
 
 
-def _module_element(wire: Wire, eid: str, info: dict[str, Any], color_by: str, lo: float,
-                    hi: float) -> dict[str, Any]:
+def _module_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) -> dict[str, Any]:
     prefix = module_of(eid) or ""
     members = info.get("members") or []
     mod = wire["modules"].get(prefix)
@@ -111,19 +95,18 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], color_by: str, l
     go = calls[0]["go"] if calls else []
     got = tensor(wire, go[0]) if go else None
     if got is not None:
-        value = statistic(got, color_by)
+        value = statistic(got, marks.color_by)
     else:  # no module-level gradient (never called, or its output needed none): the largest inside
-        vals = [v for v in (statistic(arrived(wire, wire["nodes"][i]), color_by) for i in members) if v is not None]
+        vals = [v for v in (marks.values[i] for i in members) if v is not None]
         value = max(vals) if vals else None
-    nan = inf = 0
-    for i in members:
-        a, b = _badge(_node_tensors(wire, wire["nodes"][i]))
-        nan, inf = nan + a, inf + b
+    nan = sum(marks.badges[i][0] for i in members)
+    inf = sum(marks.badges[i][1] for i in members)
     kind = module_type(wire, prefix)
     label = module_label(wire, prefix, len(members))
     data: dict[str, Any] = {"id": eid, "label": label, "module": prefix, "kind": "module", "type": kind,
                             "count": len(members), "badge": _badge_text(nan, inf), "nan": nan, "inf": inf,
-                            **colour_fields(value, color_by, lo, hi), "w": info["w"], "h": info["h"]}
+                            **colour_fields(value, marks.color_by, marks.lo, marks.hi), "w": info["w"],
+                            "h": info["h"]}
     _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
@@ -178,13 +161,15 @@ def _segments(sx: float, sy: float, tx: float, ty: float, points: list[list[floa
     return dists, weights
 
 
-def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm") -> list[dict[str, Any]]:
-    """dash-cytoscape `elements` (preset positions) for a step laid out by `layout_graph`.
+def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm",
+                       marks: StepMarks | None = None) -> list[dict[str, Any]]:
+    """dash-cytoscape `elements` (preset positions) for a step laid out by `layout_graph`; `marks` are the
+    step's `marks.step_marks` for `color_by` when the caller keeps them (the page does, per step).
 
     Boxes come first (a compound parent must exist before its children), then nodes, then edges.
     """
-    check_color_by(color_by)
-    lo, hi = colour_range(wire, color_by)
+    if marks is None or marks.color_by != color_by:
+        marks = step_marks(wire, color_by)
     roots = _roots(wire)
     out: list[dict[str, Any]] = []
     for prefix, parent in layout["boxes"].items():
@@ -198,8 +183,8 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
     for eid, info in layout["nodes"].items():
         nid = node_of(eid)
         if nid is None:
-            out.append(_module_element(wire, eid, info, color_by, lo, hi))
+            out.append(_module_element(wire, eid, info, marks))
         else:
-            out.append(_op_element(wire, wire["nodes"][nid], info, roots, color_by, lo, hi))
+            out.append(_op_element(wire, wire["nodes"][nid], info, roots, marks))
     out.extend(_edge_element(wire, e, layout["nodes"]) for e in layout["edges"])
     return out

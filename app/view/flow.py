@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view._wire import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, tensor
+from gradscape.app.view.step_fields import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, tensor
 
 Y_TITLE = "|grad| (log scale)"
 # A log axis reads well with ticks at powers of ten only, written 1e-3, 1e+0, …: plotly's own minor
@@ -102,10 +102,28 @@ def _log_axis(title: str, values: list[float | None]) -> dict[str, Any]:
     return {**LOG_AXIS, "title": {"text": title, "standoff": 8}, **({"range": span} if span else {})}
 
 
+# the flow chart's rows: one per layer, tall enough that no two layer names touch (labels are 11 px)
+ROW_PX, FLOW_MARGIN_PX, MIN_FLOW_PX = 20, 150, 320
+
+
+def short_names(names: list[str]) -> list[str]:
+    """The layer names without the dotted prefix they all share (`transformer.h.0.attn.c_attn` →
+    `h.0.attn.c_attn` in a GPT-2): the chart's labels; the full name is in each bar's hover text."""
+    if len(names) < 2:
+        return list(names)
+    parts = [n.split(".") for n in names]
+    common = 0
+    while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+        common += 1
+    return [".".join(p[common:]) for p in parts]
+
+
 def gradient_flow(wire: Wire) -> dict[str, Any]:
-    """A plotly bar figure dict: max |g| and RMS |g| per layer for this step."""
+    """A plotly bar figure dict: max |g| and RMS |g| per layer for this step, one row per layer (bars laid
+    out horizontally, input side at the top), so every layer's name is written out in full width however
+    many layers there are; the figure's height grows with the rows."""
     rows = flow_rows(wire)
-    x = [r["layer"] for r in rows]
+    y = short_names([r["layer"] for r in rows])
     hover = [f"{r['layer']} ({r['type']}): {', '.join(r['params'])}<br>numel {r['numel']}, ‖g‖₂ {r['norm']:.3g}"
              + (f"<br>NaN {r['nan']}, Inf {r['inf']}" if r["nan"] or r["inf"] else "")
              + ("<br>all-zero gradient" if not r["norm"] else "") for r in rows]
@@ -113,31 +131,44 @@ def gradient_flow(wire: Wire) -> dict[str, Any]:
     maxes = [_positive(r["max"]) for r in rows]
     rmses = [_positive(r["rms"]) for r in rows]
     data = [
-        {"type": "bar", "name": "max |g| = max(|min|, |max|)", "x": x, "y": maxes,
-         "hovertext": hover, "marker": {"color": [c or "#9ecae1" for c in bad]}, "opacity": 0.8},
-        {"type": "bar", "name": "RMS |g| = ‖g‖₂/√numel", "x": x, "y": rmses,
-         "hovertext": hover, "marker": {"color": [c or "#08519c" for c in bad]}},
+        {"type": "bar", "orientation": "h", "name": "max |g| = max(|min|, |max|)", "y": y, "x": maxes,
+         "hovertext": hover, "hoverinfo": "text+x", "marker": {"color": [c or "#9ecae1" for c in bad]},
+         "opacity": 0.8},
+        {"type": "bar", "orientation": "h", "name": "RMS |g| = ‖g‖₂/√numel", "y": y, "x": rmses,
+         "hovertext": hover, "hoverinfo": "text+x", "marker": {"color": [c or "#08519c" for c in bad]}},
     ]
     layout = {"title": {"text": f"Gradient flow, step {wire.get('step')}"
-                        "<br><sup>forward order, input → output; RMS shown: the mean |g| is not recorded</sup>",
+                        "<br><sup>forward order, input at the top; RMS shown: the mean |g| is not recorded</sup>",
                         "font": {"size": 14}},
-              "barmode": "overlay", "xaxis": {"title": {"text": "layer (module with parameters)"}, "type": "category",
-                                              "automargin": True},
-              "yaxis": _log_axis(Y_TITLE, maxes + rmses),
-              "legend": {"orientation": "h", "y": -0.35, "yanchor": "top"},
-              "margin": {"l": 60, "r": 10, "t": 56, "b": 80}}
+              "barmode": "overlay", "height": flow_height(len(rows)),
+              "yaxis": {"title": {"text": "layer"}, "type": "category", "autorange": "reversed",
+                        "automargin": True, "tickfont": {"size": 11}, "dtick": 1},
+              "xaxis": {**_log_axis(Y_TITLE, maxes + rmses), "side": "top"},
+              "legend": {"orientation": "h", "y": 0, "yanchor": "top", "x": 0},
+              "margin": {"l": 60, "r": 10, "t": 96, "b": 40}}
     return {"data": data, "layout": layout}
+
+
+def flow_height(layers: int) -> int:
+    """The flow chart's height in px for `layers` rows (the page sizes the chart's box to it)."""
+    return max(MIN_FLOW_PX, FLOW_MARGIN_PX + ROW_PX * layers)
 
 
 def norm_over_steps(steps: list[Wire]) -> dict[str, Any]:
     """A plotly line figure dict: each layer's gradient norm ‖g‖₂ (all its parameters) per training
     step, from several steps' wire graphs. Layers follow the forward order of the latest step."""
-    ordered = sorted(steps, key=lambda w: w.get("step", 0))
-    per_step = [{r["layer"]: r for r in flow_rows(w)} for w in ordered]
-    layers = [r["layer"] for r in flow_rows(ordered[-1])] if ordered else []
+    return norm_over_rows([(w.get("step"), flow_rows(w)) for w in steps])
+
+
+def norm_over_rows(steps: list[tuple[int | None, list[dict[str, Any]]]]) -> dict[str, Any]:
+    """`norm_over_steps` from each step's `flow_rows`, given as (step, rows): what the page keeps per step,
+    so a new step of a streaming run adds one step's rows instead of decoding every step again."""
+    ordered = sorted(steps, key=lambda s: s[0] or 0)
+    per_step = [{r["layer"]: r for r in rows} for _, rows in ordered]
+    layers = [r["layer"] for r in ordered[-1][1]] if ordered else []
     for table in per_step:  # layers missing from the latest step still get a line
         layers += [name for name in table if name not in layers]
-    xs = [w.get("step") for w in ordered]
+    xs = [step for step, _ in ordered]
     data = []
     every: list[float | None] = []
     for layer in layers:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from gradscape.app.view._wire import ACCUMULATE, Wire, fmt_num, fmt_shape, numel, stat, tensor
 from gradscape.app.view.grid import positions, thumb_blocks, thumb_padding, view_2d, view_words
 from gradscape.app.view.ids import node_element, node_index
+from gradscape.app.view.step_fields import ACCUMULATE, Wire, fmt_num, fmt_shape, numel, stat, tensor
 from gradscape.tracer.report import percent
 from gradscape.tracer.wire import TensorArrays, WireArray, WireNode, WireTensor, decode_array
 

@@ -4,8 +4,8 @@
     m:blocks.3   a folded module, drawn as one node
     g:blocks.3   the box of an expanded module (a compound parent)
 
-(app/view/collapse.py, which the layout engine reads, still spells its own `node_element`,
-`module_element` and `box_element` with the same prefixes; tests/app/test_page_ids.py checks they agree.)
+The layout (app/view/collapse.py), the elements, the search and the page's callbacks all make and read
+them through the functions below.
 """
 
 from __future__ import annotations

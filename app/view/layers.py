@@ -9,9 +9,9 @@ from typing import Any
 
 import networkx as nx
 
-from gradscape.app.view._wire import prefixes
 from gradscape.app.view.boxes import BORDER, BOX_PAD, LABEL_H
 from gradscape.app.view.layered import Group, common
+from gradscape.app.view.step_fields import prefixes
 
 __all__ = ["band_layers", "layer_y"]
 

@@ -24,15 +24,20 @@ are computed on the server, on the (possibly collapsed) graph, in a few steps:
 
 Everything is deterministic (no randomness; ties are broken by node id order) and near-linear.
 
-NOTE [networkx and what is hand-written here]: the step's graph model is `app.view.graph` (a
-`networkx.DiGraph`); this module uses networkx where it does the job: `condensation` for the cycles
-folding makes. Hand-written, because measured better (this 2-core box, CPU time, best of 5):
+NOTE [networkx and what is hand-written here]: networkx is used where it does the job: `condensation`
+for the cycles folding makes (`layers.py`), and the problem finder's own graph of the recorder's nodes in
+the training process (tracer/debug/step_checks.py). The page keeps no networkx model of the step: one
+(`app/view/graph.py`: step_graph, by_module, layers, reachability, paths) was read by tests only, and
+routing the layout through it measured slower on bench/ui.py's 10,151-node step (this 2-core box, CPU
+time, best of 5): building the DiGraph 61 ms, folding it (`by_module`) 24 ms more, 74 ms together,
+against 27 ms for `collapse.collapse_graph`, whose index lists are what the ordering loops need (and a
+whole first expand lays out in 33 ms). So it was removed (issue 18). Hand-written, because measured
+better:
 - the flat longest-path layering `layers._layers`: 39 ms on a 10,151-node step against 72 ms for
   `nx.topological_generations`, which also refuses the cycles folding makes;
 - the per-band longest path `layers._longest_path_starts`: ~3,000 small bands in a 10k-node step, where
   building a DiGraph per band costs more than the walk;
-- the folded graph (`collapse.collapse_graph`): 145 ms against 194 ms for `graph.step_graph` +
-  `graph.by_module` on the 10k step, and its index lists are what the ordering loops need;
+- the folded graph (`collapse.collapse_graph`), as above;
 - x coordinates (`x_coordinates`): `nx.multipartite_layout` centres each layer in insertion order, so
   chains zig-zag and crossings stay as ordered; Brandes–Köpf keeps chains straight.
 Full-layout cost after banding: 37 ms for the expanded 533-node W4 step (21 ms before), 0.8 s for
@@ -63,14 +68,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gradscape.app.view._gcpause import gc_paused
-from gradscape.app.view._wire import Wire, prefixes
 from gradscape.app.view.boxes import box_bounds, box_overlaps, separate_boxes
 from gradscape.app.view.collapse import box_label, collapse_graph, default_collapse, element_size, normalise
 from gradscape.app.view.crossings import count_crossings
+from gradscape.app.view.gc_threshold import raised_gc_threshold
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
 from gradscape.app.view.ordering import order_layers
+from gradscape.app.view.step_fields import Wire, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
 
 __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", "layout_graph"]
@@ -90,7 +95,7 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     An edge's `slots` are the `[src, dst, slot]` wire edges it stands for; `bends` are the points
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
     """
-    with gc_paused():
+    with raised_gc_threshold():
         return _layout(wire, collapsed, sweeps, dx, dy, module_gap, max_visible)
 
 

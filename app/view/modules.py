@@ -16,7 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from gradscape.app.view._wire import (
+from gradscape.app.view.heatmaps import slot_of, stats_rows
+from gradscape.app.view.ids import node_element
+from gradscape.app.view.step_fields import (
     ROOT_MODULE,
     Wire,
     fmt_num,
@@ -27,8 +29,6 @@ from gradscape.app.view._wire import (
     stat,
     tensor,
 )
-from gradscape.app.view.heatmaps import slot_of, stats_rows
-from gradscape.app.view.ids import node_element
 from gradscape.tracer.wire import TensorArrays
 
 

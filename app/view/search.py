@@ -4,8 +4,8 @@ typed to an element id (`app.view.ids`)."""
 
 from __future__ import annotations
 
-from gradscape.app.view._wire import ACCUMULATE, ROOT_MODULE, Wire, node_label, node_module
 from gradscape.app.view.ids import MODULE_PREFIX, box_of, module_element, module_of, node_element
+from gradscape.app.view.step_fields import ACCUMULATE, ROOT_MODULE, Wire, node_label, node_module
 
 SEARCH_ALL = 2000  # up to this many nodes, every search option goes to the browser
 SEARCH_HITS = 50  # a bigger step: this many first options, and this many hits per typed query

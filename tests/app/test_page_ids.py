@@ -11,7 +11,6 @@ from pathlib import Path
 
 from gradscape.app.server import ServerConfig, create_app
 from gradscape.app.ui import ids
-from gradscape.app.view import collapse
 from gradscape.app.view import ids as element_ids
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -47,11 +46,10 @@ def test_the_scripts_repeat_no_element_id() -> None:
                 assert literal not in text, f"{js.name} repeats {literal} (ids.{name}): use ID.{name}"
 
 
-def test_the_graph_element_ids_agree() -> None:
-    """app/view/collapse.py (the layout's) still makes its own element ids: they are app/view/ids.py's."""
-    assert (collapse.MODULE_PREFIX, collapse.BOX_PREFIX) == (element_ids.MODULE_PREFIX, element_ids.BOX_PREFIX)
-    for make in ("node_element", "module_element", "box_element"):
-        arg = 12 if make == "node_element" else "blocks.3"
-        assert getattr(collapse, make)(arg) == getattr(element_ids, make)(arg)
+def test_the_graph_element_ids_read_back_what_they_make() -> None:
+    """app/view/ids.py is the one maker and reader of the graph's element ids (the layout uses it too)."""
     assert element_ids.node_of(element_ids.node_element(12)) == 12
-    assert element_ids.node_of("m:12") is None and element_ids.module_of("m:blocks.3") == "blocks.3"
+    assert element_ids.module_of(element_ids.module_element("blocks.3")) == "blocks.3"
+    assert element_ids.box_of(element_ids.box_element("blocks.3")) == "blocks.3"
+    assert element_ids.node_of("m:12") is None and element_ids.module_of("g:blocks.3") is None
+    assert element_ids.node_index("n7") == element_ids.node_index("7") == 7

@@ -12,6 +12,7 @@ from zoo import build
 
 import gradscape
 from gradscape.app.view import flow_rows, gradient_flow, norm_over_steps
+from gradscape.app.view.flow import ROW_PX, flow_height, short_names
 from gradscape.tracer.wire import step_to_wire
 
 
@@ -39,13 +40,34 @@ def test_gradient_flow_bars_are_rms_and_max_per_layer() -> None:
     fig = gradient_flow(wire)
     go.Figure(fig)
     max_bar, rms_bar = fig["data"]
-    assert max_bar["x"] == rms_bar["x"] == ["fc1", "fc2", "fc3"]  # forward order
-    for k, layer in enumerate(max_bar["x"]):
+    assert max_bar["y"] == rms_bar["y"] == ["fc1", "fc2", "fc3"]  # forward order, one row per layer
+    assert max_bar["orientation"] == rms_bar["orientation"] == "h"
+    for k, layer in enumerate(max_bar["y"]):
         g = grads[layer].double()
-        assert rms_bar["y"][k] == pytest.approx(g.pow(2).mean().sqrt().item(), rel=1e-5)
-        assert max_bar["y"][k] == pytest.approx(g.abs().max().item(), rel=1e-6)
+        assert rms_bar["x"][k] == pytest.approx(g.pow(2).mean().sqrt().item(), rel=1e-5)
+        assert max_bar["x"][k] == pytest.approx(g.abs().max().item(), rel=1e-6)
     title = fig["layout"]["title"]["text"]
-    assert "RMS" in title and "not recorded" in title and fig["layout"]["yaxis"]["type"] == "log"
+    assert "RMS" in title and "not recorded" in title and fig["layout"]["xaxis"]["type"] == "log"
+    assert fig["layout"]["yaxis"]["autorange"] == "reversed"  # the input side at the top
+
+
+def test_long_layer_names_are_shortened_and_whole_on_hover() -> None:
+    """A GPT-2's layers (`transformer.h.0.attn.c_attn`, ...): labels without the prefix all share, one row of
+    ROW_PX each (the chart grows with them), the full name in the hover text."""
+    case = build("gpt2")
+    with gradscape.Tracer(case.model, tensors="summary").step(0) as st:
+        case.loss(case.model, case.batch).backward()
+    wire = step_to_wire(st)
+    layers = [r["layer"] for r in flow_rows(wire)]
+    fig = gradient_flow(wire)
+    bars = fig["data"][0]
+    assert len(layers) == 27 and "transformer.h.0.attn.c_attn" in layers
+    assert bars["y"] == [name.removeprefix("transformer.") for name in layers]
+    assert len(set(bars["y"])) == len(layers)
+    assert all(text.startswith(name + " (") for text, name in zip(bars["hovertext"], layers, strict=True))
+    assert fig["layout"]["height"] == flow_height(27) >= 27 * ROW_PX
+    assert short_names(["fc1", "fc2"]) == ["fc1", "fc2"] and short_names(["a.b"]) == ["a.b"]
+    assert short_names(["m.a.x", "m.a"]) == ["a.x", "a"]  # never a name emptied
 
 
 def test_forward_order_follows_execution_not_registration() -> None:
@@ -74,10 +96,10 @@ def test_norm_over_steps_tracks_each_layer() -> None:
 
 def test_log_axes_tick_powers_of_ten_over_whole_decades() -> None:
     wires, _, _ = train("mlp", 2)
-    for fig in (gradient_flow(wires[-1]), norm_over_steps(wires)):
-        axis = fig["layout"]["yaxis"]
+    for fig, values in ((gradient_flow(wires[-1]), "x"), (norm_over_steps(wires), "y")):
+        axis = fig["layout"][values + "axis"]
         assert axis["type"] == "log" and axis["dtick"] == 1 and axis["tickformat"] == ".0e"
-        ys = [y for trace in fig["data"] for y in trace["y"] if y]
+        ys = [y for trace in fig["data"] for y in trace[values] if y]
         lo, hi = axis["range"]
         assert isinstance(lo, int) and isinstance(hi, int) and hi > lo
         assert 10 ** lo <= min(ys) and max(ys) <= 10 ** hi

@@ -25,9 +25,6 @@ from gradscape.app.view import (
     visible_count,
     visible_element,
 )
-from gradscape.app.view.graph import by_module, paths_to_loss, reachable, step_graph, unreachable_params, upstream
-from gradscape.app.view.graph import layers as graph_layers
-from gradscape.app.view.graph import roots as graph_roots
 from gradscape.app.view.layout import box_overlaps
 from gradscape.tracer.wire import step_to_wire
 
@@ -330,45 +327,6 @@ def test_mlp_layers_are_stacked_bands() -> None:
             lo, hi = span.get(info["parent"], (10**9, -1))
             span[info["parent"]] = (min(lo, info["layer"]), max(hi, info["layer"]))
     assert span["fc3"][1] < span["fc2"][0] and span["fc2"][1] < span["fc1"][0]
-
-
-# ---------------------------------------------------------------------------- the networkx model
-def test_graph_model_layers_reachability_and_paths(transformer: dict[str, Any]) -> None:
-    g = step_graph(transformer)
-    assert g.number_of_nodes() == len(transformer["nodes"])
-    assert set(g.edges) == {(s, d) for s, d, _ in transformer["edges"]}
-    lay = graph_layers(g)
-    assert all(lay[a] < lay[b] for a, b in g.edges)
-    (root,) = graph_roots(g)
-    assert lay[root] == 0 and reachable(g, root) == set(g) - {root}
-    param = next(n["param"] for n in transformer["nodes"] if n.get("param"))
-    paths = paths_to_loss(g, param, limit=5)
-    assert paths and all(p[0] == root and g.nodes[p[-1]]["param"] == param for p in paths)
-    assert all(g.has_edge(a, b) for p in paths for a, b in zip(p, p[1:]))
-    assert set(paths[0]) <= upstream(g, paths[0][-1]) | {paths[0][-1]}
-    assert unreachable_params(g) == []
-
-
-def test_unreachable_params_names_an_unused_layer() -> None:
-    torch.manual_seed(0)
-    model = torch.nn.ModuleDict({"used": torch.nn.Linear(3, 2), "unused": torch.nn.Linear(3, 2)})
-    tr = gradscape.Tracer(model, tensors="summary")
-    with tr.step(0) as st:
-        model["used"](torch.randn(4, 3)).sum().backward()
-    g = step_graph(step_to_wire(st))
-    assert unreachable_params(g) == ["unused.bias", "unused.weight"]
-    assert paths_to_loss(g, "unused.weight") == []
-    assert len(paths_to_loss(g, "used.weight")) == 1
-
-
-def test_by_module_folds_like_the_drawn_graph(w4: dict[str, Any]) -> None:
-    folded = default_collapse(w4)
-    q = by_module(step_graph(w4), folded)
-    layout = layout_graph(w4, folded)
-    drawn = {v if isinstance(v, str) else f"n{v}" for v in q}
-    assert drawn == set(layout["nodes"])
-    assert {(f"n{a}" if isinstance(a, int) else a, f"n{b}" if isinstance(b, int) else b) for a, b in q.edges} == \
-        {(e["source"], e["target"]) for e in layout["edges"]}
 
 
 def test_first_expand_keeps_what_was_above_in_place_and_boxes_apart(w4: dict[str, Any]) -> None:

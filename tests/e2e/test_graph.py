@@ -254,7 +254,7 @@ def test_first_expand_draws_the_module_and_keeps_what_was_shown(live_server: Any
     page.wait_for_function("window.cy.getElementById('g:4').children().length === 29", timeout=20_000)
     took = time.monotonic() - t0
     assert took < 10, took  # the ≤ 1 s figure is measured by bench/ui.py
-    page.wait_for_function("!window.gradscapeGraph.tapped")  # the view has been placed
+    page.wait_for_function("!window.gradscape.graph.tapped")  # the view has been placed
     got = page.evaluate(SIBLING_OVERLAPS)
     assert got["count"] >= 1 and got["overlaps"] == [], got
     now = page.evaluate("""(ids) => { const out = {}; ids.forEach(id => { const n = window.cy.getElementById(id);

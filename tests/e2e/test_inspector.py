@@ -206,17 +206,19 @@ def test_gradient_flow_titles_fit_and_ticks_are_powers_of_ten(live_server: Any, 
     page.goto(f"{live_server.url}/?run=r&step=2&node={node}")
     page.wait_for_selector("#inspector .js-plotly-plot")
     page.locator("#inspector-tabs .tab", has_text="Gradient flow").click()
-    page.wait_for_function("document.querySelectorAll('#flow-chart .ytick, #flow-over-steps .ytick').length")
-    for graph in ("#flow-chart", "#flow-over-steps"):
+    page.wait_for_function("document.querySelectorAll('#flow-chart .xtick, #flow-over-steps .ytick').length")
+    # the values' axis: x of the flow chart (one row per layer), y of the norm over steps
+    for graph, axis in (("#flow-chart", "x"), ("#flow-over-steps", "y")):
         page.locator(graph).scroll_into_view_if_needed()
-        got = page.evaluate("""g => {
+        got = page.evaluate("""([g, a]) => {
             const box = e => { const r = e.getBoundingClientRect();
                                return {l: r.left, t: r.top, r: r.right, b: r.bottom}; };
             const root = document.querySelector(g);
-            const ticks = Array.from(root.querySelectorAll('.ytick text'));
-            return {title: box(root.querySelector('.g-ytitle text')), svg: box(root.querySelector('svg.main-svg')),
+            const ticks = Array.from(root.querySelectorAll('.' + a + 'tick text'));
+            return {title: box(root.querySelector('.g-' + a + 'title text')),
+                    svg: box(root.querySelector('svg.main-svg')),
                     ticks: ticks.map(e => ({...box(e), text: e.textContent}))};
-        }""", graph)
+        }""", [graph, axis])
         labels = [t["text"] for t in got["ticks"]]
         assert len(labels) >= 2, labels
         assert all(re.fullmatch(r"1e[-+−]?\d+", t) for t in labels), labels  # powers of ten only

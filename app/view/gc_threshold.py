@@ -23,7 +23,7 @@ _saved: tuple[int, int, int] | None = None
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def raised_gc_threshold() -> Iterator[None]:
     """Nestable and thread-safe: the first entry raises the threshold (if it is lower), the last exit
     puts back the thresholds it found. Never disables the collector."""
     global _depth, _saved

@@ -6,7 +6,7 @@ import gc
 import threading
 import weakref
 
-from gradscape.app.view._gcpause import BURST_THRESHOLD, gc_paused
+from gradscape.app.view.gc_threshold import BURST_THRESHOLD, raised_gc_threshold
 
 
 class _Node:
@@ -17,7 +17,7 @@ class _Node:
 def test_collector_stays_on_and_still_frees_cycles() -> None:
     before = gc.get_threshold()
     freed = threading.Event()
-    with gc_paused():
+    with raised_gc_threshold():
         assert gc.isenabled()
         assert gc.get_threshold()[0] == max(BURST_THRESHOLD, before[0])
         node = _Node()
@@ -36,7 +36,7 @@ def test_nested_and_threaded_entries_restore_once() -> None:
     def worker() -> None:
         try:
             for _ in range(200):
-                with gc_paused(), gc_paused():
+                with raised_gc_threshold(), raised_gc_threshold():
                     assert gc.isenabled()
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
@@ -53,7 +53,7 @@ def test_nested_and_threaded_entries_restore_once() -> None:
 def test_a_disabled_collector_is_left_disabled() -> None:
     gc.disable()
     try:
-        with gc_paused():
+        with raised_gc_threshold():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:
