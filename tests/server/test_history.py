@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,5 +86,9 @@ def test_history_messages_are_checked(app: GradscapeApp) -> None:
         ack = send(bad)
         assert ack["ok"] is False and text in ack["error"], (text, ack)
     assert [r["step"] for r in app.state.store.history("r")] == [0, 1]  # nothing half-stored
-    got = [m for m in ui.get_received("/ui") if m["name"] == "history"]
+    got: list[dict[str, object]] = []
+    deadline = time.monotonic() + 10  # the notifier's thread pushes at most ~10 times a second: wait for it
+    while not got and time.monotonic() < deadline:
+        got = [m for m in ui.get_received("/ui") if m["name"] == "history"]
+        time.sleep(0.02)
     assert got and got[-1]["args"][0] == {"run": "r", "step": 1}
