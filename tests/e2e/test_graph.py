@@ -114,7 +114,11 @@ def test_sibling_module_boxes_do_not_intersect(live_server: Any, page: Page, nam
     _no_errors(page)
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 18/22 notes): fails since this session merged the page, monitor and selection work together; the interplay is not yet found")
+MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
+                "selection work together; the interplay is not yet found")
+
+
+@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_transformer_opens_legible_and_hover_shows_the_full_label(live_server: Any, page: Page) -> None:
     _record_demo(live_server.store_path, "transformer")
     _open(page, live_server.url)
@@ -162,7 +166,7 @@ def _record_residual_stages(store: Path) -> None:
     tr.close()
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 18/22 notes): fails since this session merged the page, monitor and selection work together; the interplay is not yet found")
+@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any, page: Page) -> None:
     _record_residual_stages(live_server.store_path)
     _open(page, live_server.url)
@@ -239,7 +243,7 @@ SHOWN = """() => { const cy = window.cy, out = {};
   return out; }"""
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 18/22 notes): fails since this session merged the page, monitor and selection work together; the interplay is not yet found")
+@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_first_expand_draws_the_module_and_keeps_what_was_shown(live_server: Any, page: Page) -> None:
     """A person's first click on a folded stage (nothing of it laid out before): the stage's box is drawn
     with its blocks, sibling boxes do not overlap, nothing that was shown moves sideways, and what was

@@ -35,7 +35,11 @@ def _inspector_shows(node: int) -> str:
     return f"(document.querySelector('#{ids.INSPECTOR}') || {{innerText: ''}}).innerText.includes('(node n{node},')"
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 18/22 notes): fails since this session merged the page, monitor and selection work together; the interplay is not yet found")
+MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
+                "selection work together; the interplay is not yet found")
+
+
+@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_a_click_on_a_node_selects_it_while_another_callback_is_in_flight(live_server: Any, page: Page) -> None:
     _record(live_server.store_path)
     with urllib.request.urlopen(f"{live_server.url}/api/runs/r/steps/0", timeout=10) as resp:

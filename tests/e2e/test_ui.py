@@ -205,7 +205,11 @@ def test_screenshot_for_the_readme(live_server: Any, page: Page, tmp_path: Path)
     _no_errors(page)
 
 
-@pytest.mark.xfail(strict=False, reason="open defect (issue 18/22 notes): fails since this session merged the page, monitor and selection work together; the interplay is not yet found")
+MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
+                "selection work together; the interplay is not yet found")
+
+
+@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any, page: Page) -> None:
     """The layout already holds the newest step, so no callback redoes it on load: the round trips are
     the search index (kept out of the layout: the first paint does not need it) and, once the socket
