@@ -15,7 +15,7 @@
     else if (evt.key === "f" && cy && GS.graph && GS.graph.fit) GS.graph.fit(cy);
     else if (evt.key === "Escape") {
       if (cy) cy.elements(":selected").unselect();
-      if (GS.player) GS.player.focused = undefined;
+      if (GS.player) { GS.player.focused = undefined; GS.player.picked = null; }
       window.dash_clientside.set_props(ID.SELECTED, {data: null});
     } else return;
     evt.preventDefault();

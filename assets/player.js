@@ -9,7 +9,7 @@
 (function () {
   const GS = window.gradscape, ID = GS.ids, E = GS.elements;
   const P = GS.player = {current: null, clicks: {prev: 0, next: 0}, hold: undefined, focused: undefined,
-                         picked: null};  // picked: the node last chosen (by anyone), {run, node}
+                         picked: null};  // picked: the browser's last pick (`P.pick`), {run, node, pick}
   // Someone moving the graph by hand (a drag, held down; a wheel turn, for HANDS_OFF_MS after it): the page
   // does not recentre the graph under them (`P.reveal`)
   const HANDS_OFF_MS = 800, MARGIN = 8;
@@ -66,9 +66,10 @@
   // A selection made here, in the browser (the player, a click on a node). Noted at once, not when `focus`
   // sees it: a server's answer for a new step arriving in the same moment can replace it in the store
   // before any callback reads it, and `focus` puts it back (see `kept` there)
+  P.seq = 0;
   P.pick = function (sel) {
-    P.picked = {run: sel.run, node: sel.node};
-    dash_clientside.set_props(ID.SELECTED, {data: sel});
+    P.picked = {run: sel.run, node: sel.node, pick: ++P.seq};
+    dash_clientside.set_props(ID.SELECTED, {data: Object.assign({}, sel, {pick: P.seq})});
   };
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
@@ -92,11 +93,17 @@
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
       const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;  // a new step (its order comes once per step)
       const redrawn = fresh || trig.indexOf(ID.GRAPH + ".elements") >= 0;  // that, or a fold or an expand
-      if (redrawn || !P.order || P.order.nodes !== stepOrder.nodes) {
+      if (redrawn || !P.order || P.order.nodes !== stepOrder.nodes || P.drawnFrom !== elements) {
         P.order = Object.assign({}, stepOrder, {elements: drawnElements(stepOrder, elements)});
+        P.drawnFrom = elements;
       }
       const order = P.order;  // the step's order with each node's drawn element
       const prev = P.current;
+      // the slider moved by the player itself (below, on an earlier call: `P.hold`), not by the person; seen
+      // whatever else changed in the same call (a new step's order may arrive with it)
+      const slid = trig.indexOf(ID.SLIDER + ".value") >= 0;
+      const held = slid && P.hold !== undefined && P.hold === (value || 0);
+      if (slid) P.hold = undefined;
       // which graph this is (its run and backward order), worked out once per new order, not per tick
       const sig = fresh || !prev ? order.run + "|" + order.nodes.join(",") : prev.sig;
       if (fresh && prev) {
@@ -109,11 +116,9 @@
         }
         v = want;
       }
-      const held = !fresh && P.hold === v;
-      if (!fresh) P.hold = undefined;
       // the person moved it: also when a new step of the same graph arrives in the same call (Dash merges
       // the two), which dropped their step before
-      const moved = trig.indexOf(ID.SLIDER + ".value") >= 0 && !held && !(fresh && (!prev || prev.sig !== sig));
+      const moved = slid && !held && !(fresh && (!prev || prev.sig !== sig));
       // a new graph: its first view (assets/graph.js); the first load's graph is shown by graph.js itself
       if (cy && redrawn) GS.graph.shown(cy, order);
       else if (!GS.graph.key) {
@@ -169,15 +174,15 @@
     },
     focus: function (selected, _stepOrder) {
       const cy = window.cy, order = P.order;
-      // a server's answer for a new step keeps the node its request held (`kept`); when the person picked
-      // another since (the player, a click: set here, in the browser), their pick stays, in the new step
+      // a server's answer for a new step keeps the node its request held (`kept`), from the state of the
+      // browser's pick number `pick`; when the person picked again since (the player, a click: `P.pick`),
+      // their newer pick stays, in the new step
       const picked = P.picked;
-      if (selected && selected.kept && picked && picked.run === selected.run && picked.node !== selected.node) {
+      if (selected && selected.kept && picked && picked.run === selected.run && (selected.pick || 0) < picked.pick) {
         dash_clientside.set_props(ID.SELECTED, {data: {run: selected.run, rank: selected.rank || 0,
-                                                       step: selected.step, node: picked.node}});
+                                                       step: selected.step, node: picked.node, pick: picked.pick}});
         return window.dash_clientside.no_update;
       }
-      if (!selected || !selected.kept) P.picked = selected ? {run: selected.run, node: selected.node} : null;
       if (cy && selected) {
         let el = cy.getElementById(E.node + selected.node);
         if (!el.length && order) {

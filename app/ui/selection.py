@@ -104,9 +104,11 @@ def selection(data: PageData, trigger: Any, run: str | None, step: int | None, r
         return no_update, ({"run": run, "collapsed": new_folded} if new_folded is not None else no_update), \
             no_update
     # `kept`: the node is the one the request's state held, which the person may have moved on from (the
-    # player, a click, handled in the browser) while this was answered: the browser keeps their newer pick
-    # (`focus`, assets/player.js)
-    sel = {"run": run, "rank": rank, "step": step, "node": node, **({"kept": True} if kept else {})}
+    # player, a click: picks made in the browser, numbered there) while this was answered; `pick` is the
+    # number of the browser's pick that state came from. The browser keeps a newer pick (`focus`,
+    # assets/player.js)
+    sel = {"run": run, "rank": rank, "step": step, "node": node, "pick": (selected or {}).get("pick") or 0,
+           **({"kept": True} if kept else {})}
     folded_out = {"run": run, "collapsed": new_folded} if new_folded is not None and new_folded != current \
         else no_update
     return sel, folded_out, address(sel)
