@@ -1,7 +1,8 @@
 /* gradscape: deep links and picks, what selects a node from outside the graph (clientside callbacks of
- * app/ui/runs.py and app/ui/problems.py): the address the page was opened with (`deepLink`; a link that
- * names a step pins it: "follow live" goes off until the person ticks it again) and a click on a line of
- * the problems panel (`problemPick`). Everything here lives in the page's one namespace, window.gradscape. */
+ * app/ui/runs.py, app/ui/problems.py and app/ui/selection.py): the address the page was opened with
+ * (`deepLink`; a link that names a step pins it: "follow live" goes off until the person ticks it again), a
+ * click on a line of the problems panel (`problemPick`) and a node picked in the find box (`searchPick`).
+ * Everything here lives in the page's one namespace, window.gradscape. */
 (function () {
   const GS = window.gradscape, ID = GS.ids;
   /* the address the page was opened with: only that one can pin a step (the page writes each selection
@@ -33,6 +34,15 @@
         }
       }
       if (Object.keys(out).length) window.dash_clientside.set_props(ID.DEEP_LINK, {data: out});
+    },
+    searchPick: function (found) {
+      // a node picked in the find box is the person's newest pick from this moment (`P.pick`, assets/player.js):
+      // the server's answer (app/ui/selection.py `select_found`, which also unfolds what hides it) can arrive
+      // merged with a new step's, and a step answered from the state before the pick must not take it back
+      const E = GS.elements, p = GS.player && GS.player.current;
+      if (!p || typeof found !== "string" || !found.startsWith(E.node)) return;
+      const node = found.slice(E.node.length);
+      if (/^[0-9]+$/.test(node)) GS.player.pick({run: p.run, rank: p.rank, step: p.step, node: parseInt(node, 10)});
     },
     problemPick: function (_clicks, run, step, rank) {
       // a click on a problem line (its id names the node) → {run, rank, step, node, at}; new lines (a step

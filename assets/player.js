@@ -178,10 +178,17 @@
       // browser's pick number `pick`; when the person picked again since (the player, a click: `P.pick`),
       // their newer pick stays, in the new step
       const picked = P.picked;
-      if (selected && selected.kept && picked && picked.run === selected.run && (selected.pick || 0) < picked.pick) {
+      if (selected && selected.kept && picked && picked.run === selected.run && (selected.pick || 0) < picked.pick
+          && selected.node !== picked.node) {
         dash_clientside.set_props(ID.SELECTED, {data: {run: selected.run, rank: selected.rank || 0,
                                                        step: selected.step, node: picked.node, pick: picked.pick}});
         return window.dash_clientside.no_update;
+      }
+      // a node chosen through the server (the find box, a deep link, the page's first node) is the newest
+      // pick from now on: a new step's answer from a state before it must not take it back
+      if (selected && !selected.kept && !(picked && picked.run === selected.run && picked.node === selected.node
+                                         && picked.pick === selected.pick)) {
+        P.picked = {run: selected.run, node: selected.node, pick: ++P.seq};
       }
       if (cy && selected) {
         let el = cy.getElementById(E.node + selected.node);

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, ctx, no_update
+from dash import ClientsideFunction, Input, Output, State, ctx, no_update
 
 from gradscape.app import view
 from gradscape.app.data import PageData
@@ -56,6 +56,11 @@ def register(app: dash.Dash, data: PageData) -> None:
                         selected: dict[str, Any] | None, collapsed: dict[str, Any] | None) -> Any:
         """A click on the graph: a node selects it, a folded module opens a level, a box folds."""
         return selection(data, ids.GRAPH, run, step, int(rank or 0), selected, collapsed, tap=tap)
+
+    # a node found is also picked in the browser at once (`searchPick`, assets/links.js): numbered there, so a
+    # new step's answer from the state before it does not take it back
+    app.clientside_callback(ClientsideFunction("gradscape", "searchPick"), Input(ids.SEARCH, "value"),
+                            prevent_initial_call=True)
 
     @app.callback(*selecting(Input(ids.SEARCH, "value")), prevent_initial_call=True)
     def select_found(found: str | None, run: str | None, step: int | None, rank: int | None,

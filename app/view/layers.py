@@ -28,12 +28,34 @@ def band_layers(groups: list[Group], boxes: dict[str, str | None], pairs: Sequen
     module called twice) is laid out flat, element by element, as `_layers` does.
     """
     n = len(groups)
-    children: dict[str | None, list[Any]] = {None: []}
+    children, item_edges, inner_pairs = _items(groups, boxes, pairs)
+    start: dict[Any, int] = {}  # item -> first layer, relative to the top of its container
+    height: dict[Any, int] = {v: 1 for v in range(n)}
+    members: dict[str | None, list[int]] = {}
+    for box in sorted(children, key=lambda b: -1 if b is None else len(prefixes(b)), reverse=True):
+        items = children[box]
+        members[box] = [v for i in items for v in ([i] if isinstance(i, int) else members[i])]
+        if _longest_path_starts(items, item_edges[box], start, height):
+            height[box] = max((start[i] + height[i] for i in items), default=1)
+        else:
+            height[box] = _cyclic_box(box, items, item_edges[box], inner_pairs[box], groups, members, start, height)
+    return [start[v] + sum(start[p] for p in groups[v]) for v in range(n)]
+
+
+
+Items = dict[str | None, list[Any]]
+
+
+def _items(groups: list[Group], boxes: dict[str, str | None], pairs: Sequence[tuple[int, int]]
+           ) -> tuple[Items, dict[str | None, set[tuple[Any, Any]]], dict[str | None, list[tuple[int, int]]]]:
+    """Per box (None: the top level): its items (the elements drawn directly in it and the boxes nested in
+    it), the edges between its items, and the element pairs that run inside it."""
+    children: Items = {None: []}
     for b in boxes:
         children.setdefault(b, [])
     for b, parent in boxes.items():
         children[parent].append(b)
-    for v in range(n):
+    for v in range(len(groups)):
         children[groups[v][-1] if groups[v] else None].append(v)
     item_edges: dict[str | None, set[tuple[Any, Any]]] = {c: set() for c in children}
     inner_pairs: dict[str | None, list[tuple[int, int]]] = {c: [] for c in children}
@@ -46,42 +68,37 @@ def band_layers(groups: list[Group], boxes: dict[str, str | None], pairs: Sequen
         item_edges[container].add((iu, iw))
         for p in (None, *ga[:c]):
             inner_pairs[p].append((u, w))
-    start: dict[Any, int] = {}  # item -> first layer, relative to the top of its container
-    height: dict[Any, int] = {v: 1 for v in range(n)}
-    members: dict[str | None, list[int]] = {}
-    for box in sorted(children, key=lambda b: -1 if b is None else len(prefixes(b)), reverse=True):
-        items = children[box]
-        inside = [v for i in items for v in ([i] if isinstance(i, int) else members[i])]
-        members[box] = inside
-        if _longest_path_starts(items, item_edges[box], start, height):
-            height[box] = max((start[i] + height[i] for i in items), default=1)
-            continue
-        # a cycle: each strongly connected set of items is one flat band, the rest stays banded
-        dag = nx.DiGraph()
-        dag.add_nodes_from(items)
-        dag.add_edges_from(item_edges[box])
-        cond = nx.condensation(dag)
-        band_start: dict[int, int] = {}
-        for c in nx.topological_sort(cond):
-            scc = cond.nodes[c]["members"]
-            top = max((band_start[u] + _scc_height(cond, u, height) for u in cond.predecessors(c)), default=0)
-            band_start[c] = top
-            if len(scc) == 1:
-                (i,) = scc
-                start[i] = top
-                continue
-            elems = [v for i in scc for v in ([i] if isinstance(i, int) else members[i])]
-            local = {v: k for k, v in enumerate(elems)}
-            flat = _layers(len(elems), [(local[a], local[b]) for a, b in inner_pairs[box] if a in local and b in local])
-            cond.nodes[c]["height"] = max(flat, default=0) + 1
-            for v in elems:
-                start[v] = top + flat[local[v]]
-                for p in groups[v]:
-                    if box is None or len(p) > len(box):
-                        start[p] = 0
-        height[box] = max((band_start[c] + _scc_height(cond, c, height) for c in cond), default=1)
-    return [start[v] + sum(start[p] for p in groups[v]) for v in range(n)]
+    return children, item_edges, inner_pairs
 
+
+def _cyclic_box(box: str | None, items: list[Any], edges: set[tuple[Any, Any]], inner: list[tuple[int, int]],
+                groups: list[Group], members: dict[str | None, list[int]], start: dict[Any, int],
+                height: dict[Any, int]) -> int:
+    """A box whose items form a cycle: each strongly connected set of items is one flat band (element by
+    element, as `_layers` does), the rest stays banded. Fills `start`; returns the box's height."""
+    dag = nx.DiGraph()
+    dag.add_nodes_from(items)
+    dag.add_edges_from(edges)
+    cond = nx.condensation(dag)
+    band_start: dict[int, int] = {}
+    for c in nx.topological_sort(cond):
+        scc = cond.nodes[c]["members"]
+        top = max((band_start[u] + _scc_height(cond, u, height) for u in cond.predecessors(c)), default=0)
+        band_start[c] = top
+        if len(scc) == 1:
+            (i,) = scc
+            start[i] = top
+            continue
+        elems = [v for i in scc for v in ([i] if isinstance(i, int) else members[i])]
+        local = {v: k for k, v in enumerate(elems)}
+        flat = _layers(len(elems), [(local[a], local[b]) for a, b in inner if a in local and b in local])
+        cond.nodes[c]["height"] = max(flat, default=0) + 1
+        for v in elems:
+            start[v] = top + flat[local[v]]
+            for p in groups[v]:
+                if box is None or len(p) > len(box):
+                    start[p] = 0
+    return max((band_start[c] + _scc_height(cond, c, height) for c in cond), default=1)
 
 def layer_y(layer: list[int], groups: list[Group], n_layers: int, dy: float) -> list[float]:
     """y of each layer: `dy` apart, plus room for the padding of every box that closes above the

@@ -114,11 +114,7 @@ def test_sibling_module_boxes_do_not_intersect(live_server: Any, page: Page, nam
     _no_errors(page)
 
 
-MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
-                "selection work together; the interplay is not yet found")
 
-
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_transformer_opens_legible_and_hover_shows_the_full_label(live_server: Any, page: Page) -> None:
     _record_demo(live_server.store_path, "transformer")
     _open(page, live_server.url)
@@ -166,7 +162,6 @@ def _record_residual_stages(store: Path) -> None:
     tr.close()
 
 
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any, page: Page) -> None:
     _record_residual_stages(live_server.store_path)
     _open(page, live_server.url)
@@ -243,7 +238,6 @@ SHOWN = """() => { const cy = window.cy, out = {};
   return out; }"""
 
 
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_first_expand_draws_the_module_and_keeps_what_was_shown(live_server: Any, page: Page) -> None:
     """A person's first click on a folded stage (nothing of it laid out before): the stage's box is drawn
     with its blocks, sibling boxes do not overlap, nothing that was shown moves sideways, and what was
@@ -281,3 +275,14 @@ def test_first_expand_draws_the_module_and_keeps_what_was_shown(live_server: Any
     top = page.evaluate("window.cy.getElementById('g:4').renderedBoundingBox().y1")
     assert 0 <= top <= at["top"], top  # the opened box starts on screen, no lower than the click
     _no_errors(page)
+
+
+def test_the_graph_stays_put_while_the_page_finishes_loading(live_server: Any, page: Page) -> None:
+    """The graph is drawn before plotly.js has loaded: the timeline above it, drawn then, must not push it
+    down (a click aimed at a node would land on another)."""
+    _record_demo(live_server.store_path, "mlp")
+    page.goto(live_server.url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    top = page.evaluate("window.cy.container().getBoundingClientRect().top")
+    page.wait_for_function("document.querySelector('#timeline-graph .main-svg') !== null")
+    assert page.evaluate("window.cy.container().getBoundingClientRect().top") == top

@@ -178,11 +178,7 @@ def test_the_badge_says_when_the_server_stops_and_the_page_catches_up_when_it_re
     assert errors == []
 
 
-MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
-                "selection work together; the interplay is not yet found")
 
-
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, page: Page) -> None:
     """What else the person set up holds through new steps: the colouring, a folded module, a node found
     by name, and the player's place in the backward order (the graph is the same in every step)."""

@@ -103,11 +103,7 @@ def test_show_embeds_a_page_that_answers_and_shows_the_step(kernel: Kernel, page
     assert again.split("?")[0] == url.split("?")[0]
 
 
-MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
-                "selection work together; the interplay is not yet found")
 
-
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_a_shown_tracer_streams_its_steps_to_the_open_page(kernel: Kernel, page: Page) -> None:
     url = _text(kernel.run("live = gradscape.Tracer(model, run='live')\n"
                            "print(gradscape.show(live, display=False).url)")).strip()

@@ -16,7 +16,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from playwright.sync_api import Page, Route
 
@@ -35,11 +34,7 @@ def _inspector_shows(node: int) -> str:
     return f"(document.querySelector('#{ids.INSPECTOR}') || {{innerText: ''}}).innerText.includes('(node n{node},')"
 
 
-MERGE_DEFECT = ("open defect (issue 18/22 notes): fails since this session merged the page, monitor and "
-                "selection work together; the interplay is not yet found")
 
-
-@pytest.mark.xfail(strict=False, reason=MERGE_DEFECT)
 def test_a_click_on_a_node_selects_it_while_another_callback_is_in_flight(live_server: Any, page: Page) -> None:
     _record(live_server.store_path)
     with urllib.request.urlopen(f"{live_server.url}/api/runs/r/steps/0", timeout=10) as resp:
@@ -55,8 +50,8 @@ def test_a_click_on_a_node_selects_it_while_another_callback_is_in_flight(live_s
 
     page.route("**/_dash-update-component*", hold_compare)
     page.goto(live_server.url)
-    page.wait_for_function("window.cy && window.cy.nodes().length > 0 && window.gradscapePlayer")
-    first = page.evaluate("window.gradscapePlayer.node")
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0 && window.gradscape.player.current")
+    first = page.evaluate("window.gradscape.player.current.node")
     page.wait_for_function(_inspector_shows(first))  # the page opens on the player's node
     tapped = next(n["id"] for n in graph["nodes"] if n["name"] == "AddmmBackward0" and n["id"] != first)
 

@@ -128,11 +128,12 @@ class NodeHooks:
     # summary both (`Summariser.summarise_keyed`).
     def _make_hooks(self) -> tuple[Any, Any]:
         """The step's AccumulateGrad pre-hook `pre(rec, grad_outputs)` and post-hook `post(rec, grad_inputs,
-        grad_outputs)`, each written out in one function."""
-        hooks, execution_append, handoff, last_end = self, self.execution.append, self.handoff, self.last_end
-        take = handoff.pop
-        keyed, summarise, brk, params, add_to_sum = (self.summ.summarise_keyed, self._summarise, self.breaker,
-                                                     self.params, self.module_sums.add)
+        grad_outputs)`, each written out in one function (their names bound as locals: they run per node)."""
+        arrived = self._make_arrived()
+        return self._make_pre(arrived), self._make_post(arrived)
+
+    def _make_arrived(self) -> Any:
+        take, keyed, summarise = self.handoff.pop, self.summ.summarise_keyed, self._summarise
 
         def arrived(rid: int, grad_outputs: tuple[torch.Tensor | None, ...], gos: list[TensorTrace | None]) -> None:
             """What arrived at node `rid` (NOTE [Dedupe]), summarised into `gos`."""
@@ -147,6 +148,12 @@ class NodeHooks:
                         gos.append(keyed(g, g.data_ptr(), (g.shape, g.stride(), g.dtype), None))
                     else:
                         gos.append(summarise(g, None))
+
+        return arrived
+
+    def _make_pre(self, arrived: Any) -> Any:
+        hooks, execution_append, last_end, brk, params = (self, self.execution.append, self.last_end, self.breaker,
+                                                          self.params)
 
         def pre(rec: NodeRecord, grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             """AccumulateGrad: a pre-hook, which sees the gradient before `.grad` is written (a post-hook
@@ -174,6 +181,13 @@ class NodeHooks:
                 brk.at_node(hooks.view, rec, None, grad_outputs)
             last_end[_thread_id()] = now()
             return None
+
+        return pre
+
+    def _make_post(self, arrived: Any) -> Any:
+        hooks, execution_append, handoff, last_end = self, self.execution.append, self.handoff, self.last_end
+        keyed, summarise, brk, add_to_sum = (self.summ.summarise_keyed, self._summarise, self.breaker,
+                                             self.module_sums.add)
 
         def post(rec: NodeRecord, grad_inputs: tuple[torch.Tensor | None, ...],
                  grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
@@ -223,7 +237,7 @@ class NodeHooks:
             last_end[tid] = now()
             return None
 
-        return pre, post
+        return post
 
     def _unreadable(self, run: NodeRun, grad_inputs: tuple[torch.Tensor | None, ...],
                     grad_outputs: tuple[torch.Tensor | None, ...], exc: Exception) -> None:
