@@ -61,19 +61,23 @@ def post(url: str, body: Any, method: str = "POST") -> Any:
         return json.loads(resp.read())
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=9)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    return ap.parse_args()
+
+
+def start_server() -> tuple[Any, Any, str]:
+    """The app on a werkzeug thread of this process: (app, http server, base url)."""
     tmp = tempfile.mkdtemp(prefix="gs-bench-bp-")
     app, sio = create_app(str(Path(tmp) / "bench.sqlite"), ServerConfig(notify_interval=0.05))
     http = make_server("127.0.0.1", 0, app.server, threaded=True)
     threading.Thread(target=http.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{http.server_port}"
+    return app, http, f"http://127.0.0.1:{http.server_port}"
 
-    hits: dict[int, float] = {}
-    ends: dict[int, float] = {}
+
+def note_hits(hits: dict[int, float]) -> None:
+    """Wrap `Breaker._pause` so each hit's wall time (ms) is noted in `hits` by step."""
     original = Breaker._pause
 
     def timed_pause(self: Breaker, rec: Any, node: Any) -> None:
@@ -82,10 +86,14 @@ def main() -> None:
 
     Breaker._pause = timed_pause  # type: ignore[method-assign]
 
+
+def start_training(url: str, run: str, rounds: int,
+                   ends: dict[int, float]) -> tuple[gradscape.Tracer, Breaker, threading.Event, threading.Thread]:
+    """A traced MLP trained on a thread: step 0 at once, the rest once the returned event is set. Each
+    step's end wall time (ms) is noted in `ends`. Returns (tracer, breaker, event, thread)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     x, y = torch.randn(64, 32), torch.randint(0, 10, (64,))
-    run = "bench-bp"
     tr = gradscape.Tracer(model, run=run, sink=SocketSink(url, run))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     b = breaker(run)
@@ -94,7 +102,7 @@ def main() -> None:
     go = threading.Event()
 
     def train() -> None:
-        for i in range(args.rounds + 1):
+        for i in range(rounds + 1):
             if i == 1:
                 go.wait()
             with tr.step(i):
@@ -105,6 +113,13 @@ def main() -> None:
 
     th = threading.Thread(target=train, daemon=True)
     th.start()
+    return tr, b, go, th
+
+
+def drive_page(url: str, run: str, b: Breaker, go: threading.Event, rounds: int,
+               ends: dict[int, float]) -> dict[str, float]:
+    """Open the page, set the breakpoint, release training and click Continue each round; returns the
+    page's first-seen times (`window.__seen`)."""
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                     args=["--no-sandbox", "--disable-gpu"])
@@ -120,23 +135,40 @@ def main() -> None:
         while not b.armed:
             time.sleep(0.01)
         go.set()
-        for i in range(1, args.rounds + 1):
+        for i in range(1, rounds + 1):
             page.wait_for_function(f"'bp{i}' in window.__seen")
             page.click("#bp-continue")
             page.wait_for_function(f"'st{i}' in window.__seen")
-        seen = page.evaluate("window.__seen")
+        seen: dict[str, float] = page.evaluate("window.__seen")
         browser.close()
-    th.join(30)
-    tr.close(10)
-    pause_ms = [seen[f"bp{i}"] - hits[i] for i in range(1, args.rounds + 1)]
-    step_ms = [seen[f"st{i}"] - ends[i] for i in range(1, args.rounds + 1)]
+    return seen
+
+
+def report(rounds: int, seen: dict[str, float], hits: dict[int, float], ends: dict[int, float]) -> None:
+    pause_ms = [seen[f"bp{i}"] - hits[i] for i in range(1, rounds + 1)]
+    step_ms = [seen[f"st{i}"] - ends[i] for i in range(1, rounds + 1)]
     med_p, med_s = statistics.median(pause_ms), statistics.median(step_ms)
-    print(f"rounds: {args.rounds}")
+    print(f"rounds: {rounds}")
     print(f"breakpoint hit -> page shows the paused node: median {med_p:.0f} ms "
           f"(min {min(pause_ms):.0f}, max {max(pause_ms):.0f})")
     print(f"step end -> page shows the step (baseline):   median {med_s:.0f} ms "
           f"(min {min(step_ms):.0f}, max {max(step_ms):.0f})")
     print(f"ratio (pause / step): {med_p / med_s:.2f}x")
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(1)
+    app, http, url = start_server()
+    hits: dict[int, float] = {}
+    ends: dict[int, float] = {}
+    note_hits(hits)
+    run = "bench-bp"
+    tr, b, go, th = start_training(url, run, args.rounds, ends)
+    seen = drive_page(url, run, b, go, args.rounds, ends)
+    th.join(30)
+    tr.close(10)
+    report(args.rounds, seen, hits, ends)
     app.gradscape_state.notifier.stop()
     http.shutdown()
 

@@ -26,13 +26,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
-from workloads import build  # noqa: E402
+from workloads import Workload, build  # noqa: E402
 
 import gradscape  # noqa: E402
 from gradscape.tracer.sinks.socket import SocketSink  # noqa: E402
@@ -62,82 +63,103 @@ def wait_readable(url: str, timeout: float = 60.0) -> float:
     raise TimeoutError(url)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="W3")
     ap.add_argument("--steps", type=int, default=5, help="steps for the latency measurement")
     ap.add_argument("--push", type=int, default=20, help="steps pushed for the throughput measurement")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds for the overhead measurement")
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def start_server(store: Path, port: int) -> subprocess.Popen[bytes]:
+    """`gradscape serve` in a child process, its output discarded."""
+    return subprocess.Popen([sys.executable, "-m", "gradscape", "serve", "--store", str(store),
+                             "--port", str(port)], cwd=HERE.parent, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def measure_latency(wl: Workload, batch: Any, base: str, steps: int) -> tuple[list[float], Any]:
+    """End of traced step -> readable through the API, per step; returns the latencies and the last step."""
+    tr = gradscape.Tracer(wl.model, run="latency", sink=base)
+    lat, sizes = [], []
+    for i in range(steps):
+        with tr.step(i) as st:
+            wl.loss(wl.model, batch).backward()
+        t_end = time.perf_counter()
+        t_ok = wait_readable(f"{base}/api/runs/latency/steps/{i}")
+        lat.append(t_ok - t_end)
+        sizes.append(len(st.nodes))
+    tr.close()
+    print(f"latency  nodes/step {sizes[0]}  median {statistics.median(lat) * 1e3:.0f} ms  "
+          f"max {max(lat) * 1e3:.0f} ms  ({steps} steps)")
+    return lat, st
+
+
+def measure_throughput(st: Any, base: str, spill: Path, push: int) -> float:
+    """Push one recorded step `push` times through the sink; returns steps per second."""
+    sink = SocketSink(base, "throughput", spill=str(spill))
+    t0 = time.perf_counter()
+    for k in range(push):
+        one = copy.copy(st)
+        one.run, one.step = "throughput", k
+        sink.write(one)
+    t_written = time.perf_counter() - t0
+    wait_readable(f"{base}/api/runs/throughput/steps/{push - 1}", timeout=600)
+    dt = time.perf_counter() - t0
+    sink.close()
+    from gradscape.tracer.wire import pack, step_to_wire
+
+    mb = len(pack(step_to_wire(st))) / 1e6
+    print(f"throughput  {push / dt:.2f} steps/s  ({mb:.1f} MB per step, {push * mb / dt:.1f} MB/s; "
+          f"the {push} write() calls took {t_written * 1e3:.1f} ms in all)  stats {sink.stats}")
+    return push / dt
+
+
+def measure_overhead(wl: Workload, batch: Any, base: str, rounds: int) -> float:
+    """Training step with the socket sink vs the memory sink; returns the median per-round ratio."""
+    tr_mem = gradscape.Tracer(wl.model, run="mem")
+    tr_net = gradscape.Tracer(wl.model, run="net", sink=base)
+    ratios, t_mem, t_net = [], [], []
+    for r in range(rounds + 1):
+        times = {}
+        order = [("mem", tr_mem), ("net", tr_net)][:: 1 if r % 2 else -1]
+        for name, t in order:
+            a = time.perf_counter()
+            with t.step(r):
+                wl.loss(wl.model, batch).backward()
+            times[name] = time.perf_counter() - a
+        if r == 0:
+            continue  # warm-up
+        t_mem.append(times["mem"])
+        t_net.append(times["net"])
+        ratios.append(times["net"] / times["mem"])
+    tr_net.close()
+    print(f"overhead  memory sink {statistics.median(t_mem) * 1e3:.0f} ms/step  socket sink "
+          f"{statistics.median(t_net) * 1e3:.0f} ms/step  ratio {statistics.median(ratios):.3f}x "
+          f"(max write() {tr_net.sinks[1].max_write_ms:.2f} ms)")
+    return statistics.median(ratios)
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="gradscape-bench-"))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "gradscape", "serve", "--store", str(tmp / "bench.sqlite"),
-                               "--port", str(port)], cwd=HERE.parent, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = start_server(tmp / "bench.sqlite", port)
     try:
         wait_readable(base + "/api/runs")
         wl = build(args.workload)
         batch = wl.batch()
         print(f"gradscape streaming benchmark: {args.workload} {wl.name}, torch {torch.__version__}, "
               f"threads {args.threads}, loadavg {os.getloadavg()}")
-
-        # latency: end of traced step -> readable through the API
-        tr = gradscape.Tracer(wl.model, run="latency", sink=base)
-        lat, sizes = [], []
-        for i in range(args.steps):
-            with tr.step(i) as st:
-                wl.loss(wl.model, batch).backward()
-            t_end = time.perf_counter()
-            t_ok = wait_readable(f"{base}/api/runs/latency/steps/{i}")
-            lat.append(t_ok - t_end)
-            sizes.append(len(st.nodes))
-        tr.close()
-        print(f"latency  nodes/step {sizes[0]}  median {statistics.median(lat) * 1e3:.0f} ms  "
-              f"max {max(lat) * 1e3:.0f} ms  ({args.steps} steps)")
-
-        # throughput: push one recorded step N times through the sink
-        sink = SocketSink(base, "throughput", spill=str(tmp / "spill.sqlite"))
-        t0 = time.perf_counter()
-        for k in range(args.push):
-            one = copy.copy(st)
-            one.run, one.step = "throughput", k
-            sink.write(one)
-        t_written = time.perf_counter() - t0
-        wait_readable(f"{base}/api/runs/throughput/steps/{args.push - 1}", timeout=600)
-        dt = time.perf_counter() - t0
-        sink.close()
-        from gradscape.tracer.wire import pack, step_to_wire
-
-        mb = len(pack(step_to_wire(st))) / 1e6
-        print(f"throughput  {args.push / dt:.2f} steps/s  ({mb:.1f} MB per step, {args.push * mb / dt:.1f} MB/s; "
-              f"the {args.push} write() calls took {t_written * 1e3:.1f} ms in all)  stats {sink.stats}")
-
-        # overhead: training step with the socket sink vs the memory sink
-        tr_mem = gradscape.Tracer(wl.model, run="mem")
-        tr_net = gradscape.Tracer(wl.model, run="net", sink=base)
-        ratios, t_mem, t_net = [], [], []
-        for r in range(args.rounds + 1):
-            times = {}
-            order = [("mem", tr_mem), ("net", tr_net)][:: 1 if r % 2 else -1]
-            for name, t in order:
-                a = time.perf_counter()
-                with t.step(r):
-                    wl.loss(wl.model, batch).backward()
-                times[name] = time.perf_counter() - a
-            if r == 0:
-                continue  # warm-up
-            t_mem.append(times["mem"])
-            t_net.append(times["net"])
-            ratios.append(times["net"] / times["mem"])
-        tr_net.close()
-        print(f"overhead  memory sink {statistics.median(t_mem) * 1e3:.0f} ms/step  socket sink "
-              f"{statistics.median(t_net) * 1e3:.0f} ms/step  ratio {statistics.median(ratios):.3f}x "
-              f"(max write() {tr_net.sinks[1].max_write_ms:.2f} ms)")
+        lat, st = measure_latency(wl, batch, base, args.steps)
+        steps_per_s = measure_throughput(st, base, tmp / "spill.sqlite", args.push)
+        ratio = measure_overhead(wl, batch, base, args.rounds)
         print(json.dumps({"latency_ms_median": statistics.median(lat) * 1e3, "latency_ms_max": max(lat) * 1e3,
-                          "steps_per_s": args.push / dt, "socket_vs_memory": statistics.median(ratios)}))
+                          "steps_per_s": steps_per_s, "socket_vs_memory": ratio}))
     finally:
         server.terminate()
         server.wait(10)

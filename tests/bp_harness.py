@@ -1,9 +1,11 @@
 """Test-side helpers for the breakpoint tests: the training subprocess (tests/bp_worker.py), JSON calls
-to a server, and condition waits."""
+to a server, condition waits, a server and training on threads of the test process
+(tests/test_breakpoints*.py), and paused thumbnails read back as numbers."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import subprocess
@@ -12,10 +14,21 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from bp_worker import build, params_hex, train
 from serving import ROOT, TESTS
+from werkzeug.serving import make_server
+
+import gradscape
+from gradscape.app.data import PageData
+from gradscape.app.server import ServerConfig, create_app
+from gradscape.tracer.debug.breakpoints import breaker
+from gradscape.tracer.sinks.socket import SocketSink
 
 
 class Worker:
@@ -100,10 +113,110 @@ def reference_params() -> dict[str, str]:
 
 def logits_grad_norm() -> float:
     """‖dL/d(fc2 output)‖ of step 0, from torch.autograd.grad: what arrives at fc2's AddmmBackward0."""
-    sys.path.insert(0, str(TESTS))
-    from bp_worker import build
-
     model, x, y = build()
     logits = model(x)
     (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(logits, y), logits)
     return float(g.norm())
+
+
+# ---------------------------------------------------------------- a server and training on threads
+class ThreadServer:
+    """A server on a thread of the test process (`serve_in_thread`): its URL and what its page reads."""
+
+    def __init__(self, url: str, page: Any = None) -> None:
+        self.url = url
+        self.page = page  # what the server's page reads (app/data.py): its paused state included
+
+    def api(self, path: str) -> Any:
+        return call(self, "GET", path)[1]
+
+
+_running: list[Training] = []
+
+
+def serve_in_thread(tmp_path: Path) -> Iterator[ThreadServer]:
+    """A real server in this process (werkzeug on a free loopback port); once the caller is done, any
+    training left running is closed and the server shut down."""
+    app, sio = create_app(str(tmp_path / "bp.sqlite"), ServerConfig(notify_interval=0.05))
+    http = make_server("127.0.0.1", 0, app.server, threaded=True)
+    th = threading.Thread(target=http.serve_forever, daemon=True)
+    th.start()
+    state = app.gradscape_state
+    yield ThreadServer(f"http://127.0.0.1:{http.server_port}", PageData(state.store, state.debug))
+    while _running:  # a failed test leaves no backward paused behind it
+        t = _running.pop()
+        t.tr.close(5)
+        t.thread.join(30)
+    for quitting in [x for x in threading.enumerate() if x.name.endswith("disconnect")]:
+        quitting.join(10)  # the socket clients' disconnects, before their server goes
+    app.gradscape_state.notifier.stop()
+    for sock in list(sio.server.eio.sockets.values()):
+        sock.close(wait=False, abort=True)
+    sio.server.shutdown()
+    http.shutdown()
+    http.server_close()
+    th.join(5)
+
+
+class Training:
+    """The bp_worker MLP trained on a thread, traced into the server, with breakpoints set first."""
+
+    def __init__(self, srv: ThreadServer, run: str, points: list[dict[str, Any]], steps: int = 2,
+                 blowup: int | None = None, thumb: int = 64, budget: int | None = None) -> None:
+        self.run = run
+        self.model, self.x, self.y = build()
+        self.sink = SocketSink(srv.url, run, break_grace=5.0)
+        self.tr = gradscape.Tracer(self.model, run=run, sink=self.sink, thumb=thumb)
+        self.breaker = breaker(run)
+        if budget is not None:
+            self.breaker.thumb_budget = budget
+        wait_for(lambda: self.breaker.link is not None and self.breaker.link.connected, what="the link")
+        for bp in points:
+            assert call(srv, "POST", f"/api/runs/{run}/breakpoints", bp)[0] == 201
+        wait_for(lambda: len(self.breaker.points) == len(points), what="the breakpoints pushed")
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._train, args=(steps, blowup), daemon=True)
+        self.thread.start()
+        _running.append(self)
+
+    def _train(self, steps: int, blowup: int | None) -> None:
+        try:
+            train(self.model, self.x, self.y, steps, self.tr, blowup)
+        except BaseException as exc:
+            self.error = exc
+
+    def finish(self, srv: ThreadServer) -> None:
+        call(srv, "DELETE", f"/api/runs/{self.run}/breakpoints")
+        while self.thread.is_alive():
+            if paused(srv, self.run):
+                call(srv, "POST", f"/api/runs/{self.run}/resume", {"mode": "continue"})
+            self.thread.join(0.05)
+        self.tr.close(10)
+        assert self.error is None
+        if self in _running:
+            _running.remove(self)
+        for quitting in [x for x in threading.enumerate() if x.name.endswith("disconnect")]:
+            quitting.join(10)
+
+
+def reference(steps: int = 2, blowup: int | None = None) -> dict[str, str]:
+    """The parameters after the same training untraced (bytes as hex)."""
+    model, x, y = build()
+    train(model, x, y, steps, None, blowup)
+    return params_hex(model)
+
+
+# ---------------------------------------------------------------- paused thumbnails as numbers
+WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def thumb_values(thumb: dict[str, Any]) -> np.ndarray:
+    """A thumbnail as the route answers it, back to numbers (its NaN/±Inf strings included)."""
+    rows = [[WORDS[v] if isinstance(v, str) else v for v in row] for row in thumb["values"]]
+    return np.array(rows, dtype=np.float64).reshape(thumb["shape"])
+
+
+def as_2d(g: torch.Tensor) -> np.ndarray:
+    """A gradient of rank ≤ 2 in its thumbnail's view (NOTE [Thumbnail views]): a vector is a 1×n strip."""
+    a = g.detach().double().numpy()
+    return a.reshape(1, -1) if a.ndim == 1 else a

@@ -25,6 +25,15 @@ def _gradscape_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 
 @pytest.fixture
+def srv(tmp_path: Path) -> Iterator[Any]:
+    """A server on a thread of this process for the breakpoint tests (tests/test_breakpoints*.py): a
+    `bp_harness.ThreadServer`; training left running by the test is closed before the server stops."""
+    from bp_harness import serve_in_thread
+
+    yield from serve_in_thread(tmp_path)
+
+
+@pytest.fixture
 def worker_factory() -> Iterator[Any]:
     """Start training subprocesses for the breakpoint tests (tests/bp_worker.py); all killed afterwards."""
     from bp_harness import Worker

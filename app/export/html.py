@@ -47,7 +47,8 @@ def scrub_paths(obj: Any) -> Any:
 
 
 def _assets_css() -> str:
-    """The live page's styles (the inspector, the problems panel, the header), so both pages look alike."""
+    """The live page's styles (the inspector, the problems panel, the header, the player's icons from
+    icons.css), so both pages look alike."""
     folder = Path(__file__).resolve().parent.parent.parent / "assets"
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.glob("*.css")))
 

@@ -61,6 +61,9 @@ def test_file_holds_the_step_and_refers_to_nothing_outside(tmp_path: Path) -> No
         assert f'id="{eid}"' in text
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "the file loads something from a network"
     assert "@import" not in text and "url(http" not in text
+    # the player's icons: assets/icons.css inlined, each mask a data: URL
+    for name in ("prev", "play", "pause", "next"):
+        assert f'.gs-icon-{name} {{ --gs-icon: url("data:image/svg+xml,' in text
     data, cells = _parts(text)
     assert (data["run"], data["step"]) == ("r", 1)
     assert [n["name"] for n in data["nodes"]] == [n.name for n in st.nodes]

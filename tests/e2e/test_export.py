@@ -1,7 +1,7 @@
 """The offline HTML file of a step, opened from disk in real headless Chromium with every request that is
 not the file itself refused: the graph draws, `#node=<id>` shows that node's heatmaps under their slot
 labels, a click on a folded module opens it and a click on its box folds it back, the player walks the
-backward order."""
+backward order, its buttons drawn icons (assets/icons.css) like the live page's."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from playwright.sync_api import Page, Route
 
 import gradscape
+from gradscape.app.ui.player import PAUSE_CLASS, PAUSE_TITLE, PLAY_CLASS, PLAY_TITLE
 from gradscape.app.view import default_collapse
 from gradscape.tracer.wire import step_to_wire
 
@@ -150,4 +151,37 @@ def test_problems_and_player(page: Page, tmp_path: Path) -> None:
     page.keyboard.press("ArrowRight")
     assert page.locator(f'#graph [data-id="n{order[1]}"].current').count() == 1
     assert page.locator(f'#graph [data-id="n{order[0]}"].pending').count() == 0
+    assert page.console_errors == []  # type: ignore[attr-defined]
+
+
+def _mask(page: Page, button: str) -> str:
+    """The mask image a button's icon (its ::before) is drawn with."""
+    return str(page.locator(button).evaluate("""b => {
+        const s = getComputedStyle(b, '::before');
+        return s.maskImage || s.webkitMaskImage; }"""))
+
+
+def test_player_buttons_are_icons_and_play_switches_to_pause(page: Page, folded_step: tuple[Any, Path]) -> None:
+    """The player's buttons are the live page's drawn icons (app/ui/page.py, app/ui/player.py), no glyph
+    text; the file carries their masks (data: URLs, no request); play turns into pause and back."""
+    _, path = folded_step
+    asked = _open(page, path)
+    play = page.locator("#player-play")
+    for button, icon in (("#player-prev", "gs-icon-prev"), ("#player-next", "gs-icon-next")):
+        assert page.locator(button).get_attribute("class") == f"gs-btn gs-icon {icon}"
+    assert (play.get_attribute("class"), play.get_attribute("title")) == (PLAY_CLASS, PLAY_TITLE)
+    masks = {}
+    for button in ("#player-prev", "#player-play", "#player-next"):
+        assert page.locator(button).text_content() == ""
+        masks[button] = _mask(page, button)
+        assert masks[button].startswith('url("data:image/svg+xml'), (button, masks[button])
+    assert len(set(masks.values())) == 3
+    play.click()
+    assert (play.get_attribute("class"), play.get_attribute("title")) == (PAUSE_CLASS, PAUSE_TITLE)
+    assert play.text_content() == ""
+    assert _mask(page, "#player-play").startswith('url("data:image/svg+xml')
+    assert _mask(page, "#player-play") not in masks.values()
+    play.click()
+    assert (play.get_attribute("class"), play.get_attribute("title")) == (PLAY_CLASS, PLAY_TITLE)
+    assert asked == [path.as_uri()], f"the file asked for more than itself: {asked}"
     assert page.console_errors == []  # type: ignore[attr-defined]

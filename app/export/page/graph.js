@@ -159,6 +159,11 @@
     },
   };
 
+  // The play button's look and name while stopped and while playing: the live page's (app/ui/player.py
+  // PLAY_CLASS, PAUSE_CLASS, PLAY_TITLE, PAUSE_TITLE), its icons drawn by assets/icons.css.
+  const PLAY = {className: "gs-btn gs-icon gs-icon-play", title: "play (space)"};
+  const PAUSE = {className: "gs-btn gs-icon gs-icon-pause", title: "pause (space)"};
+
   // The backward player: a slider over the order autograd ran the nodes; lit what ran, outline the current.
   GS.player = {
     at: 0, timer: null,
@@ -179,11 +184,15 @@
       });
     },
     toggle() {
-      const b = document.getElementById("player-play");
-      if (this.timer) { clearInterval(this.timer); this.timer = null; b.textContent = "▶"; return; }
+      if (this.timer) { clearInterval(this.timer); this.timer = null; this.showPlaying(false); return; }
       if (this.at >= GS.data.order.length) this.go(0);
-      b.textContent = "❚❚";
+      this.showPlaying(true);
       this.timer = setInterval(() => { if (this.at >= GS.data.order.length) this.toggle(); else this.go(this.at + 1); }, 400);
+    },
+    showPlaying(on) {
+      const b = document.getElementById("player-play"), look = on ? PAUSE : PLAY;
+      b.className = look.className;
+      b.title = look.title;
     },
     current() { return this.at > 0 ? GS.data.order[this.at - 1] : null; },
     go(k) {
