@@ -198,7 +198,9 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     for _ in range(3):
         page.keyboard.press("ArrowLeft")
     page.wait_for_function(f"window.gradscape.player.current.position === {last - 3}")
-    current = page.evaluate("window.cy.$('.current').id()")
+    # the player's element is painted (a streamed step may have just replaced the graph's elements)
+    current = page.wait_for_function("() => { const c = window.cy.$('.current'); return c.length === 1 && c.id(); }"
+                                     ).json_value()
     # find fc2's weight by name
     with TraceStore(streaming.store_path, readonly=True) as store:
         wire = store.read_graph(RUN, store.steps(RUN)[0]["step"])
@@ -211,7 +213,9 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     step = wait_shown_step_above(page, shown_step(page))
     step = wait_shown_step_above(page, step)
     page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
-    page.wait_for_function(f"window.gradscape.graph.key === '{RUN}/{step}'")
+    # the graph drawn is that step's or a later one's (the run streams on while this waits)
+    page.wait_for_function("s => { const m = (window.gradscape.graph.key || '').match(/^" + RUN + "\\/(\\d+)$/);"
+                           " return !!m && parseInt(m[1]) >= s; }", arg=step)
     assert "fraction of zeros" in page.inner_text("#color-by")
     assert "exactly 0" in page.inner_text("#legend")  # its title: "fraction of ∂L/∂output that is exactly 0"
     assert page.evaluate("[window.cy.getElementById('m:fc1').length, window.cy.getElementById('g:fc1').length]") \
@@ -219,5 +223,5 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     assert page.evaluate("window.cy.$(':selected').id()") == f"n{weight}"
     assert f"(node n{weight}," in page.inner_text("#inspector")
     assert page.evaluate("window.gradscape.player.current.position") == last - 3
-    assert page.evaluate("window.cy.$('.current').id()") == current
+    page.wait_for_function(f"window.cy.$('.current').id() === '{current}'")  # painted again on each new step
     clean_console(page)
