@@ -347,3 +347,19 @@ def test_a_view_of_the_same_memory_shares_the_kernel_buffer(case: str, kernel: N
     assert gi.thumb is not None and want.thumb is not None and gi.thumb.shape == want.thumb.shape
     np.testing.assert_allclose(gi.thumb, want.thumb, rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(go.thumb, gi.thumb.T if case != "clone" else gi.thumb)
+
+
+def test_finalize_counts_thumbnail_cells_and_nonfinite():
+    """`thumb_cells` bounds what the thumbnail budget would count (it skips its walk within the budget);
+    `nonfinite` says whether any summary held a NaN or an Inf (the problem finder skips its scan otherwise)."""
+    s = Summariser(8)
+    traces = [s.summarise(torch.randn(8, 32)) for _ in range(3)] + [s.summarise(torch.randn(5))]
+    traces.append(s.summarise(torch.randn(32, 8).t()))  # a transposed matrix
+    s.finalize()
+    assert s.thumb_cells == sum(t.thumb.size for t in traces if t.thumb is not None) > 0
+    assert not s.nonfinite
+    bad = torch.randn(8, 32)
+    bad[0, 0] = math.inf
+    assert s.summarise(bad).stats == {}
+    s.finalize()
+    assert s.nonfinite

@@ -144,7 +144,8 @@ class StepProblems:
                                f"The loss{where}, where backward pass {index} started, is {word}"
                                + ("; every gradient is finite, so only the loss shows it." if
                                   not any_nonfinite_gradient(st) else "."), rid, None, n.source))
-        out.extend(backward_born(st, self.bad_forward))
+        if view.summ.nonfinite:  # a step whose every gradient is finite has no such node: not scanned
+            out.extend(backward_born(st, self.bad_forward))
         missing, st.not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses)
         out.extend(missing)
         self.detaches, self.no_grad_uses = [], {}

@@ -200,7 +200,7 @@ class _TracedStep:
                     warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
                                   stacklevel=2)
                     return None
-            apply_thumb_budget(done, tr.thumb_budget)
+            apply_thumb_budget(done, tr.thumb_budget, self.rec.summ.thumb_cells)
             _copy_recorded(self.st, done)
             if self.before_emit is not None:
                 try:

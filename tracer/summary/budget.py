@@ -49,10 +49,12 @@ def _norm(t: TensorTrace) -> float:
     return -1.0 if math.isnan(v) else v
 
 
-def apply_thumb_budget(st: StepTrace, budget: int | None) -> int:
+def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = None) -> int:
     """Leave out the thumbnails of the smallest-norm gradients past `budget` bytes (None: no limit).
-    Returns how many were left out. A gradient with NaN or Inf is kept first: a debugger shows those."""
-    if budget is None:
+    Returns how many were left out. A gradient with NaN or Inf is kept first: a debugger shows those.
+    `bound`: the cells of every thumbnail the step's summariser made (`Summariser.thumb_cells`), an
+    upper bound on what the step holds; within the budget, the step is not walked."""
+    if budget is None or (bound is not None and bound <= budget):
         return 0
     tensors = _tensors(st)
     if sum(t.thumb.size for t in tensors if t.thumb is not None) <= budget:

@@ -95,6 +95,10 @@ class Summariser:
         self._addr = 0
         self._cap = 0
         self._used = 0
+        # thumbnail cells given by `finalize` so far: a bound on what the step's traces hold, which
+        # spares the thumbnail budget its walk over them when it is not reached (summary/budget.py)
+        self.thumb_cells = 0
+        self.nonfinite = False  # a summary `finalize` gave had a NaN or an Inf (the problem finder reads it)
 
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
@@ -226,11 +230,18 @@ class Summariser:
         buffers, self._buffers = self._buffers, []
         self._fast = {}
         self._chunk, self._cap, self._used = None, 0, 0  # later summaries go to chunks of their own
+        cells, bad = 0, 0.0
         for tr, chunk, off, plan in buffers:  # the fast path's kernel results
-            tr.stats = stats_from_raw(_unpack_stats(chunk, 8 * off))
+            raw = _unpack_stats(chunk, 8 * off)
+            bad += raw[5] + raw[6]  # NaN and Inf counts
+            tr.stats = stats_from_raw(raw)
             if plan.th_shape is not None:
                 th = np.ndarray(plan.th_shape, _F32, chunk, 8 * off + 64)  # a view of the arena, kept alive by it
                 tr.thumb = np.ascontiguousarray(th.T) if plan.transposed else th
+                cells += th.size
+        self.thumb_cells += cells
+        if bad:
+            self.nonfinite = True
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[PendingSummary]] = {}
         for p in pending:
@@ -268,6 +279,10 @@ class Summariser:
                 p.trace.stats = dict(p.stats_of.stats)
             if p.values is not None:
                 p.trace.values = p.values.cpu().numpy()
+            if p.trace.thumb is not None:
+                self.thumb_cells += p.trace.thumb.size
+            if p.trace.stats.get("nan") or p.trace.stats.get("inf"):
+                self.nonfinite = True
 
 
 def _view_of(shape: tuple[int, ...]) -> str:
