@@ -47,8 +47,9 @@ def _no_errors(page: Page) -> None:
 
 def _hover(page: Page, plot: int, x: float, y: float, expect: str) -> str:
     """Move the mouse over data point (x, y) of the `plot`-th visible heatmap; the hover label's text,
-    once it holds `expect`. The plot's place is read again on each try: the inspector may still be
-    re-rendering or restoring its scroll position when the first try moves the mouse."""
+    once it holds `expect` (the cell's own label: a label of another cell is a try that missed). The plot's
+    place is read again on each try: the inspector may still be re-rendering or restoring its scroll
+    position when the first try moves the mouse."""
     # the label of this cell (a label of an earlier hover may still be on screen for a moment)
     label = """want => { const h = document.querySelector('#inspector .hoverlayer .hovertext');
         const t = h ? Array.from(h.querySelectorAll('text.nums tspan.line')).map(t => t.textContent).join('\\n') : '';
@@ -115,14 +116,14 @@ def test_thumbnail_axis_reaches_the_tensors_last_row_and_hover_names_the_rows(li
     page.wait_for_selector("#inspector .js-plotly-plot .heatmaplayer")
     lo, hi = sorted(page.evaluate("document.querySelector('#inspector .js-plotly-plot')._fullLayout.yaxis.range"))
     assert lo <= 0 and hi >= 127  # the axis counts the tensor's 128 rows, not the thumbnail's 64 cells
-    text = _hover(page, 0, 3, 2.5, "col 3")  # the cell holding rows 2 and 3 of column 3
+    text = _hover(page, 0, 3, 2.5, "rows 2–3, col 3")  # the cell holding rows 2 and 3 of column 3
     assert "rows 2–3, col 3: mean of 2 elements" in text
     value = float(text.split("\n")[1])
     # a stored thumbnail keeps 8 bits a cell with its range (tracer/wire/compact.py): within (hi - lo) / 504
     # of the block mean, plus the hover text's 4 significant digits
     means = g.reshape(64, 2, 32).mean(axis=1)
     assert abs(value - g[2:4, 3].mean()) <= (means.max() - means.min()) / 504 + 1e-3 * abs(g[2:4, 3].mean())
-    text = _hover(page, 0, 0, 127, "col 0")  # the last row is on the axis
+    text = _hover(page, 0, 0, 127, "rows 126–127, col 0")  # the last row is on the axis
     assert "rows 126–127, col 0" in text
     _no_errors(page)
 
@@ -138,7 +139,7 @@ def test_hovering_a_full_values_cell_gives_its_exact_index_and_value(live_server
     page.set_viewport_size(SMALL)
     _open_node(page, f"{live_server.url}/?run=r&step=0&node={addmm.id}", addmm.id)
     page.wait_for_function("document.querySelectorAll('#inspector .js-plotly-plot .heatmaplayer').length >= 4")
-    text = _hover(page, 3, 7, 5, "col 7")
+    text = _hover(page, 3, 7, 5, "row 5, col 7")
     assert "row 5, col 7" in text
     assert f"{float(mat2[5, 7]):.9g}" in text
     _no_errors(page)
