@@ -12,10 +12,18 @@
       // shown stays, or the newest one is shown when there was none. A new step → the same list again, for
       // its step counts ("r (59 steps)"): only the labels change then, never the run shown
       const trig = (dash_clientside.callback_context.triggered || []).map(function (t) { return t.prop_id; });
-      const newRun = trig.indexOf(ID.SOCKET + ".data-run") >= 0;
-      // (not for the catch-up a (re)connection brings: the page was served with the run list, and a run it
-      // missed arrives with its own notification)
-      if (newRun ? !note : !stepNote || stepNote.catchup) return window.dash_clientside.no_update;
+      let newRun = trig.indexOf(ID.SOCKET + ".data-run") >= 0;
+      if (newRun ? !note : !stepNote) return window.dash_clientside.no_update;
+      if (!newRun && stepNote.catchup) {
+        // the catch-up a (re)connection brings names the server's runs: a run that began while the page was
+        // being served, or while it was offline, was announced to nobody here. Read the list only then: a
+        // page served with every run needs nothing
+        const have = (shown || []).map(function (o) { return o.value; });
+        if (!(stepNote.runs || []).some(function (r) { return have.indexOf(r) < 0; })) {
+          return window.dash_clientside.no_update;
+        }
+        newRun = true;
+      }
       const seq = ++GS.live.runSeq;
       fetch(new URL("/api/runs", window.location.origin), {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.json() : null; })

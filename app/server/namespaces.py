@@ -172,5 +172,5 @@ class UINamespace(ProtocolNamespace):
         # served and now, or while it was offline, with no notification it could hear; runs may be paused
         # or have breakpoints. Read like any other notification (`liveSteps` in assets/live.js,
         # `refresh` in assets/debugger.js).
-        emit("step", protocol.step_catchup())
+        emit("step", protocol.step_catchup([r["run"] for r in self.state.store.runs()]))
         emit("paused", protocol.paused_catchup(self.state.debug.active_runs()))

@@ -28,6 +28,11 @@ def _text(sel: str) -> str:
     return f"(document.querySelector('{sel}') || {{innerText: ''}}).innerText"
 
 
+def _stored_steps(srv: _Srv, run: str) -> list[int]:
+    status, body = call(srv, "GET", f"/api/runs/{run}/steps")
+    return [s["step"] for s in body["steps"]] if status == 200 else []
+
+
 def _gated_run_on_the_page(live_server: Any, page: Page, worker_factory: Any, run: str) -> tuple[_Srv, Any, Any]:
     """A training subprocess for `run` that traced step 0 and waits at its gate before step 1, and the
     page open on it and live; with step 0's node for fc2's addmm."""
@@ -36,7 +41,8 @@ def _gated_run_on_the_page(live_server: Any, page: Page, worker_factory: Any, ru
     w.expect("ready")
     w.go()
     w.expect("gate")  # step 0 is traced; the loop waits before step 1
-    wait_for(lambda: call(srv, "GET", f"/api/runs/{run}/steps")[0] == 200, what="step 0 stored")
+    # the run is known before its first step is stored (the tracer's hello, its history rows): wait for the step
+    wait_for(lambda: _stored_steps(srv, run) == [0], what="step 0 stored")
     graph = srv.api(f"/api/runs/{run}/steps/0")
     fc2 = next(n for n in graph["nodes"] if n["name"] == "AddmmBackward0" and n["module"] == "fc2")
     page.goto(srv.url)

@@ -291,6 +291,26 @@ def test_a_reconnecting_page_catches_up_on_steps_it_was_not_told_about(live_serv
     _no_errors(page)
 
 
+def test_a_run_that_began_while_the_page_was_not_listening_is_shown_on_reconnecting(live_server: Any,
+                                                                                   page: Page) -> None:
+    """A run whose `run` notification went to nobody on this page (it began between the page being served and
+    its socket connecting, or while the page was offline): the catch-up names it, and the page, which showed
+    no run, shows it with its steps."""
+    page.goto(live_server.url)
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
+                           ".innerText.includes('live')")
+    assert "no runs yet" in page.inner_text("#run-select")
+    _record(live_server.store_path, "mlp", run="late", steps=2)  # written to the file directly: no notification
+    for sock in list(live_server.state.notifier.socketio.server.eio.sockets.values()):
+        sock.close(wait=False, abort=True)  # the page's socket drops and reconnects
+    page.wait_for_function("(document.querySelector('#run-select') || {innerText: ''}).innerText.includes('late')",
+                           timeout=15_000)
+    page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText.includes('step 1')",
+                           timeout=15_000)
+    page.wait_for_function("window.cy && window.cy.nodes('[node]').length > 0", timeout=15_000)
+    _no_errors(page)
+
+
 def test_on_load_the_player_and_the_inspector_show_the_same_node(live_server: Any, page: Page) -> None:
     _record(live_server.store_path, "mlp")
     _open(page, live_server.url)

@@ -10,7 +10,7 @@ merge lose nothing (Dash props are state, not events). The page sends nothing bu
     breakpoints  {"run": "my-run", "at": 1763750000.5}               its breakpoints changed
 
 On connecting, a page gets two catch-ups, read like any other notification: a `step` with `"run": null,
-"catchup": true` (steps may have been stored while it was not listening) and a `paused` with `"runs":
+"catchup": true, "runs": [...]` (steps and runs may have been stored while it was not listening) and a `paused` with `"runs":
 [...], "catchup": true` (the runs that are paused or have breakpoints). `at` (the server's clock) makes
 each of those a new value: Dash fires a callback only when a prop changes.
 """
@@ -49,8 +49,10 @@ def changed_note(run: str) -> dict[str, Any]:
     return {"run": run, "at": time.time()}
 
 
-def step_catchup() -> dict[str, Any]:
-    return {"run": None, "step": None, "catchup": True, "at": time.time()}
+def step_catchup(runs: list[str]) -> dict[str, Any]:
+    """The `step` catch-up a page gets on connecting; `runs`: every run the server holds, so the page sees a
+    run that began while it was not listening (its `run` notification went to nobody there)."""
+    return {"run": None, "step": None, "catchup": True, "runs": runs, "at": time.time()}
 
 
 def paused_catchup(runs: list[str]) -> dict[str, Any]:
