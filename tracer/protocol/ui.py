@@ -9,9 +9,10 @@ merge lose nothing (Dash props are state, not events). The page sends nothing bu
     paused       {"run": "my-run", "at": 1763750000.5}               paused or resumed (`/debug`)
     breakpoints  {"run": "my-run", "at": 1763750000.5}               its breakpoints changed
 
-On connecting, a page gets two catch-ups, read like any other notification: a `step` with `"run": null,
-"catchup": true, "runs": [...]` (steps and runs may have been stored while it was not listening) and a `paused` with `"runs":
-[...], "catchup": true` (the runs that are paused or have breakpoints). `at` (the server's clock) makes
+On connecting, a page gets two catch-ups, read like any other notification: a `step` with
+`"run": null, "catchup": true, "runs": [...]` (steps and runs may have been stored while it was not
+listening) and a `paused` with `"runs": [...], "catchup": true` (the runs that are paused or have
+breakpoints). `at` (the server's clock) makes
 each of those a new value: Dash fires a callback only when a prop changes.
 """
 
