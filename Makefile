@@ -15,7 +15,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 BUILD_INPUTS := pyproject.toml setup.py tracer/summary/_fastsum.c tracer/summary/_fastsum_v3.c \
 	tracer/summary/_fastsum_v4.c
 
-.PHONY: venv run test lint bench chromium compiler clean
+.PHONY: venv run test lint bench chromium compiler recorder clean
 
 venv: $(DEV_STAMP)
 
@@ -37,11 +37,18 @@ $(DEV_STAMP): $(BUILD_INPUTS) | $(PY) compiler
 	$(PIP) -c $(TORCH_PIN) -e ".[dev,lightning,huggingface]"
 	touch $@ $(RUN_STAMP)
 
-# The summary kernel is optional for `make run` (without a compiler the install still succeeds and
-# summaries use torch), but the tests check it, so `make test` installs a C compiler when none is there.
+# The summary kernel and the native recorder are optional for `make run` (without a compiler the install
+# still succeeds, summaries use torch and steps are recorded in Python), but the tests check both, so
+# `make test` installs a C and a C++ compiler when none is there.
 compiler:
-	@command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; }
+	@{ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; } && \
+	  { command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1; } || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc g++ libc6-dev; }
+
+# The native step recorder (C++, tracer/record/csrc/) is built against the installed torch, after the install
+# (tracer/record/native_build.py says why not by pip); a build that is there already is kept (~2 s to check).
+recorder: venv
+	$(PY) -m gradscape build-recorder
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
@@ -51,17 +58,20 @@ lint: venv
 	$(VENV)/bin/ruff check gradscape tracer app tests bench examples setup.py
 	$(VENV)/bin/mypy
 
-test: venv chromium lint
+test: venv chromium recorder lint
 	$(VENV)/bin/python -m pytest -q
 
 run: $(RUN_STAMP)
+	-$(PY) -m gradscape build-recorder
 	$(VENV)/bin/gradscape demo
 
-bench: venv chromium
+bench: venv chromium recorder
 	$(PY) bench/overhead.py
 	$(PY) bench/stream.py
 	$(PY) bench/ui.py
 	$(PY) bench/first_step.py
 
 clean:
+	-test -x $(PY) && $(PY) -c "import shutil; from gradscape.tracer.record import native_build as b; \
+	  shutil.rmtree(b.cache_dir(), True)"
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist tracer/summary/_fastsum*.so

@@ -6,6 +6,7 @@
     gradscape runs FILE                           list runs and steps
     gradscape export FILE [--run R] [--step S] [--rank K] -o step.html   one offline HTML file of a step
     gradscape doctor [--url http://127.0.0.1:8050] versions, summariser, file locations, server check
+    gradscape build-recorder [--force]            build the native step recorder for the installed torch
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = sub.add_parser("doctor", help="what gradscape runs on: versions, summariser, where files go, server check")
     doc.add_argument("--url", default=None, help="also check that a gradscape server answers here")
     doc.add_argument("--token", default=None, help="the server's token, if it wants one")
+    bld = sub.add_parser("build-recorder", help="build the native step recorder (C++) for the installed torch")
+    bld.add_argument("--force", action="store_true", help="build it again even when a build is there")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv or ["serve"])  # bare `gradscape` / `python -m app`: serve
     try:
@@ -63,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             return demo_main(args)
         if args.command == "doctor":
             return doctor(args.url, args.token)
+        if args.command == "build-recorder":
+            return build_recorder(args.force)
         if args.command == "show":
             from gradscape.tracer.report import format_step
 
@@ -104,6 +109,7 @@ def doctor(url: str | None, token: str | None = None) -> int:
     else:
         print("cuda: no device")
     print(f"summariser: {env.summariser}")
+    print(f"recorder: {env.recorder}")
     if env.kernel is not None:
         print(f"summary kernel: {env.kernel}")
     print(f"trace files: where Tracer(sink=FILE) says; `gradscape serve` reads {Path('gradscape.sqlite').resolve()} "
@@ -114,6 +120,25 @@ def doctor(url: str | None, token: str | None = None) -> int:
     ok, what = _check_server(url, token)
     print(f"server: {url}: {what}")
     return 0 if ok else 1
+
+
+def build_recorder(force: bool) -> int:
+    """Build the native recorder (tracer/record/native_build.py); 1 with the compiler's words when it fails."""
+    import torch
+
+    from gradscape.tracer.record import native_build
+
+    if native_build.target().exists() and not force:
+        print(f"built already: {native_build.target()}")
+        return 0
+    print(f"building the native recorder for torch {torch.__version__} (about a minute) ...", flush=True)
+    try:
+        path = native_build.build(force=force)
+    except native_build.BuildError as exc:
+        print(f"gradscape: {exc}\ngradscape records in Python without it.", file=sys.stderr)
+        return 1
+    print(f"built: {path}")
+    return 0
 
 
 def _check_server(url: str, token: str | None) -> tuple[bool, str]:

@@ -32,6 +32,9 @@ What each is for (see docs/autograd.md):
   monitor's mode recognises (tracer/monitor/mode.py).
 - `reinsert_hook(handle, fn)`: put `fn` back into the hook dicts of a `RemovableHandle` that was
   removed, at the handle's own key (NOTE [Hooks under torch.compile] in tracer/record/global_hooks.py).
+- `cxx11_abi`: the C++ string ABI torch was compiled with, which the native recorder must be built with
+  too (tracer/record/native_build.py). The recorder's C++ itself uses torch's C++ autograd headers,
+  which are as private: it is built against, and loaded only with, the very torch release it was built for.
 """
 
 from __future__ import annotations
@@ -127,6 +130,7 @@ foreach_norm = _private(torch, "torch", "_foreach_norm")
 amp_unscale = _private(torch, "torch", "_amp_foreach_non_finite_check_and_unscale_")
 sparse_indices = _private(torch.Tensor, "torch.Tensor", "_indices")
 sparse_values = _private(torch.Tensor, "torch.Tensor", "_values")
+cxx11_abi = bool(_private(torch._C, "torch._C", "_GLIBCXX_USE_CXX11_ABI"))
 
 
 # The code of `nn.Module._call_impl`, the frame between a module's `__call__` and its `forward`

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -100,9 +101,10 @@ class StepProblems:
                 uses[a] = user_frame(frame)
 
     # ------------------------------------------------------------------ backward start
-    def at_backward(self, recs: list[NodeRecord], root_ids: list[int], values: list[torch.Tensor | None],
-                    pass_index: int) -> None:
-        """Read each root's value; look for the forward origin only when one is NaN/Inf. Never raises."""
+    def at_backward(self, recs: Callable[[], list[NodeRecord]], root_ids: list[int],
+                    values: list[torch.Tensor | None], pass_index: int) -> None:
+        """Read each root's value; look for the forward origin only when one is NaN/Inf (then `recs()` gives
+        the walked nodes). Never raises."""
         if not enabled:
             return
         try:
@@ -112,7 +114,7 @@ class StepProblems:
                     bad[rid] = value_word(t)
                     self.bad_roots.append((pass_index, rid, bad[rid]))
             if bad:
-                search = ForwardSearch(recs, bad)
+                search = ForwardSearch(recs(), bad)
                 for o in search.origins():
                     if all(o != old for old in self.origins):
                         self.origins.append(o)

@@ -14,6 +14,7 @@ import networkx as nx
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
+from gradscape.tracer.record.tables import ids_named
 from gradscape.tracer.record.view import StepView
 
 RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
@@ -214,8 +215,9 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]],
 
 def dead(st: StepTrace) -> list[Problem]:
     out: list[Problem] = []
-    for n in st.nodes:
-        if n.name not in RELU_LIKE or not n.grad_inputs or not n.grad_outputs:
+    for k in ids_named(st.nodes, RELU_LIKE):
+        n = st.nodes[k]
+        if not n.grad_inputs or not n.grad_outputs:
             continue
         sent, came = n.grad_inputs[0], n.grad_outputs[0]
         if sent is None or came is None or not sent.numel:

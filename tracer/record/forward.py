@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -268,6 +269,17 @@ class ForwardRecorder:
             src = user_frame(frame)
         self._src.append(src)
         self._src_mod.append(module)
+
+    def sources_of(self, seqs: Any) -> list[str | None]:
+        """`source_of` for each of `seqs` (an array of sequence numbers)."""
+        lo = np.asarray(self._src_lo, dtype=np.uint64)
+        if not len(lo):
+            return [None] * len(seqs)
+        hi = np.asarray(self._src_hi, dtype=np.uint64)
+        i = np.searchsorted(lo, seqs, side="right").astype(np.int64) - 1
+        ok = (i >= 0) & (seqs < hi[np.maximum(i, 0)])
+        src = self._src
+        return [src[k] if good else None for k, good in zip(i.tolist(), ok.tolist())]
 
     def source_of(self, seq: int) -> str | None:
         i = bisect.bisect_right(self._src_lo, seq) - 1

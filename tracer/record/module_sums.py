@@ -12,7 +12,7 @@ import torch
 from gradscape.tracer._model import ModuleCall, ModuleTrace, StepTrace, TensorTrace
 from gradscape.tracer.record.forward import ForwardRecorder, ModuleCallRecord
 from gradscape.tracer.record.model_index import ModelIndex
-from gradscape.tracer.record.walk import GraphWalk
+from gradscape.tracer.record.tables import grads_of
 from gradscape.tracer.summary.stats import grad_off
 from gradscape.tracer.summary.summariser import Summariser
 
@@ -21,25 +21,23 @@ class ModuleSums:
     """The module calls of one step (`calls`, in forward-start order) and, for each module input that
     several ops inside the call used, the running sum of what they sent to it (`plan`, `add`)."""
 
-    def __init__(self, walk: GraphWalk, forward: ForwardRecorder) -> None:
-        self.walk, self.forward = walk, forward
+    def __init__(self, graph: Any, forward: ForwardRecorder) -> None:
+        self.graph, self.forward = graph, forward  # a GraphWalk, or the native recorder's NativeGraph
         self.calls: list[ModuleCallRecord] = []
         self.sums: dict[tuple[int, int], torch.Tensor] = {}  # (call, input) → the sum so far, on the device
 
     def _senders(self, call: ModuleCallRecord, edge: tuple[Any, int]) -> list[tuple[int, int]]:
         """The (node, slot) pairs inside this module call that send a gradient to `edge`."""
-        target = self.walk.ids.get(edge[0])
+        g = self.graph
+        target = g.id_of(edge[0])
         if target is None:
             return []
-        records = self.walk.records
-        return [(rid, j) for rid, j in self.walk.senders.get((target, edge[1]), ())
-                if call.lo <= records[rid].seq < call.hi]
+        return [(rid, j) for rid, j in g.senders_of(target, edge[1]) if call.lo <= g.seq_of(rid) < call.hi]
 
     def plan(self) -> None:
         """A module input used by several ops inside the module: its grad_input (through this module)
         is the sum of those slots. Mark them, so the post-hooks add them up on the device."""
         self.calls = sorted(self.forward.calls, key=lambda c: c.lo)
-        records = self.walk.records
         for ci, call in enumerate(self.calls):
             for k, edge in enumerate(call.inputs):
                 if edge is None:
@@ -47,10 +45,7 @@ class ModuleSums:
                 prods = self._senders(call, edge)
                 if len(prods) > 1:
                     for rid, j in prods:
-                        rec = records[rid]
-                        if rec.sums is None:
-                            rec.sums = {}
-                        rec.sums[j] = (ci, k)
+                        self.graph.set_sum(rid, j, (ci, k))
 
     def add(self, key: tuple[int, int], g: torch.Tensor) -> None:
         with grad_off():
@@ -77,7 +72,7 @@ class ModuleSums:
 
     def _call_trace(self, st: StepTrace, ci: int, call: ModuleCallRecord,
                     sums: dict[tuple[int, int], TensorTrace]) -> ModuleCall:
-        ids = self.walk.ids
+        id_of = self.graph.id_of
         gi: list[TensorTrace | None] = []
         in_nodes: list[int | None] = []
         for k, edge in enumerate(call.inputs):
@@ -85,20 +80,20 @@ class ModuleSums:
                 gi.append(None)
                 in_nodes.append(None)
                 continue
-            in_nodes.append(ids.get(edge[0]))
+            in_nodes.append(id_of(edge[0]))
             prods = self._senders(call, edge)
             if len(prods) == 1:
                 pid, j = prods[0]
-                g = st.nodes[pid].grad_inputs
+                g = grads_of(st.nodes, pid, True)
                 gi.append(g[j] if g is not None and j < len(g) else None)
             else:
                 gi.append(sums.get((ci, k)))
         go: list[TensorTrace | None] = []
         out_nodes: list[int | None] = []
         for edge in call.outputs:
-            nid = None if edge is None else ids.get(edge[0])
+            nid = None if edge is None else id_of(edge[0])
             out_nodes.append(nid)
-            gos = st.nodes[nid].grad_outputs if nid is not None else None
+            gos = grads_of(st.nodes, nid, False) if nid is not None else None
             go.append(gos[edge[1]] if gos is not None and edge is not None and edge[1] < len(gos) else None)
         return ModuleCall(gi, go, in_nodes, out_nodes, out_nodes[0] if out_nodes else None)
 

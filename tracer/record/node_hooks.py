@@ -40,7 +40,7 @@ from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.module_sums import ModuleSums
 from gradscape.tracer.record.params import ParamGradients
 from gradscape.tracer.record.view import StepView
-from gradscape.tracer.record.walk import GraphWalk, NodeRecord
+from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 
 log = logging.getLogger(__name__)
@@ -92,18 +92,18 @@ class NodeHooks:
         self.hidden = {}
         self._hooks = None
 
-    def watch_hidden_params(self, walk: GraphWalk, model: ModelIndex, handles: StepHandles) -> None:
+    def watch_hidden_params(self, graph: Any, model: ModelIndex, handles: StepHandles) -> None:
         """A reentrant checkpoint (or a custom Function running its own backward) computes parameter
         gradients in a graph the walk cannot see. Holding the parameter's AccumulateGrad node makes
         that inner graph use it, so a pre-hook there still records the arriving gradient in
         `st.params` (the node itself is not part of the drawn graph)."""
-        if not any(r.kind in ("checkpoint", "custom") for r in walk.records):
+        if not graph.has_kinds("checkpoint", "custom"):
             return
         for p, name in model.param_names.items():
             if not p.requires_grad:
                 continue
             node = torch.autograd.graph.get_gradient_edge(p).node
-            if node in walk.ids or node in self.hidden:
+            if graph.id_of(node) is not None or node in self.hidden:
                 continue
             self.hidden[node] = name
             handles.add(node.register_prehook(self.hidden_param_hook(name)))

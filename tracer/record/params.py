@@ -41,12 +41,21 @@ def _dist_initialized() -> bool:
     return bool(dist.is_available() and dist.is_initialized())
 
 
+class _Arrival:
+    """`st.params[name]` to be: the summary of what arrived in run `pos` of the native recorder."""
+
+    __slots__ = ("pos",)
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
 class ParamGradients:
     """`st.params` of one step (NOTE [Parameter gradients]): `traces`, by parameter name."""
 
     def __init__(self, model: ModelIndex, summariser: Summariser) -> None:
         self.model, self.summ = model, summariser
-        self.traces: dict[str, TensorTrace] = {}
+        self.traces: dict[str, Any] = {}  # TensorTrace, or an `_Arrival` until `resolve`
         # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
         self.arrived: dict[str, Arrival] = {}
         self.distributed = _dist_initialized()
@@ -63,26 +72,44 @@ class ParamGradients:
         key = (g.data_ptr(), g.shape, g.stride(), g.dtype) if g.layout == torch.strided else None
         self.arrived[name] = (tr, key)
 
-    def after_pass(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
-        """Read the gradients a backward pass left: see NOTE [Parameter gradients]."""
+    def after_pass(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
+                   native: Any = None) -> None:
+        """Read the gradients a backward pass left: see NOTE [Parameter gradients]. `native`: the step's
+        `NativeStep` when the native recorder noted the arrivals (its `arrivals`)."""
         if api == "autograd.grad":
             self._returned(args, kwargs, result)
             return
         arrived, self.arrived = self.arrived, {}
         dtensor = self.dtensor
-        for name, (tr, key) in arrived.items():
+        names = list(arrived) + ([n for n in native.arrivals if n not in arrived] if native is not None else [])
+        for name in names:
             p = self.model.param_by_name.get(name)
             g = None if p is None else p.grad
             if g is None or (dtensor is not None and isinstance(g, dtensor)):
                 continue  # a shard (FSDP2): `_sharded` reads it without touching the other ranks
-            if (tr is not None and key is not None and not self.distributed
-                    and _compat.post_accumulate_grad_hooks(p) is None and g.layout == torch.strided
-                    and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
-                self.traces[name] = tr
-            else:
-                self.traces[name] = self.summ.summarise(g)
+            same = not self.distributed and _compat.post_accumulate_grad_hooks(p) is None
+            if name in arrived:
+                tr, key = arrived[name]
+                if (same and tr is not None and key is not None and g.layout == torch.strided
+                        and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
+                    self.traces[name] = tr
+                    continue
+            elif same and (pos := native.same_as_arrival(name, g)) is not None:
+                self.traces[name] = _Arrival(pos)  # its summary, once the step's tables are made (`resolve`)
+                continue
+            self.traces[name] = self.summ.summarise(g)
         if dtensor is not None:
             self._sharded(dtensor)
+
+    def resolve(self, native: Any) -> None:
+        """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
+        for name, tr in self.traces.items():
+            if isinstance(tr, _Arrival):
+                got = native.param_trace(tr.pos)
+                if got is not None:
+                    self.traces[name] = got
+        for name in [n for n, t in self.traces.items() if isinstance(t, _Arrival)]:
+            del self.traces[name]
 
     def _returned(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         """`torch.autograd.grad`: what it returned for each parameter among its inputs."""

@@ -45,6 +45,8 @@ from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.module_sums import ModuleSums
+from gradscape.tracer.record.native import status as native_status
+from gradscape.tracer.record.native_step import NativeStep
 from gradscape.tracer.record.node_hooks import NodeHooks, now
 from gradscape.tracer.record.params import ParamGradients
 from gradscape.tracer.record.structure import StructureCache
@@ -92,6 +94,8 @@ class StepRecorder:
         # breakpoints: see NOTE [Breakpoints] in tracer/debug/breakpoints.py
         self.hooks = NodeHooks(step, summariser, self.params, self.module_sums, breaker(run), self.view, execution)
         self.problems = StepProblems(self.statics)  # the problem finder (tracer/debug/problems.py)
+        # the native recorder's part of the step (NOTE [Native recorder] in native.py), from its first backward
+        self.native: NativeStep | None = None
         self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
         self.forward.on_no_grad = self.problems.note_no_grad
         # FSDP2 (`fully_shard`): only then the forward hook that names the unsharded copies
@@ -107,22 +111,34 @@ class StepRecorder:
     def finish(self, error: BaseException | None = None) -> StepTrace:
         """Remove every hook, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
         self.handles.remove()
-        records, execution = self.walk.records, self.hooks.execution
-        for pos, (rid, k) in enumerate(execution):
-            records[rid].runs[k].order = pos
+        native = self.native
+        if native is not None:
+            self.module_sums.sums = native.graph.sums()
         module_grad_sums = self.module_sums.summaries(self.summ)
         self.summ.finalize()
         st = StepTrace(run=self.run, step=self.step)
-        st.nodes = node_traces(records, self.forward, self.view.slot_statics)
-        st.edges = edges_of(records)
+        if native is not None:
+            st.nodes, st.edges, st.execution = native.assemble(self.forward, self.statics)  # type: ignore[assignment]
+            self.params.resolve(native)
+            tensors = native.tables.tensors  # type: ignore[union-attr]
+            self.summ.thumb_cells += int(tensors.thumb_cells().sum())
+            self.summ.nonfinite = self.summ.nonfinite or tensors.nonfinite()
+        else:
+            records, execution = self.walk.records, self.hooks.execution
+            for pos, (rid, k) in enumerate(execution):
+                records[rid].runs[k].order = pos
+            st.nodes = node_traces(records, self.forward, self.view.slot_statics)
+            st.edges = edges_of(records)
+            st.execution = list(execution)
         st.passes = self.passes
-        st.execution = list(execution)
         st.params = dict(self.params.traces)
         st.modules = self.module_sums.module_traces(st, module_grad_sums, self.model)
         if not self.passes and not self.notes and error is None:
             self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
                             "or torch.autograd.grad() inside the `with tr.step(i)` block)")
         st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
+        if self.passes:  # which recorder recorded the node hooks (NOTE [Native recorder] in native.py)
+            st.meta["recorder"] = "python" if native is None else "native"
         if self.notes:
             st.meta["notes"] = list(self.notes)
         dist = torch.distributed
@@ -135,6 +151,8 @@ class StepRecorder:
         return st
 
     def _release(self) -> None:
+        if self.native is not None:
+            self.native.release()
         self.walk.release()
         self.hooks.release()
         self.params.arrived = {}
@@ -157,37 +175,60 @@ class StepRecorder:
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
         result: Any = None
+        native = self.native
         try:
             self.hooks.pass_t0 = now()
+            if native is not None:
+                native.begin(bp)
             result = func(*args, **kwargs)
             return result
         finally:
-            bp.end = len(self.hooks.execution)
-            for (_node, nr), rid in zip(roots, bp.roots):
-                runs = [r for r in self.walk.records[rid].runs if r.pass_index == bp.index]
-                bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
-                                     else None)
+            if native is not None:
+                native.end_pass(bp, roots)
+            else:
+                bp.end = len(self.hooks.execution)
+                for (_node, nr), rid in zip(roots, bp.roots):
+                    runs = [r for r in self.walk.records[rid].runs if r.pass_index == bp.index]
+                    bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
+                                         else None)
             try:
-                self.params.after_pass(api, args, kwargs, result)
+                self.params.after_pass(api, args, kwargs, result, native)
             except Exception as exc:  # never let the tracer break the user's backward
                 log.warning("gradscape: could not read the parameters' gradients after a backward: %s", exc)
 
     def _start_pass(self, api: str, roots: list[tuple[Any, int]], retain: Any, create: Any,
                     values: list[torch.Tensor | None]) -> BackwardPass:
         """Walk the graph from the pass's roots, hook what is new, and plan the module sums."""
-        walk = self.walk
-        first_new = len(walk.records)
-        root_ids = [walk.walk_from(node) for node, _ in roots]
-        self.hooks.install(walk.records[first_new:], self.handles)
         index = len(self.passes)
-        self.hooks.pass_index = index
+        if index == 0 and self._native_ok():
+            self.native = NativeStep(self.model, self.summ, self.summ.thumb)
+            self.handles.add(CallOnRemove(self.native.graph.rec.remove_hooks))
+            self.module_sums.graph = self.native.graph
+        native = self.native
+        if native is not None:
+            root_ids = native.start_pass(roots)
+            graph: Any = native.graph
+            records: Any = native.records
+            start = 0  # `NativeStep.begin` sets it
+        else:
+            walk = graph = self.walk
+            first_new = len(walk.records)
+            root_ids = [walk.walk_from(node) for node, _ in roots]
+            self.hooks.install(walk.records[first_new:], self.handles)
+            self.hooks.pass_index = index
+            records = lambda: walk.records  # noqa: E731
+            start = len(self.hooks.execution)
         bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
-                          retain_graph=bool(retain), create_graph=bool(create), start=len(self.hooks.execution))
+                          retain_graph=bool(retain), create_graph=bool(create), start=start)
         self.passes.append(bp)
         self.module_sums.plan()
-        self.hooks.watch_hidden_params(walk, self.model, self.handles)
-        self.problems.at_backward(walk.records, root_ids, values, index)  # problem finder
+        self.hooks.watch_hidden_params(graph, self.model, self.handles)
+        self.problems.at_backward(records, root_ids, values, index)  # problem finder
         return bp
+
+    def _native_ok(self) -> bool:
+        """The native recorder records this step (NOTE [Native recorder] in native.py)."""
+        return native_status()[0] and not self.summ.keep_values and not self.hooks.breaker.armed
 
     def _note_once(self, why: str) -> None:
         """Keep the reason something of this step went untraced in `st.meta["notes"]`, and warn about

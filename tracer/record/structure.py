@@ -3,6 +3,7 @@ the per-`Tracer` cache of it: a training loop builds the same graph every step."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gradscape.tracer import _compat
@@ -63,17 +64,21 @@ def slot_statics(records: list[NodeRecord], mods: list[str | None], cache: Struc
 def _compute(records: list[NodeRecord], mods: list[str | None]) -> list[NodeStatics]:
     """Slot arguments, labels and schema of every node: they depend only on the graph's structure
     (see `StructureCache`)."""
-    infos = []
-    for r, mod in zip(records, mods):
-        leaf_shape = tuple(r.node.variable.shape) if r.name == ACCUMULATE else None
-        infos.append(SlotInfo(r.name, r.kind, mod, r.param, leaf_shape,
-                              [None if c is None else c[0] for c in r.children]))
+    infos = [SlotInfo(r.name, r.kind, mod, r.param, tuple(r.node.variable.shape) if r.name == ACCUMULATE else None,
+                      [None if c is None else c[0] for c in r.children]) for r, mod in zip(records, mods)]
+    return compute_statics(infos, lambda i: _compat.forward_class(records[i].node))
+
+
+def compute_statics(infos: list[SlotInfo], forward_class: Callable[[int], Any]) -> list[NodeStatics]:
+    """`NodeStatics` of every node described by `infos` (in id order); `forward_class(i)`: the custom
+    autograd.Function of node i (asked of "custom" nodes only), or None."""
     statics = []
-    for r, info in zip(records, infos):
-        child_params = [infos[c[0]].param if c is not None else None for c in r.children]
-        args = slot_args(r.name, r.kind, len(r.children), _compat.forward_class(r.node), child_params)
-        labels = label_slots(infos, r.id, args)
-        if r.kind == "compiled" and info.module:
+    for i, info in enumerate(infos):
+        child_params = [infos[c].param if c is not None else None for c in info.children]
+        fwd = forward_class(i) if info.kind == "custom" else None
+        args = slot_args(info.name, info.kind, len(info.children), fwd, child_params)
+        labels = label_slots(infos, i, args)
+        if info.kind == "compiled" and info.module:
             labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in labels]
-        statics.append(NodeStatics(args, labels, schema_of(r.name) if r.kind == "op" else None))
+        statics.append(NodeStatics(args, labels, schema_of(info.name) if info.kind == "op" else None))
     return statics

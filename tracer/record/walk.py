@@ -136,6 +136,28 @@ class GraphWalk:
                     send.append(None)
             rec.children = kids
 
+    # ---- what the module sums and the hidden-parameter watch ask of a graph (tracer/record/native.py's
+    # `NativeGraph` answers the same)
+    def id_of(self, node: Any) -> int | None:
+        return self.ids.get(node)
+
+    def seq_of(self, nid: int) -> int:
+        return self.records[nid].seq
+
+    def senders_of(self, child: int, nr: int) -> list[tuple[int, int]]:
+        """The (node, slot) pairs that send to input `nr` of node `child`."""
+        return self.senders.get((child, nr), [])
+
+    def set_sum(self, nid: int, slot: int, key: tuple[int, int]) -> None:
+        """That slot's gradients are added up into module sum `key` (`ModuleSums.add`, from the hook)."""
+        rec = self.records[nid]
+        if rec.sums is None:
+            rec.sums = {}
+        rec.sums[slot] = key
+
+    def has_kinds(self, *kinds: str) -> bool:
+        return any(r.kind in kinds for r in self.records)
+
     def release(self) -> None:
         """Let go of the graph's nodes (the step is over), consumers before what they consume
         (NOTE [Teardown])."""

@@ -74,6 +74,43 @@ def _native_geometry(shape: tuple[int, ...], size: int) -> tuple[list[int], tupl
     return [1, rows, cols, kr, kc, 1], (-(-rows // kr), -(-cols // kc))
 
 
+class KernelPlan(NamedTuple):
+    """A plan of the native recorder's kernel calls (tracer/record/native.py), by its id: what a summary
+    it made is, once it is read (`tracer.record.tables`)."""
+
+    shape: tuple[int, ...]  # the tensor's shape
+    dtype: str
+    view: str  # thumbnail_view(shape)
+    th_shape: tuple[int, int] | None  # the thumbnail's shape as the kernel writes it (of t.T's memory when transposed)
+    transposed: bool
+
+
+KERNEL_PLANS: list[KernelPlan] = []  # by id; a process makes one per (shape, dtype, layout, size)
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # the recorder's dtype codes
+
+
+def kernel_plan(shape: tuple[int, ...], dtype_code: int, transposed: int, size: int) -> tuple[Any, ...] | None:
+    """The native recorder's planner: for a tensor of `shape` (its transpose's memory, contiguous, when
+    `transposed`), of dtype `_KERNEL_DTYPES[dtype_code]`, summarised with thumbnails of `size`: (plan id,
+    kernel index, the kernel's geometry [n, planes, R, C, kr, kc, gc], doubles it writes); None when the
+    kernel does not apply. Checked like every kernel call (`check_geometry`)."""
+    if not 0 <= dtype_code < len(_KERNEL_DTYPES) or len(shape) > 16:
+        return None
+    memory = tuple(reversed(shape)) if transposed else tuple(shape)
+    if transposed and len(shape) != 2:
+        return None
+    n = math.prod(memory)
+    if n == 0:
+        return None
+    geometry, th_shape = _native_geometry(memory, size)
+    k = th_shape[0] * th_shape[1] if th_shape is not None else 0
+    words = 8 + (k + 1) // 2
+    check_geometry(n, geometry, th_shape, 8 * words)
+    dtype = dtype_name(_KERNEL_DTYPES[dtype_code])
+    KERNEL_PLANS.append(KernelPlan(tuple(shape), dtype, thumbnail_view(tuple(shape)), th_shape, bool(transposed)))
+    return len(KERNEL_PLANS) - 1, dtype_code, (n, *geometry), words
+
+
 def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:
     """Everything about a `native_summary` call that depends only on (shape, dtype, size), made
     once per shape; None when the kernel is unavailable or does not apply."""

@@ -125,6 +125,12 @@ class Summariser:
                 return self.summarise_keyed(t, t.data_ptr(), (t.shape, t.stride(), t.dtype), stats_of)
         return self._summarise(t, stats_of)
 
+    def fallback(self, t: torch.Tensor) -> TensorTrace:
+        """A gradient the native recorder's kernel cannot summarise (NOTE [Native recorder] in
+        tracer/record/native.py), from its hook, grad mode already off: summarised here as it would be
+        anywhere else."""
+        return self._summarise(t, None)
+
     def summarise_keyed(self, t: torch.Tensor, ptr: int, key: tuple[Any, ...],
                         stats_of: TensorTrace | None) -> TensorTrace:
         """`summarise_no_grad` for a strided `t` whose address `ptr` and `key` = (t.shape, t.stride(),

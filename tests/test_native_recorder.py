@@ -1,0 +1,150 @@
+"""The native recorder (tracer/record/csrc/) records what the Python recorder records: the same step, traced
+once by each, gives the same wire step bit for bit, times aside. And each recorder is checked against the
+engine: gradients arriving at the parameters equal `p.grad`."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from zoo import ZOO, build
+
+import gradscape
+from gradscape.tracer.record import native
+from gradscape.tracer.wire.codec import step_to_wire
+
+
+def test_make_test_built_the_native_recorder() -> None:
+    used, why = native.status()
+    assert used, f"the native recorder is not in use: {why}"
+
+
+@pytest.fixture
+def python_recorder() -> Iterator[Callable[[bool], None]]:
+    def use(on: bool) -> None:
+        native.enabled = not on
+
+    yield use
+    native.enabled = True
+
+
+def _untimed(wire: Any) -> Any:
+    """The wire step less what differs between two runs of the same step (times, the run's name)."""
+    w = copy.deepcopy(wire)
+    w["run"] = None
+    for n in w["nodes"]:
+        n["t"] = None
+        for r in n["runs"]:
+            r[4] = None
+    for p in w["passes"]:
+        p["start"] = p["end"] = None
+    w["meta"] = {k: v for k, v in w["meta"].items() if "time" not in k and not k.endswith("_ms")}
+    return w
+
+
+def _lstm() -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(4, 8)
+    xs = torch.randn(12, 3, 4)
+
+    def loss(m: nn.Module) -> torch.Tensor:
+        h = c = torch.zeros(3, 8)
+        for x in xs:
+            h, c = m(x, (h, c))
+        return h.pow(2).mean()
+
+    return cell, loss
+
+
+class _Checkpointed(nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.reentrant = nn.Linear(5, 5), nn.Linear(5, 2), reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(checkpoint(lambda t: torch.relu(self.a(t)), x, use_reentrant=self.reentrant))
+
+
+def _program(name: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
+    """A model and a loss of it, the same each time it is built."""
+    if name in ZOO:
+        case = build(name)
+        return case.model, lambda m: case.loss(m, case.batch)
+    if name == "lstm":
+        return _lstm()
+    torch.manual_seed(0)
+    x = torch.randn(4, 5)
+    if name.startswith("checkpoint"):
+        xg = x.clone().requires_grad_()  # reentrant checkpoint passes gradients only to inputs that want one
+        return _Checkpointed(name.endswith("reentrant")), lambda m: m(xg).sum()
+    if name == "float64_strided":  # float64, and a strided input no kernel plan reads: the Python fallback
+        lin = nn.Linear(5, 3).double()
+        return lin, lambda m: m(x.double().t().contiguous().t()[:, ::2].repeat(1, 2)[:, :5]).pow(2).sum()
+    if name == "sparse_embedding":  # a sparse gradient: summarised in Python from the C++ hook
+        emb = nn.Embedding(10, 3, sparse=True)
+        return emb, lambda m: m(torch.tensor([[1, 2, 2], [7, 1, 0]])).sum()
+    if name == "half":
+        lin = nn.Linear(5, 3).to(torch.float16)
+        return lin, lambda m: F.mse_loss(m(x.half()).float(), torch.ones(4, 3))
+    raise KeyError(name)
+
+
+PROGRAMS = [*ZOO, "lstm", "checkpoint", "checkpoint_reentrant", "float64_strided", "sparse_embedding", "half"]
+
+
+def _trace(name: str, python: bool, use: Callable[[bool], None]) -> tuple[Any, dict[str, torch.Tensor]]:
+    use(python)
+    model, loss_of = _program(name)
+    tr = gradscape.Tracer(model)
+    with tr.step(0) as st:
+        loss_of(model).backward()
+    assert st.meta.get("recorder") == ("python" if python else "native"), st.meta
+    grads = {n: p.grad.to_dense() for n, p in model.named_parameters() if p.grad is not None}
+    return step_to_wire(st), grads
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_native_and_python_recorders_record_the_same_step(name: str, python_recorder: Any) -> None:
+    py_wire, py_grads = _trace(name, True, python_recorder)
+    nat_wire, nat_grads = _trace(name, False, python_recorder)
+    assert py_grads.keys() == nat_grads.keys()
+    for k in py_grads:  # the same program ran: the engine computed the same gradients
+        assert torch.equal(py_grads[k], nat_grads[k]), k
+    py, nat = _untimed(py_wire), _untimed(nat_wire)
+    py["meta"].pop("recorder")
+    nat["meta"].pop("recorder")
+    for key in py:
+        assert nat[key] == py[key], f"{name}: the recorders differ in {key!r}"
+
+
+@pytest.mark.parametrize("name", ["mlp", "lstm", "sparse_embedding"])
+def test_native_recorder_param_summaries_are_the_engine_gradients(name: str) -> None:
+    model, loss_of = _program(name)
+    tr = gradscape.Tracer(model)
+    with tr.step(0) as st:
+        loss_of(model).backward()
+    assert st.meta.get("recorder") == "native"
+    assert st.params, "no parameter gradients recorded"
+    for pname, p in model.named_parameters():
+        got = st.params[pname]
+        ref = p.grad.to_dense().double()
+        assert got.shape == tuple(ref.shape)
+        assert got.stats["norm"] == pytest.approx(float(ref.norm()), rel=1e-6), pname
+        assert got.stats["max"] == pytest.approx(float(ref.max()), rel=1e-6), pname
+
+
+def test_steps_that_keep_values_are_recorded_in_python() -> None:
+    """tensors="full" keeps every gradient's values, which the Python recorder does (native.py's NOTE)."""
+    model, loss_of = _program("mlp")
+    tr = gradscape.Tracer(model, tensors="full")
+    with tr.step(0) as st:
+        loss_of(model).backward()
+    assert st.meta["recorder"] == "python"
+    w = st.params["fc1.weight"] if "fc1.weight" in st.params else next(iter(st.params.values()))
+    assert w.values is not None

@@ -1,0 +1,220 @@
+// gradscape native recorder: what a hook does, the summaries of what flows through it (see recorder.h).
+#pragma once
+#include "recorder.h"
+
+namespace {
+
+// ---- summaries
+
+const Plan* Recorder::plan_for(const at::Tensor& t, bool transposed) {
+  char key[7 + 8 * 16];
+  int dim = static_cast<int>(t.dim());
+  if (dim > 16) return nullptr;
+  key[0] = static_cast<char>(t.scalar_type());
+  key[1] = static_cast<char>(transposed);
+  key[2] = static_cast<char>(dim);
+  std::memcpy(key + 3, &thumb, 4);
+  for (int d = 0; d < dim; d++) {
+    int64_t s = t.size(d);
+    std::memcpy(key + 7 + 8 * d, &s, 8);
+  }
+  std::string k(key, 7 + 8 * dim);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    auto it = g_plans.find(k);
+    if (it != g_plans.end()) return it->second.id >= 0 ? &it->second : nullptr;
+  }
+  Plan plan;
+  PyGILState_STATE st = PyGILState_Ensure();
+  PyObject* shape = PyTuple_New(dim);
+  for (int d = 0; d < dim; d++) PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(t.size(d)));
+  PyObject* res = PyObject_CallFunction(g_planner, "(Niii)", shape, dtype_code(t.scalar_type()),
+                                        transposed ? 1 : 0, static_cast<int>(thumb));
+  if (res == nullptr) {
+    PyErr_Clear();
+  } else if (res != Py_None) {
+    // (id, kernel index, (geometry x7), words)
+    PyObject* geom = nullptr;
+    int kernel = -1;
+    long long words = 0;
+    int id = -1;
+    if (PyArg_ParseTuple(res, "iiOL", &id, &kernel, &geom, &words) && PyTuple_Check(geom) &&
+        PyTuple_GET_SIZE(geom) == 7 && kernel >= 0 && kernel < 4 && g_kernels[kernel] != nullptr) {
+      plan.id = id;
+      plan.fn = g_kernels[kernel];
+      plan.words = words;
+      for (int i = 0; i < 7; i++) plan.geom[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(geom, i));
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        plan.id = -1;
+      }
+    } else {
+      PyErr_Clear();
+    }
+  }
+  Py_XDECREF(res);
+  PyGILState_Release(st);
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_plans.emplace(k, plan).first;
+  return it->second.id >= 0 ? &it->second : nullptr;
+}
+
+double* Recorder::reserve(int64_t words, int32_t* chunk, int64_t* off) {
+  if (chunk_ptr == nullptr || chunk_used + words > chunk_cap) {
+    int64_t cap = chunk_ptr == nullptr ? FIRST_CHUNK : std::min<int64_t>(2 * chunk_cap, MAX_CHUNK);
+    cap = std::max(cap, words);
+    PyGILState_STATE st = PyGILState_Ensure();
+    PyObject* buf = PyByteArray_FromStringAndSize(nullptr, cap * 8);
+    PyGILState_Release(st);
+    if (buf == nullptr) return nullptr;
+    chunks.push_back(buf);
+    chunk_ptr = reinterpret_cast<double*>(PyByteArray_AS_STRING(buf));
+    chunk_cap = cap;
+    chunk_used = 0;
+  }
+  *chunk = static_cast<int32_t>(chunks.size() - 1);
+  *off = chunk_used;
+  double* out = chunk_ptr + chunk_used;
+  chunk_used += words;
+  return out;
+}
+
+int32_t Recorder::python_summary(const at::Tensor& t) {
+  PyGILState_STATE st = PyGILState_Ensure();
+  PyObject* wrapped = THPVariable_Wrap(t);
+  PyObject* res = wrapped == nullptr ? nullptr : PyObject_CallOneArg(fallback, wrapped);
+  Py_XDECREF(wrapped);
+  if (res == nullptr) {
+    PyErr_Clear();
+    failures++;
+    PyGILState_Release(st);
+    return -1;
+  }
+  PyGILState_Release(st);
+  int32_t idx = static_cast<int32_t>(summs.size());
+  summs.push_back(Summ{-1, -1, 0, static_cast<int32_t>(py.size()), 0});
+  summ_ptr.push_back(nullptr);
+  summ_plan.push_back(nullptr);
+  py.push_back(res);
+  return idx;
+}
+
+int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
+  if (!t.defined()) return -1;
+  if (t.layout() != c10::kStrided || !t.device().is_cpu() || t.is_nested() || t.is_conj() ||
+      t.is_neg() || dtype_code(t.scalar_type()) < 0 || t.numel() == 0) {
+    return python_summary(t);
+  }
+  bool transposed = false;
+  if (!t.is_contiguous()) {
+    if (t.dim() == 2 && t.stride(0) == 1 && t.stride(1) == t.size(0)) {
+      transposed = true;
+    } else {
+      return python_summary(t);
+    }
+  }
+  const Plan* plan = plan_for(t, transposed);
+  if (plan == nullptr) return python_summary(t);
+  const void* ptr = t.const_data_ptr();
+  if (stats_of >= 0 && summ_ptr[stats_of] == ptr) {
+    // NOTE [Views share a buffer] in tracer/summary/summariser.py: the very same kernel call on the very
+    // same memory (a plan and its transposed twin share their geometry) gives the very same buffer
+    const Plan* q = summ_plan[stats_of];
+    if (q != nullptr && q->fn == plan->fn && std::memcmp(q->geom, plan->geom, sizeof(plan->geom)) == 0) {
+      const Summ& s = summs[stats_of];
+      int32_t idx = static_cast<int32_t>(summs.size());
+      summs.push_back(Summ{plan->id, s.chunk, s.off, -1, 0});
+      summ_ptr.push_back(ptr);
+      summ_plan.push_back(plan);
+      return idx;
+    }
+  }
+  int32_t chunk;
+  int64_t off;
+  double* out = reserve(plan->words, &chunk, &off);
+  if (out == nullptr) return python_summary(t);
+  if (plan->fn(ptr, plan->geom, out) != 0) {
+    chunk_used -= plan->words;  // a float32 partial sum overflowed: torch recomputes in float64
+    return python_summary(t);
+  }
+  int32_t idx = static_cast<int32_t>(summs.size());
+  summs.push_back(Summ{plan->id, chunk, off, -1, 0});
+  summ_ptr.push_back(ptr);
+  summ_plan.push_back(plan);
+  return idx;
+}
+
+int32_t Recorder::arrived(int32_t id, size_t i, const at::Tensor& g) {  // mu held
+  if (!g.defined()) return -1;
+  size_t slot = static_cast<size_t>(in_off[id]) + i;
+  if (slot < handoff.size()) {
+    Handoff& h = handoff[slot];
+    if (h.summ >= 0) {
+      int32_t s = h.summ;
+      h.summ = -1;  // it lived only while the tensor waited in the engine's input buffer
+      if (h.ptr == g.const_data_ptr() && h.layout == layout_of(g)) return s;
+    }
+  }
+  return summarise(g, -1);
+}
+
+void Recorder::on_post(int32_t id, const variable_list& gi, const variable_list& go) {
+  int64_t t1 = now_ns();
+  try {
+    at::NoGradGuard no_grad;
+    std::lock_guard<std::mutex> g(mu);
+    RunRec run{id, pass, time_since_last(t1), static_cast<int32_t>(slots.size()), static_cast<int32_t>(go.size()),
+               0, 0};
+    for (size_t i = 0; i < go.size(); i++) slots.push_back(arrived(id, i, go[i]));
+    run.gi_off = static_cast<int32_t>(slots.size());
+    run.gi_n = static_cast<int32_t>(gi.size());
+    int32_t first = child_off[id];
+    int32_t n_children = child_off[id + 1] - first;
+    // a view node sends on the memory that arrived, in another shape (NOTE [Views share a buffer])
+    int32_t view_of = is_view[id] && !go.empty() ? slots[run.go_off] : -1;
+    for (size_t j = 0; j < gi.size(); j++) {
+      const at::Tensor& t = gi[j];
+      int32_t s = summarise(t, j == 0 ? view_of : -1);
+      slots.push_back(s);
+      if (s < 0 || static_cast<int32_t>(j) >= n_children) continue;
+      int32_t c = child_id[first + j];
+      if (c >= 0) {
+        size_t slot = static_cast<size_t>(in_off[c]) + static_cast<size_t>(child_nr[first + j]);
+        if (senders[slot] == 1 && t.layout() == c10::kStrided) {
+          handoff[slot] = Handoff{t.const_data_ptr(), layout_of(t), s};
+        }
+      }
+      for (auto& so : sum_of[id]) {
+        if (so.first == static_cast<int32_t>(j)) {
+          at::Tensor& acc = sums[so.second];
+          acc = acc.defined() ? acc + t.detach() : t.detach().clone();
+        }
+      }
+    }
+    runs.push_back(run);
+  } catch (...) {
+    std::lock_guard<std::mutex> g(mu);
+    failures++;
+  }
+  mark_end();
+}
+
+void Recorder::on_pre(int32_t id, const variable_list& go) {
+  try {
+    at::NoGradGuard no_grad;
+    std::lock_guard<std::mutex> g(mu);
+    RunRec run{id, pass, std::numeric_limits<double>::quiet_NaN(), static_cast<int32_t>(slots.size()),
+               static_cast<int32_t>(go.size()), 0, -1};
+    for (size_t i = 0; i < go.size(); i++) slots.push_back(arrived(id, i, go[i]));
+    if (!go.empty() && go[0].defined() && go[0].layout() == c10::kStrided) {
+      arrival[static_cast<int32_t>(runs.size())] = {go[0].const_data_ptr(), layout_of(go[0])};
+    }
+    runs.push_back(run);
+  } catch (...) {
+    std::lock_guard<std::mutex> g(mu);
+    failures++;
+  }
+  mark_end();
+}
+
+}  // namespace

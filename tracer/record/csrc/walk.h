@@ -1,0 +1,154 @@
+// gradscape native recorder: the graph walk and the hooks' lifetime (see recorder.h).
+#pragma once
+#include "recorder.h"
+
+namespace {
+
+variable_list PostHook::operator()(const variable_list& grad_inputs, const variable_list& grad_outputs) {
+  rec->on_post(id, grad_inputs, grad_outputs);
+  return grad_inputs;
+}
+
+variable_list PreHook::operator()(const variable_list& grads) {
+  rec->on_pre(id, grads);
+  return grads;
+}
+
+// A node of a custom autograd.Function (torch's PyNode), told by its class: libtorch_python does not export
+// PyNode's type information, so no dynamic_cast; its mangled name is the class's own
+bool is_py_node(Node* n) { return std::strcmp(typeid(*n).name(), "N5torch8autograd6PyNodeE") == 0; }
+
+const char* const ACCUMULATE = "torch::autograd::AccumulateGrad";
+
+int8_t kind_of(const std::string& nm, bool py_node) {
+  if (nm == ACCUMULATE) return KIND_ACC;
+  if (nm == "CompiledFunctionBackward") return KIND_COMPILED;
+  if (nm == "CheckpointFunctionBackward") return KIND_CHECKPOINT;
+  if (nm == "BackwardHookFunctionBackward") return KIND_HOOK;
+  return py_node ? KIND_CUSTOM : KIND_OP;
+}
+
+int32_t Recorder::walk_from(const NodePtr& root) {
+  int32_t first = static_cast<int32_t>(nodes.size());
+  std::vector<Node*> stack{root.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n == nullptr || ids.count(n)) continue;
+    int32_t code;
+    int8_t k;
+    {
+      std::unique_lock<std::mutex> g(g_mu);
+      auto it = g_class_code.find(std::type_index(typeid(*n)));
+      if (it != g_class_code.end()) {
+        code = it->second;
+        k = kind_of(g_names[code], false);
+      } else {
+        g.unlock();  // name() of a custom Function's node is Python's (the GIL is held: this is a Python call)
+        bool py_node = is_py_node(n);
+        std::string nm = n->name();
+        g.lock();
+        code = code_of_name(nm);
+        if (!py_node) g_class_code.emplace(std::type_index(typeid(*n)), code);
+        k = kind_of(nm, py_node);
+      }
+    }
+    int32_t rid = static_cast<int32_t>(nodes.size());
+    ids.emplace(n, rid);
+    nodes.push_back(n->getptr());
+    name.push_back(code);
+    kind.push_back(k);
+    seq.push_back(n->sequence_nr());
+    in_off.push_back(in_off.back() + static_cast<int32_t>(n->num_inputs()));
+    for (uint32_t i = 0; i < n->num_inputs(); i++) {  // its forward outputs' shapes and dtypes
+      const auto& meta = n->input_metadata(i);
+      out_dtype.push_back(static_cast<int8_t>(c10::typeMetaToScalarType(meta.dtype())));
+      int32_t ndim = -1;
+      if (!meta.is_nested_tensor() && !meta.was_default_constructed()) {
+        auto shape = meta.shape_as_dim_vector();
+        ndim = static_cast<int32_t>(shape.size());
+        for (const auto& d : shape) {
+          if (d.is_heap_allocated()) {  // symbolic: no plain shape
+            ndim = -1;
+            break;
+          }
+        }
+        if (ndim >= 0) {
+          for (const auto& d : shape) out_dims.push_back(d.as_int_unchecked());
+        }
+      }
+      out_ndim.push_back(ndim);
+    }
+    const auto& edges = n->next_edges();
+    for (auto it = edges.rbegin(); it != edges.rend(); ++it) {
+      Node* c = it->function.get();
+      if (c != nullptr && !ids.count(c)) stack.push_back(c);
+    }
+  }
+  // children and senders of the new nodes (ids are known now)
+  senders.resize(in_off.back(), 0);
+  handoff.resize(in_off.back());
+  sum_of.resize(nodes.size());
+  for (size_t r = first; r < nodes.size(); r++) {
+    for (const auto& e : nodes[r]->next_edges()) {
+      if (!e.function) {
+        child_id.push_back(-1);
+        child_nr.push_back(0);
+        continue;
+      }
+      int32_t c = ids.at(e.function.get());
+      child_id.push_back(c);
+      child_nr.push_back(static_cast<int32_t>(e.input_nr));
+      senders[in_off[c] + e.input_nr] += 1;
+    }
+    child_off.push_back(static_cast<int32_t>(child_id.size()));
+  }
+  is_view.resize(nodes.size(), 0);
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    for (size_t r = first; r < nodes.size(); r++) is_view[r] = g_is_view[name[r]];
+  }
+  return ids.at(root.get());
+}
+
+void Recorder::install(int32_t first) {
+  for (size_t r = first; r < nodes.size(); r++) {
+    int32_t id = static_cast<int32_t>(r);
+    if (kind[r] == KIND_ACC) {
+      auto hook = std::make_unique<PreHook>(this, id);
+      pre_hooks.emplace_back(id, hook.get());
+      nodes[r]->add_pre_hook(std::move(hook));
+    } else {
+      post_keys.emplace_back(id, nodes[r]->add_post_hook(std::make_unique<PostHook>(this, id)));
+    }
+  }
+}
+
+void Recorder::remove_hooks() {
+  for (auto& pk : post_keys) nodes[pk.first]->del_post_hook(pk.second);
+  post_keys.clear();
+  for (auto& ph : pre_hooks) {
+    auto& hooks = nodes[ph.first]->pre_hooks();
+    for (auto it = hooks.begin(); it != hooks.end(); ++it) {
+      if (static_cast<void*>(it->get()) == ph.second) {
+        hooks.erase(it);
+        break;
+      }
+    }
+  }
+  pre_hooks.clear();
+}
+
+// NOTE [Teardown] in tracer/record/walk.py: consumers first, so that no chain of frees runs deep
+void Recorder::release() {
+  remove_hooks();
+  std::vector<int32_t> order(nodes.size());
+  for (size_t i = 0; i < order.size(); i++) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [this](int32_t a, int32_t b) { return seq[a] > seq[b]; });
+  for (int32_t i : order) nodes[i].reset();
+  nodes.clear();
+  ids.clear();
+  sums.clear();
+}
+
+}  // namespace

@@ -1,0 +1,236 @@
+"""The native recorder: the graph walk, the node hooks and their summaries in C++ (`csrc/`).
+
+NOTE [Native recorder]
+    A Python node hook costs a few microseconds a node before it does anything (torch wraps every
+    gradient for it, calls it, and the hook's own bookkeeping allocates), and on a graph of small ops,
+    an LSTMCell unrolled over time, that is most of the step. So where it can, a traced step is
+    recorded in C++: the walk reads the graph (names, kinds, creation numbers, edges, the metadata of
+    each node's outputs) into flat arrays, and one C++ hook per node (a pre-hook on AccumulateGrad, a
+    post-hook elsewhere, NOTE [One hook per node]) summarises what arrives and what is sent with the
+    summary kernel (`_fastsum.c`) into an arena of doubles, and appends a run record. Everything the
+    Python recorder does per node in a hook is done there, with the same rules: NOTE [Dedupe] (a
+    gradient handed from a single sender to its child is summarised once), NOTE [Views share a buffer],
+    the module sums (tracer/record/module_sums.py), what arrived at each parameter (for `st.params`).
+    After the backward, Python reads the records once (`records`) and the step's `NodeTrace`s are made
+    from them only when someone reads one (tracer/record/tables.py).
+
+    What the kernel cannot summarise (another device, a sparse or strided layout other than a matrix's
+    transpose, a dtype other than float32/bfloat16/float16/float64, a float32 sum that overflowed) is
+    handed to the Python summariser from the hook, which takes the GIL for it, as a Python hook would.
+
+    The Python recorder (tracer/record/node_hooks.py) is used instead when the extension is not built
+    for the torch that is imported (`gradscape build-recorder` builds it: tracer/record/native_build.py;
+    `gradscape doctor` says whether it is in use, and why not), with `tensors="full"`, when a breakpoint
+    is set (the debugger pauses inside a Python hook), and with GRADSCAPE_NATIVE=0.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from gradscape.tracer.record import native_build
+from gradscape.tracer.record.labels import ACCUMULATE, VIEW_NODES
+from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.summary.fastpath import kernel_plan
+from gradscape.tracer.summary.kernel import native
+from gradscape.tracer.summary.stats import dtype_name
+from gradscape.tracer.summary.summariser import Summariser
+
+KINDS = ("op", "acc", "compiled", "checkpoint", "hook", "custom")  # the extension's kind codes
+_KIND_ACC = 1
+RUN_DTYPE = np.dtype([("node", "<i4"), ("pass", "<i4"), ("time", "<f8"), ("go_off", "<i4"), ("go_n", "<i4"),
+                      ("gi_off", "<i4"), ("gi_n", "<i4")])
+SUMM_DTYPE = np.dtype([("plan", "<i4"), ("chunk", "<i4"), ("off", "<i8"), ("py", "<i4"), ("pad", "<i4")])
+
+
+@lru_cache(maxsize=1)
+def _loaded() -> tuple[Any, str]:
+    """(the extension, set up, or None; why not)."""
+    if os.environ.get("GRADSCAPE_NATIVE", "1") == "0":
+        return None, "GRADSCAPE_NATIVE=0"
+    path = native_build.target()
+    if not path.exists():
+        return None, (f"not built for torch {torch.__version__} and these sources (`gradscape build-recorder` "
+                      f"builds it, into {path.parent})")
+    try:
+        ext = _import(path)
+    except ImportError as exc:
+        return None, f"{path} does not load ({exc}); `gradscape build-recorder --force` builds it again"
+    if torch.__version__ != ext.TORCH_VERSION:
+        return None, (f"the native recorder was built for torch {ext.TORCH_VERSION}, and torch "
+                      f"{torch.__version__} is imported (`gradscape build-recorder --force` builds it again)")
+    lib = native()
+    if lib is None:
+        return None, "the summary kernel is not available"
+    names = ("gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "gs_summarise_f64")
+    ext.setup(kernel_plan, tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names),
+                    sorted(VIEW_NODES))
+    return ext, ""
+
+
+def _import(path: Any) -> Any:
+    spec = importlib.util.spec_from_file_location("gradscape.tracer.record._recorder", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"not an extension module: {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def path() -> Any:
+    """The built extension's file, when it is in use."""
+    return native_build.target() if _loaded()[0] is not None else None
+
+
+# Off: every step is recorded in Python (tests compare the two recorders; bench/pernode.py measures both)
+enabled = True
+
+
+def status() -> tuple[bool, str]:
+    """(the native recorder is in use, why not)."""
+    if not enabled:
+        return False, "switched off (gradscape.tracer.record.native.enabled = False)"
+    mod, why = _loaded()
+    return mod is not None, why
+
+
+@lru_cache(maxsize=1)
+def dtype_names() -> dict[int, str]:
+    """The extension's dtype codes (torch's scalar types) → gradscape's dtype names."""
+    mod = _loaded()[0]
+    out: dict[int, str] = {}
+    for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+              torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool):
+        out[mod.scalar_code(torch.empty(0, dtype=d))] = dtype_name(d)
+    return out
+
+
+class NativeGraph:
+    """The graph of one traced step as the extension walked it, in flat arrays (ids are positions), and
+    the extension's recorder, which holds the nodes and their hooks for the step."""
+
+    def __init__(self, model: ModelIndex, summariser: Summariser, thumb: int) -> None:
+        mod = _loaded()[0]
+        self.rec = mod.Recorder()
+        self.rec.configure(summariser.fallback, thumb)
+        self.model = model
+        self.size = 0
+        self.name = np.zeros(0, np.int32)  # name code per node (`names()`)
+        self.kind = np.zeros(0, np.int8)  # KINDS code
+        self.seq = np.zeros(0, np.uint64)  # creation number
+        self.child_off = np.zeros(1, np.int64)  # CSR of each node's slots: child id (-1: None), input_nr
+        self.child_id = np.zeros(0, np.int32)
+        self.child_nr = np.zeros(0, np.int32)
+        self.out_off = np.zeros(1, np.int64)  # CSR of each node's forward outputs: rank (-1: no shape), dtype
+        self.out_ndim = np.zeros(0, np.int32)
+        self.out_dtype = np.zeros(0, np.int8)
+        self.out_dims = np.zeros(0, np.int64)
+        self.params: dict[int, str] = {}  # AccumulateGrad node → its parameter's name
+        self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
+        self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
+        self._senders: dict[tuple[int, int], list[tuple[int, int]]] | None = None
+        self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
+
+    # ---- the walk
+    def walk_from(self, root: Any) -> int:
+        """Walk from `root` (a grad_fn); new nodes get the next ids. Returns root's id."""
+        first = self.size
+        rid = int(self.rec.walk(root))
+        g = self.rec.graph(first)
+        name, kind, seq, coff, cid, cnr, ooff, ondim, odtype, odims = g
+        self.name = np.concatenate([self.name, np.frombuffer(name, np.int32)])
+        self.kind = np.concatenate([self.kind, np.frombuffer(kind, np.int8)])
+        self.seq = np.concatenate([self.seq, np.frombuffer(seq, np.uint64)])
+        self.child_off = np.concatenate([self.child_off[:-1], np.frombuffer(coff, np.int32) + self.child_off[-1]])
+        self.child_id = np.concatenate([self.child_id, np.frombuffer(cid, np.int32)])
+        self.child_nr = np.concatenate([self.child_nr, np.frombuffer(cnr, np.int32)])
+        self.out_off = np.concatenate([self.out_off[:-1], np.frombuffer(ooff, np.int32) + self.out_off[-1]])
+        self.out_ndim = np.concatenate([self.out_ndim, np.frombuffer(ondim, np.int32)])
+        self.out_dtype = np.concatenate([self.out_dtype, np.frombuffer(odtype, np.int8)])
+        self.out_dims = np.concatenate([self.out_dims, np.frombuffer(odims, np.int64)])
+        self.size = len(self.name)
+        param_of = self.model.param_of
+        for nid, var in self.rec.acc_variables(first):
+            if var is None:
+                continue
+            param = param_of(var)
+            self.acc_shapes[nid] = shape = tuple(var.shape)
+            if param is not None:
+                self.params[nid] = param
+            else:
+                self.leaves[nid] = shape
+        self._senders = None
+        return rid
+
+    def install(self, first: int) -> None:
+        self.rec.install(first)
+
+    # ---- what the rest of the recorder asks of the graph (the Python walk answers the same)
+    def id_of(self, node: Any) -> int | None:
+        i = int(self.rec.id_of(node))
+        return None if i < 0 else i
+
+    def node(self, nid: int) -> Any:
+        """The graph node (grad_fn) of id `nid`, while the step runs."""
+        return self.rec.node(nid)
+
+    def seq_of(self, nid: int) -> int:
+        return int(self.seq[nid])
+
+    def kind_of(self, nid: int) -> str:
+        k = int(self.kind[nid])
+        if k == _KIND_ACC:
+            return "param" if nid in self.params else "leaf"
+        return KINDS[k]
+
+    def children(self, nid: int) -> list[tuple[int, int] | None]:
+        a, b = int(self.child_off[nid]), int(self.child_off[nid + 1])
+        return [None if c < 0 else (int(c), int(nr)) for c, nr in zip(self.child_id[a:b], self.child_nr[a:b])]
+
+    def senders_of(self, child: int, nr: int) -> list[tuple[int, int]]:
+        """The (node, slot) pairs that send to input `nr` of node `child`."""
+        if self._senders is None:
+            src = np.repeat(np.arange(self.size, dtype=np.int64), np.diff(self.child_off))
+            slot = np.arange(len(self.child_id), dtype=np.int64) - self.child_off[src]
+            out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+            ok = self.child_id >= 0
+            for s, j, c, n in zip(src[ok].tolist(), slot[ok].tolist(), self.child_id[ok].tolist(),
+                                  self.child_nr[ok].tolist()):
+                out.setdefault((c, n), []).append((s, j))
+            self._senders = out
+        return self._senders.get((child, nr), [])
+
+    def set_sum(self, nid: int, slot: int, key: tuple[int, int]) -> None:
+        """That slot's gradients are added up, in the hook, into module sum `key` (`sums`)."""
+        index = self._sum_index.get(key)
+        if index is None:
+            index = self._sum_index[key] = len(self._sum_index)
+        self.rec.set_sum(nid, slot, index)
+
+    def sums(self) -> dict[tuple[int, int], torch.Tensor]:
+        """The module sums the hooks added up, by key."""
+        tensors = self.rec.sums()
+        return {key: tensors[i] for key, i in self._sum_index.items() if i < len(tensors) and tensors[i] is not None}
+
+    def has_kinds(self, *kinds: str) -> bool:
+        codes = [KINDS.index(k) for k in kinds]
+        return bool(np.isin(self.kind, codes).any())
+
+    def is_accumulate(self, name_code: int) -> bool:
+        return names()[name_code] == ACCUMULATE
+
+    def release(self) -> None:
+        self.rec.release()
+
+
+def names() -> list[str]:
+    """Every node name the extension has seen, by code."""
+    mod = _loaded()[0]
+    return list(mod.names()) if mod is not None else []

@@ -1,0 +1,205 @@
+"""One step recorded by the native recorder (NOTE [Native recorder] in native.py): each backward pass's
+start and end, and the step's `NodeTrace`s, edges and execution order made from its tables at the end
+(NOTE [Step tables] in tables.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer._model import BackwardPass, TensorTrace
+from gradscape.tracer.record.forward import ForwardRecorder
+from gradscape.tracer.record.labels import SlotInfo
+from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names
+from gradscape.tracer.record.structure import NodeStatics, StructureCache, compute_statics
+from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
+from gradscape.tracer.record.walk import NodeRecord
+from gradscape.tracer.summary.summariser import Summariser
+
+_ACC_SEQ = (1 << 64) - 1
+
+
+class NativeStep:
+    """The native recorder's part of one traced step: `graph` (the walk, the hooks, the records)."""
+
+    def __init__(self, model: ModelIndex, summariser: Summariser, thumb: int) -> None:
+        self.graph = NativeGraph(model, summariser, thumb)
+        self.model = model
+        self.summ = summariser
+        self.pass_runs: list[int] = []  # runs recorded before each pass began
+        self.tables: StepTables | None = None
+        # (pass index, root node id, output nr) of every root, resolved into `BackwardPass.root_grads` at the end
+        self._roots: list[tuple[BackwardPass, int, int]] = []
+        self.arrivals: dict[str, int] = {}  # parameter → the run (position) of the last arrival at its node
+
+    # ---- a backward pass
+    def start_pass(self, roots: list[tuple[Any, int]]) -> list[int]:
+        """Walk the graph from each root (a (grad_fn, output nr)) and hook the new nodes; the roots' ids."""
+        first = self.graph.size
+        ids = [self.graph.walk_from(node) for node, _ in roots]
+        self.graph.install(first)
+        return ids
+
+    def begin(self, bp: BackwardPass) -> None:
+        """Pass `bp` starts now (the time of its first node is counted from here)."""
+        bp.start = int(self.graph.rec.begin_pass(bp.index))
+        self.pass_runs.append(bp.start)
+
+    def end_pass(self, bp: BackwardPass, roots: list[tuple[Any, int]]) -> None:
+        """Note the pass's roots (their gradients are read at the end) and what arrived at each parameter."""
+        for (_node, nr), rid in zip(roots, bp.roots):
+            self._roots.append((bp, rid, nr))
+        runs = np.frombuffer(self.graph.rec.records()[0], RUN_DTYPE)
+        bp.end = len(runs)
+        first = self.pass_runs[-1] if self.pass_runs else 0
+        params = self.graph.params
+        self.arrivals = {}
+        for pos, nid in enumerate(runs["node"][first:].tolist(), start=first):
+            p = params.get(nid)
+            if p is not None:
+                self.arrivals[p] = pos
+
+    def same_as_arrival(self, name: str, g: torch.Tensor) -> int | None:
+        """The run of the arrival at parameter `name` in the last pass, when `g` (its `.grad`) is that very
+        gradient; else None."""
+        pos = self.arrivals.get(name)
+        return pos if pos is not None and self.graph.rec.arrival_is(pos, g) else None
+
+    def records(self) -> list[NodeRecord]:
+        """The walked nodes as the Python walk gives them (for the problem finder's forward search, which
+        reads their saved tensors: only when a backward starts from a NaN or an Inf)."""
+        g = self.graph
+        nm = names()
+        out = []
+        for i in range(g.size):
+            rec = NodeRecord(i, g.node(i), nm[int(g.name[i])], g.kind_of(i), int(g.seq[i]), g.params.get(i), ())
+            rec.children = g.children(i)
+            out.append(rec)
+        return out
+
+    # ---- the end of the step
+    def assemble(self, forward: ForwardRecorder, cache: StructureCache) -> tuple[LazyNodes, list[Any], list[Any]]:
+        """The step's nodes (made when read), edges and execution order, from the tables. Call after the
+        hooks are removed and the summariser's `finalize`."""
+        g = self.graph
+        runs_b, slots_b, summs_b, chunks, py, _failures = g.rec.records()
+        runs = np.frombuffer(runs_b, RUN_DTYPE)
+        slots = np.frombuffer(slots_b, np.int32)
+        tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py)
+        seqs = g.seq.tolist()
+        mods = forward.modules_of(seqs)
+        kinds = _kinds(g)
+        nm = names()
+        statics = _statics(g, nm, kinds, mods, cache)
+        sources = forward.sources_of(g.seq)
+        tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
+                            g.child_id, g.child_nr, runs, slots, tensors)
+        self.tables = tables
+        nodes = LazyNodes(tables)
+        for bp, rid, nr in self._roots:
+            bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
+        return nodes, _edges(g), _execution(runs)
+
+    def param_trace(self, pos: int) -> TensorTrace | None:
+        """What arrived at a parameter's node in run `pos` (once `assemble` made the tables)."""
+        assert self.tables is not None
+        r = self.tables.runs[pos]
+        go = self.tables.slot_traces(int(r["go_off"]), int(r["go_n"]))
+        return go[0] if go else None
+
+    def release(self) -> None:
+        self.graph.release()
+
+
+def _kinds(g: NativeGraph) -> list[str]:
+    """Each node's kind, as `NodeTrace.kind` says it (an AccumulateGrad node is "param" or "leaf")."""
+    table = np.array(KINDS, dtype=object)[g.kind.astype(np.int64)]
+    for i in np.nonzero(g.kind == KINDS.index("acc"))[0].tolist():
+        table[i] = "param" if i in g.params else "leaf"
+    return table.tolist()
+
+
+def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | None],
+             cache: StructureCache) -> list[NodeStatics]:
+    """Every node's slot arguments, labels and schema, from the Tracer's `StructureCache`, keyed by the
+    graph's structure as the Python walk keys it (tracer/record/structure.py)."""
+    h = hashlib.blake2b(digest_size=16)
+    for a in (g.name, g.kind, g.child_off, g.child_id, g.child_nr):
+        h.update(np.ascontiguousarray(a).tobytes())
+    custom = [i for i, k in enumerate(kinds) if k == "custom"]
+    key = ("native", h.digest(), tuple(nm[c] for c in np.unique(g.name).tolist()), tuple(mods),
+           tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items())),
+           tuple(type(g.node(i)) for i in custom))
+    statics = cache.get(key)
+    if statics is None:
+        infos = []
+        for i in range(g.size):
+            kids = g.children(i)
+            infos.append(SlotInfo(nm[int(g.name[i])], kinds[i], mods[i], g.params.get(i), g.acc_shapes.get(i),
+                                  [None if c is None else c[0] for c in kids]))
+        statics = cache.put(key, compute_statics(infos, lambda i: _compat.forward_class(g.node(i))))
+    return statics
+
+
+class _Outputs:
+    """Shapes and dtype names of each node's forward outputs, from the metadata the walk read, made once
+    per node when asked (`(shapes, dtypes)`)."""
+
+    def __init__(self, g: NativeGraph) -> None:
+        self.off = g.out_off
+        self.ndim = g.out_ndim
+        self.dtype = g.out_dtype
+        ranks = np.maximum(g.out_ndim, 0).astype(np.int64)
+        self.dim_off = np.concatenate([[0], np.cumsum(ranks)])
+        self.dims = g.out_dims
+        self.dtype_names = dtype_names()
+        self._made: dict[int, tuple[list[Any], list[str | None]]] = {}
+
+    def __call__(self, k: int) -> tuple[list[Any], list[str | None]]:
+        made = self._made.get(k)
+        if made is None:
+            shapes: list[Any] = []
+            dtypes: list[str | None] = []
+            for o in range(int(self.off[k]), int(self.off[k + 1])):
+                nd = int(self.ndim[o])
+                a = int(self.dim_off[o])
+                shapes.append(None if nd < 0 else tuple(self.dims[a:a + nd].tolist()))
+                dtypes.append(self.dtype_names.get(int(self.dtype[o])))
+            made = self._made[k] = (shapes, dtypes)
+        return made
+
+
+def _edges(g: NativeGraph) -> list[tuple[int, int, int]]:
+    """(node, child, slot) of every edge between walked nodes."""
+    src = np.repeat(np.arange(g.size, dtype=np.int64), np.diff(g.child_off))
+    slot = np.arange(len(g.child_id), dtype=np.int64) - g.child_off[src]
+    ok = g.child_id >= 0
+    return list(zip(src[ok].tolist(), g.child_id[ok].tolist(), slot[ok].tolist()))
+
+
+def _execution(runs: np.ndarray) -> list[tuple[int, int]]:
+    """(node id, run index) of every run, in the order they ran."""
+    nodes = runs["node"].astype(np.int64)
+    if not len(nodes):
+        return []
+    by_node = np.argsort(nodes, kind="stable")
+    ordered = nodes[by_node]
+    starts = np.searchsorted(ordered, ordered)  # the first position of each run's node in `ordered`
+    k = np.empty(len(nodes), np.int64)
+    k[by_node] = np.arange(len(nodes)) - starts
+    return list(zip(nodes.tolist(), k.tolist()))
+
+
+def _root_grad(tables: StepTables, rid: int, nr: int, pass_index: int) -> TensorTrace | None:
+    for pos in tables.node_runs(rid).tolist():
+        r = tables.runs[pos]
+        if int(r["pass"]) == pass_index:
+            go = tables.slot_traces(int(r["go_off"]), int(r["go_n"]))
+            return go[nr] if nr < len(go) else None
+    return None
+

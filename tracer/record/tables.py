@@ -1,0 +1,251 @@
+"""A step recorded by the native recorder, as flat tables, and the `NodeTrace`s made from them on demand.
+
+NOTE [Step tables]
+    The native recorder (NOTE [Native recorder] in tracer/record/native.py) leaves a step as arrays:
+    the graph (names, kinds, edges, the shapes of each node's outputs), one record per node run, the
+    summary of each gradient slot, the kernel's statistics and thumbnails in its arena. Making a
+    `NodeTrace`, its `NodeRun`s and `TensorTrace`s for every node when the step ends cost more than the
+    whole native recording, and each of those objects is one more for the cyclic garbage collector to
+    scan for as long as the step is kept. So `StepTrace.nodes` is a `LazyNodes`: a sequence whose items
+    are made when read, once, from the tables (and kept); a `TensorTrace` is made once per summary,
+    so two slots that share a gradient share the object, as the Python recorder's do. Readers that go
+    over every node for one fact (the wire codec, the problem finder, the thumbnail budget) read the
+    columns instead (`TensorTable.raw`, `LazyNodes.names`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+
+from gradscape.tracer._model import NodeRun, NodeTrace, TensorTrace
+from gradscape.tracer.summary.fastpath import KERNEL_PLANS
+from gradscape.tracer.summary.stats import stats_from_raw
+
+_F32 = np.dtype(np.float32)
+_ACC_SEQ = (1 << 64) - 1  # the sequence number of every AccumulateGrad node (it has no source line)
+
+
+class TensorTable:
+    """Every summary of a step the native recorder made: the kernel's (statistics and thumbnail in the
+    arena, read when the `TensorTrace` is made) and Python's (`py`, complete `TensorTrace`s)."""
+
+    def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace]) -> None:
+        self.plan = summs["plan"]
+        self.chunk = summs["chunk"]
+        self.off = summs["off"]
+        self.py_index = summs["py"]
+        self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
+        self.py = py
+        n = len(summs)
+        self.raw = np.full((n, 8), np.nan)  # the kernel's 8 raw statistics per summary (`stats_from_raw`)
+        for c, arr in enumerate(self.chunks):
+            rows = np.nonzero((self.plan >= 0) & (self.chunk == c))[0]
+            if len(rows):
+                self.raw[rows] = arr[self.off[rows, None] + np.arange(8)]
+        self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
+        self._made: list[TensorTrace | None] = [None] * n
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def get(self, k: int) -> TensorTrace:
+        """The `TensorTrace` of summary `k` (made once)."""
+        tr = self._made[k]
+        if tr is None:
+            tr = self._made[k] = self._make(k)
+        return tr
+
+    def _make(self, k: int) -> TensorTrace:
+        p = int(self.plan[k])
+        if p < 0:
+            return self.py[int(self.py_index[k])]
+        plan = KERNEL_PLANS[p]
+        thumb = None
+        if plan.th_shape is not None and not self.no_thumb[k]:
+            arr = self.chunks[int(self.chunk[k])]
+            th = np.ndarray(plan.th_shape, _F32, arr, 8 * (int(self.off[k]) + 8))  # a view of the arena
+            thumb = np.ascontiguousarray(th.T) if plan.transposed else th
+        return TensorTrace(plan.shape, plan.dtype, stats_from_raw(tuple(self.raw[k].tolist())), thumb, plan.view,
+                           None, "cpu")
+
+    def nonfinite(self) -> bool:
+        """True when a summary counted a NaN or an Inf."""
+        if bool(np.any(self.raw[:, 5] + self.raw[:, 6] > 0)):
+            return True
+        return any(t.stats.get("nan") or t.stats.get("inf") for t in self.py)
+
+    def thumb_cells(self) -> np.ndarray:
+        """Cells of each summary's thumbnail (0 for none)."""
+        cells = np.zeros(len(self._made), np.int64)
+        for k in np.nonzero(self.plan >= 0)[0]:
+            th = KERNEL_PLANS[int(self.plan[k])].th_shape
+            if th is not None and not self.no_thumb[k]:
+                cells[k] = th[0] * th[1]
+        for k in np.nonzero(self.plan < 0)[0]:
+            t = self.py[int(self.py_index[k])]
+            cells[k] = 0 if t.thumb is None else t.thumb.size
+        return cells
+
+    def norms(self) -> np.ndarray:
+        """Each summary's L2 norm (-1 for NaN), as `stats["norm"]` gives it."""
+        out = np.sqrt(np.maximum(self.raw[:, 3], 0.0))
+        out[self.raw[:, 7] <= 0] = 0.0
+        for k in np.nonzero(self.plan < 0)[0]:
+            out[k] = self.py[int(self.py_index[k])].stats.get("norm", math.nan)
+        return np.where(np.isnan(out), -1.0, out)
+
+    def drop_thumb(self, k: int) -> None:
+        """The thumbnail budget leaves summary `k`'s thumbnail out."""
+        self.no_thumb[k] = True
+        made = self._made[k] if self.plan[k] >= 0 else self.py[int(self.py_index[k])]
+        if made is not None:
+            made.thumb = None
+
+
+class StepTables:
+    """What `LazyNodes` makes `NodeTrace`s from: per node its name, kind, module, parameter, source line,
+    statics (labels, slot arguments, schema), output shapes and dtypes, and its runs."""
+
+    def __init__(self, names: list[str], name_code: np.ndarray, kinds: list[str], modules: list[str | None],
+                 params: dict[int, str], sources: list[str | None], statics: list[Any], outputs: Any,
+                 child_off: np.ndarray, child_id: np.ndarray, child_nr: np.ndarray, runs: np.ndarray,
+                 slots: np.ndarray, tensors: TensorTable) -> None:
+        self.names, self.name_code, self.kinds, self.modules = names, name_code, kinds, modules
+        self.params, self.sources, self.statics, self.outputs = params, sources, statics, outputs
+        self.child_off, self.child_id, self.child_nr = child_off, child_id, child_nr
+        self.runs, self.slots, self.tensors = runs, slots, tensors
+        n = len(name_code)
+        # each node's runs, in the order they ran (a run's order is its position in `runs`)
+        by_node = np.argsort(runs["node"], kind="stable")
+        self.run_rows = by_node
+        self.run_start = np.searchsorted(runs["node"][by_node], np.arange(n + 1))
+
+    def node_runs(self, nid: int) -> np.ndarray:
+        """Positions in `runs` (= execution order) of node `nid`'s runs."""
+        return self.run_rows[self.run_start[nid]:self.run_start[nid + 1]]
+
+    def slot_traces(self, off: int, n: int) -> list[TensorTrace | None]:
+        get = self.tensors.get
+        return [None if s < 0 else get(s) for s in self.slots[off:off + n].tolist()]
+
+
+class LazyNodes(Sequence[NodeTrace]):
+    """`StepTrace.nodes` of a natively recorded step: each `NodeTrace` made when first read (NOTE [Step
+    tables])."""
+
+    def __init__(self, tables: StepTables) -> None:
+        self.tables = tables
+        self._made: list[NodeTrace | None] = [None] * len(tables.name_code)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    @overload
+    def __getitem__(self, i: int) -> NodeTrace: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[NodeTrace]: ...
+
+    def __getitem__(self, i: int | slice) -> NodeTrace | list[NodeTrace]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self._made)))]
+        n = self._made[i]
+        if n is None:
+            k = i if i >= 0 else i + len(self._made)
+            if not 0 <= k < len(self._made):
+                raise IndexError(f"node {i} out of range")
+            n = self._made[k] = self._make(k)
+        return n
+
+    def __iter__(self) -> Iterator[NodeTrace]:
+        for k in range(len(self._made)):
+            yield self[k]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __repr__(self) -> str:
+        return f"LazyNodes({len(self)} nodes)"
+
+    # ---- columns, for readers that go over every node for one fact
+    def name_of(self, k: int) -> str:
+        t = self.tables
+        return t.names[int(t.name_code[k])]
+
+    def ids_named(self, names: set[str] | frozenset[str]) -> list[int]:
+        t = self.tables
+        codes = [c for c, nm in enumerate(t.names) if nm in names]
+        return np.nonzero(np.isin(t.name_code, codes))[0].tolist() if codes else []
+
+    def param_ids(self) -> dict[str, int]:
+        """Parameter name → the id of its AccumulateGrad node (the first, as `StepTrace.param_node`)."""
+        out: dict[str, int] = {}
+        for nid, p in sorted(self.tables.params.items()):
+            out.setdefault(p, nid)
+        return out
+
+    def module_names(self) -> set[str]:
+        return {m for m in self.tables.modules if m}
+
+    # ---- one node
+    def _make(self, k: int) -> NodeTrace:
+        t = self.tables
+        st = t.statics[k]
+        a, b = int(t.child_off[k]), int(t.child_off[k + 1])
+        outputs = t.outputs
+        out_shapes, out_dtypes = outputs(k)
+        in_shapes: list[Any] = []
+        for c, nr in zip(t.child_id[a:b].tolist(), t.child_nr[a:b].tolist()):
+            if c < 0:
+                in_shapes.append(None)
+            else:
+                shapes = outputs(c)[0]
+                in_shapes.append(shapes[nr] if nr < len(shapes) else None)
+        runs: list[NodeRun] = []
+        rows = t.runs
+        for pos in t.node_runs(k).tolist():
+            r = rows[pos]
+            go = t.slot_traces(int(r["go_off"]), int(r["go_n"]))
+            gi = None if r["gi_n"] < 0 else t.slot_traces(int(r["gi_off"]), int(r["gi_n"]))
+            time_us = float(r["time"])
+            runs.append(NodeRun(int(r["pass"]), pos, go, gi, None if time_us != time_us else time_us))
+        # an unchanged list is the one the previous step's trace holds (StructureCache)
+        if in_shapes != st.input_shapes:
+            st.input_shapes = in_shapes
+        if out_shapes != st.output_shapes:
+            st.output_shapes = list(out_shapes)
+        if out_dtypes != st.output_dtypes:
+            st.output_dtypes = list(out_dtypes)
+        first = runs[0] if runs else None
+        return NodeTrace(k, t.names[int(t.name_code[k])], t.kinds[k], t.modules[k], t.params.get(k), t.sources[k],
+                         st.schema, None if first is None else first.order, st.labels, st.args, st.input_shapes,
+                         st.output_shapes, st.output_dtypes, None if first is None else first.grad_inputs,
+                         None if first is None else first.grad_outputs, None if first is None else first.time_us,
+                         runs)
+
+
+def grads_of(nodes: Sequence[NodeTrace], k: int, sent: bool) -> list[TensorTrace | None] | None:
+    """Node `k`'s `grad_inputs` (`sent`) or `grad_outputs`, without making its `NodeTrace` when `nodes` is
+    a `LazyNodes` that has not made it yet."""
+    if isinstance(nodes, LazyNodes) and nodes._made[k] is None:
+        t = nodes.tables
+        rows = t.node_runs(k)
+        if not len(rows):
+            return None
+        r = t.runs[int(rows[0])]
+        if sent:
+            return None if r["gi_n"] < 0 else t.slot_traces(int(r["gi_off"]), int(r["gi_n"]))
+        return t.slot_traces(int(r["go_off"]), int(r["go_n"]))
+    n = nodes[k]
+    return n.grad_inputs if sent else n.grad_outputs
+
+
+def ids_named(nodes: Sequence[NodeTrace], names: set[str] | frozenset[str]) -> list[int]:
+    """The ids of the nodes whose name is one of `names` (from the name column of a `LazyNodes`)."""
+    if isinstance(nodes, LazyNodes):
+        return nodes.ids_named(names)
+    return [n.id for n in nodes if n.name in names]
