@@ -10,7 +10,9 @@ Modes, measured interleaved in the same process (one warm-up round of each, then
 each mode once, rotating which goes first):
 
     plain    forward + loss + backward + SGD step + zero_grad
-    traced   the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
+    traced   the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary"), recorded
+             by the native recorder when it is built (`gradscape build-recorder`), else in Python
+    python   (with --python) the traced step recorded by the Python recorder, to compare the two
 
 Per size it prints the medians, the per-round ratio traced/plain (median and range) and the cost per
 node, (traced - plain) / nodes in µs. `--file N` traces one step with the SQLite file sink, then loads
@@ -42,6 +44,7 @@ import torch  # noqa: E402
 from workloads import lstm_loop  # noqa: E402
 
 import gradscape  # noqa: E402
+from gradscape.tracer.record import native  # noqa: E402
 
 DEFAULT_NODES = "1000,10000,50000,100000"
 
@@ -57,6 +60,7 @@ class Loop:
         self.tr = gradscape.Tracer(self.model, sink=sink, every=1, tensors="summary")
         self.i = 0
         self.nodes = 0
+        self.recorder = ""
 
     def step(self) -> None:
         loss = self.wl.loss(self.model, self.batch)
@@ -78,7 +82,15 @@ class Loop:
         self.i += 1
         assert st is not None
         self.nodes = len(st.nodes)
+        self.recorder = st.meta.get("recorder", "")
         return dt
+
+    def python(self) -> tuple[float, float]:
+        native.enabled = False
+        try:
+            return self.traced()
+        finally:
+            native.enabled = True
 
 
 def _row(nodes: int, plain: list[float], traced: list[float]) -> str:
@@ -89,24 +101,29 @@ def _row(nodes: int, plain: list[float], traced: list[float]) -> str:
             f"{statistics.median(per):>7.1f} {min(per):>6.1f}–{max(per):<6.1f}")
 
 
-def curve(sizes: list[int], rounds: int) -> None:
+def curve(sizes: list[int], rounds: int, python: bool) -> None:
     """Wall time, and the process's CPU time, which a loaded machine disturbs less (both modes run on
     one thread): median per mode, the per-round ratio (median, range) and µs per node (median, range)."""
     head = f"{'plain ms':>9} {'traced ms':>9} {'ratio':>7} {'range':>11} {'µs/node':>7} {'range':>13}"
-    print(f"{'':>7} | {'wall':^61} | {'CPU time':^61}")
-    print(f"{'nodes':>7} | {head} | {head}")
+    print(f"{'':>16} | {'wall':^61} | {'CPU time':^61}")
+    print(f"{'nodes':>7} {'recorder':>8} | {head} | {head}")
+    modes = ["plain", "traced", *(["python"] if python else [])]
     for n in sizes:
         loop = Loop(n)
-        wall: dict[str, list[float]] = {"plain": [], "traced": []}
-        cpu: dict[str, list[float]] = {"plain": [], "traced": []}
-        loop.plain(), loop.traced()  # warm-up
+        wall: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}
+        who: dict[str, str] = {}  # the recorder that recorded each traced mode's steps
+        for mode in modes:  # warm-up
+            getattr(loop, mode)()
         for r in range(rounds):
-            for mode in (("plain", "traced") if r % 2 == 0 else ("traced", "plain")):
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                 w, c = getattr(loop, mode)()
                 wall[mode].append(w)
                 cpu[mode].append(c)
-        print(f"{loop.nodes:>7} | {_row(loop.nodes, wall['plain'], wall['traced'])} | "
-              f"{_row(loop.nodes, cpu['plain'], cpu['traced'])}", flush=True)
+                who[mode] = loop.recorder
+        for mode in modes[1:]:
+            print(f"{loop.nodes:>7} {who[mode]:>8} | {_row(loop.nodes, wall['plain'], wall[mode])} | "
+                  f"{_row(loop.nodes, cpu['plain'], cpu[mode])}", flush=True)
         loop.tr.close()
 
 
@@ -162,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", default=DEFAULT_NODES, help=f"comma-separated graph sizes (default {DEFAULT_NODES})")
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per size (default 5)")
+    ap.add_argument("--python", action="store_true", help="also time the Python recorder, interleaved")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     ap.add_argument("--profile", type=int, metavar="N", help="cProfile one traced step of about N nodes")
     ap.add_argument("--top", type=int, default=30, help="rows of the profile (default 30)")
@@ -176,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.file:
         file_round_trip(args.file, args.rounds)
     else:
-        curve([int(s) for s in args.nodes.split(",") if s.strip()], args.rounds)
+        curve([int(s) for s in args.nodes.split(",") if s.strip()], args.rounds, args.python)
     print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -98,10 +98,10 @@ def _program(name: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]
 PROGRAMS = [*ZOO, "lstm", "checkpoint", "checkpoint_reentrant", "float64_strided", "sparse_embedding", "half"]
 
 
-def _trace(name: str, python: bool, use: Callable[[bool], None]) -> tuple[Any, dict[str, torch.Tensor]]:
+def _trace(name: str, python: bool, use: Callable[[bool], None], **options: Any) -> tuple[Any, dict[str, Any]]:
     use(python)
     model, loss_of = _program(name)
-    tr = gradscape.Tracer(model)
+    tr = gradscape.Tracer(model, **options)
     with tr.step(0) as st:
         loss_of(model).backward()
     assert st.meta.get("recorder") == ("python" if python else "native"), st.meta
@@ -121,6 +121,19 @@ def test_native_and_python_recorders_record_the_same_step(name: str, python_reco
     nat["meta"].pop("recorder")
     for key in py:
         assert nat[key] == py[key], f"{name}: the recorders differ in {key!r}"
+
+
+def test_the_thumbnail_budget_leaves_out_the_same_thumbnails(python_recorder: Any) -> None:
+    """Past the budget the smallest-norm thumbnails go: the native step's table and the Python step's
+    objects are cut at the same place."""
+    py_wire, _ = _trace("lstm", True, python_recorder, thumb_budget=2_000)
+    nat_wire, _ = _trace("lstm", False, python_recorder, thumb_budget=2_000)
+    left = py_wire["meta"]["thumbs_left_out"]
+    assert left["count"] > 100, left  # the budget did cut
+    assert nat_wire["meta"]["thumbs_left_out"] == left
+    py, nat = _untimed(py_wire), _untimed(nat_wire)
+    assert nat["tensors"] == py["tensors"]
+    assert nat["nodes"] == py["nodes"]
 
 
 @pytest.mark.parametrize("name", ["mlp", "lstm", "sparse_embedding"])

@@ -232,30 +232,37 @@ class ForwardRecorder:
         self.calls.append(ModuleCallRecord(name, lo, hi, inputs, edges))
         return None
 
-    def modules_of(self, seqs: list[int]) -> list[str | None]:
-        """The qualified name of the module whose forward created each node (by its sequence number),
-        None outside every module call. See NOTE [Attribution by sequence window]."""
-        order = sorted(range(len(seqs)), key=seqs.__getitem__)
-        ordered = [seqs[i] for i in order]
-        out: list[str | None] = [None] * len(seqs)
+    def modules_of(self, seqs: Any) -> list[str | None]:
+        """The qualified name of the module whose forward created each node (by its sequence number: a
+        list or an array), None outside every module call. See NOTE [Attribution by sequence window]."""
+        seq = np.asarray(seqs, dtype=np.uint64)
+        order = np.argsort(seq, kind="stable")
+        ordered = seq[order]
+        named = np.full(len(seq), None, dtype=object)  # in sequence order
         # outer calls first, so that the inner calls they contain overwrite them. A wrapper whose
         # forward only calls the wrapped module has the very same window as that call; calls are
         # recorded as they end, innermost first, so among equal windows the later record is outer.
         calls = self.calls
-        for i in sorted(range(len(calls)), key=lambda i: (calls[i].lo, -calls[i].hi, -i)):
-            call = calls[i]
-            a = bisect.bisect_left(ordered, call.lo)
-            b = bisect.bisect_left(ordered, call.hi, a)
-            for k in range(a, b):
-                out[order[k]] = call.name
+        if calls:
+            a = np.searchsorted(ordered, np.array([c.lo for c in calls], np.uint64), "left").tolist()
+            b = np.searchsorted(ordered, np.array([c.hi for c in calls], np.uint64), "left").tolist()
+            for i in sorted(range(len(calls)), key=lambda i: (calls[i].lo, -calls[i].hi, -i)):
+                if a[i] < b[i]:
+                    named[a[i]:b[i]] = calls[i].name
+        out = np.empty(len(seq), dtype=object)
+        out[order] = named
         # an op the mode saw in the forward of a model module belongs to it (NOTE [Direct forward calls])
-        lo, hi, mods = self._src_lo, self._src_hi, self._src_mod
+        mods = self._src_mod
         if any(m is not None for m in mods):
-            for k, seq in enumerate(seqs):
-                i = bisect.bisect_right(lo, seq) - 1
-                if i >= 0 and seq < hi[i] and mods[i] is not None:
-                    out[k] = mods[i]
-        return out
+            lo = np.asarray(self._src_lo, dtype=np.uint64)
+            hi = np.asarray(self._src_hi, dtype=np.uint64)
+            i = np.searchsorted(lo, seq, "right") - 1
+            mod_arr = np.array(mods, dtype=object)
+            ok = i >= 0
+            ok[ok] = seq[ok] < hi[i[ok]]
+            ok[ok] = mod_arr[i[ok]] != None  # noqa: E711 (elementwise on an object array)
+            out[ok] = mod_arr[i[ok]]
+        return out.tolist()  # type: ignore[no-any-return]
 
     # ---- source lines ----
     def note_source(self, lo: int, hi: int, frame: Any, module: str | None = None) -> None:

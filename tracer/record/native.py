@@ -135,7 +135,7 @@ class NativeGraph:
         self.params: dict[int, str] = {}  # AccumulateGrad node → its parameter's name
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
-        self._senders: dict[tuple[int, int], list[tuple[int, int]]] | None = None
+        self._senders: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `senders_of`
         self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
 
     # ---- the walk
@@ -196,16 +196,17 @@ class NativeGraph:
 
     def senders_of(self, child: int, nr: int) -> list[tuple[int, int]]:
         """The (node, slot) pairs that send to input `nr` of node `child`."""
-        if self._senders is None:
+        if self._senders is None:  # every edge, sorted by (child, input_nr), and its sender's (node, slot)
             src = np.repeat(np.arange(self.size, dtype=np.int64), np.diff(self.child_off))
             slot = np.arange(len(self.child_id), dtype=np.int64) - self.child_off[src]
-            out: dict[tuple[int, int], list[tuple[int, int]]] = {}
-            ok = self.child_id >= 0
-            for s, j, c, n in zip(src[ok].tolist(), slot[ok].tolist(), self.child_id[ok].tolist(),
-                                  self.child_nr[ok].tolist()):
-                out.setdefault((c, n), []).append((s, j))
-            self._senders = out
-        return self._senders.get((child, nr), [])
+            key = (self.child_id.astype(np.int64) << 32) | self.child_nr.astype(np.int64)
+            order = np.argsort(key, kind="stable")
+            self._senders = (key[order], src[order], slot[order])
+        keys, srcs, slots = self._senders
+        want = (child << 32) | nr
+        a = int(np.searchsorted(keys, want, "left"))
+        b = int(np.searchsorted(keys, want, "right"))
+        return list(zip(srcs[a:b].tolist(), slots[a:b].tolist()))
 
     def set_sum(self, nid: int, slot: int, key: tuple[int, int]) -> None:
         """That slot's gradients are added up, in the hook, into module sum `key` (`sums`)."""

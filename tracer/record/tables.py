@@ -80,11 +80,9 @@ class TensorTable:
 
     def thumb_cells(self) -> np.ndarray:
         """Cells of each summary's thumbnail (0 for none)."""
-        cells = np.zeros(len(self._made), np.int64)
-        for k in np.nonzero(self.plan >= 0)[0]:
-            th = KERNEL_PLANS[int(self.plan[k])].th_shape
-            if th is not None and not self.no_thumb[k]:
-                cells[k] = th[0] * th[1]
+        per_plan = np.array([0 if p.th_shape is None else p.th_shape[0] * p.th_shape[1] for p in KERNEL_PLANS]
+                            + [0], np.int64)  # the last: summaries made in Python (plan -1), filled below
+        cells = np.where(self.no_thumb, 0, per_plan[self.plan])
         for k in np.nonzero(self.plan < 0)[0]:
             t = self.py[int(self.py_index[k])]
             cells[k] = 0 if t.thumb is None else t.thumb.size
@@ -97,6 +95,18 @@ class TensorTable:
         for k in np.nonzero(self.plan < 0)[0]:
             out[k] = self.py[int(self.py_index[k])].stats.get("norm", math.nan)
         return np.where(np.isnan(out), -1.0, out)
+
+    def flagged(self) -> np.ndarray:
+        """Each summary counted a NaN or an Inf."""
+        out = self.raw[:, 5] + self.raw[:, 6] > 0
+        for k in np.nonzero(self.plan < 0)[0]:
+            st = self.py[int(self.py_index[k])].stats
+            out[k] = bool(st.get("nan") or st.get("inf"))
+        return out
+
+    def held(self) -> set[int]:
+        """The ids of the `TensorTrace`s made from this table so far (Python's summaries included)."""
+        return {id(t) for t in self._made if t is not None} | {id(t) for t in self.py}
 
     def drop_thumb(self, k: int) -> None:
         """The thumbnail budget leaves summary `k`'s thumbnail out."""

@@ -8,32 +8,44 @@ NOTE [Thumbnail budget]
     statistics (always kept) and lose the thumbnail. `st.meta["thumbs_left_out"]` says so: the budget,
     how many were left out, and the largest norm among them, so that the page can tell a thumbnail
     left out by the budget from one never made.
+
+    A step the native recorder made keeps its gradient summaries in a table (NOTE [Step tables] in
+    tracer/record/tables.py: `st.nodes.tables.tensors`); the budget reads that table's columns rather
+    than making every node's `NodeTrace`, and walks only what is outside it (module sums, root
+    gradients). Among gradients of equal norm at the cut, which keep their thumbnails may differ from
+    the Python recorder's step (both orders are by norm; ties go by position).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
 
 from gradscape.tracer._model import StepTrace, TensorTrace
 
 DEFAULT_BUDGET = 8 << 20  # bytes (8-bit cells) a step; a 940-node GPT step keeps ~6 MB of thumbnails
 
 
-def _tensors(st: StepTrace) -> list[TensorTrace]:
-    """Every distinct tensor of the step that has a thumbnail, each once."""
+def _tensors(st: StepTrace, table: Any = None) -> list[TensorTrace]:
+    """Every distinct tensor of the step that has a thumbnail, each once; with the step's `table`, only
+    those outside it."""
+    skip = table.held() if table is not None else set()
     seen: dict[int, TensorTrace] = {}
 
     def add(ts: list[TensorTrace | None] | None) -> None:
         for t in ts or ():
-            if t is not None and t.thumb is not None:
+            if t is not None and t.thumb is not None and id(t) not in skip:
                 seen.setdefault(id(t), t)
 
-    for n in st.nodes:
-        add(n.grad_inputs)
-        add(n.grad_outputs)
-        for r in n.runs:
-            add(r.grad_inputs)
-            add(r.grad_outputs)
+    if table is None:
+        for n in st.nodes:
+            add(n.grad_inputs)
+            add(n.grad_outputs)
+            for r in n.runs:
+                add(r.grad_inputs)
+                add(r.grad_outputs)
     for m in st.modules.values():
         for c in m.calls:
             add(c.grad_input)
@@ -49,6 +61,10 @@ def _norm(t: TensorTrace) -> float:
     return -1.0 if math.isnan(v) else v
 
 
+def _flagged(t: TensorTrace) -> bool:
+    return t.stats.get("nan", 0) + t.stats.get("inf", 0) > 0
+
+
 def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = None) -> int:
     """Leave out the thumbnails of the smallest-norm gradients past `budget` bytes (None: no limit).
     Returns how many were left out. A gradient with NaN or Inf is kept first: a debugger shows those.
@@ -56,18 +72,31 @@ def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = No
     upper bound on what the step holds; within the budget, the step is not walked."""
     if budget is None or (bound is not None and bound <= budget):
         return 0
-    tensors = _tensors(st)
-    if sum(t.thumb.size for t in tensors if t.thumb is not None) <= budget:
+    tables = getattr(st.nodes, "tables", None)  # a natively recorded step (NOTE [Step tables])
+    table = None if tables is None else tables.tensors
+    extra = _tensors(st, table)
+    cells = np.array([t.thumb.size for t in extra if t.thumb is not None], np.int64)
+    norms = np.array([_norm(t) for t in extra], np.float64)
+    flagged = np.array([_flagged(t) for t in extra], bool)
+    rows = 0
+    if table is not None:
+        rows = len(table)
+        cells = np.concatenate([table.thumb_cells(), cells])
+        norms = np.concatenate([table.norms(), norms])
+        flagged = np.concatenate([table.flagged(), flagged])
+    if int(cells.sum()) <= budget:
         return 0
-    tensors.sort(key=lambda t: (t.stats.get("nan", 0) + t.stats.get("inf", 0) > 0, _norm(t)), reverse=True)
-    used, dropped, largest = 0, 0, -1.0
-    for t in tensors:
-        assert t.thumb is not None
-        if not dropped and used + t.thumb.size <= budget:
-            used += t.thumb.size
-            continue
-        t.thumb = None  # this one and every smaller one after it
-        dropped += 1
-        largest = max(largest, _norm(t))
-    st.meta["thumbs_left_out"] = {"budget": budget, "count": dropped, "max_norm": largest}
-    return dropped
+    # largest first: flagged, then by norm; ties keep their position (a stable sort of the negated keys)
+    order = np.lexsort((-norms, ~flagged))
+    order = order[cells[order] > 0]
+    fits = np.cumsum(cells[order]) <= budget
+    cut = len(order) if fits.all() else int(np.argmin(fits))  # the first that does not fit, and all after it
+    dropped = order[cut:]
+    for k in dropped.tolist():
+        if k < rows:
+            table.drop_thumb(k)
+        else:
+            extra[k - rows].thumb = None
+    largest = float(norms[dropped].max()) if len(dropped) else -1.0
+    st.meta["thumbs_left_out"] = {"budget": budget, "count": len(dropped), "max_norm": largest}
+    return len(dropped)
