@@ -336,3 +336,28 @@ def test_process_state_is_as_it_was_after_traced_steps(kind: str) -> None:
         assert seen["after"][key] == was, key
     warned = done.stderr.count("when there are global hooks on modules")
     assert warned == (1 if kind == "compiled" else 0), done.stderr  # the user's own hook's, after the steps
+
+
+def test_the_collector_is_paused_through_a_traced_step_and_put_back_as_it_was() -> None:
+    """NOTE [Garbage collector]: off from a traced step's start to its end, also when the block raises;
+    untraced steps and a program that switched the collector off itself are left as they are."""
+    case = build("mlp")
+    tr = gradscape.Tracer(case.model, every=2)
+    assert gc.isenabled()
+    with tr.step(0):
+        assert not gc.isenabled()  # the forward of a traced step
+        case.loss(case.model, case.batch).backward()
+    assert gc.isenabled()
+    with tr.step(1):  # not traced (every=2)
+        assert gc.isenabled()
+    with pytest.raises(ValueError, match="in the forward"):
+        with tr.step(2):
+            raise ValueError("in the forward")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with tr.step(4):
+            case.loss(case.model, case.batch).backward()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -38,6 +38,8 @@ _UNSCALE = _compat.amp_unscale
 
 
 class MonitorMode(TorchFunctionMode):
+    steps_aside_in_leaves = True  # a library leaf makes no call this mode wants (NOTE [Library leaves])
+
     def __init__(self, capture: Any) -> None:
         super().__init__()
         self.capture = capture

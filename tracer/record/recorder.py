@@ -106,6 +106,7 @@ class StepRecorder:
     def start(self) -> None:
         """Install the forward's hooks and mode (removed with the step's other handles)."""
         self.handles.add(CallOnRemove(self.forward.stop))
+        self.collector.pause()  # NOTE [Garbage collector] in collector.py; resumed by the step's end
         self.forward.start()
 
     def finish(self, error: BaseException | None = None) -> StepTrace:
@@ -168,7 +169,7 @@ class StepRecorder:
                             "its tensors are the transform's wrappers, whose memory cannot be read")
             return func(*args, **kwargs)
         roots, retain, create = backward_roots(api, args, kwargs)
-        self.collector.pause()  # NOTE [Garbage collector] in collector.py; resumed by the step's end
+        self.collector.pause()  # (again: a no-op unless the user switched it on inside the block)
         try:
             bp = self._start_pass(api, roots, retain, create, root_values(api, args, kwargs))
         except Exception as exc:  # never let the tracer break the user's backward

@@ -185,6 +185,7 @@ class _TracedStep:
             self.rec.start()
         except BaseException:
             self.rec.handles.remove()
+            self.rec.collector.resume()
             self.tracer._active = False
             raise
         return self.st
@@ -210,7 +211,7 @@ class _TracedStep:
             tr.last = self.st
             tr._emit(self.st)
         finally:
-            self.rec.collector.resume()  # paused at the first backward (tracer/record/collector.py)
+            self.rec.collector.resume()  # paused at the step's start (tracer/record/collector.py)
         return None  # never swallow the user's exception
 
 
