@@ -350,9 +350,8 @@ def test_the_collector_is_paused_through_a_traced_step_and_put_back_as_it_was() 
     assert gc.isenabled()
     with tr.step(1):  # not traced (every=2)
         assert gc.isenabled()
-    with pytest.raises(ValueError, match="in the forward"):
-        with tr.step(2):
-            raise ValueError("in the forward")
+    with pytest.raises(ValueError, match="in the forward"), tr.step(2):
+        raise ValueError("in the forward")
     assert gc.isenabled()
     gc.disable()
     try:
