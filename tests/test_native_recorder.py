@@ -5,6 +5,7 @@ engine: gradients arriving at the parameters equal `p.grad`."""
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -161,3 +162,34 @@ def test_steps_that_keep_values_are_recorded_in_python() -> None:
     assert st.meta["recorder"] == "python"
     w = st.params["fc1.weight"] if "fc1.weight" in st.params else next(iter(st.params.values()))
     assert w.values is not None
+
+
+def test_without_a_build_steps_are_recorded_in_python_and_doctor_says_why(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRADSCAPE_CACHE_DIR", str(tmp_path))  # a cache folder that holds no build
+    native._loaded.cache_clear()
+    try:
+        used, why = native.status()
+        assert not used and "gradscape build-recorder" in why and str(tmp_path) in why
+        from gradscape.tracer.environment import environment
+
+        assert environment().recorder.startswith("python (not built for torch")
+        model, loss_of = _program("mlp")
+        with gradscape.Tracer(model).step(0) as st:
+            loss_of(model).backward()
+        assert st.meta["recorder"] == "python" and len(st.nodes) > 5
+    finally:
+        monkeypatch.undo()
+        native._loaded.cache_clear()
+    assert native.status()[0]
+
+
+def test_a_failed_build_says_what_the_compiler_said(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradscape.tracer.record import native_build
+
+    monkeypatch.setenv("GRADSCAPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", f"{sys.executable} -c \"import sys; sys.exit('no compiler in this test')\"")
+    with pytest.raises(native_build.BuildError, match="no compiler in this test"):
+        native_build.build()
+    assert not native_build.target().exists()
+    assert [p.name for p in tmp_path.iterdir()] == []  # no half-written file left behind

@@ -184,6 +184,8 @@ class Recorder {
 
   // ---- the walk (GIL held)
   int32_t walk_from(const NodePtr& root);
+  void add_outputs(Node* n);
+  void link_from(int32_t first);
   void install(int32_t first);
   void remove_hooks();
   void release();

@@ -28,64 +28,45 @@ int8_t kind_of(const std::string& nm, bool py_node) {
   return py_node ? KIND_CUSTOM : KIND_OP;
 }
 
-int32_t Recorder::walk_from(const NodePtr& root) {
-  int32_t first = static_cast<int32_t>(nodes.size());
-  std::vector<Node*> stack{root.get()};
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    if (n == nullptr || ids.count(n)) continue;
-    int32_t code;
-    int8_t k;
-    {
-      std::unique_lock<std::mutex> g(g_mu);
-      auto it = g_class_code.find(std::type_index(typeid(*n)));
-      if (it != g_class_code.end()) {
-        code = it->second;
-        k = kind_of(g_names[code], false);
-      } else {
-        g.unlock();  // name() of a custom Function's node is Python's (the GIL is held: this is a Python call)
-        bool py_node = is_py_node(n);
-        std::string nm = n->name();
-        g.lock();
-        code = code_of_name(nm);
-        if (!py_node) g_class_code.emplace(std::type_index(typeid(*n)), code);
-        k = kind_of(nm, py_node);
-      }
-    }
-    int32_t rid = static_cast<int32_t>(nodes.size());
-    ids.emplace(n, rid);
-    nodes.push_back(n->getptr());
-    name.push_back(code);
-    kind.push_back(k);
-    seq.push_back(n->sequence_nr());
-    in_off.push_back(in_off.back() + static_cast<int32_t>(n->num_inputs()));
-    for (uint32_t i = 0; i < n->num_inputs(); i++) {  // its forward outputs' shapes and dtypes
-      const auto& meta = n->input_metadata(i);
-      out_dtype.push_back(static_cast<int8_t>(c10::typeMetaToScalarType(meta.dtype())));
-      int32_t ndim = -1;
-      if (!meta.is_nested_tensor() && !meta.was_default_constructed()) {
-        auto shape = meta.shape_as_dim_vector();
-        ndim = static_cast<int32_t>(shape.size());
-        for (const auto& d : shape) {
-          if (d.is_heap_allocated()) {  // symbolic: no plain shape
-            ndim = -1;
-            break;
-          }
-        }
-        if (ndim >= 0) {
-          for (const auto& d : shape) out_dims.push_back(d.as_int_unchecked());
+// The name code and kind of a node, by its C++ class (a custom Function's node: by its name, every time)
+std::pair<int32_t, int8_t> class_of(Node* n) {
+  std::unique_lock<std::mutex> g(g_mu);
+  auto it = g_class_code.find(std::type_index(typeid(*n)));
+  if (it != g_class_code.end()) return {it->second, kind_of(g_names[it->second], false)};
+  g.unlock();  // name() of a custom Function's node is Python's (the GIL is held: this is a Python call)
+  bool py_node = is_py_node(n);
+  std::string nm = n->name();
+  g.lock();
+  int32_t code = code_of_name(nm);
+  if (!py_node) g_class_code.emplace(std::type_index(typeid(*n)), code);
+  return {code, kind_of(nm, py_node)};
+}
+
+// Its forward outputs' shapes and dtypes (what the engine checks arriving gradients against)
+void Recorder::add_outputs(Node* n) {
+  for (uint32_t i = 0; i < n->num_inputs(); i++) {
+    const auto& meta = n->input_metadata(i);
+    out_dtype.push_back(static_cast<int8_t>(c10::typeMetaToScalarType(meta.dtype())));
+    int32_t ndim = -1;
+    if (!meta.is_nested_tensor() && !meta.was_default_constructed()) {
+      auto shape = meta.shape_as_dim_vector();
+      ndim = static_cast<int32_t>(shape.size());
+      for (const auto& d : shape) {
+        if (d.is_heap_allocated()) {  // symbolic: no plain shape
+          ndim = -1;
+          break;
         }
       }
-      out_ndim.push_back(ndim);
+      if (ndim >= 0) {
+        for (const auto& d : shape) out_dims.push_back(d.as_int_unchecked());
+      }
     }
-    const auto& edges = n->next_edges();
-    for (auto it = edges.rbegin(); it != edges.rend(); ++it) {
-      Node* c = it->function.get();
-      if (c != nullptr && !ids.count(c)) stack.push_back(c);
-    }
+    out_ndim.push_back(ndim);
   }
-  // children and senders of the new nodes (ids are known now)
+}
+
+// Children and senders of the nodes from `first` on (every id is known by then)
+void Recorder::link_from(int32_t first) {
   senders.resize(in_off.back(), 0);
   handoff.resize(in_off.back());
   sum_of.resize(nodes.size());
@@ -104,10 +85,33 @@ int32_t Recorder::walk_from(const NodePtr& root) {
     child_off.push_back(static_cast<int32_t>(child_id.size()));
   }
   is_view.resize(nodes.size(), 0);
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    for (size_t r = first; r < nodes.size(); r++) is_view[r] = g_is_view[name[r]];
+  std::lock_guard<std::mutex> g(g_mu);
+  for (size_t r = first; r < nodes.size(); r++) is_view[r] = g_is_view[name[r]];
+}
+
+// Depth first from `root`, without recursion (a graph of a long loop is deep); new nodes get the next ids
+int32_t Recorder::walk_from(const NodePtr& root) {
+  int32_t first = static_cast<int32_t>(nodes.size());
+  std::vector<Node*> stack{root.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n == nullptr || ids.count(n)) continue;
+    auto [code, k] = class_of(n);
+    ids.emplace(n, static_cast<int32_t>(nodes.size()));
+    nodes.push_back(n->getptr());
+    name.push_back(code);
+    kind.push_back(k);
+    seq.push_back(n->sequence_nr());
+    in_off.push_back(in_off.back() + static_cast<int32_t>(n->num_inputs()));
+    add_outputs(n);
+    const auto& edges = n->next_edges();
+    for (auto it = edges.rbegin(); it != edges.rend(); ++it) {
+      Node* c = it->function.get();
+      if (c != nullptr && !ids.count(c)) stack.push_back(c);
+    }
   }
+  link_from(first);
   return ids.at(root.get());
 }
 
