@@ -268,12 +268,12 @@ class ForwardRecorder:
         if any(m is not None for m in mods):
             lo = np.asarray(self._src_lo, dtype=np.uint64)
             hi = np.asarray(self._src_hi, dtype=np.uint64)
-            i = np.searchsorted(lo, seq, "right") - 1
+            at = np.searchsorted(lo, seq, "right") - 1  # the source window each node's number falls in
             mod_arr = np.array(mods, dtype=object)
-            ok = i >= 0
-            ok[ok] = seq[ok] < hi[i[ok]]
-            ok[ok] = mod_arr[i[ok]] != None  # noqa: E711 (elementwise on an object array)
-            out[ok] = mod_arr[i[ok]]
+            ok = at >= 0
+            ok[ok] = seq[ok] < hi[at[ok]]
+            ok[ok] = mod_arr[at[ok]] != None  # noqa: E711 (elementwise on an object array)
+            out[ok] = mod_arr[at[ok]]
         return out.tolist()  # type: ignore[no-any-return]
 
     # ---- source lines ----

@@ -93,7 +93,7 @@ def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = No
     cut = len(order) if fits.all() else int(np.argmin(fits))  # the first that does not fit, and all after it
     dropped = order[cut:]
     for k in dropped.tolist():
-        if k < rows:
+        if table is not None and k < rows:
             table.drop_thumb(k)
         else:
             extra[k - rows].thumb = None
