@@ -19,6 +19,29 @@ from gradscape.tracer.wire import TensorArrays, WireStep
 MAX_STEPS_OVER_TIME = 30
 
 
+class _Making:
+    """A value one caller is making, that others wait for (`PageData._lru`)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self, value: Any) -> None:
+        self._value = value
+        self._ready.set()
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+        self._ready.set()
+
+    def wait(self) -> Any:
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class PageData:
     """Reads for the page, with a small LRU of decoded step graphs and their layouts. Every entry is
     keyed by (run, step, rank): the ranks of one step are different traces (their own batches). A read
@@ -34,18 +57,38 @@ class PageData:
         self._flow_rows: OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = OrderedDict()
         self._search: OrderedDict[tuple[str, int, int], list[dict[str, str]]] = OrderedDict()
         self._marks: OrderedDict[tuple[str, int, int, str], view.StepMarks] = OrderedDict()
+        self._making: dict[tuple[int, Any], _Making] = {}  # misses being made, per (cache, key)
         self._lock = threading.Lock()
 
     def _lru(self, cache: OrderedDict[Any, Any], key: Any, make: Any, size: int | None = None) -> Any:
+        """`cache[key]`, made by `make()` on a miss. Callers that miss the same key at once wait for the
+        first one's value rather than each making it: the page asks for a new step from several callbacks
+        together, and a 100k-node step took 2 s to decode each time."""
         with self._lock:
             if key in cache:
                 cache.move_to_end(key)
                 return cache[key]
-        value = make()
+            pending = self._making.get((id(cache), key))
+            if pending is None:
+                self._making[(id(cache), key)] = pending = _Making()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            return pending.wait()
+        try:
+            value = make()
+        except BaseException as exc:
+            with self._lock:
+                del self._making[(id(cache), key)]
+            pending.fail(exc)
+            raise
         with self._lock:
+            del self._making[(id(cache), key)]
             cache[key] = value
             while len(cache) > (size or self.size):
                 cache.popitem(last=False)
+        pending.done(value)
         return value
 
     def runs(self) -> list[RunInfo]:
@@ -93,13 +136,18 @@ class PageData:
         keep up with a step every 0.4 s."""
         def make() -> dict[str, Any]:
             steps = [s for s in self.steps(run, rank) if s <= step][-MAX_STEPS_OVER_TIME:]
-            return view.norm_over_rows([(s, self._layer_rows(run, s, int(rank))) for s in steps])
+            return view.norm_over_rows([(s, self._layer_rows(run, s, int(rank), s == step)) for s in steps])
         return self._lru(self._flows, (run, int(step), int(rank)), make)
 
-    def _layer_rows(self, run: str, step: int, rank: int) -> list[dict[str, Any]]:
+    def _layer_rows(self, run: str, step: int, rank: int, shown: bool) -> list[dict[str, Any]]:
+        # the step the page shows is decoded once, by `graph`; earlier ones are read without keeping
+        # their graphs, which the flow needs only once
         return self._lru(self._flow_rows, (run, step, rank),
-                         lambda: view.flow_rows(self.store.read_graph(run, step, rank)), 2 * MAX_STEPS_OVER_TIME)
+                         lambda: view.flow_rows(self.graph(run, step, rank) if shown
+                                                else self.store.read_graph(run, step, rank)),
+                         2 * MAX_STEPS_OVER_TIME)
 
     def layout(self, run: str, step: int, collapsed: list[str] | None, rank: int = 0) -> dict[str, Any]:
         key = (run, int(step), int(rank), None if collapsed is None else tuple(sorted(collapsed)))
-        return self._lru(self._layouts, key, lambda: view.layout_graph(self.graph(run, step, rank), collapsed))
+        return self._lru(self._layouts, key, lambda: view.layout_graph(self.graph(run, step, rank), collapsed,
+                                                                 max_drawn=view.MAX_DRAWN))

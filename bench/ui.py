@@ -8,7 +8,12 @@ is folded again (untimed), so every expand starts from the view the page opened 
 in the same run: a few of the same clicks again, once the server has laid them out (what this
 benchmark timed before: the server's cache, not a person's first click).
 
-    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5] [--expands all]
+    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5] [--expands all] [--loop 100000]
+
+`--loop N` adds an LSTMCell loop step of about N autograd nodes (bench/pernode.py's), opened on a fresh
+server every round (a person's first open: the step decoded and laid out), and a first click on each
+of its folded modules: a module too big to draw (over `view.MAX_DRAWN` nodes) answers by staying
+folded with a line that says so, and that answer is what is timed.
 
 "Interactive" is timed by the page's own clock: a script installed before any of the page's own
 (Playwright's `add_init_script`) checks the readiness condition on every DOM change and animation
@@ -40,7 +45,7 @@ import torch  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
-from workloads import build, residual_stages  # noqa: E402
+from workloads import build, lstm_loop, residual_stages  # noqa: E402
 
 import gradscape  # noqa: E402
 from gradscape.app.server import ServerConfig, create_app  # noqa: E402
@@ -77,6 +82,14 @@ def serve(wsgi: object) -> tuple[str, object]:
     return f"http://127.0.0.1:{srv.server_port}", srv
 
 
+def record_loop(store: Path, nodes: int) -> int:
+    """One step of bench/pernode.py's LSTMCell loop of about `nodes` autograd nodes."""
+    wl = lstm_loop(nodes)
+    with gradscape.Tracer(wl.model, run="bench", sink=str(store), tensors="summary") as tr, tr.step(0) as st:
+        wl.loss(wl.model, wl.batch()).backward()
+    return len(st.nodes) if st else 0
+
+
 def record_big(store: Path) -> int:
     """One step of `residual_stages` (about 10,150 autograd nodes)."""
     model = residual_stages()
@@ -94,7 +107,9 @@ EXPAND_PROBE = """
                             {capture: true, once: true});
   const frame = () => {
     const b = window.cy && window.cy.getElementById(box);
-    if (b && b.length && b.children().length) {
+    // or the page's answer that the module is too big to draw (it stays folded, the info line says so)
+    const info = document.querySelector('#graph-info');
+    if ((b && b.length && b.children().length) || (info && info.innerText.includes(box.slice(2) + ' stays folded'))) {
       requestAnimationFrame(() => { window.__gsExpand.t1 = performance.now(); });
       return;
     }
@@ -110,6 +125,8 @@ def main() -> None:
     ap.add_argument("--workload", default="W4")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--big-rounds", type=int, default=5, help="rounds for the 10,000-node step (0: skip it)")
+    ap.add_argument("--loop", type=int, default=0, help="also an LSTMCell loop step of about this many nodes "
+                    "(100000: the scale goal), opened on a fresh server each round (0: skip it)")
     ap.add_argument("--expands", default="all", help="how many folded modules to expand (first expands): "
                     "'all' or a number, spread evenly over the page's folded modules")
     args = ap.parse_args()
@@ -134,10 +151,17 @@ def main() -> None:
         print(f"10k: 1,450 residual blocks in 50 stages, {record_big(big)} autograd nodes")
         measure_open(big, empty_url, args.big_rounds)
         first_expands(big, args.expands)
+    if args.loop > 0:
+        loop = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "loop.sqlite"
+        print(f"LSTMCell loop: {record_loop(loop, args.loop)} autograd nodes")
+        measure_open(loop, empty_url, max(args.big_rounds, 3), fresh=True)
+        first_expands(loop, "all")
 
 
-def measure_open(store: Path, empty_url: str, rounds: int) -> None:
-    """Navigation → interactive graph, against the empty page, alternating which goes first."""
+def measure_open(store: Path, empty_url: str, rounds: int, fresh: bool = False) -> None:
+    """Navigation → interactive graph, against the empty page, alternating which goes first. `fresh`: a
+    new server for every round, so each open decodes and lays out the step as a person's first does
+    (otherwise the untimed first round fills the server's cache)."""
     app, _sio = create_app(str(store), ServerConfig())
     url, _ = serve(app.server)
     t_page, t_empty, ratios = [], [], []
@@ -151,6 +175,8 @@ def measure_open(store: Path, empty_url: str, rounds: int) -> None:
                 ctx.add_init_script(READY_PROBE)
                 pg = ctx.new_page()
                 pg.set_default_timeout(120_000)
+                if fresh and name == "page":
+                    url, srv = serve(create_app(str(store), ServerConfig())[0].server)
                 t0 = time.perf_counter()
                 pg.goto(empty_url if name == "empty" else url)
                 wait_ready(pg, name)
@@ -158,6 +184,8 @@ def measure_open(store: Path, empty_url: str, rounds: int) -> None:
                 pg.wait_for_function("window.__gsReadyMs !== null")
                 times[name] = pg.evaluate("window.__gsReadyMs") / 1e3
                 ctx.close()
+                if fresh and name == "page":
+                    srv.shutdown()  # type: ignore[attr-defined]  # and its decoded step with it
             if r == 0:
                 continue  # warm-up: first Chromium start, caches
             t_page.append(times["page"])

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscape.app.view import cytoscape_elements, default_collapse, expand_one_level, layout_graph, legend
+from gradscape.app.view import MAX_DRAWN, cytoscape_elements, default_collapse, expand_one_level, layout_graph, legend
 from gradscape.app.view.heatmaps import ARRIVING, SENT, slot_figures, slot_of
 from gradscape.app.view.layout import box_bounds
 from gradscape.app.view.problems import problem_lines
@@ -72,7 +72,7 @@ def fold_states(wire: WireStep, max_states: int = 400) -> tuple[dict[str, Any], 
     queued = {DEFAULT_STATE}
     while queue and len(states) < max_states:
         key, parent, collapsed = queue.popleft()
-        layout = layout_graph(wire, collapsed)
+        layout = layout_graph(wire, collapsed, max_drawn=MAX_DRAWN)
         states[key] = view_state(wire, layout, parent, elements, edge_labels)
         for eid in layout["nodes"]:
             if eid.startswith("n"):

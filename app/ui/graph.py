@@ -113,7 +113,9 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
     order = exec_order(wire, rank) if with_order else None
     drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
     info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
-            + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else ""))
+            + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else "")
+            + "".join(f"; {m} stays folded: opened, it would draw over {view.MAX_DRAWN:,} nodes (find or step "
+                      "to one of its nodes to see it in the inspector)" for m in layout["refolded"]))
     last = max(len(wire["execution"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it
     return (elements, order, last, last, _legend(marks.legend), info,
             data.search_index(run, step, rank) if with_search else [])

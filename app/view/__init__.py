@@ -17,6 +17,7 @@ of them, and `gc_threshold` raises the collector's threshold while a layout runs
 """
 
 from gradscape.app.view.collapse import (
+    MAX_DRAWN,
     collapse_module,
     default_collapse,
     expand_module,
@@ -35,6 +36,7 @@ from gradscape.app.view.modules import backward_hook_note, module_detail, module
 from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, searched_on_server
 
 __all__ = [
+    "MAX_DRAWN",
     "StepMarks",
     "COLOR_BY",
     "SEARCH_HITS",

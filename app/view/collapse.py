@@ -94,13 +94,18 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     members: dict[str, list[int]] = {}
     parent: dict[str, str | None] = {}
     boxes: dict[str, str | None] = {}
+    placed: dict[str | None, tuple[str | None, str | None]] = {}  # module → (its fold's element, box)
     for n in wire["nodes"]:
-        path = prefixes(node_module(n))
-        fold = next((p for p in path if p in folded), None)
-        if fold is None:
-            eid, box = node_element(n["id"]), (path[-1] if path else None)
+        module = node_module(n)
+        if (place := placed.get(module)) is None:
+            path = prefixes(module)
+            fold = next((p for p in path if p in folded), None)
+            place = placed[module] = ((None, path[-1] if path else None) if fold is None
+                                      else (module_element(fold), parent_prefix(fold)))
+        eid, box = place
+        if eid is None:
+            eid = node_element(n["id"])
         else:
-            eid, box = module_element(fold), parent_prefix(fold)
             members.setdefault(eid, []).append(n["id"])
         rep.append(eid)
         if eid not in parent:
@@ -135,6 +140,22 @@ class _ModuleTree:
                 self.size[p] += 1
         self.called = {name for name, m in wire["modules"].items() if m["calls"]}
 
+    def loose(self, folded: set[str]) -> dict[str, int]:
+        """For each open module (neither folded nor inside a fold), how many of its nodes are drawn one by
+        one. `folded` is normalised."""
+        out: dict[str, int] = {}
+
+        def count(p: str) -> int:  # p is open; recursion is as deep as the module nesting
+            kids = self.children.get(p, [])
+            n = self.size[p] - sum(self.size[k] for k in kids)  # nodes of p itself, in no submodule
+            n += sum(count(k) for k in kids if k not in folded)
+            out[p] = n
+            return n
+        for p in self.children.get(None, []):
+            if p not in folded:
+                count(p)
+        return out
+
     def coarsest(self, roots: list[str]) -> set[str]:
         """The outermost called modules at or below `roots`, to fold. Containers that never ran
         (`nn.ModuleList`) are looked into instead; a module of a single node is left drawn."""
@@ -159,7 +180,8 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
     nodes (a model wrapped in one `nn.Sequential`), unfold one level at a time while it still fits.
     If even the coarsest called modules do not fit, fold the top-level containers too.
     """
-    if visible_count(wire, ()) <= max_visible:
+    # every node is an element: past `max_visible` nodes, drawing the whole graph cannot fit
+    if len(wire["nodes"]) <= max_visible and visible_count(wire, ()) <= max_visible:
         return set()
     tree = _ModuleTree(wire)
     current = tree.coarsest(tree.children.get(None, []))
@@ -168,7 +190,9 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
         finer: set[str] = set()
         for p in current:
             finer |= tree.coarsest(tree.children.get(p, []))
-        if finer == current:
+        # each fold is one element and each node outside them another: past `max_visible`, stop here
+        # without drawing it (a model of one module folds to nothing finer but all its nodes)
+        if finer == current or len(finer) + len(wire["nodes"]) - sum(tree.size[p] for p in finer) > max_visible:
             break
         finer_graph = collapse_graph(wire, finer)
         if finer_graph.count() > max_visible:
@@ -179,6 +203,31 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
         if visible_count(wire, top) < graph.count():
             current = top
     return current
+
+
+MAX_DRAWN = 10_000  # nodes and folded modules the page draws at most (a 10k-node step opened whole fits)
+
+
+def fit_drawn(wire: Wire, folded: set[str], max_drawn: int = MAX_DRAWN) -> tuple[set[str], list[str]]:
+    """`folded` (normalised), with open modules folded again until at most `max_drawn` nodes and folds
+    are drawn; and the modules folded again. A module called 6,000 times in a loop holds 90,000 nodes:
+    opened whole, laying it out took the server down, and no browser draws that many. Each time the open
+    module folded is the innermost open one that brings the count under `max_drawn` by itself (so
+    opening `encoder.cell` of a loop folds `encoder.cell` again, not `encoder`), else the one with the
+    most nodes drawn one by one."""
+    tree = _ModuleTree(wire)
+    n_nodes = len(wire["nodes"])
+    folded, refolded = set(folded), []
+    while (excess := len(folded) + n_nodes - sum(tree.size[p] for p in folded) - max_drawn) > 0:
+        loose = tree.loose(folded)
+        if not loose:
+            break
+        enough = [p for p in loose if loose[p] - 1 >= excess]  # folded, p's loose nodes become one
+        worst = (max(enough, key=lambda p: (p.count("."), loose[p])) if enough
+                 else max(loose, key=lambda p: (loose[p], p.count("."))))
+        folded = collapse_module(folded, worst)
+        refolded.append(worst)
+    return folded, refolded
 
 
 def expand_one_level(wire: Wire, collapsed: Iterable[str], prefix: str) -> set[str]:

@@ -69,7 +69,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from gradscape.app.view.boxes import box_bounds, box_overlaps, separate_boxes
-from gradscape.app.view.collapse import box_label, collapse_graph, default_collapse, element_size, normalise
+from gradscape.app.view.collapse import (
+    box_label,
+    collapse_graph,
+    default_collapse,
+    element_size,
+    fit_drawn,
+    normalise,
+)
 from gradscape.app.view.crossings import count_crossings
 from gradscape.app.view.gc_threshold import raised_gc_threshold
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
@@ -82,7 +89,8 @@ __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", 
 
 
 def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: int = 6, dx: float = 110.0,
-                 dy: float = 70.0, module_gap: float = 0.5, max_visible: int = 300) -> dict[str, Any]:
+                 dy: float = 70.0, module_gap: float = 0.5, max_visible: int = 300,
+                 max_drawn: int | None = None) -> dict[str, Any]:
     """Positions of every drawn element, as JSON-ready data for `elements.cytoscape_elements`.
 
     `collapsed`: module prefixes to fold; None means `default_collapse(wire, max_visible)` and an
@@ -94,14 +102,18 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     "bends"}], "hidden": {node id: module element}, "layers", "crossings", "width", "height"}`.
     An edge's `slots` are the `[src, dst, slot]` wire edges it stands for; `bends` are the points
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
+    `max_drawn`: with it, modules are folded again past that many drawn nodes and folds
+    (`collapse.fit_drawn`), and `"refolded"` lists them.
     """
     with raised_gc_threshold():
-        return _layout(wire, collapsed, sweeps, dx, dy, module_gap, max_visible)
+        folded = default_collapse(wire, max_visible) if collapsed is None else normalise(wire, collapsed)
+        refolded: list[str] = []
+        if max_drawn is not None:
+            folded, refolded = fit_drawn(wire, folded, max_drawn)
+        return {**_layout(wire, folded, sweeps, dx, dy, module_gap), "refolded": refolded}
 
 
-def _layout(wire: Wire, collapsed: Iterable[str] | None, sweeps: int, dx: float, dy: float, module_gap: float,
-            max_visible: int) -> dict[str, Any]:
-    folded = default_collapse(wire, max_visible) if collapsed is None else normalise(wire, collapsed)
+def _layout(wire: Wire, folded: set[str], sweeps: int, dx: float, dy: float, module_gap: float) -> dict[str, Any]:
     vg = collapse_graph(wire, folded, normalised=True)
     index = {e: i for i, e in enumerate(vg.elements)}
     pairs = [(index[a], index[b]) for a, b in vg.edges]

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gradscape.app.view.colours import arrived, check_color_by, colour_range, legend, statistic
-from gradscape.app.view.step_fields import Wire, nonfinite, tensor
+from gradscape.app.view.step_fields import Wire, nonfinite
+from gradscape.tracer.wire import STAT_NAMES
+
+_NAN, _INF = STAT_NAMES.index("nan"), STAT_NAMES.index("inf")
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,13 @@ class StepMarks:
 def step_marks(wire: Wire, color_by: str = "norm") -> StepMarks:
     check_color_by(color_by)
     values = [statistic(arrived(wire, n), color_by) for n in wire["nodes"]]
-    badges = []
-    for n in wire["nodes"]:
-        nan = inf = 0
-        for i in (n["go"] or []) + (n["gi"] or []):
-            a, b = nonfinite(tensor(wire, i))
-            nan, inf = nan + a, inf + b
-        badges.append((nan, inf))
+    # most steps have no NaN or Inf: count per tensor once, and add up only at the nodes that touch one
+    bad = {i: nonfinite(t) for i, t in enumerate(wire["tensors"])
+           if len(st := t["stats"]) > _INF and (st[_NAN] or st[_INF])}
+    badges = [(0, 0)] * len(wire["nodes"])
+    for n in wire["nodes"] if bad else ():
+        touched = [bad[i] for i in (n["go"] or []) + (n["gi"] or []) if i in bad]
+        if touched:
+            badges[n["id"]] = (sum(a for a, _ in touched), sum(b for _, b in touched))
     lo, hi = colour_range(wire, color_by)
     return StepMarks(color_by, lo, hi, values, badges, legend(wire, color_by, (lo, hi)))

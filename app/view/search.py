@@ -4,8 +4,11 @@ typed to an element id (`app.view.ids`)."""
 
 from __future__ import annotations
 
+import heapq
+
 from gradscape.app.view.ids import MODULE_PREFIX, box_of, module_element, module_of, node_element
 from gradscape.app.view.step_fields import ACCUMULATE, ROOT_MODULE, Wire, node_label, node_module
+from gradscape.tracer.wire import WireNode
 
 SEARCH_ALL = 2000  # up to this many nodes, every search option goes to the browser
 SEARCH_HITS = 50  # a bigger step: this many first options, and this many hits per typed query
@@ -22,14 +25,16 @@ def search_index(wire: Wire) -> list[dict[str, str]]:
 
     A step with more than `SEARCH_ALL` nodes gets its first `SEARCH_HITS` options only (top-level
     modules first): the rest are found by `search` as the user types."""
-    out = _search_options(wire)
-    if searched_on_server(wire):
-        out.sort(key=lambda o: (not o["value"].startswith(MODULE_PREFIX), o["value"].count(".")))
-        return out[:SEARCH_HITS]
-    return out
+    if not searched_on_server(wire):
+        return _search_options(wire)
+    out = _search_options(wire, SEARCH_HITS)
+    out.sort(key=lambda o: (not o["value"].startswith(MODULE_PREFIX), o["value"].count(".")))
+    return out[:SEARCH_HITS]
 
 
-def _search_options(wire: Wire) -> list[dict[str, str]]:
+def _search_options(wire: Wire, nodes_wanted: int | None = None) -> list[dict[str, str]]:
+    """Every option, or with `nodes_wanted` only that many of the nodes (the first ones backward ran):
+    a 100k-node step's first options need not label every node."""
     out: list[dict[str, str]] = []
     for name, m in wire["modules"].items():
         if name == ROOT_MODULE:
@@ -39,7 +44,10 @@ def _search_options(wire: Wire) -> list[dict[str, str]]:
     for n in nodes:
         if n["param"]:
             out.append({"label": f"{node_label(n, wire)} (parameter)", "value": node_element(n["id"])})
-    for n in sorted(nodes, key=lambda n: (n["order"] is None, n["order"] or 0, n["id"])):
+
+    def ran(n: WireNode) -> tuple[bool, int, int]:
+        return n["order"] is None, n["order"] or 0, n["id"]
+    for n in sorted(nodes, key=ran) if nodes_wanted is None else heapq.nsmallest(nodes_wanted, nodes, key=ran):
         where = node_module(n) or n["module"] or ""
         name = "AccumulateGrad" if n["name"] == ACCUMULATE else n["name"]
         extra = f" · {n['param']}" if n["param"] else (f" · {where}" if where else "")

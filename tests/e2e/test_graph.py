@@ -18,7 +18,7 @@ import gradscape
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout
     sys.path.insert(0, str(REPO))
-from bench.workloads import residual_stages  # noqa: E402
+from bench.workloads import lstm_loop, residual_stages  # noqa: E402
 
 LEGIBLE_PX = 10.0
 
@@ -286,3 +286,36 @@ def test_the_graph_stays_put_while_the_page_finishes_loading(live_server: Any, p
     top = page.evaluate("window.cy.container().getBoundingClientRect().top")
     page.wait_for_function("document.querySelector('#timeline-graph .main-svg') !== null")
     assert page.evaluate("window.cy.container().getBoundingClientRect().top") == top
+
+
+def test_a_module_too_big_to_draw_stays_folded_and_the_page_says_why(live_server: Any, page: Page,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LSTMCell called in a loop: opened, the cell would draw every node of every call (a 100k-node
+    step's cell holds 88k). The page keeps it folded and says so; the smaller read-out still opens.
+    The limit (10,000 on the page) is lowered here so that a small step shows it."""
+    from gradscape.app import view
+
+    wl = lstm_loop(900)
+    with gradscape.Tracer(wl.model, run="loop", sink=str(live_server.store_path), tensors="summary") as tr, \
+            tr.step(0) as st:
+        wl.loss(wl.model, wl.batch()).backward()
+    cell = sum(1 for n in st.nodes if n.module == "cell")
+    monkeypatch.setattr(view, "MAX_DRAWN", 300)
+    assert cell > 300 and len(st.nodes) - cell < 300
+    _open(page, live_server.url)
+
+    def click(element: str) -> None:
+        at = page.evaluate("""(id) => { const n = window.cy.getElementById(id), r = n.renderedPosition(),
+          box = window.cy.container().getBoundingClientRect(); return {x: box.left + r.x, y: box.top + r.y}; }""",
+                           element)
+        page.mouse.click(at["x"], at["y"])
+    click("m:cell")
+    page.wait_for_function("document.querySelector('#graph-info').innerText.includes('cell stays folded')")
+    assert "would draw over 300 nodes" in page.inner_text("#graph-info")
+    assert page.evaluate("window.cy.getElementById('m:cell').length === 1 && "
+                         "window.cy.getElementById('g:cell').length === 0")
+    click("m:head")
+    page.wait_for_function("window.cy.getElementById('g:head').length === 1 && "
+                           "window.cy.getElementById('g:head').children().length > 0")
+    assert page.evaluate("window.cy.getElementById('m:cell').length") == 1
+    _no_errors(page)
