@@ -25,6 +25,7 @@ class ModuleSums:
         self.graph, self.forward = graph, forward  # a GraphWalk, or the native recorder's NativeGraph
         self.calls: list[ModuleCallRecord] = []
         self.sums: dict[tuple[int, int], torch.Tensor] = {}  # (call, input) → the sum so far, on the device
+        self.senders: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (call, input) → `_senders`, by `plan`
 
     def _senders(self, call: ModuleCallRecord, edge: tuple[Any, int]) -> list[tuple[int, int]]:
         """The (node, slot) pairs inside this module call that send a gradient to `edge`."""
@@ -42,7 +43,7 @@ class ModuleSums:
             for k, edge in enumerate(call.inputs):
                 if edge is None:
                     continue
-                prods = self._senders(call, edge)
+                prods = self.senders[(ci, k)] = self._senders(call, edge)
                 if len(prods) > 1:
                     for rid, j in prods:
                         self.graph.set_sum(rid, j, (ci, k))
@@ -81,7 +82,7 @@ class ModuleSums:
                 in_nodes.append(None)
                 continue
             in_nodes.append(id_of(edge[0]))
-            prods = self._senders(call, edge)
+            prods = self.senders[(ci, k)] if self.calls else self._senders(call, edge)  # planned, or not
             if len(prods) == 1:
                 pid, j = prods[0]
                 g = grads_of(st.nodes, pid, True)
@@ -99,4 +100,5 @@ class ModuleSums:
 
     def release(self) -> None:
         self.sums = {}
+        self.senders = {}
         self.calls = []

@@ -103,13 +103,12 @@ class ParamGradients:
 
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
+        resolved: dict[str, Any] = {}
         for name, tr in self.traces.items():
-            if isinstance(tr, _Arrival):
-                got = native.param_trace(tr.pos)
-                if got is not None:
-                    self.traces[name] = got
-        for name in [n for n, t in self.traces.items() if isinstance(t, _Arrival)]:
-            del self.traces[name]
+            if isinstance(tr, _Arrival) and (tr := native.param_trace(tr.pos)) is None:
+                continue  # no summary was made of it: the parameter is left out, as on the Python path
+            resolved[name] = tr
+        self.traces = resolved
 
     def _returned(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         """`torch.autograd.grad`: what it returned for each parameter among its inputs."""
