@@ -17,6 +17,10 @@ from gradscape.tracer.store import RunInfo, TraceStore
 from gradscape.tracer.wire import TensorArrays, WireStep
 
 MAX_STEPS_OVER_TIME = 30
+# decoded graphs kept, in nodes over all of them (the newest is always kept): a 100k-node step decodes to
+# about 500 MB and 2.3 million objects: six of them would be 3 GB, and 14 million objects for every full
+# collection of the garbage collector to walk
+MAX_KEPT_NODES = 250_000
 
 
 class _Making:
@@ -86,7 +90,8 @@ class PageData:
         with self._lock:
             del self._making[(id(cache), key)]
             cache[key] = value
-            while len(cache) > (size or self.size):
+            while len(cache) > (size or self.size) or (cache is self._graphs and len(cache) > 1 and
+                                                        sum(len(w["nodes"]) for w in cache.values()) > MAX_KEPT_NODES):
                 cache.popitem(last=False)
         pending.done(value)
         return value

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,6 +82,25 @@ def serve(wsgi: object) -> tuple[str, object]:
     srv = make_server("127.0.0.1", 0, wsgi, threaded=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{srv.server_port}", srv
+
+
+def serve_process(store: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """`gradscape serve` on `store` in a new process, as a person starts it; its URL once it answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "gradscape", "serve", "--store", str(store), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # listening: no request before the page's own (Dash's first
+        try:                               # request of any kind builds the page, and with it the step)
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return url, proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise TimeoutError(f"gradscape serve did not answer at {url}")
 
 
 def record_loop(store: Path, nodes: int) -> int:
@@ -160,8 +181,8 @@ def main() -> None:
 
 def measure_open(store: Path, empty_url: str, rounds: int, fresh: bool = False) -> None:
     """Navigation → interactive graph, against the empty page, alternating which goes first. `fresh`: a
-    new server for every round, so each open decodes and lays out the step as a person's first does
-    (otherwise the untimed first round fills the server's cache)."""
+    new `gradscape serve` process for every round, so each open decodes and lays out the step as a
+    person's first does (otherwise the untimed first round fills the server's cache)."""
     app, _sio = create_app(str(store), ServerConfig())
     url, _ = serve(app.server)
     t_page, t_empty, ratios = [], [], []
@@ -176,7 +197,7 @@ def measure_open(store: Path, empty_url: str, rounds: int, fresh: bool = False) 
                 pg = ctx.new_page()
                 pg.set_default_timeout(120_000)
                 if fresh and name == "page":
-                    url, srv = serve(create_app(str(store), ServerConfig())[0].server)
+                    url, proc = serve_process(store)
                 t0 = time.perf_counter()
                 pg.goto(empty_url if name == "empty" else url)
                 wait_ready(pg, name)
@@ -185,7 +206,8 @@ def measure_open(store: Path, empty_url: str, rounds: int, fresh: bool = False) 
                 times[name] = pg.evaluate("window.__gsReadyMs") / 1e3
                 ctx.close()
                 if fresh and name == "page":
-                    srv.shutdown()  # type: ignore[attr-defined]  # and its decoded step with it
+                    proc.terminate()
+                    proc.wait(30)
             if r == 0:
                 continue  # warm-up: first Chromium start, caches
             t_page.append(times["page"])

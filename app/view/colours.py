@@ -52,11 +52,16 @@ def _scaled(value: float | None, color_by: str) -> float | None:
 
 
 def colour_range(wire: Wire, color_by: str) -> tuple[float, float]:
+    return range_of([statistic(arrived(wire, n), color_by) for n in wire["nodes"]], color_by)
+
+
+def range_of(values: list[float | None], color_by: str) -> tuple[float, float]:
+    """The colour range over the nodes' statistics `values` (what `statistic` gave for each)."""
     if color_by == "zeros":
         return 0.0, 1.0
     vals = []
-    for n in wire["nodes"]:
-        s = _scaled(statistic(arrived(wire, n), color_by), color_by)
+    for v in values:
+        s = _scaled(v, color_by)
         if s is not None and math.isfinite(s):
             vals.append(s)
     if not vals:

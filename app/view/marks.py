@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gradscape.app.view.colours import arrived, check_color_by, colour_range, legend, statistic
+from gradscape.app.view.colours import arrived, check_color_by, legend, range_of, statistic
 from gradscape.app.view.step_fields import Wire, nonfinite
 from gradscape.tracer.wire import STAT_NAMES
 
@@ -41,5 +41,5 @@ def step_marks(wire: Wire, color_by: str = "norm") -> StepMarks:
         touched = [bad[i] for i in (n["go"] or []) + (n["gi"] or []) if i in bad]
         if touched:
             badges[n["id"]] = (sum(a for a, _ in touched), sum(b for _, b in touched))
-    lo, hi = colour_range(wire, color_by)
+    lo, hi = range_of(values, color_by)
     return StepMarks(color_by, lo, hi, values, badges, legend(wire, color_by, (lo, hi)))

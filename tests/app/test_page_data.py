@@ -112,3 +112,24 @@ def test_the_flow_reads_the_shown_step_through_its_decoded_graph(store: Counting
     flow = data.flow_over_steps("r", 1)
     assert store.reads == 2  # step 0 read for its layer rows; step 1 was decoded already
     assert flow == PageData(TraceStore(store.path)).flow_over_steps("r", 1)
+
+
+
+def test_big_decoded_steps_are_let_go_past_the_node_budget(store: CountingStore,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import gradscape.app.data as page_data
+
+    store.release.set()
+    data = PageData(store)
+    nodes = len(data.graph("r", 0)["nodes"])
+    data.graph("r", 1)
+    data.graph("r", 0)
+    assert store.reads == 2  # both kept: far under the budget
+    monkeypatch.setattr(page_data, "MAX_KEPT_NODES", nodes + 1)  # room for one of them
+    data = PageData(store)
+    data.graph("r", 0)
+    data.graph("r", 1)  # step 0 is let go for it
+    data.graph("r", 1)
+    assert store.reads == 4
+    data.graph("r", 0)
+    assert store.reads == 5
