@@ -34,6 +34,7 @@ from gradscape.tracer.wire import (
     pack,
     step_from_wire,
     step_to_wire,
+    tensor_from_wire,
     unpack,
 )
 
@@ -191,6 +192,61 @@ def test_random_mutations_raise_only_trace_format_error(wires: list[dict[str, An
             graph_json(store.read_graph(st.run, st.step))
     store.close()
     assert rejected > 700 and accepted > 100, (rejected, accepted)
+
+
+def test_the_fast_read_builds_what_the_checked_read_does_or_leaves_it(wires: list[dict[str, Any]]) -> None:
+    """NOTE [Fast read]: on real steps every node and array-less tensor takes the fast path and comes out
+    equal to the checked reader's; on mutated ones the fast path never accepts what the checked reader
+    rejects, and what it accepts is equal."""
+    from gradscape.tracer.wire import fast_read
+    from gradscape.tracer.wire.validation import _node, _Refs
+
+    def both(wire: dict[str, Any]) -> tuple[int, int]:
+        fast_tensors = [fast_read.tensor(t) for t in wire["tensors"]]
+        try:
+            tensors = [tensor_from_wire(t, f"tensors[{i}]") for i, t in enumerate(wire["tensors"])]
+        except TraceFormatError:
+            assert all(f is None for f, t in zip(fast_tensors, wire["tensors"]) if not _tensor_ok(t))
+            return 0, 0
+        assert all(f is None or _same_tensor(f, t) for f, t in zip(fast_tensors, tensors))
+        refs, fast = _Refs(tensors, len(wire["nodes"])), 0
+        for k, n in enumerate(wire["nodes"]):
+            got = fast_read.node(n, k, tensors)
+            try:
+                want = _node(n, k, refs)
+            except TraceFormatError:
+                assert got is None, (k, n)
+                continue
+            assert got is None or got == want
+            fast += got is not None
+        return fast, sum(f is not None for f in fast_tensors)
+
+    summary = unpack(pack(step_to_wire(_step("cnn"))))
+    assert both(summary) == (len(summary["nodes"]), len(summary["tensors"]))  # all of a real step, fast
+    rng = random.Random(7)
+    paths = [p for p in _paths(summary) if p and p[0] in ("nodes", "tensors")]
+    took = 0
+    for _ in range(600):
+        took += both(_mutate(summary, paths, rng))[0]
+    assert took > 0
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    def same(x: Any, y: Any) -> bool:
+        return (x is None and y is None) or (x is not None and y is not None and x.dtype == y.dtype
+                                             and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"))
+    return ((a.shape, a.dtype, a.thumb_view, a.device) == (b.shape, b.dtype, b.thumb_view, b.device)
+            and list(a.stats) == list(b.stats)
+            and all(x == y or (x != x and y != y) for x, y in zip(a.stats.values(), b.stats.values()))
+            and same(a.thumb, b.thumb) and same(a.values, b.values))
+
+
+def _tensor_ok(t: Any) -> bool:
+    try:
+        tensor_from_wire(t)
+        return True
+    except TraceFormatError:
+        return False
 
 
 def test_mutated_bytes_raise_only_trace_format_error(wires: list[dict[str, Any]]) -> None:
