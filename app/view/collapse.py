@@ -215,8 +215,10 @@ def fit_drawn(wire: Wire, folded: set[str], max_drawn: int = MAX_DRAWN) -> tuple
     module folded is the innermost open one that brings the count under `max_drawn` by itself (so
     opening `encoder.cell` of a loop folds `encoder.cell` again, not `encoder`), else the one with the
     most nodes drawn one by one."""
-    tree = _ModuleTree(wire)
     n_nodes = len(wire["nodes"])
+    if n_nodes + len(folded) <= max_drawn:  # fits whatever is open: no module tree to build (every layout)
+        return set(folded), []
+    tree = _ModuleTree(wire)
     folded, refolded = set(folded), []
     while (excess := len(folded) + n_nodes - sum(tree.size[p] for p in folded) - max_drawn) > 0:
         loose = tree.loose(folded)
