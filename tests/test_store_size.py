@@ -19,7 +19,7 @@ from gradscape import TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.wire import step_to_wire
-from gradscape.tracer.wire.compact import dequantise, quantise
+from gradscape.tracer.wire.compact import dequantise, quantise, quantise_same_shape
 
 
 def _lstm_step(steps: int, path: Path | None = None, **opts: object) -> gradscape.StepTrace:
@@ -49,6 +49,34 @@ def test_quantised_thumbnails_keep_their_range_and_non_finite_cells() -> None:
     assert abs(back[0, 1] - 0.5) <= 5.0 / 252 / 2
     flat = np.full((3, 4), 7.25, dtype=np.float32)  # one value: no range at all
     assert np.array_equal(dequantise(quantise(flat), "t"), flat)
+
+
+def test_thumbnails_quantised_together_equal_each_quantised_alone() -> None:
+    """The store quantises a step's new thumbnails shape by shape in one pass (`quantise_same_shape`):
+    each keeps its own range, whatever the others hold (NaN, ±Inf, one value, none finite, 1e-30..1e30,
+    the float32 extremes)."""
+    rng = np.random.default_rng(0)
+    big = np.finfo(np.float32).max
+    pics = [(rng.standard_normal((4, 6)) * 10.0 ** rng.integers(-30, 30)).astype(np.float32) for _ in range(40)]
+    pics[3][1, 2] = np.nan
+    pics[5][2] = np.inf
+    pics[7][:] = np.nan
+    pics[9][:] = 3.5
+    pics[11][0, 0], pics[11][1, 1] = -np.inf, np.inf
+    pics[13][:] = np.array([big, -big] * 3, dtype=np.float32)
+    pics[15][:] = 0.0
+    together = quantise_same_shape(np.stack(pics).astype(np.float64))
+    alone = [quantise_same_shape(p.astype(np.float64)[None])[0] for p in pics]
+    assert together == alone
+    assert together[9]["lo"] == together[9]["hi"] == 3.5 and together[7]["q8"] == bytes([253]) * 24
+    assert (together[13]["lo"], together[13]["hi"]) == (-float(big), float(big))
+    for p, c in zip(pics, together):  # and within half a level of each picture, NaN/Inf kept
+        back = dequantise(c, "t")
+        fin, inf = np.isfinite(p), np.isinf(p)
+        assert np.array_equal(np.isnan(back), np.isnan(p)) and np.array_equal(back[inf], p[inf])
+        if fin.any() and np.isfinite(c["hi"] - c["lo"]):
+            err = np.abs(back[fin].astype(np.float64) - p[fin])
+            assert np.all(err <= (c["hi"] - c["lo"]) / 504 * 1.0001 + 1e-45)
 
 
 def test_a_step_costs_few_bytes_a_node(tmp_path: Path) -> None:

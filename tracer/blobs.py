@@ -1,31 +1,14 @@
-"""How the trace file keeps its rows (`tracer/store.py`): msgpack blobs compressed with zlib, and reads
-of a big step with the cyclic garbage collector paused."""
+"""How the trace file keeps its rows (`tracer/store.py`): msgpack blobs compressed with zlib."""
 
 from __future__ import annotations
 
-import gc
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from gradscape.tracer.wire import TraceFormatError
 
-_LEVEL = 6  # zlib's level: 1 measured ~15% bigger on a traced step, 9 no smaller than 6
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a step's objects are built. They form no cycles for it to
-    find, but a big step makes hundreds of thousands of containers, and the full collections they set
-    off measured over half of `read_step` (a 15k-node step read in a process holding a traced step:
-    6.3 s, 2.5 s with the collector off)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+# zlib's level: the 60 MB graph row of a 100k-node step deflates in 0.53 s at 3 and 1.7 s at 6, 9% bigger,
+# which is 2-5% of the file (bench/size.py: 334 -> 340 bytes a node at 25k nodes, 127 -> 133 at 100k)
+_LEVEL = 3
 
 
 # a blob under this many bytes is kept as it is: the 50,218 thumbnail rows of a 100k-node step (median

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from gradscape.tracer._model import StepTrace
-from gradscape.tracer.blobs import collector_paused, compress, decompress
+from gradscape.tracer.blobs import compress, decompress
+from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
 from gradscape.tracer.wire import (
     TensorArrays,
@@ -196,18 +197,20 @@ class TraceStore:
                              f"this gradscape reads version {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------------ writing
+    @collector_paused()  # the step's wire form is made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
         self.write_wire(step_to_wire(st))
 
+    @collector_paused()
     def write_wire(self, wire: WireStep) -> None:
         """Store a step given in wire form (already validated), in one transaction."""
         if self.readonly:
             raise StoreError(f"{self.path} is open read-only")
         tensors: list[tuple[int, bytes]] = []  # a tensor without arrays has no row
         stripped: list[WireTensor] = []
-        thumbs = ThumbTable()
+        thumbs = ThumbTable().keep_all([t.get("thumb") for t in wire["tensors"]])
         for i, t in enumerate(wire["tensors"]):
-            kept = {"thumb": thumbs.add(i, t.get("thumb")), "values": t.get("values")}
+            kept = {"thumb": thumbs[i], "values": t.get("values")}
             if kept["thumb"] is not None or kept["values"] is not None:
                 tensors.append((i, compress(pack(kept))))
             stripped.append({"shape": t["shape"], "dtype": t["dtype"], "stats": t["stats"], "view": t["view"],
@@ -348,10 +351,10 @@ class TraceStore:
         graph["tensors"] = [{**t, **arrays.get(i, none)} for i, t in enumerate(graph["tensors"])]
         return graph
 
+    @collector_paused()  # the step's graph, arrays and trace are made inside (NOTE [Collector paused])
     def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:
         try:
-            with collector_paused():
-                return step_from_wire(self.read_wire(run, step, rank))
+            return step_from_wire(self.read_wire(run, step, rank))
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
 

@@ -17,6 +17,7 @@ from flask_socketio import Namespace, emit, join_room
 from gradscape.app.server.security import TOKEN_COOKIE
 from gradscape.app.server.state import ChunkedStep, ServerState
 from gradscape.tracer import protocol
+from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import TraceFormatError, step_from_wire, step_to_wire, unpack
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class TracerNamespace(ProtocolNamespace):
         self.state.notifier.tracer(run, "connected", self.state.tracer_stats.get(run, {}))
         return protocol.hello_ack()
 
+    @collector_paused()  # a whole step is unpacked, checked, re-encoded and stored (NOTE [Collector paused])
     def on_step_chunk(self, msg: Any) -> dict[str, Any]:
         payload = protocol.check_envelope(msg, "step_chunk")
         step, chunk, chunks, data = protocol.check_chunk(payload)

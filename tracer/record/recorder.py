@@ -37,10 +37,10 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, StepTrace
+from gradscape.tracer.collector import CollectorPause
 from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
 from gradscape.tracer.record.assemble import edges_of, node_traces
-from gradscape.tracer.record.collector import CollectorPause
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -106,7 +106,7 @@ class StepRecorder:
     def start(self) -> None:
         """Install the forward's hooks and mode (removed with the step's other handles)."""
         self.handles.add(CallOnRemove(self.forward.stop))
-        self.collector.pause()  # NOTE [Garbage collector] in collector.py; resumed by the step's end
+        self.collector.pause()  # NOTE [Garbage collector] in tracer/collector.py; resumed by the step's end
         self.forward.start()
 
     def finish(self, error: BaseException | None = None) -> StepTrace:

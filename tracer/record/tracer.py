@@ -211,7 +211,7 @@ class _TracedStep:
             tr.last = self.st
             tr._emit(self.st)
         finally:
-            self.rec.collector.resume()  # paused at the step's start (tracer/record/collector.py)
+            self.rec.collector.resume()  # paused at the step's start (tracer/collector.py)
         return None  # never swallow the user's exception
 
 

@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.debug.breakpoints import BreakpointLink
 from gradscape.tracer.sinks.paths import spill_path
 from gradscape.tracer.sinks.queue import ByteQueue, Queued, estimate_bytes
@@ -196,7 +197,8 @@ class _Sender:
         if isinstance(st, dict):  # a batch of history rows (the monitor)
             return self._deliver_history(st)
         try:
-            data = pack(step_to_wire(st))
+            with collector_paused():  # the wire form is let go inside (NOTE [Collector paused])
+                data = pack(step_to_wire(st))
             chunks = [data[i:i + protocol.CHUNK_BYTES] for i in range(0, len(data), protocol.CHUNK_BYTES)] or [b""]
             ack: Any = None
             for k, part in enumerate(chunks):

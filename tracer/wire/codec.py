@@ -7,6 +7,7 @@ from typing import Any
 import msgpack
 
 from gradscape.tracer._model import STAT_NAMES, OptimizerStep, StepTrace, TensorTrace
+from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.types import (
     TensorRefs,
@@ -54,6 +55,7 @@ def tensor_to_wire(t: TensorTrace) -> WireTensor:
             "values": None if t.values is None else encode_array(t.values)}
 
 
+@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def step_to_wire(st: StepTrace) -> WireStep:
     tab = _TensorTable()
     nodes: list[WireNode] = []
@@ -99,6 +101,7 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+@collector_paused()
 def unpack(data: bytes) -> Any:
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)

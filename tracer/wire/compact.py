@@ -31,20 +31,31 @@ _TOP = LEVELS - 1
 
 def quantise(a: np.ndarray) -> dict[str, Any]:
     """A 2-D float thumbnail as 8-bit codes with its range (C above)."""
-    v = np.asarray(a, dtype=np.float64)
+    return quantise_same_shape(np.asarray(a, dtype=np.float64)[None])[0]
+
+
+def quantise_same_shape(v: np.ndarray) -> list[dict[str, Any]]:
+    """Thumbnails stacked as one (n, rows, cols) float64 array, each quantised over its own range: one
+    pass of numpy for all of them (a 100k-node step keeps 50k thumbnails; one call each cost 25 µs)."""
+    n = len(v)
     finite = np.isfinite(v)
-    f = v[finite]
-    lo, hi = (float(f.min()), float(f.max())) if f.size else (0.0, 0.0)
+    has = finite.any(axis=(1, 2))
+    lo = np.where(has, np.where(finite, v, np.inf).min(axis=(1, 2), initial=np.inf), 0.0)
+    hi = np.where(has, np.where(finite, v, -np.inf).max(axis=(1, 2), initial=-np.inf), 0.0)
     span = hi - lo
-    if span > 0 and np.isfinite(span):
-        codes = np.rint((np.where(finite, v, lo) - lo) * (_TOP / span))
-    else:  # one value, or a range too wide for a double: the levels are lo and hi alone
-        codes = np.where(np.where(finite, v, lo) > lo, _TOP, 0)
+    ranged = (span > 0) & np.isfinite(span)
+    lo3 = lo[:, None, None]
+    filled = np.where(finite, v, lo3)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scaled = np.rint((filled - lo3) * (_TOP / np.where(ranged, span, 1.0))[:, None, None])
+    # one value, or a range too wide for a double: the levels are lo and hi alone
+    codes = np.where(ranged[:, None, None], scaled, np.where(filled > lo3, _TOP, 0))
     q = np.clip(codes, 0, _TOP).astype(np.uint8)
     q[np.isnan(v)] = _NAN
     q[v == np.inf] = _POS_INF
     q[v == -np.inf] = _NEG_INF
-    return {"q8": q.tobytes(), "shape": list(v.shape), "lo": lo, "hi": hi}
+    shape = list(v.shape[1:])
+    return [{"q8": q[i].tobytes(), "shape": shape, "lo": float(lo[i]), "hi": float(hi[i])} for i in range(n)]
 
 
 def dequantise(c: Any, where: str) -> np.ndarray:
@@ -73,14 +84,29 @@ class ThumbTable:
     def __init__(self) -> None:
         self._seen: dict[tuple[bytes, tuple[int, ...]], int] = {}
 
-    def add(self, idx: int, thumb: WireArray | None) -> dict[str, Any] | WireArray | None:
-        """What tensor `idx`'s row keeps of its thumbnail: C, or the wire array as it came for a
-        thumbnail that is not 2-D (none are, today)."""
-        if thumb is None:
-            return None
-        a = decode_array(thumb, f"tensors[{idx}].thumb")
-        if a.ndim != 2:
-            return thumb
+    def keep_all(self, thumbs: list[WireArray | None]) -> list[dict[str, Any] | WireArray | None]:
+        """What each tensor's row keeps of its thumbnail (tensor `i`'s is `thumbs[i]`): C, a reference
+        to an earlier tensor's, or the wire array as it came for a thumbnail that is not 2-D (none are,
+        today). The new pictures are quantised together, shape by shape."""
+        kept: list[dict[str, Any] | WireArray | None] = [None] * len(thumbs)
+        new: dict[tuple[int, ...], list[tuple[int, np.ndarray]]] = {}
+        for idx, thumb in enumerate(thumbs):
+            if thumb is None:
+                continue
+            a = decode_array(thumb, f"tensors[{idx}].thumb")
+            if a.ndim != 2:
+                kept[idx] = thumb
+            elif (same := self._repeat(idx, a)) is not None:
+                kept[idx] = same
+            else:
+                new.setdefault(a.shape, []).append((idx, a))
+        for group in new.values():
+            for (idx, _), c in zip(group, quantise_same_shape(np.stack([a for _, a in group]).astype(np.float64))):
+                kept[idx] = c
+        return kept
+
+    def _repeat(self, idx: int, a: np.ndarray) -> dict[str, Any] | None:
+        """{"same": k, "T": ...} when tensor k's picture is `a` or its transpose; else `a` is noted as idx's."""
         key = (hashlib.blake2b(a.tobytes(), digest_size=16).digest(), a.shape)
         k = self._seen.get(key)
         if k is not None:
@@ -91,7 +117,7 @@ class ThumbTable:
             if k is not None:
                 return {"same": k, "T": True}
         self._seen[key] = idx
-        return quantise(a)
+        return None
 
 
 def expand(stored: Any, idx: int, rows: dict[int, Any]) -> WireArray | None:

@@ -18,6 +18,7 @@ from gradscape.tracer._model import (
     StepTrace,
     TensorTrace,
 )
+from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import fast_read
 from gradscape.tracer.wire.arrays import decode_array
 from gradscape.tracer.wire.types import TraceFormatError
@@ -72,6 +73,7 @@ class _Refs:
         return i
 
 
+@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def step_from_wire(d: Any) -> StepTrace:
     """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong."""
     if not isinstance(d, dict):

@@ -1,0 +1,111 @@
+"""NOTE [Collector paused] (tracer/collector.py): a step changes form (trace → wire → bytes → wire →
+trace, and into and out of the trace file) without the cyclic garbage collector running, and the
+collector is back as it was afterwards. The traced step's own pause is tested in test_side_effects.py."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import gradscape
+from gradscape import TraceStore
+from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.wire import pack, step_from_wire, step_to_wire, unpack
+
+_TRACER = str(Path(gradscape.__file__).resolve().parent / "tracer")
+
+
+@contextmanager
+def calls_seen() -> Iterator[list[tuple[str, bool]]]:
+    """(function, whether the collector was on) for every call into the tracer's code (tracer/collector.py
+    aside) made on this thread while the block runs."""
+    seen: list[tuple[str, bool]] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(_TRACER) and not code.co_filename.endswith("collector.py"):
+            seen.append((code.co_name, gc.isenabled()))
+
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(None)
+
+
+@pytest.fixture(scope="module")
+def loop_step() -> gradscape.StepTrace:
+    """A traced step of an LSTMCell loop (about 2,000 nodes)."""
+    torch.manual_seed(0)
+    cell, head = nn.LSTMCell(4, 16), nn.Linear(16, 1)
+    tr = gradscape.Tracer(nn.ModuleDict({"cell": cell, "head": head}))
+    x = torch.randn(130, 4, 4)
+    with tr.step(0) as st:
+        h = c = x.new_zeros(4, 16)
+        outs = []
+        for t in range(len(x)):
+            h, c = cell(x[t], (h, c))
+            outs.append(head(h))
+        torch.stack(outs).pow(2).mean().backward()
+    tr.close()
+    assert st is not None and len(st.nodes) > 1500
+    return st
+
+
+def test_the_probe_sees_the_collector_on_where_nothing_pauses_it(loop_step: gradscape.StepTrace) -> None:
+    """The control: a tracer function called outside any pause is seen with the collector on."""
+    from gradscape.tracer.wire.codec import tensor_to_wire
+    with calls_seen() as seen:
+        tensor_to_wire(loop_step.nodes[0].grad_outputs[0])
+    assert ("tensor_to_wire", True) in seen
+
+
+def test_a_step_changes_form_with_the_collector_paused(loop_step: gradscape.StepTrace, tmp_path: Path) -> None:
+    store = TraceStore(tmp_path / "t.sqlite")
+    conversions: list[tuple[str, Callable[[], Any]]] = [
+        ("step_to_wire", lambda: step_to_wire(loop_step)),
+        ("unpack", lambda: unpack(data)),
+        ("step_from_wire", lambda: step_from_wire(wire)),
+        ("TraceStore.write_wire", lambda: store.write_wire(wire)),
+        ("TraceStore.write_step", lambda: store.write_step(loop_step)),
+        ("TraceStore.read_step", lambda: store.read_step(loop_step.run, loop_step.step)),
+    ]
+    with collector_paused():
+        data = pack(step_to_wire(loop_step))
+        wire = unpack(data)
+    for name, convert in conversions:
+        assert gc.isenabled()
+        with calls_seen() as seen:
+            convert()
+        on = sorted({fn for fn, enabled in seen if enabled})
+        assert seen and not on, f"{name}: the collector was on in {on}"
+        assert gc.isenabled(), f"{name} left the collector off"
+    back = store.read_step(loop_step.run, loop_step.step)
+    assert len(back.nodes) == len(loop_step.nodes) and back.edges == loop_step.edges
+    store.close()
+
+
+def test_pauses_nest_and_leave_a_collector_switched_off_by_the_program_off() -> None:
+    with collector_paused():
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause found it off
+    assert gc.isenabled()
+    with pytest.raises(KeyError), collector_paused():
+        raise KeyError("in the block")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
