@@ -159,17 +159,21 @@ class _Outputs:
         self.dims = g.out_dims
         self.dtype_names = dtype_names()
         self._made: dict[int, tuple[list[Any], list[str | None]]] = {}
+        self._lists: tuple[list[int], ...] | None = None  # the columns as lists, once a node is asked for
 
     def __call__(self, k: int) -> tuple[list[Any], list[str | None]]:
         made = self._made.get(k)
         if made is None:
+            if self._lists is None:
+                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, self.dim_off, self.dims, self.dtype))
+            off, ndim, dim_off, dims, dtype = self._lists
+            names = self.dtype_names
             shapes: list[Any] = []
             dtypes: list[str | None] = []
-            for o in range(int(self.off[k]), int(self.off[k + 1])):
-                nd = int(self.ndim[o])
-                a = int(self.dim_off[o])
-                shapes.append(None if nd < 0 else tuple(self.dims[a:a + nd].tolist()))
-                dtypes.append(self.dtype_names.get(int(self.dtype[o])))
+            for o in range(off[k], off[k + 1]):
+                nd = ndim[o]
+                shapes.append(None if nd < 0 else tuple(dims[dim_off[o]:dim_off[o] + nd]))
+                dtypes.append(names.get(dtype[o]))
             made = self._made[k] = (shapes, dtypes)
         return made
 

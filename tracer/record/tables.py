@@ -108,12 +108,15 @@ class TensorTable:
         """The ids of the `TensorTrace`s made from this table so far (Python's summaries included)."""
         return {id(t) for t in self._made if t is not None} | {id(t) for t in self.py}
 
-    def drop_thumb(self, k: int) -> None:
-        """The thumbnail budget leaves summary `k`'s thumbnail out."""
-        self.no_thumb[k] = True
-        made = self._made[k] if self.plan[k] >= 0 else self.py[int(self.py_index[k])]
-        if made is not None:
-            made.thumb = None
+    def drop_thumbs(self, ks: np.ndarray) -> None:
+        """The thumbnail budget leaves the thumbnails of summaries `ks` out."""
+        self.no_thumb[ks] = True
+        made, py, py_index = self._made, self.py, self.py_index
+        for k in ks[self.plan[ks] < 0].tolist():
+            py[int(py_index[k])].thumb = None
+        for k in ks[self.plan[ks] >= 0].tolist():
+            if (t := made[k]) is not None:
+                t.thumb = None
 
 
 class StepTables:
@@ -133,6 +136,13 @@ class StepTables:
         by_node = np.argsort(runs["node"], kind="stable")
         self.run_rows = by_node
         self.run_start = np.searchsorted(runs["node"][by_node], np.arange(n + 1))
+        self._lists: _Lists | None = None
+
+    def lists(self) -> _Lists:
+        """The columns `LazyNodes` reads node by node, as Python lists (made once, when first asked)."""
+        if self._lists is None:
+            self._lists = _Lists(self)
+        return self._lists
 
     def node_runs(self, nid: int) -> np.ndarray:
         """Positions in `runs` (= execution order) of node `nid`'s runs."""
@@ -140,7 +150,23 @@ class StepTables:
 
     def slot_traces(self, off: int, n: int) -> list[TensorTrace | None]:
         get = self.tensors.get
-        return [None if s < 0 else get(s) for s in self.slots[off:off + n].tolist()]
+        slots = self.slots[off:off + n].tolist() if self._lists is None else self._lists.slots[off:off + n]
+        return [None if s < 0 else get(s) for s in slots]
+
+
+class _Lists:
+    """`StepTables`' columns as lists: a numpy array read one element at a time costs a scalar object a
+    read, and making every `NodeTrace` of a 100k-node step read 2.5 million of them."""
+
+    __slots__ = ("child_off", "child_id", "child_nr", "run_rows", "run_start", "slots", "pass_", "time", "go_off",
+                 "go_n", "gi_off", "gi_n")
+
+    def __init__(self, t: StepTables) -> None:
+        self.child_off, self.child_id, self.child_nr = t.child_off.tolist(), t.child_id.tolist(), t.child_nr.tolist()
+        self.run_rows, self.run_start, self.slots = t.run_rows.tolist(), t.run_start.tolist(), t.slots.tolist()
+        r = t.runs
+        self.pass_, self.time = r["pass"].tolist(), r["time"].tolist()
+        self.go_off, self.go_n, self.gi_off, self.gi_n = (r[f].tolist() for f in ("go_off", "go_n", "gi_off", "gi_n"))
 
 
 class LazyNodes(Sequence[NodeTrace]):
@@ -204,25 +230,26 @@ class LazyNodes(Sequence[NodeTrace]):
     # ---- one node
     def _make(self, k: int) -> NodeTrace:
         t = self.tables
+        c = t.lists()
         st = t.statics[k]
-        a, b = int(t.child_off[k]), int(t.child_off[k + 1])
+        a, b = c.child_off[k], c.child_off[k + 1]
         outputs = t.outputs
         out_shapes, out_dtypes = outputs(k)
         in_shapes: list[Any] = []
-        for c, nr in zip(t.child_id[a:b].tolist(), t.child_nr[a:b].tolist()):
-            if c < 0:
+        for child, nr in zip(c.child_id[a:b], c.child_nr[a:b]):
+            if child < 0:
                 in_shapes.append(None)
             else:
-                shapes = outputs(c)[0]
+                shapes = outputs(child)[0]
                 in_shapes.append(shapes[nr] if nr < len(shapes) else None)
         runs: list[NodeRun] = []
-        rows = t.runs
-        for pos in t.node_runs(k).tolist():
-            r = rows[pos]
-            go = t.slot_traces(int(r["go_off"]), int(r["go_n"]))
-            gi = None if r["gi_n"] < 0 else t.slot_traces(int(r["gi_off"]), int(r["gi_n"]))
-            time_us = float(r["time"])
-            runs.append(NodeRun(int(r["pass"]), pos, go, gi, None if time_us != time_us else time_us))
+        traces = t.slot_traces
+        for pos in c.run_rows[c.run_start[k]:c.run_start[k + 1]]:
+            go = traces(c.go_off[pos], c.go_n[pos])
+            gi_n = c.gi_n[pos]
+            gi = None if gi_n < 0 else traces(c.gi_off[pos], gi_n)
+            time_us = c.time[pos]
+            runs.append(NodeRun(c.pass_[pos], pos, go, gi, None if time_us != time_us else time_us))
         # an unchanged list is the one the previous step's trace holds (StructureCache)
         if in_shapes != st.input_shapes:
             st.input_shapes = in_shapes

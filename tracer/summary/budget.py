@@ -92,11 +92,10 @@ def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = No
     fits = np.cumsum(cells[order]) <= budget
     cut = len(order) if fits.all() else int(np.argmin(fits))  # the first that does not fit, and all after it
     dropped = order[cut:]
-    for k in dropped.tolist():
-        if table is not None and k < rows:
-            table.drop_thumb(k)
-        else:
-            extra[k - rows].thumb = None
+    if table is not None:
+        table.drop_thumbs(dropped[dropped < rows])
+    for k in dropped[dropped >= rows].tolist():
+        extra[k - rows].thumb = None
     largest = float(norms[dropped].max()) if len(dropped) else -1.0
     st.meta["thumbs_left_out"] = {"budget": budget, "count": len(dropped), "max_norm": largest}
     return len(dropped)

@@ -34,22 +34,26 @@ class _TensorTable:
     def ref(self, t: TensorTrace | None) -> int | None:
         if t is None:
             return None
-        k = id(t)
-        if k not in self._index:
-            self._index[k] = len(self.items)
+        i = self._index.get(id(t))
+        if i is None:
+            i = self._index[id(t)] = len(self.items)
             self.items.append(tensor_to_wire(t))
-        return self._index[k]
+        return i
 
     def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
-        return None if ts is None else [self.ref(t) for t in ts]
+        return None if ts is None else self.refs_all(ts)
 
     def refs_all(self, ts: list[TensorTrace | None]) -> TensorRefs:
-        return [self.ref(t) for t in ts]
+        index, ref = self._index, self.ref
+        return [None if t is None else index[id(t)] if id(t) in index else ref(t) for t in ts]
+
+
+_NANS = (float("nan"),) * len(STAT_NAMES)  # a statistic a tensor does not have
 
 
 def tensor_to_wire(t: TensorTrace) -> WireTensor:
     return {"shape": list(t.shape), "dtype": t.dtype,
-            "stats": [float(t.stats.get(k, float("nan"))) for k in STAT_NAMES],
+            "stats": list(map(float, map(t.stats.get, STAT_NAMES, _NANS))),
             "view": t.thumb_view, "device": t.device,
             "thumb": None if t.thumb is None else encode_array(t.thumb),
             "values": None if t.values is None else encode_array(t.values)}
