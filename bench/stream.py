@@ -9,6 +9,12 @@ Measures, in one run:
               (interleaved rounds, median of per-round ratios).
 
     python bench/stream.py [--steps 5] [--push 20] [--rounds 5] [--workload W3]
+    python bench/stream.py --loop 100000 [--steps 2]
+
+`--loop N` measures one thing instead: steps of an N-node `nn.LSTMCell` loop (bench/workloads.py)
+streamed one at a time, each traced step's time against a plain step's, and the time from the end of
+the step to the step listed by the server (`/api/runs/<run>/steps`: stored; reading a 100k-node step
+back through the API is a cost of its own, which `wait_readable` would add).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import torch  # noqa: E402
-from workloads import Workload, build  # noqa: E402
+from workloads import Workload, build, lstm_loop  # noqa: E402
 
 import gradscape  # noqa: E402
 from gradscape.tracer.sinks.socket import SocketSink  # noqa: E402
@@ -70,7 +76,42 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--push", type=int, default=20, help="steps pushed for the throughput measurement")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds for the overhead measurement")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--loop", type=int, metavar="N", help="stream steps of an N-node LSTMCell loop (see above)")
     return ap.parse_args()
+
+
+def wait_listed(base: str, run: str, step: int, timeout: float = 600.0) -> float:
+    """When `step` of `run` is in the server's step list (stored), polled every 50 ms."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/api/runs/{run}/steps", timeout=30) as resp:
+                if step in [s["step"] for s in json.loads(resp.read())["steps"]]:
+                    return time.perf_counter()
+        except (urllib.error.HTTPError, OSError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"step {step} of {run} not listed in {timeout} s")
+
+
+def measure_big_steps(nodes: int, base: str, steps: int) -> None:
+    wl = lstm_loop(nodes)
+    batch = wl.batch()
+    tr = gradscape.Tracer(wl.model, run="loop", sink=base)
+    for i in range(steps):
+        t0 = time.perf_counter()
+        wl.loss(wl.model, batch).backward()
+        plain = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with tr.step(i) as st:
+            wl.loss(wl.model, batch).backward()
+        t_end = time.perf_counter()
+        listed = wait_listed(base, "loop", i)
+        print(f"step {i}: {len(st.nodes)} nodes; plain {plain:.2f} s, traced {t_end - t0:.2f} s "
+              f"({(t_end - t0) / plain:.2f}x); end of step -> stored on the server {listed - t_end:.1f} s", flush=True)
+    t0 = time.perf_counter()
+    tr.close()
+    print(f"close() {time.perf_counter() - t0:.1f} s")
 
 
 def start_server(store: Path, port: int) -> subprocess.Popen[bytes]:
@@ -151,6 +192,8 @@ def main() -> None:
     server = start_server(tmp / "bench.sqlite", port)
     try:
         wait_readable(base + "/api/runs")
+        if args.loop:
+            return measure_big_steps(args.loop, base, args.steps)
         wl = build(args.workload)
         batch = wl.batch()
         print(f"gradscape streaming benchmark: {args.workload} {wl.name}, torch {torch.__version__}, "
