@@ -72,10 +72,10 @@ def test_a_step_changes_form_with_the_collector_paused(loop_step: gradscape.Step
     store = TraceStore(tmp_path / "t.sqlite")
     conversions: list[tuple[str, Callable[[], Any]]] = [
         ("step_to_wire", lambda: step_to_wire(loop_step)),
-        ("unpack", lambda: unpack(data)),
         ("step_from_wire", lambda: step_from_wire(wire)),
         ("TraceStore.write_wire", lambda: store.write_wire(wire)),
         ("TraceStore.write_step", lambda: store.write_step(loop_step)),
+        ("TraceStore.read_graph", lambda: store.read_graph(loop_step.run, loop_step.step)),
         ("TraceStore.read_step", lambda: store.read_step(loop_step.run, loop_step.step)),
     ]
     with collector_paused():

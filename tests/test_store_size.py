@@ -18,8 +18,8 @@ import gradscape
 from gradscape import TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.sinks.file import FileSink
-from gradscape.tracer.wire import step_to_wire
-from gradscape.tracer.wire.compact import dequantise, quantise, quantise_same_shape
+from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_to_wire
+from gradscape.tracer.wire.compact import ThumbTable, dequantise, expand_all, quantise, quantise_same_shape
 
 
 def _lstm_step(steps: int, path: Path | None = None, **opts: object) -> gradscape.StepTrace:
@@ -77,6 +77,35 @@ def test_thumbnails_quantised_together_equal_each_quantised_alone() -> None:
         if fin.any() and np.isfinite(c["hi"] - c["lo"]):
             err = np.abs(back[fin].astype(np.float64) - p[fin])
             assert np.all(err <= (c["hi"] - c["lo"]) / 504 * 1.0001 + 1e-45)
+
+
+def test_thumbnails_turned_back_together_equal_each_turned_back_alone() -> None:
+    """`expand_all` (the store's read) turns a step's 8-bit pictures back shape by shape in one pass: each
+    equals its picture turned back alone, a repeat equals the picture it refers to (transposed where it
+    says so), and a malformed row is named."""
+    rng = np.random.default_rng(2)
+    pics: list[np.ndarray | None] = [(rng.standard_normal((3, 5)) * 10.0 ** k).astype(np.float32) for k in range(-3, 4)]
+    pics[2][0, 0], pics[4][1] = np.nan, -np.inf
+    pics += [pics[1].copy(), np.ascontiguousarray(pics[3].T), np.full((2, 2), 7.0, np.float32), None]
+    rows = dict(enumerate(ThumbTable().keep_all([None if p is None else encode_array(p) for p in pics])))
+    assert rows[7] == {"same": 1, "T": False} and rows[8] == {"same": 3, "T": True} and rows[10] is None
+    together = expand_all(list(rows), rows)
+    for i, p in enumerate(pics):
+        alone = expand_all([i], rows)[i]
+        assert together[i] == alone
+        if p is None:
+            assert alone is None
+            continue
+        back = decode_array(alone, "t")
+        assert back.shape == p.shape and np.array_equal(np.isnan(back), np.isnan(p))
+        fin = np.isfinite(p)
+        assert np.allclose(back[fin], p[fin], rtol=0, atol=float(np.ptp(p[fin])) / 500 + 1e-30)
+    bad = {0: {"same": 5, "T": False}, 5: {"same": 0, "T": False}}
+    with pytest.raises(TraceFormatError, match=r"tensors\[0\]\.thumb: refers to tensor 5"):
+        expand_all([0], bad)
+    short = {3: {**rows[0], "q8": rows[0]["q8"][:-1]}}
+    with pytest.raises(TraceFormatError, match=r"tensors\[3\]\.thumb\.q8: expected 15 bytes"):
+        expand_all([3], short)
 
 
 def test_a_step_costs_few_bytes_a_node(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ from gradscape.tracer.wire import (
     unpack,
     with_defaults,
 )
-from gradscape.tracer.wire.compact import ThumbTable, expand, refers_to
+from gradscape.tracer.wire.compact import ThumbTable, expand_all, refers_to
 from gradscape.tracer.wire.history import WireHistory
 
 SCHEMA_VERSION = 3
@@ -299,6 +299,7 @@ class TraceStore:
                                        (run, int(rank))).fetchone()
         return None if row is None else (row[0], int(row[1]))
 
+    @collector_paused()  # the step's graph is decoded inside (NOTE [Collector paused])
     def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:
         """The step's wire form without arrays (tensors carry stats, shape and dtype only).
 
@@ -312,8 +313,7 @@ class TraceStore:
         if row is None:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
-        with collector_paused():
-            return with_defaults(dict(unpack(decompress(row[0]))))
+        return with_defaults(dict(unpack(decompress(row[0]))))
 
     def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
         idx = sorted({int(i) for i in indices})
@@ -326,8 +326,8 @@ class TraceStore:
                 rows.update(self._rows(run, step, sorted(missing), rank))
         kept = {i: r.get("thumb") for i, r in rows.items()}
         try:
-            return {i: {"thumb": expand(rows[i].get("thumb"), i, kept), "values": rows[i].get("values")}
-                    for i in idx if i in rows}
+            thumbs = expand_all([i for i in idx if i in rows], kept)
+            return {i: {"thumb": thumbs[i], "values": rows[i].get("values")} for i in idx if i in rows}
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 

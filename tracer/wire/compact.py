@@ -60,6 +60,11 @@ def quantise_same_shape(v: np.ndarray) -> list[dict[str, Any]]:
 
 def dequantise(c: Any, where: str) -> np.ndarray:
     """C (with "q8") back to a float32 array; raises `TraceFormatError` naming what is wrong."""
+    return dequantise_same_shape([c], _checked_shape(c, where))[0]
+
+
+def _checked_shape(c: Any, where: str) -> tuple[int, int]:
+    """The shape of C (with "q8"), its bytes and range checked; raises `TraceFormatError` naming what is wrong."""
     shape, data, lo, hi = c.get("shape"), c.get("q8"), c.get("lo"), c.get("hi")
     if not isinstance(shape, list) or len(shape) != 2 or not all(type(s) is int and s >= 0 for s in shape):
         raise TraceFormatError(f"{where}.shape: expected [rows, cols], got {shape!r:.80}")
@@ -67,10 +72,18 @@ def dequantise(c: Any, where: str) -> np.ndarray:
         raise TraceFormatError(f"{where}.q8: expected {shape[0] * shape[1]} bytes")
     if type(lo) not in (int, float) or type(hi) not in (int, float):
         raise TraceFormatError(f"{where}.lo/hi: expected numbers")
-    q = np.frombuffer(data, dtype=np.uint8).reshape(shape)
-    lo, hi = float(lo), float(hi)
-    out = lo + q.astype(np.float64) * ((hi - lo) / _TOP) if hi != lo else np.full(q.shape, lo)
-    out[q == _TOP] = hi
+    return shape[0], shape[1]
+
+
+def dequantise_same_shape(cs: list[dict[str, Any]], shape: tuple[int, int]) -> np.ndarray:
+    """Checked C's (`_checked_shape`) of one shape back to float32, as one (n, rows, cols) array, each over
+    its own range."""
+    q = np.frombuffer(b"".join(c["q8"] for c in cs), dtype=np.uint8).reshape(len(cs), *shape)
+    lo = np.array([float(c["lo"]) for c in cs])[:, None, None]
+    hi = np.array([float(c["hi"]) for c in cs])[:, None, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = np.where(hi != lo, lo + q.astype(np.float64) * ((hi - lo) / _TOP), lo)
+    out = np.where(q == _TOP, hi, out)
     out[q == _NAN] = np.nan
     out[q == _POS_INF] = np.inf
     out[q == _NEG_INF] = -np.inf
@@ -120,25 +133,42 @@ class ThumbTable:
         return None
 
 
-def expand(stored: Any, idx: int, rows: dict[int, Any]) -> WireArray | None:
-    """A row's kept thumbnail back to a float32 wire array; `rows` holds the kept thumbnails of the
-    tensors it may refer to (by index). A v2 row holds the wire array itself."""
-    where = f"tensors[{idx}].thumb"
-    if stored is None:
-        return None
-    if not isinstance(stored, dict):
-        raise TraceFormatError(f"{where}: expected a map, got {type(stored).__name__}")
-    if "same" in stored:
-        k = stored["same"]
-        base = rows.get(k) if type(k) is int and k != idx else None
-        if not isinstance(base, dict) or "q8" not in base:
+def expand_all(idx: list[int], rows: dict[int, Any]) -> dict[int, WireArray | None]:
+    """The kept thumbnails of tensors `idx` back to float32 wire arrays; `rows` holds what each row
+    keeps (by index), the rows they refer to included. A v2 row holds the wire array itself. The
+    8-bit pictures are turned back together, shape by shape; a malformed one raises
+    `TraceFormatError` naming it."""
+    base: dict[int, int] = {}  # tensor -> the tensor whose 8-bit row holds its picture
+    for i in idx:
+        stored: Any = rows.get(i)
+        where = f"tensors[{i}].thumb"
+        if stored is not None and not isinstance(stored, dict):
+            raise TraceFormatError(f"{where}: expected a map, got {type(stored).__name__}")
+        if stored is None or ("same" not in stored and "q8" not in stored):
+            continue
+        k = stored.get("same", i)
+        held = rows.get(k) if type(k) is int and (k != i or "same" not in stored) else None
+        if not isinstance(held, dict) or "q8" not in held:
             raise TraceFormatError(f"{where}: refers to tensor {k!r}, which holds no thumbnail")
-        a = dequantise(base, f"tensors[{k}].thumb")
-        return encode_array(np.ascontiguousarray(a.T) if stored.get("T") else a)
-    if "q8" in stored:
-        return encode_array(dequantise(stored, where))
-    decode_array(stored, where)  # a v2 row: checked as it is
-    return {"dtype": stored["dtype"], "shape": stored["shape"], "data": stored["data"]}
+        base[i] = k
+    pictures: dict[int, np.ndarray] = {}
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k in sorted(set(base.values())):
+        groups.setdefault(_checked_shape(rows[k], f"tensors[{k}].thumb"), []).append(k)
+    for shape, ks in groups.items():
+        pictures.update(zip(ks, dequantise_same_shape([rows[k] for k in ks], shape)))
+    out: dict[int, WireArray | None] = {}
+    for i in idx:
+        stored = rows.get(i)
+        if i in base:
+            a = pictures[base[i]]
+            out[i] = encode_array(np.ascontiguousarray(a.T) if "same" in stored and stored.get("T") else a)
+        elif stored is None:
+            out[i] = None
+        else:
+            decode_array(stored, f"tensors[{i}].thumb")  # a v2 row: checked as it is
+            out[i] = {"dtype": stored["dtype"], "shape": stored["shape"], "data": stored["data"]}
+    return out
 
 
 def refers_to(stored: Any) -> int | None:
