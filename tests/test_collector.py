@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from torch import nn
 
 import gradscape
 from gradscape import TraceStore
-from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.collector import CollectorPause, collector_paused
 from gradscape.tracer.wire import pack, step_from_wire, step_to_wire, unpack
 
 _TRACER = str(Path(gradscape.__file__).resolve().parent / "tracer")
@@ -109,3 +110,28 @@ def test_pauses_nest_and_leave_a_collector_switched_off_by_the_program_off() -> 
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_overlapping_pauses_keep_the_collector_off_until_the_last_ends() -> None:
+    """The sink's thread converts step N while the training thread traces step N+1: a conversion that
+    started first and ends during the traced step must not switch the collector back on in its middle."""
+    started, step_began, conversion_ended = threading.Event(), threading.Event(), threading.Event()
+
+    def convert() -> None:  # the sink's thread
+        with collector_paused():
+            started.set()
+            step_began.wait(10)
+        conversion_ended.set()
+
+    sender = threading.Thread(target=convert)
+    sender.start()
+    assert started.wait(10) and not gc.isenabled()
+    step = CollectorPause()  # the traced step's pause, started while the conversion runs
+    step.pause()
+    step_began.set()
+    assert conversion_ended.wait(10)
+    assert not gc.isenabled()  # the traced step is still running
+    step.resume()
+    step.resume()  # idempotent
+    assert gc.isenabled()
+    sender.join(10)

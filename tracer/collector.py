@@ -37,33 +37,58 @@ NOTE [Collector paused]
     Paused in the socket sink's thread, the collector is paused for the training thread too, for as
     long as that conversion takes (seconds at 100k nodes, well under a millisecond for a small step).
     Reference counting still frees everything at once; only cyclic garbage waits for the collector's
-    return. Nested and concurrent pauses are safe: each puts the collector back only if it found it on,
-    so it is on again once the outermost such pause has ended, and a program that switched it off
-    keeps it off.
+    return.
+
+    Pauses overlap: the socket sink's thread converts step N while the training thread traces step N+1, and
+    the pause of each may end first. So the pauses are counted, process-wide: the first to start
+    notes whether the collector was on and switches it off, and the last to end switches it back on
+    if it was. (Had each pause put back what it found, a conversion that started before a traced
+    step and ended during it would switch the collector back on in the middle of that step.) A
+    program that switched the collector off itself keeps it off.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_lock = threading.Lock()
+_depth = 0  # pauses running now, in every thread
+_was_on = False  # whether the collector was on when the first of them started
+
+
+def _pause() -> None:
+    global _depth, _was_on
+    with _lock:
+        if _depth == 0:
+            _was_on = gc.isenabled()
+            gc.disable()
+        _depth += 1
+
+
+def _resume() -> None:
+    global _depth
+    with _lock:
+        _depth -= 1
+        if _depth == 0 and _was_on:
+            gc.enable()
 
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """The collector off for the block (NOTE [Collector paused]); also a decorator."""
-    was = gc.isenabled()
-    gc.disable()
+    _pause()
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        _resume()
 
 
 class CollectorPause:
-    """Switches the cyclic garbage collector off (`pause`) and back on (`resume`) once, where it
-    was on. Both are idempotent."""
+    """One pause (NOTE [Collector paused]) started by `pause` and ended by `resume`, once each: both are
+    idempotent."""
 
     __slots__ = ("_paused",)
 
@@ -71,11 +96,11 @@ class CollectorPause:
         self._paused = False
 
     def pause(self) -> None:
-        if not self._paused and gc.isenabled():
-            gc.disable()
+        if not self._paused:
+            _pause()
             self._paused = True
 
     def resume(self) -> None:
         if self._paused:
             self._paused = False
-            gc.enable()
+            _resume()
