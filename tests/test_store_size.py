@@ -19,7 +19,7 @@ from gradscape import TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_to_wire
-from gradscape.tracer.wire.compact import ThumbTable, dequantise, expand_all, quantise, quantise_same_shape
+from gradscape.tracer.wire.compact import ThumbTable, expand_all, quantise_same_shape
 
 
 def _lstm_step(steps: int, path: Path | None = None, **opts: object) -> gradscape.StepTrace:
@@ -40,15 +40,25 @@ def _lstm_step(steps: int, path: Path | None = None, **opts: object) -> gradscap
     return st
 
 
+def _turned_back(c: dict[str, object]) -> np.ndarray:
+    """A kept 8-bit thumbnail as the store reads it back."""
+    return decode_array(expand_all([0], {0: c})[0], "t")
+
+
+def _kept(a: np.ndarray) -> dict[str, object]:
+    """A thumbnail as the store keeps it."""
+    return quantise_same_shape(a.astype(np.float64)[None])[0]
+
+
 def test_quantised_thumbnails_keep_their_range_and_non_finite_cells() -> None:
     a = np.array([[-2.0, 0.5, np.nan], [np.inf, -np.inf, 3.0]], dtype=np.float32)
-    back = dequantise(quantise(a), "t")
+    back = _turned_back(_kept(a))
     assert back.dtype == np.float32
     assert (back[0, 0], back[1, 2]) == (-2.0, 3.0)  # the extremes exactly
     assert np.isnan(back[0, 2]) and back[1, 0] == np.inf and back[1, 1] == -np.inf
     assert abs(back[0, 1] - 0.5) <= 5.0 / 252 / 2
     flat = np.full((3, 4), 7.25, dtype=np.float32)  # one value: no range at all
-    assert np.array_equal(dequantise(quantise(flat), "t"), flat)
+    assert np.array_equal(_turned_back(_kept(flat)), flat)
 
 
 def test_thumbnails_quantised_together_equal_each_quantised_alone() -> None:
@@ -71,7 +81,7 @@ def test_thumbnails_quantised_together_equal_each_quantised_alone() -> None:
     assert together[9]["lo"] == together[9]["hi"] == 3.5 and together[7]["q8"] == bytes([253]) * 24
     assert (together[13]["lo"], together[13]["hi"]) == (-float(big), float(big))
     for p, c in zip(pics, together):  # and within half a level of each picture, NaN/Inf kept
-        back = dequantise(c, "t")
+        back = _turned_back(c)
         fin, inf = np.isfinite(p), np.isinf(p)
         assert np.array_equal(np.isnan(back), np.isnan(p)) and np.array_equal(back[inf], p[inf])
         if fin.any() and np.isfinite(c["hi"] - c["lo"]):

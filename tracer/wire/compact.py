@@ -29,11 +29,6 @@ _NAN, _POS_INF, _NEG_INF = 253, 254, 255
 _TOP = LEVELS - 1
 
 
-def quantise(a: np.ndarray) -> dict[str, Any]:
-    """A 2-D float thumbnail as 8-bit codes with its range (C above)."""
-    return quantise_same_shape(np.asarray(a, dtype=np.float64)[None])[0]
-
-
 def quantise_same_shape(v: np.ndarray) -> list[dict[str, Any]]:
     """Thumbnails stacked as one (n, rows, cols) float64 array, each quantised over its own range: one
     pass of numpy for all of them (a 100k-node step keeps 50k thumbnails; one call each cost 25 µs)."""
@@ -56,11 +51,6 @@ def quantise_same_shape(v: np.ndarray) -> list[dict[str, Any]]:
     q[v == -np.inf] = _NEG_INF
     shape = list(v.shape[1:])
     return [{"q8": q[i].tobytes(), "shape": shape, "lo": float(lo[i]), "hi": float(hi[i])} for i in range(n)]
-
-
-def dequantise(c: Any, where: str) -> np.ndarray:
-    """C (with "q8") back to a float32 array; raises `TraceFormatError` naming what is wrong."""
-    return dequantise_same_shape([c], _checked_shape(c, where))[0]
 
 
 def _checked_shape(c: Any, where: str) -> tuple[int, int]:
