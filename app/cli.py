@@ -185,7 +185,8 @@ def serve(store: str, host: str, port: int, token: str | None, ready: object = N
     Path(store).parent.mkdir(parents=True, exist_ok=True)
     from werkzeug.serving import make_server
 
-    config = ServerConfig(host=host, port=port, token=resolve_token(host, token), keep_last=keep_last)
+    config = ServerConfig(host=host, port=port, token=resolve_token(host, token), keep_last=keep_last,
+                          freeze_graphs=True)
     app, _socketio = create_app(store, config)
     # bound before the URL is printed: `--port 0` takes a free port and the line names it (tests read it)
     srv = make_server(host, port, app.server, threaded=True)

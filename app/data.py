@@ -13,6 +13,7 @@ from typing import Any
 
 from gradscape.app import view
 from gradscape.app.server.state import DebugState
+from gradscape.tracer.collector import made_frozen
 from gradscape.tracer.store import RunInfo, TraceStore
 from gradscape.tracer.wire import TensorArrays, WireStep
 
@@ -49,10 +50,13 @@ class _Making:
 class PageData:
     """Reads for the page, with a small LRU of decoded step graphs and their layouts. Every entry is
     keyed by (run, step, rank): the ranks of one step are different traces (their own batches). A read
-    of a step the store does not have raises `StoreError`."""
+    of a step the store does not have raises `StoreError`. `freeze`: decoded graphs are frozen out of the
+    garbage collector's reach (`made_frozen`, NOTE [Kept frozen]); only where the process is the server's."""
 
-    def __init__(self, store: TraceStore, debug: DebugState | None = None, size: int = 6) -> None:
+    def __init__(self, store: TraceStore, debug: DebugState | None = None, size: int = 6,
+                 freeze: bool = False) -> None:
         self.store = store
+        self.freeze = freeze
         self.debug = debug or DebugState()
         self.size = size
         self._graphs: OrderedDict[tuple[str, int, int], WireStep] = OrderedDict()
@@ -120,8 +124,11 @@ class PageData:
         return self.debug.paused_node(run, node, order)
 
     def graph(self, run: str, step: int, rank: int = 0) -> WireStep:
-        return self._lru(self._graphs, (run, int(step), int(rank)),
-                         lambda: self.store.read_graph(run, int(step), int(rank)))
+        def read() -> WireStep:
+            return self.store.read_graph(run, int(step), int(rank))
+
+        make = (lambda: made_frozen(read)) if self.freeze else read
+        return self._lru(self._graphs, (run, int(step), int(rank)), make)
 
     def search_index(self, run: str, step: int, rank: int = 0) -> list[dict[str, str]]:
         return self._lru(self._search, (run, int(step), int(rank)),

@@ -118,7 +118,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
         from gradscape.app import ui
         from gradscape.app.data import PageData
 
-        ui.register(app, PageData(store, state.debug), config.token)
+        ui.register(app, PageData(store, state.debug, freeze=config.freeze_graphs), config.token)
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())
     secure(server, config)
     state.notifier.start()

@@ -27,6 +27,9 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted besides loopback (and the bind host)
     notify_interval: float = 0.1  # /ui pushes are coalesced to at most ~10 Hz
     keep_last: int | None = None  # keep only the newest N steps of each run and rank (`serve --keep-last N`)
+    # freeze the page's decoded graphs (tracer/collector.py, NOTE [Kept frozen]): only in a process whose
+    # heap is the server's own (`gradscape serve`), never in a notebook's or a training script's
+    freeze_graphs: bool = False
 
     @property
     def loopback(self) -> bool:

@@ -37,4 +37,4 @@ def register(app: dash.Dash, data: PageData, token: str | None) -> None:
     problems.register(app, data)
     debugger.register(app, data)
     timeline.register(app, data)  # the run's history: registered last, where it always was
-    app.layout = lambda: page.layout(token, page.initial_state(data))
+    app.layout = page.layout_function(data, token)

@@ -3,9 +3,11 @@ player under it, and the inspector beside it. Styles live in assets/gradscape.cs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import dash_cytoscape as cyto
+import flask
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
@@ -48,6 +50,19 @@ STYLESHEET: list[dict[str, Any]] = [
                                             "width": 3, "opacity": 1}},
     {"selector": "node:selected", "style": {"border-color": "#7b2cbf", "border-width": 4}},
 ]
+
+
+def layout_function(data: PageData, token: str | None) -> Callable[[], Any]:
+    """The page as Dash's layout function. Dash calls it twice for a person's first visit: on the server's
+    first request of any kind (the page's address), only to check the layout's ids; and for
+    `/_dash-layout`, the page's content. Only the second draws the step; the first gets the page without
+    one (the same ids). Drawn into both, a 100k-node step was decoded and laid out in the first (about
+    2 s, holding back the page's HTML) and its payload made once more in the second."""
+    def page_layout() -> Any:
+        if flask.has_request_context() and not flask.request.path.endswith("/_dash-layout"):
+            return layout(token)
+        return layout(token, initial_state(data))
+    return page_layout
 
 
 def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any:

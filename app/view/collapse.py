@@ -180,12 +180,18 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
     nodes (a model wrapped in one `nn.Sequential`), unfold one level at a time while it still fits.
     If even the coarsest called modules do not fit, fold the top-level containers too.
     """
+    return default_folds(wire, max_visible, min_nodes)[0]
+
+
+def default_folds(wire: Wire, max_visible: int = 300, min_nodes: int = 10) -> tuple[set[str], VisibleGraph | None]:
+    """`default_collapse`'s folds (normalised), and the graph they draw when it was built on the way (None
+    otherwise): at 100k nodes each `collapse_graph` walks every node, and the layout needs that graph."""
     # every node is an element: past `max_visible` nodes, drawing the whole graph cannot fit
     if len(wire["nodes"]) <= max_visible and visible_count(wire, ()) <= max_visible:
-        return set()
-    tree = _ModuleTree(wire)
+        return set(), None
+    tree = _ModuleTree(wire)  # the folds below are its modules, none inside another: normalised
     current = tree.coarsest(tree.children.get(None, []))
-    graph = collapse_graph(wire, current)
+    graph = collapse_graph(wire, current, normalised=True)
     while len(graph.elements) < min_nodes:
         finer: set[str] = set()
         for p in current:
@@ -194,15 +200,16 @@ def default_collapse(wire: Wire, max_visible: int = 300, min_nodes: int = 10) ->
         # without drawing it (a model of one module folds to nothing finer but all its nodes)
         if finer == current or len(finer) + len(wire["nodes"]) - sum(tree.size[p] for p in finer) > max_visible:
             break
-        finer_graph = collapse_graph(wire, finer)
+        finer_graph = collapse_graph(wire, finer, normalised=True)
         if finer_graph.count() > max_visible:
             break
         current, graph = finer, finer_graph
     if graph.count() > max_visible:
         top = {p for p in tree.children.get(None, []) if tree.size[p] >= 2}
-        if visible_count(wire, top) < graph.count():
-            current = top
-    return current
+        top_graph = collapse_graph(wire, top, normalised=True)
+        if top_graph.count() < graph.count():
+            current, graph = top, top_graph
+    return current, graph
 
 
 MAX_DRAWN = 10_000  # nodes and folded modules the page draws at most (a 10k-node step opened whole fits)

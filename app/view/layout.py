@@ -70,9 +70,11 @@ from typing import Any
 
 from gradscape.app.view.boxes import box_bounds, box_overlaps, separate_boxes
 from gradscape.app.view.collapse import (
+    VisibleGraph,
     box_label,
     collapse_graph,
     default_collapse,
+    default_folds,
     element_size,
     fit_drawn,
     normalise,
@@ -106,15 +108,16 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     (`collapse.fit_drawn`), and `"refolded"` lists them.
     """
     with raised_gc_threshold():
-        folded = default_collapse(wire, max_visible) if collapsed is None else normalise(wire, collapsed)
+        folded, vg = default_folds(wire, max_visible) if collapsed is None else (normalise(wire, collapsed), None)
         refolded: list[str] = []
         if max_drawn is not None:
             folded, refolded = fit_drawn(wire, folded, max_drawn)
-        return {**_layout(wire, folded, sweeps, dx, dy, module_gap), "refolded": refolded}
+        if refolded or vg is None:
+            vg = collapse_graph(wire, folded, normalised=True)
+        return {**_layout(wire, vg, sweeps, dx, dy, module_gap), "collapsed": sorted(folded), "refolded": refolded}
 
 
-def _layout(wire: Wire, folded: set[str], sweeps: int, dx: float, dy: float, module_gap: float) -> dict[str, Any]:
-    vg = collapse_graph(wire, folded, normalised=True)
+def _layout(wire: Wire, vg: VisibleGraph, sweeps: int, dx: float, dy: float, module_gap: float) -> dict[str, Any]:
     index = {e: i for i, e in enumerate(vg.elements)}
     pairs = [(index[a], index[b]) for a, b in vg.edges]
     groups: list[Group] = [prefixes(vg.parent[e]) for e in vg.elements]
@@ -146,7 +149,7 @@ def _layout(wire: Wire, folded: set[str], sweeps: int, dx: float, dy: float, mod
         edges.append({"id": f"e:{a}>{b}", "source": a, "target": b, "slots": [list(s) for s in slots],
                       "up": layer[index[a]] >= layer[index[b]], "bends": bends})
     hidden = {str(i): e for e, ids in vg.members.items() for i in ids}
-    return {"collapsed": sorted(folded), "nodes": nodes, "boxes": dict(vg.boxes), "box_labels": labels, "edges": edges,
+    return {"nodes": nodes, "boxes": dict(vg.boxes), "box_labels": labels, "edges": edges,
             "hidden": hidden, "layers": len(rows), "crossings": count_crossings(proper.layer, x, proper.pairs),
             "width": max(x, default=0.0) - lo, "height": ys[-1] if rows else 0.0}
 

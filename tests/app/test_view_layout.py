@@ -179,6 +179,15 @@ def test_w4_opens_collapsed_and_expanding_adds_exactly_its_nodes(w4: dict[str, A
     assert collapse_module(expand_module(folded, "blocks.3"), "blocks.3") == folded
 
 
+def test_the_default_folds_lay_out_as_the_same_folds_given(w4: dict[str, Any]) -> None:
+    """`layout_graph(wire, None)` reuses the folded graph `default_folds` built on the way; it must lay out
+    exactly as the same folds passed in, which builds it anew, also when `max_drawn` folds more."""
+    folded = default_collapse(w4)
+    assert folded and layout_graph(w4, None) == layout_graph(w4, folded)
+    assert layout_graph(w4, None, max_drawn=8) == layout_graph(w4, folded, max_drawn=8)
+    assert layout_graph(w4, None, max_drawn=8)["refolded"]
+
+
 def test_expand_one_level_keeps_submodules_folded(w4: dict[str, Any]) -> None:
     folded = default_collapse(w4)
     opened = expand_one_level(w4, folded, "blocks.3")
