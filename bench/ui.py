@@ -235,9 +235,9 @@ def wait_ready(pg: Any, name: str) -> None:
 
 def first_expands(store: Path, which: str) -> list[float]:
     """Click each folded module of the opening view once, on a server that has never laid it out
-    (a fresh server per trace); fold it back (untimed) between clicks. Prints p50/p95/max."""
-    app, _sio = create_app(str(store), ServerConfig())
-    url, _ = serve(app.server)
+    (a fresh `gradscape serve` per trace, as a person starts it); fold it back (untimed) between clicks.
+    Prints p50/p95/max."""
+    url, proc = serve_process(store)
     out: list[float] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
@@ -260,6 +260,8 @@ def first_expands(store: Path, which: str) -> list[float]:
             again.append(expand_once(pg, module))
             fold_back(pg, module, opening)
         browser.close()
+    proc.terminate()
+    proc.wait(30)
     q = statistics.quantiles(out, n=20, method="inclusive") if len(out) > 1 else out * 19
     print(f"first expand, {len(out)} modules: p50 {statistics.median(out):.2f} s, p95 {q[18]:.2f} s, "
           f"max {max(out):.2f} s (page clock, click → module drawn); the same click once laid out: median "
