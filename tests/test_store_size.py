@@ -18,7 +18,7 @@ import gradscape
 from gradscape import TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.sinks.file import FileSink
-from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_to_wire
+from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_from_wire, step_to_wire
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, quantise_same_shape
 
 
@@ -159,6 +159,32 @@ def test_the_budget_leaves_out_the_smallest_norms_and_the_page_says_so(tmp_path:
     assert idx is not None and "left out" in note and str(budget) in note
     with pytest.raises(ValueError, match="thumb_budget"):
         gradscape.Tracer(thumb_budget=-1)
+
+
+def test_a_loaded_step_has_the_thumbnails_the_page_reads(tmp_path: Path) -> None:
+    """`read_step` turns thumbnails straight into arrays, `read_arrays` (the page's) into wire arrays:
+    both give the same pictures, repeats and transposes (NOTE [Compact thumbnails]) included."""
+    path = tmp_path / "t.sqlite"
+    _lstm_step(30, path)
+    with TraceStore(path, readonly=True) as store:
+        st = store.read_step("lstm", 0)
+        wire = step_to_wire(st)
+        arrays = store.read_arrays("lstm", 0, range(len(wire["tensors"])))
+    for i, t in enumerate(wire["tensors"]):
+        page = arrays.get(i, {"thumb": None})["thumb"]
+        assert (t["thumb"] is None) == (page is None), i
+        if page is not None:
+            assert t["thumb"] == page, i  # dtype, shape and bytes
+    with sqlite3.connect(path) as db:
+        repeats = sum(b'same' in blob for (blob,) in db.execute("SELECT arrays FROM tensors"))
+    assert repeats > 0  # the step has thumbnails kept as references to others
+
+
+def test_arrays_for_a_tensor_the_step_does_not_have_are_refused() -> None:
+    wire = step_to_wire(_lstm_step(2))
+    n = len(wire["tensors"])
+    with pytest.raises(TraceFormatError, match=f"tensor {n} is not one of the step's {n}"):
+        step_from_wire(wire, {n: (None, None)})
 
 
 def test_a_version_2_file_still_reads(tmp_path: Path) -> None:

@@ -34,9 +34,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
@@ -47,15 +47,17 @@ from gradscape.tracer.wire import (
     TraceFormatError,
     WireStep,
     WireTensor,
+    decode_array,
     pack,
     step_from_wire,
     step_to_wire,
     unpack,
     with_defaults,
 )
-from gradscape.tracer.wire.compact import ThumbTable, expand_all, refers_to
+from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
 
+T = TypeVar("T")
 SCHEMA_VERSION = 3
 _READABLE = ("2", "3")  # version 2: the same tables, blobs uncompressed (see the module docstring)
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
@@ -317,8 +319,16 @@ class TraceStore:
 
     def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
         idx = sorted({int(i) for i in indices})
+        rows, thumbs = self._thumbs(run, step, idx, rank, expand_all)
+        return {i: {"thumb": thumbs[i], "values": rows[i].get("values")} for i in idx if i in rows}
+
+    def _thumbs(self, run: str, step: int, idx: list[int], rank: int,
+                expand: Callable[[list[int], dict[int, Any]], dict[int, T]]) -> tuple[dict[int, dict[str, Any]],
+                                                                                   dict[int, T]]:
+        """The rows of tensors `idx` that have one, the rows their thumbnails refer to included, and the
+        thumbnails of `idx` turned back by `expand` (`expand_all`, `expand_pictures`)."""
         if not idx:
-            return {}
+            return {}, {}
         with self._lock:
             rows = self._rows(run, step, idx, rank)
             missing = {k for r in rows.values() if (k := refers_to(r.get("thumb"))) is not None} - rows.keys()
@@ -326,8 +336,7 @@ class TraceStore:
                 rows.update(self._rows(run, step, sorted(missing), rank))
         kept = {i: r.get("thumb") for i, r in rows.items()}
         try:
-            thumbs = expand_all([i for i in idx if i in rows], kept)
-            return {i: {"thumb": thumbs[i], "values": rows[i].get("values")} for i in idx if i in rows}
+            return rows, expand([i for i in idx if i in rows], kept)
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 
@@ -343,18 +352,15 @@ class TraceStore:
                 out[int(i)] = row
         return out
 
-    def read_wire(self, run: str, step: int, rank: int = 0) -> WireStep:
-        """The whole step, arrays included."""
-        graph = self.read_graph(run, step, rank)
-        arrays = self.read_arrays(run, step, range(len(graph["tensors"])), rank)
-        none: TensorArrays = {"thumb": None, "values": None}
-        graph["tensors"] = [{**t, **arrays.get(i, none)} for i, t in enumerate(graph["tensors"])]
-        return graph
-
     @collector_paused()  # the step's graph, arrays and trace are made inside (NOTE [Collector paused])
     def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:
+        """The whole step as a `StepTrace`. Its thumbnails go from the rows to arrays directly, not through
+        wire arrays: at 100k nodes, encoding 50k of them to be decoded again took 0.4 s."""
+        graph = self.read_graph(run, step, rank)
+        rows, thumbs = self._thumbs(run, step, list(range(len(graph["tensors"]))), rank, expand_pictures)
         try:
-            return step_from_wire(self.read_wire(run, step, rank))
+            arrays = {i: (thumb, _values(rows[i].get("values"), i)) for i, thumb in thumbs.items()}
+            return step_from_wire(graph, arrays)
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
 
@@ -367,6 +373,10 @@ class TraceStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _values(stored: Any, i: int) -> Any:
+    return None if stored is None else decode_array(stored, f"tensors[{i}].values")
 
 
 def load(path: str | Path, run: str | None = None, step: int | None = None, rank: int = 0) -> StepTrace:

@@ -1,7 +1,7 @@
 """What the offline page of one step shows, as JSON-ready data: built from the step's wire form by the
 view layer (`gradscape.app.view`), so the file draws what the live page draws. No Dash, no torch.
 
-    data = page_data(wire)           # wire: the whole step, arrays included (`TraceStore.read_wire`)
+    data = page_data(wire)           # wire: the whole step, arrays included (`step_to_wire`)
 
 - The graph: a page without a server cannot lay out again, so every view a person can open is laid
   out here. The step opens folded as the live page opens it (`default_collapse`); opening a folded

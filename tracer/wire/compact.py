@@ -124,9 +124,14 @@ class ThumbTable:
 
 
 def expand_all(idx: list[int], rows: dict[int, Any]) -> dict[int, WireArray | None]:
-    """The kept thumbnails of tensors `idx` back to float32 wire arrays; `rows` holds what each row
-    keeps (by index), the rows they refer to included. A v2 row holds the wire array itself. The
-    8-bit pictures are turned back together, shape by shape; a malformed one raises
+    """`expand_pictures` as wire arrays: what `TraceStore.read_arrays` gives the page."""
+    return {i: None if a is None else encode_array(a) for i, a in expand_pictures(idx, rows).items()}
+
+
+def expand_pictures(idx: list[int], rows: dict[int, Any]) -> dict[int, np.ndarray | None]:
+    """The kept thumbnails of tensors `idx` back to float32 arrays; `rows` holds what each row keeps (by
+    index), the rows they refer to included. A v2 row holds the wire array itself (checked and read as
+    it is). The 8-bit pictures are turned back together, shape by shape; a malformed one raises
     `TraceFormatError` naming it."""
     base: dict[int, int] = {}  # tensor -> the tensor whose 8-bit row holds its picture
     for i in idx:
@@ -147,17 +152,14 @@ def expand_all(idx: list[int], rows: dict[int, Any]) -> dict[int, WireArray | No
         groups.setdefault(_checked_shape(rows[k], f"tensors[{k}].thumb"), []).append(k)
     for shape, ks in groups.items():
         pictures.update(zip(ks, dequantise_same_shape([rows[k] for k in ks], shape)))
-    out: dict[int, WireArray | None] = {}
+    out: dict[int, np.ndarray | None] = {}
     for i in idx:
         stored = rows.get(i)
         if i in base:
             a = pictures[base[i]]
-            out[i] = encode_array(np.ascontiguousarray(a.T) if "same" in stored and stored.get("T") else a)
-        elif stored is None:
-            out[i] = None
+            out[i] = np.ascontiguousarray(a.T) if "same" in stored and stored.get("T") else a
         else:
-            decode_array(stored, f"tensors[{i}].thumb")  # a v2 row: checked as it is
-            out[i] = {"dtype": stored["dtype"], "shape": stored["shape"], "data": stored["data"]}
+            out[i] = None if stored is None else decode_array(stored, f"tensors[{i}].thumb")  # a v2 row
     return out
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from gradscape.tracer._model import (
     STAT_NAMES,
     BackwardPass,
@@ -74,8 +76,11 @@ class _Refs:
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def step_from_wire(d: Any) -> StepTrace:
-    """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong."""
+def step_from_wire(d: Any, arrays: dict[int, tuple[np.ndarray | None, np.ndarray | None]] | None = None
+                   ) -> StepTrace:
+    """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong. `arrays`: the
+    (thumbnail, values) of tensors by index, already read as arrays (`TraceStore.read_step`, which keeps
+    them apart from the graph), set on the tensors built."""
     if not isinstance(d, dict):
         raise TraceFormatError(f"step: expected a map, got {type(d).__name__}")
     v = d.get("v")
@@ -87,6 +92,10 @@ def step_from_wire(d: Any) -> StepTrace:
     # the common form is read by `fast_read`, and the rest checked field by field (NOTE [Fast read])
     tensors = [fast if (fast := fast_read.tensor(t)) is not None else tensor_from_wire(t, f"tensors[{i}]")
                for i, t in enumerate(checked_list(d["tensors"], "tensors"))]
+    for i, (thumb, values) in (arrays or {}).items():
+        if not 0 <= i < len(tensors):
+            raise TraceFormatError(f"arrays: tensor {i} is not one of the step's {len(tensors)}")
+        tensors[i].thumb, tensors[i].values = thumb, values
     refs = _Refs(tensors, len(checked_list(d["nodes"], "nodes")))
     st = StepTrace(run=_str(d["run"], "run"), step=_int(d["step"], "step"))
     st.error = opt_str(d.get("error"), "error")
