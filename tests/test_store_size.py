@@ -15,7 +15,7 @@ import torch
 from test_store import assert_same_step
 
 import gradscape
-from gradscape import TraceStore, load
+from gradscape import StoreError, TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_from_wire, step_to_wire
@@ -180,11 +180,18 @@ def test_a_loaded_step_has_the_thumbnails_the_page_reads(tmp_path: Path) -> None
     assert repeats > 0  # the step has thumbnails kept as references to others
 
 
-def test_arrays_for_a_tensor_the_step_does_not_have_are_refused() -> None:
+def test_arrays_for_a_tensor_the_step_does_not_have_are_refused(tmp_path: Path) -> None:
     wire = step_to_wire(_lstm_step(2))
     n = len(wire["tensors"])
     with pytest.raises(TraceFormatError, match=f"tensor {n} is not one of the step's {n}"):
         step_from_wire(wire, {n: (None, None)})
+    path = tmp_path / "extra.sqlite"  # a file with a row for a tensor past the step's: `load` names it
+    _lstm_step(2, path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO tensors VALUES('lstm', 0, 0, ?, ?)",
+                   (n, msgpack.packb({"thumb": None, "values": None}, use_bin_type=True)))
+    with pytest.raises(StoreError, match=f"tensor {n} is not one of the step's {n}"):
+        load(path)
 
 
 def test_a_version_2_file_still_reads(tmp_path: Path) -> None:

@@ -322,12 +322,13 @@ class TraceStore:
         rows, thumbs = self._thumbs(run, step, idx, rank, expand_all)
         return {i: {"thumb": thumbs[i], "values": rows[i].get("values")} for i in idx if i in rows}
 
-    def _thumbs(self, run: str, step: int, idx: list[int], rank: int,
+    def _thumbs(self, run: str, step: int, idx: list[int] | None, rank: int,
                 expand: Callable[[list[int], dict[int, Any]], dict[int, T]]) -> tuple[dict[int, dict[str, Any]],
                                                                                    dict[int, T]]:
-        """The rows of tensors `idx` that have one, the rows their thumbnails refer to included, and the
-        thumbnails of `idx` turned back by `expand` (`expand_all`, `expand_pictures`)."""
-        if not idx:
+        """The rows of tensors `idx` (None: every tensor of the step) that have one, the rows their
+        thumbnails refer to included, and the thumbnails of `idx` turned back by `expand` (`expand_all`,
+        `expand_pictures`)."""
+        if idx == []:
             return {}, {}
         with self._lock:
             rows = self._rows(run, step, idx, rank)
@@ -336,20 +337,24 @@ class TraceStore:
                 rows.update(self._rows(run, step, sorted(missing), rank))
         kept = {i: r.get("thumb") for i, r in rows.items()}
         try:
-            return rows, expand([i for i in idx if i in rows], kept)
+            return rows, expand(sorted(rows) if idx is None else [i for i in idx if i in rows], kept)
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 
-    def _rows(self, run: str, step: int, idx: list[int], rank: int) -> dict[int, dict[str, Any]]:
+    def _rows(self, run: str, step: int, idx: list[int] | None, rank: int) -> dict[int, dict[str, Any]]:
+        """The arrays rows of tensors `idx` (None: all the step's, in one query: at 100k nodes, 0.04 s
+        against 0.2 s for its 50k rows asked for 500 at a time)."""
+        key = (run, int(rank), int(step))
+        where = "SELECT idx, arrays FROM tensors WHERE run=? AND rank=? AND step=?"
+        found = (self._db.execute(where, key) if idx is None else
+                 (r for chunk in (idx[i:i + 500] for i in range(0, len(idx), 500))
+                  for r in self._db.execute(f"{where} AND idx IN ({','.join('?' * len(chunk))})", (*key, *chunk))))
         out: dict[int, dict[str, Any]] = {}
-        for chunk in (idx[i:i + 500] for i in range(0, len(idx), 500)):
-            q = (f"SELECT idx, arrays FROM tensors WHERE run=? AND rank=? AND step=? "
-                 f"AND idx IN ({','.join('?' * len(chunk))})")
-            for i, blob in self._db.execute(q, (run, int(rank), int(step), *chunk)):
-                row = unpack(decompress(blob))
-                if not isinstance(row, dict):
-                    raise StoreError(f"step {step} of run {run!r} in {self.path}: tensor {i}'s arrays are not a map")
-                out[int(i)] = row
+        for i, blob in found:
+            row = unpack(decompress(blob))
+            if not isinstance(row, dict):
+                raise StoreError(f"step {step} of run {run!r} in {self.path}: tensor {i}'s arrays are not a map")
+            out[int(i)] = row
         return out
 
     @collector_paused()  # the step's graph, arrays and trace are made inside (NOTE [Collector paused])
@@ -357,7 +362,7 @@ class TraceStore:
         """The whole step as a `StepTrace`. Its thumbnails go from the rows to arrays directly, not through
         wire arrays: at 100k nodes, encoding 50k of them to be decoded again took 0.4 s."""
         graph = self.read_graph(run, step, rank)
-        rows, thumbs = self._thumbs(run, step, list(range(len(graph["tensors"]))), rank, expand_pictures)
+        rows, thumbs = self._thumbs(run, step, None, rank, expand_pictures)
         try:
             arrays = {i: (thumb, _values(rows[i].get("values"), i)) for i, thumb in thumbs.items()}
             return step_from_wire(graph, arrays)
