@@ -110,7 +110,8 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     with raised_gc_threshold():
         folded, vg = default_folds(wire, max_visible) if collapsed is None else (normalise(wire, collapsed), None)
         refolded: list[str] = []
-        if max_drawn is not None:
+        # the default folds' graph draws its elements: as many as fit, nothing to fold again (no module tree)
+        if max_drawn is not None and (vg is None or len(vg.elements) > max_drawn):
             folded, refolded = fit_drawn(wire, folded, max_drawn)
         if refolded or vg is None:
             vg = collapse_graph(wire, folded, normalised=True)

@@ -14,6 +14,7 @@ from zoo import ZOO, build
 
 import gradscape
 from gradscape.app.view import (
+    MAX_DRAWN,
     collapse_module,
     count_crossings,
     cytoscape_elements,
@@ -184,6 +185,7 @@ def test_the_default_folds_lay_out_as_the_same_folds_given(w4: dict[str, Any]) -
     exactly as the same folds passed in, which builds it anew, also when `max_drawn` folds more."""
     folded = default_collapse(w4)
     assert folded and layout_graph(w4, None) == layout_graph(w4, folded)
+    assert layout_graph(w4, None, max_drawn=MAX_DRAWN) == layout_graph(w4, folded, max_drawn=MAX_DRAWN)
     assert layout_graph(w4, None, max_drawn=8) == layout_graph(w4, folded, max_drawn=8)
     assert layout_graph(w4, None, max_drawn=8)["refolded"]
 
