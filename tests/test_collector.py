@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
+from zoo import loop_model
+from zoo import loop_step as zoo_loop_step
 
 import gradscape
 from gradscape import TraceStore
@@ -46,16 +47,8 @@ def calls_seen() -> Iterator[list[tuple[str, bool]]]:
 def loop_step() -> gradscape.StepTrace:
     """A traced step of an LSTMCell loop (about 2,000 nodes)."""
     torch.manual_seed(0)
-    cell, head = nn.LSTMCell(4, 16), nn.Linear(16, 1)
-    tr = gradscape.Tracer(nn.ModuleDict({"cell": cell, "head": head}))
-    x = torch.randn(130, 4, 4)
-    with tr.step(0) as st:
-        h = c = x.new_zeros(4, 16)
-        outs = []
-        for t in range(len(x)):
-            h, c = cell(x[t], (h, c))
-            outs.append(head(h))
-        torch.stack(outs).pow(2).mean().backward()
+    tr = gradscape.Tracer(loop_model())
+    st = zoo_loop_step(tr, 0, 130)
     tr.close()
     assert st is not None and len(st.nodes) > 1500
     return st

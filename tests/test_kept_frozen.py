@@ -20,26 +20,19 @@ from gradscape.app.server import ServerConfig
 _CHILD = r'''
 import gc, json, sys
 import torch
-from torch import nn
 import gradscape
 from gradscape import TraceStore
 from gradscape.app.data import PageData
 
-path, freeze = sys.argv[1], sys.argv[2] == "1"
+path, freeze, tests = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+sys.path.insert(0, tests)
+from zoo import loop_model, loop_step
+
 torch.manual_seed(0)
-cell, head = nn.LSTMCell(4, 16), nn.Linear(16, 1)
 store = TraceStore(path)
-tr = gradscape.Tracer(nn.ModuleDict({"cell": cell, "head": head}))
+tr = gradscape.Tracer(loop_model())
 for i in range(3):
-    x = torch.randn(100, 4, 4)
-    with tr.step(i) as st:
-        h = c = x.new_zeros(4, 16)
-        outs = []
-        for t in range(len(x)):
-            h, c = cell(x[t], (h, c))
-            outs.append(head(h))
-        torch.stack(outs).pow(2).mean().backward()
-    store.write_step(st)
+    store.write_step(loop_step(tr, i, 100))
 tr.close()
 run = store.runs()[0]["run"]
 data = PageData(store, freeze=freeze, size=1)  # one graph kept: each read lets the one before go
@@ -61,7 +54,8 @@ print(json.dumps(out))
 
 
 def _child(tmp_path: Path, freeze: bool) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "t.sqlite"), "1" if freeze else "0"],
+    res = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "t.sqlite"), "1" if freeze else "0",
+                          str(Path(__file__).parent)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])

@@ -221,3 +221,23 @@ def build(name: str) -> Case:
 
 
 ZOO = ["mlp", "cnn", "transformer", "tied", "two_heads", "detached", "custom", "grabbag"]
+
+
+def loop_step(tr: Any, step: int, length: int) -> Any:
+    """One traced step of `tr`'s model, a ModuleDict of an `nn.LSTMCell(4, 16)` "cell" and a
+    `nn.Linear(16, 1)` "head", unrolled `length` times (about 15 autograd nodes a time step)."""
+    cell, head = tr.model["cell"], tr.model["head"]
+    x = torch.randn(length, 4, 4)
+    with tr.step(step) as st:
+        h = c = x.new_zeros(4, 16)
+        outs = []
+        for t in range(length):
+            h, c = cell(x[t], (h, c))
+            outs.append(head(h))
+        torch.stack(outs).pow(2).mean().backward()
+    return st
+
+
+def loop_model() -> nn.ModuleDict:
+    """The model `loop_step` runs."""
+    return nn.ModuleDict({"cell": nn.LSTMCell(4, 16), "head": nn.Linear(16, 1)})
