@@ -32,7 +32,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from gradscape import StepTrace
-from gradscape.tracer.wire import step_to_wire
 
 log = logging.getLogger(__name__)
 SESSION = "<session>"  # the key of the session's own trace file of the steps shown
@@ -117,7 +116,7 @@ class _PageSink:
         self.stats = {"written": 0, "dropped": 0}
 
     def write(self, st: StepTrace) -> None:
-        self.srv.app.state.store_step(step_to_wire(st))
+        self.srv.app.state.store_step(st)
         self.stats["written"] += 1
 
     def close(self, timeout: float = 10.0) -> None:

@@ -180,6 +180,26 @@ def test_a_loaded_step_has_the_thumbnails_the_page_reads(tmp_path: Path) -> None
     assert repeats > 0  # the step has thumbnails kept as references to others
 
 
+@pytest.mark.parametrize("tensors", ["summary", "full"])
+def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: Path, tensors: str) -> None:
+    """`write_step` keeps the arrays apart without making wire arrays of them (`step_to_graph`); it must
+    store what the server stores from the wire form, row for row and byte for byte."""
+    st = _lstm_step(30, tensors=tensors)
+    a, b = tmp_path / "trace.sqlite", tmp_path / "wire.sqlite"
+    with TraceStore(a) as store:
+        store.write_step(st)
+    with TraceStore(b) as store:
+        store.write_wire(step_to_wire(st))
+    rows = []
+    for path in (a, b):
+        with sqlite3.connect(path) as db:
+            rows.append((db.execute("SELECT run, rank, step, n_nodes, n_edges, error, graph FROM steps").fetchall(),
+                         db.execute("SELECT * FROM tensors ORDER BY idx").fetchall()))
+    assert rows[0] == rows[1]
+    assert len(rows[0][1]) > 100 and any(b"same" in blob for *_, blob in rows[0][1])
+    assert (tensors == "full") == any(b"values" in blob and b"<f4" in blob for *_, blob in rows[0][1])
+
+
 def test_arrays_for_a_tensor_the_step_does_not_have_are_refused(tmp_path: Path) -> None:
     wire = step_to_wire(_lstm_step(2))
     n = len(wire["tensors"])

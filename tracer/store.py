@@ -42,18 +42,20 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
+from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import (
     TensorArrays,
     TraceFormatError,
     WireStep,
     WireTensor,
     decode_array,
+    encode_array,
     pack,
     step_from_wire,
-    step_to_wire,
     unpack,
     with_defaults,
 )
+from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
 
@@ -61,37 +63,6 @@ T = TypeVar("T")
 SCHEMA_VERSION = 3
 _READABLE = ("2", "3")  # version 2: the same tables, blobs uncompressed (see the module docstring)
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs(run TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS steps(
-    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, created REAL NOT NULL,
-    n_nodes INTEGER NOT NULL, n_edges INTEGER NOT NULL, error TEXT, graph BLOB NOT NULL,
-    PRIMARY KEY(run, rank, step));
-CREATE TABLE IF NOT EXISTS tensors(
-    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, idx INTEGER NOT NULL,
-    arrays BLOB NOT NULL, PRIMARY KEY(run, rank, step, idx));
-"""
-
-# version 1 -> 2: the rank joins the keys; the old rows become rank 0
-_MIGRATE_1_2 = """
-ALTER TABLE steps RENAME TO steps_v1;
-ALTER TABLE tensors RENAME TO tensors_v1;
-CREATE TABLE steps(
-    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, created REAL NOT NULL,
-    n_nodes INTEGER NOT NULL, n_edges INTEGER NOT NULL, error TEXT, graph BLOB NOT NULL,
-    PRIMARY KEY(run, rank, step));
-CREATE TABLE tensors(
-    run TEXT NOT NULL, rank INTEGER NOT NULL DEFAULT 0, step INTEGER NOT NULL, idx INTEGER NOT NULL,
-    arrays BLOB NOT NULL, PRIMARY KEY(run, rank, step, idx));
-INSERT INTO steps SELECT run, 0, step, created, n_nodes, n_edges, error, graph FROM steps_v1;
-INSERT INTO tensors SELECT run, 0, step, idx, arrays FROM tensors_v1;
-DROP TABLE steps_v1;
-DROP TABLE tensors_v1;
-UPDATE meta SET value='2' WHERE key='schema_version';
-"""
-
 
 class RunInfo(TypedDict):
     """A row of `TraceStore.runs()` (and of the JSON API's `/api/runs`)."""
@@ -174,12 +145,12 @@ class TraceStore:
         has_meta = self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() if has_meta else None
         if row is not None and row[0] == "1":
-            for stmt in _MIGRATE_1_2.split(";"):
+            for stmt in MIGRATE_1_2.split(";"):
                 if stmt.strip():
                     self._db.execute(stmt)
         if row is not None and row[0] in ("1", "2"):  # version 3 reads version-2 rows as they are
             self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
-        for stmt in _SCHEMA.split(";"):
+        for stmt in STEP_TABLES.split(";"):
             if stmt.strip():
                 self._db.execute(stmt)
         create_history_tables(self._db)  # the monitor's history (tracer/history_store.py)
@@ -199,38 +170,46 @@ class TraceStore:
                              f"this gradscape reads version {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------------ writing
-    @collector_paused()  # the step's wire form is made and let go inside (NOTE [Collector paused])
+    @collector_paused()  # the step's forms are made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
-        self.write_wire(step_to_wire(st))
+        """Store a step, in one transaction. Its arrays go to their rows without becoming wire arrays
+        (`step_to_graph`)."""
+        self._writable()
+        graph, arrays = step_to_graph(st)
+        thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays])
+        self._write(graph, thumbs, [None if v is None else encode_array(v) for _, v in arrays])
 
     @collector_paused()
     def write_wire(self, wire: WireStep) -> None:
         """Store a step given in wire form (already validated), in one transaction."""
-        if self.readonly:
-            raise StoreError(f"{self.path} is open read-only")
-        tensors: list[tuple[int, bytes]] = []  # a tensor without arrays has no row
-        stripped: list[WireTensor] = []
+        self._writable()
         thumbs = ThumbTable().keep_all([t.get("thumb") for t in wire["tensors"]])
-        for i, t in enumerate(wire["tensors"]):
-            kept = {"thumb": thumbs[i], "values": t.get("values")}
-            if kept["thumb"] is not None or kept["values"] is not None:
-                tensors.append((i, compress(pack(kept))))
-            stripped.append({"shape": t["shape"], "dtype": t["dtype"], "stats": t["stats"], "view": t["view"],
-                             "device": t["device"]})
-        graph: WireStep = {**wire, "tensors": stripped}
+        stripped: list[WireTensor] = [{"shape": t["shape"], "dtype": t["dtype"], "stats": t["stats"],
+                                       "view": t["view"], "device": t["device"]} for t in wire["tensors"]]
+        self._write({**wire, "tensors": stripped}, thumbs, [t.get("values") for t in wire["tensors"]])
+
+    def _write(self, graph: WireStep, thumbs: list[Any], values: list[Any]) -> None:
+        """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its
+        kept thumbnail (`ThumbTable`) and its values."""
+        tensors = [(i, compress(pack({"thumb": th, "values": v})))
+                   for i, (th, v) in enumerate(zip(thumbs, values)) if th is not None or v is not None]
         now = time.time()
-        run, step, rank = wire["run"], int(wire["step"]), wire_rank(wire)
+        run, step, rank = graph["run"], int(graph["step"]), wire_rank(graph)
         with self._lock, self._db:
             self._db.execute("INSERT INTO runs VALUES(?,?,?) ON CONFLICT(run) DO UPDATE SET updated=excluded.updated",
                              (run, now, now))
             self._db.execute("DELETE FROM tensors WHERE run=? AND rank=? AND step=?", (run, rank, step))
             self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?,?)",
-                             (run, rank, step, now, len(wire["nodes"]), len(wire["edges"]), wire.get("error"),
+                             (run, rank, step, now, len(graph["nodes"]), len(graph["edges"]), graph.get("error"),
                               compress(pack(graph))))
             self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
                                  [(run, rank, step, i, a) for i, a in tensors])
             if self.keep_last is not None:
                 self._prune(run, rank, self.keep_last)
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only")
 
     def _prune(self, run: str, rank: int, keep_last: int) -> None:
         """Delete all but the newest `keep_last` steps of (run, rank), inside the caller's transaction."""
@@ -241,8 +220,7 @@ class TraceStore:
 
     def prune(self, run: str, keep_last: int, rank: int = 0) -> None:
         """Keep only the newest `keep_last` steps of `run` on `rank`."""
-        if self.readonly:
-            raise StoreError(f"{self.path} is open read-only")
+        self._writable()
         if type(keep_last) is not int or keep_last < 1:
             raise ValueError(f"keep_last must be a positive int, got {keep_last!r}")
         with self._lock, self._db:
@@ -250,8 +228,7 @@ class TraceStore:
 
     def write_history(self, batch: WireHistory) -> None:
         """Store a batch of the monitor's history rows (`tracer.wire.history`, already checked)."""
-        if self.readonly:
-            raise StoreError(f"{self.path} is open read-only")
+        self._writable()
         now = time.time()
         with self._lock, self._db:
             self._db.execute("INSERT INTO runs VALUES(?,?,?) ON CONFLICT(run) DO UPDATE SET updated=excluded.updated",

@@ -18,7 +18,7 @@ from gradscape.app.server.security import TOKEN_COOKIE
 from gradscape.app.server.state import ChunkedStep, ServerState
 from gradscape.tracer import protocol
 from gradscape.tracer.collector import collector_paused
-from gradscape.tracer.wire import TraceFormatError, step_from_wire, step_to_wire, unpack
+from gradscape.tracer.wire import TraceFormatError, step_from_wire, unpack
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class TracerNamespace(ProtocolNamespace):
         if trace.run != run or trace.step != step:
             raise protocol.ProtocolError(f"step_chunk: data is run {trace.run!r} step {trace.step}, "
                                          f"the message says run {run!r} step {step}")
-        self.state.store_step(step_to_wire(trace))  # what is stored is the schema's own form, unknown keys dropped
+        self.state.store_step(trace)  # stored in the schema's own form, unknown keys dropped
         return protocol.chunk_ack(step, chunk, stored=True)
 
     def _gather(self, run: str, step: int, chunk: int, chunks: int, data: bytes) -> bytes | None:

@@ -9,11 +9,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradscape import StepTrace
 from gradscape.app.server.notifier import Notifier
 from gradscape.app.server.security import ServerConfig
 from gradscape.tracer import protocol
 from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import WireStep
 from gradscape.tracer.wire.history import WireHistory
 
 MAX_BREAKPOINTS = 64
@@ -155,11 +155,12 @@ class ServerState:
             return True
         return any(r["run"] == run for r in self.store.runs())
 
-    def store_step(self, step: WireStep) -> None:
-        """Keep one step in the trace file and tell the pages (a run's first step also announces the run)."""
-        self.store.write_wire(step)
-        self._announce_run(step["run"])
-        self.notifier.step(step["run"], step["step"], step["rank"] or 0)
+    def store_step(self, step: StepTrace) -> None:
+        """Keep one step in the trace file, in the schema's own form (`TraceStore.write_step`), and tell the
+        pages (a run's first step also announces the run)."""
+        self.store.write_step(step)
+        self._announce_run(step.run)
+        self.notifier.step(step.run, step.step, step.rank or 0)
 
     def store_history(self, batch: WireHistory) -> None:
         """Store a checked batch of the monitor's history rows and announce it (a new run, then its last step)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from gradscape.tracer._model import STAT_NAMES, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
@@ -23,13 +24,17 @@ from gradscape.tracer.wire.types import (
 from gradscape.tracer.wire.validation import plain
 from gradscape.tracer.wire.versions import WIRE_VERSION
 
+TensorNumpy = tuple[np.ndarray | None, np.ndarray | None]  # a tensor's (thumbnail, values)
+
 
 class _TensorTable:
-    """The step's "tensors" list: each distinct `TensorTrace` once, referred to by its position."""
+    """The step's "tensors" list: each distinct `TensorTrace` once, referred to by its position. With
+    `apart`, the tensors are written without their arrays, which are kept in `arrays` by position."""
 
-    def __init__(self) -> None:
+    def __init__(self, apart: bool = False) -> None:
         self.items: list[WireTensor] = []
         self._index: dict[int, int] = {}
+        self.arrays: list[TensorNumpy] | None = [] if apart else None
 
     def ref(self, t: TensorTrace | None) -> int | None:
         if t is None:
@@ -37,7 +42,11 @@ class _TensorTable:
         i = self._index.get(id(t))
         if i is None:
             i = self._index[id(t)] = len(self.items)
-            self.items.append(tensor_to_wire(t))
+            if self.arrays is None:
+                self.items.append(tensor_to_wire(t))
+            else:
+                self.items.append(_summary(t))
+                self.arrays.append((t.thumb, t.values))
         return i
 
     def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
@@ -51,17 +60,34 @@ class _TensorTable:
 _NANS = (float("nan"),) * len(STAT_NAMES)  # a statistic a tensor does not have
 
 
-def tensor_to_wire(t: TensorTrace) -> WireTensor:
+def _summary(t: TensorTrace) -> WireTensor:
     return {"shape": list(t.shape), "dtype": t.dtype,
             "stats": list(map(float, map(t.stats.get, STAT_NAMES, _NANS))),
-            "view": t.thumb_view, "device": t.device,
-            "thumb": None if t.thumb is None else encode_array(t.thumb),
+            "view": t.thumb_view, "device": t.device}
+
+
+def tensor_to_wire(t: TensorTrace) -> WireTensor:
+    return {**_summary(t), "thumb": None if t.thumb is None else encode_array(t.thumb),
             "values": None if t.values is None else encode_array(t.values)}
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def step_to_wire(st: StepTrace) -> WireStep:
-    tab = _TensorTable()
+    return _to_wire(st, _TensorTable())
+
+
+@collector_paused()
+def step_to_graph(st: StepTrace) -> tuple[WireStep, list[TensorNumpy]]:
+    """The step's wire form with its tensors' arrays apart: the tensors without "thumb" and "values" (the
+    trace file's graph form), and each tensor's (thumbnail, values) as arrays, by position. The store
+    keeps the two apart; going through wire arrays, it encoded 50k thumbnails of a 100k-node step only to
+    decode them again."""
+    tab = _TensorTable(apart=True)
+    wire = _to_wire(st, tab)
+    return wire, tab.arrays or []
+
+
+def _to_wire(st: StepTrace, tab: _TensorTable) -> WireStep:
     nodes: list[WireNode] = []
     for n in st.nodes:
         nodes.append({

@@ -88,17 +88,21 @@ class ThumbTable:
         self._seen: dict[tuple[bytes, tuple[int, ...]], int] = {}
 
     def keep_all(self, thumbs: list[WireArray | None]) -> list[dict[str, Any] | WireArray | None]:
-        """What each tensor's row keeps of its thumbnail (tensor `i`'s is `thumbs[i]`): C, a reference
-        to an earlier tensor's, or the wire array as it came for a thumbnail that is not 2-D (none are,
-        today). The new pictures are quantised together, shape by shape."""
-        kept: list[dict[str, Any] | WireArray | None] = [None] * len(thumbs)
+        """`keep_arrays` of wire arrays, each checked (a malformed one raises `TraceFormatError` naming it)."""
+        return self.keep_arrays([None if t is None else decode_array(t, f"tensors[{i}].thumb")
+                                 for i, t in enumerate(thumbs)])
+
+    def keep_arrays(self, pictures: list[np.ndarray | None]) -> list[dict[str, Any] | WireArray | None]:
+        """What each tensor's row keeps of its thumbnail (tensor `i`'s is `pictures[i]`): C, a reference
+        to an earlier tensor's, or the wire array of a thumbnail that is not 2-D (none are, today). The
+        new pictures are quantised together, shape by shape."""
+        kept: list[dict[str, Any] | WireArray | None] = [None] * len(pictures)
         new: dict[tuple[int, ...], list[tuple[int, np.ndarray]]] = {}
-        for idx, thumb in enumerate(thumbs):
-            if thumb is None:
+        for idx, a in enumerate(pictures):
+            if a is None:
                 continue
-            a = decode_array(thumb, f"tensors[{idx}].thumb")
             if a.ndim != 2:
-                kept[idx] = thumb
+                kept[idx] = encode_array(a)
             elif (same := self._repeat(idx, a)) is not None:
                 kept[idx] = same
             else:
