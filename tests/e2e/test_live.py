@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Page
-from serving import get_json, worker
+from serving import Server, get_json, worker
 
 from gradscape.tracer.store import TraceStore
 
@@ -225,3 +225,28 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     assert page.evaluate("window.gradscape.player.current.position") == last - 3
     page.wait_for_function(f"window.cy.$('.current').id() === '{current}'")  # painted again on each new step
     clean_console(page)
+
+
+def test_a_gradscape_serve_page_draws_the_streamed_steps(tmp_path: Path, page: Page) -> None:
+    """The page as `gradscape serve` answers it, while a run streams into it: its address answers without the
+    step (Dash's first-request check), `/_dash-layout` draws the newest one, and each new step, decoded
+    and frozen out of the collector's reach (NOTE [Kept frozen]), is drawn as it arrives."""
+    srv = Server(tmp_path / "serve.sqlite").start()
+    proc = worker(srv.url, RUN, "--model", "mlp", "--steps", "600", "--pause", "0.25")
+    try:
+        wait_steps(srv.url, 2)
+        open_page(page, srv.url)
+        page.wait_for_function("(document.querySelector('#step-select') || {innerText: ''}).innerText"
+                               ".startsWith('step ')")  # the dropdown's script loads after the first paint
+        first = shown_step(page)
+        assert first >= 0 and page.evaluate("window.cy.nodes().length") > 3
+        labels = page.evaluate("window.cy.nodes().map(n => n.data('label'))")
+        assert {"fc1 (Linear)", "Addmm", "NllLoss"} <= set(labels)
+        later = wait_shown_step_above(page, first)
+        page.wait_for_function("window.cy && window.cy.nodes().length > 3")
+        assert later > first
+        clean_console(page)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+        srv.stop()
