@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
-import numpy as np
 
 from gradscape.tracer._model import STAT_NAMES, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.types import (
+    TensorNumpy,
     TensorRefs,
     TraceFormatError,
     WireModule,
@@ -23,8 +23,6 @@ from gradscape.tracer.wire.types import (
 )
 from gradscape.tracer.wire.validation import plain
 from gradscape.tracer.wire.versions import WIRE_VERSION
-
-TensorNumpy = tuple[np.ndarray | None, np.ndarray | None]  # a tensor's (thumbnail, values)
 
 
 class _TensorTable:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, TypedDict
 
+import numpy as np
+
 
 class TraceFormatError(ValueError):
     """A trace (from the wire or a file) is malformed; the message names what is wrong."""
@@ -35,6 +37,9 @@ class WireTensor(_WireTensorBase, total=False):
     from the store; the store's graph form (`TraceStore.read_graph`) leaves them out."""
     thumb: WireArray | None
     values: WireArray | None
+
+
+TensorNumpy = tuple[np.ndarray | None, np.ndarray | None]  # a tensor's (thumbnail, values) as arrays, off the wire
 
 
 class TensorArrays(TypedDict):

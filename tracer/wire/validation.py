@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from gradscape.tracer._model import (
     STAT_NAMES,
     BackwardPass,
@@ -23,7 +21,7 @@ from gradscape.tracer._model import (
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import fast_read
 from gradscape.tracer.wire.arrays import decode_array
-from gradscape.tracer.wire.types import TraceFormatError
+from gradscape.tracer.wire.types import TensorNumpy, TraceFormatError
 from gradscape.tracer.wire.versions import WIRE_VERSION
 
 
@@ -76,8 +74,7 @@ class _Refs:
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def step_from_wire(d: Any, arrays: dict[int, tuple[np.ndarray | None, np.ndarray | None]] | None = None
-                   ) -> StepTrace:
+def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> StepTrace:
     """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong. `arrays`: the
     (thumbnail, values) of tensors by index, already read as arrays (`TraceStore.read_step`, which keeps
     them apart from the graph), set on the tensors built."""
