@@ -70,6 +70,7 @@ class Result:
     rounds: int = 0
     ratios: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES[1:]})
     finder_us: float = 0.0  # time inside the problem finder per traced step (--finder)
+    peak: dict[str, int] = field(default_factory=dict)  # CUDA: bytes allocated at the peak of one step, per mode
 
     def median(self, mode: str) -> float:
         return statistics.median(self.times[mode])
@@ -182,6 +183,16 @@ class Runner:
         self._sync()
         return (time.perf_counter() - t0) / reps
 
+    def peak_bytes(self, mode: str) -> int:
+        """CUDA memory allocated at the peak of one step of `mode`, above what was allocated before it
+        (the model, its gradients and the optimizer's state are there before every mode's step)."""
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        getattr(self, mode)()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
 
 class FinderClock:
     """Time spent inside the problem finder's two calls (backward start, step end) while it is on."""
@@ -239,6 +250,8 @@ def run_workload(key: str, rounds: int, device: str, modes: tuple[str, ...] = MO
                 if mode != "plain":
                     res.ratios[mode].append(t[mode] / t["plain"])
         res.nodes = runner.last_nodes
+        if device == "cuda":
+            res.peak = {mode: runner.peak_bytes(mode) for mode in modes}
         return res
     finally:
         runner.close()
@@ -367,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.median(a / b for a, b in zip(res.times['traced'], res.times['nofinder'])):.3f}x; "
                   f"inside the finder {res.finder_us:.0f} us per traced step = "
                   f"{res.finder_us / 1e6 / res.median('plain'):.2%} of the plain step")
+        if res.peak:
+            plain = max(res.peak["plain"], 1)
+            print(f"{res.key} {res.name}: CUDA peak memory of one step above its start: " + ", ".join(
+                f"{mode} {b / 2 ** 20:.1f} MiB ({b / plain:.2f}x)" for mode, b in res.peak.items()))
     print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

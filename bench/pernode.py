@@ -52,8 +52,9 @@ DEFAULT_NODES = "1000,10000,50000,100000"
 class Loop:
     """One LSTMCell loop of about `nodes` autograd nodes, with its optimizer and tracer."""
 
-    def __init__(self, nodes: int, sink: object = None) -> None:
-        self.wl = lstm_loop(nodes)
+    def __init__(self, nodes: int, sink: object = None, device: str = "cpu") -> None:
+        self.wl = lstm_loop(nodes, device)
+        self.sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         self.model = self.wl.model
         self.batch = self.wl.batch()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
@@ -70,14 +71,18 @@ class Loop:
 
     def plain(self) -> tuple[float, float]:
         """(wall seconds, CPU seconds of this process) of one plain step."""
+        self.sync()
         t0, c0 = time.perf_counter(), time.process_time()
         self.step()
+        self.sync()
         return time.perf_counter() - t0, time.process_time() - c0
 
     def traced(self) -> tuple[float, float]:
+        self.sync()
         t0, c0 = time.perf_counter(), time.process_time()
         with self.tr.step(self.i) as st:
             self.step()
+        self.sync()
         dt = time.perf_counter() - t0, time.process_time() - c0
         self.i += 1
         assert st is not None
@@ -101,7 +106,7 @@ def _row(nodes: int, plain: list[float], traced: list[float]) -> str:
             f"{statistics.median(per):>7.1f} {min(per):>6.1f}–{max(per):<6.1f}")
 
 
-def curve(sizes: list[int], rounds: int, python: bool) -> None:
+def curve(sizes: list[int], rounds: int, python: bool, device: str = "cpu") -> None:
     """Wall time, and the process's CPU time, which a loaded machine disturbs less (both modes run on
     one thread): median per mode, the per-round ratio (median, range) and µs per node (median, range)."""
     head = f"{'plain ms':>9} {'traced ms':>9} {'ratio':>7} {'range':>11} {'µs/node':>7} {'range':>13}"
@@ -109,7 +114,7 @@ def curve(sizes: list[int], rounds: int, python: bool) -> None:
     print(f"{'nodes':>7} {'recorder':>8} | {head} | {head}")
     modes = ["plain", "traced", *(["python"] if python else [])]
     for n in sizes:
-        loop = Loop(n)
+        loop = Loop(n, device=device)
         wall: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
         who: dict[str, str] = {}  # the recorder that recorded each traced mode's steps
@@ -181,10 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per size (default 5)")
     ap.add_argument("--python", action="store_true", help="also time the Python recorder, interleaved")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the loop runs (the curve)")
     ap.add_argument("--profile", type=int, metavar="N", help="cProfile one traced step of about N nodes")
     ap.add_argument("--top", type=int, default=30, help="rows of the profile (default 30)")
     ap.add_argument("--file", type=int, metavar="N", help="trace one N-node step to a file and read it back")
     args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda but torch.cuda.is_available() is False")
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("error", message="gradscape", category=RuntimeWarning)
     print(f"torch {torch.__version__}  threads {torch.get_num_threads()}  "
@@ -194,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.file:
         file_round_trip(args.file, args.rounds)
     else:
-        curve([int(s) for s in args.nodes.split(",") if s.strip()], args.rounds, args.python)
+        curve([int(s) for s in args.nodes.split(",") if s.strip()], args.rounds, args.python, args.device)
     print(f"loadavg at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -162,9 +162,9 @@ class Training:
     """The bp_worker MLP trained on a thread, traced into the server, with breakpoints set first."""
 
     def __init__(self, srv: ThreadServer, run: str, points: list[dict[str, Any]], steps: int = 2,
-                 blowup: int | None = None, thumb: int = 64, budget: int | None = None) -> None:
+                 blowup: int | None = None, thumb: int = 64, budget: int | None = None, device: str = "cpu") -> None:
         self.run = run
-        self.model, self.x, self.y = build()
+        self.model, self.x, self.y = build(device=device)
         self.sink = SocketSink(srv.url, run, break_grace=5.0)
         self.tr = gradscape.Tracer(self.model, run=run, sink=self.sink, thumb=thumb)
         self.breaker = breaker(run)
@@ -199,9 +199,9 @@ class Training:
             quitting.join(10)
 
 
-def reference(steps: int = 2, blowup: int | None = None) -> dict[str, str]:
+def reference(steps: int = 2, blowup: int | None = None, device: str = "cpu") -> dict[str, str]:
     """The parameters after the same training untraced (bytes as hex)."""
-    model, x, y = build()
+    model, x, y = build(device=device)
     train(model, x, y, steps, None, blowup)
     return params_hex(model)
 

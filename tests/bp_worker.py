@@ -16,7 +16,7 @@ import gradscape
 from gradscape.tracer.debug.breakpoints import breaker
 
 
-def build(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+def build(seed: int = 0, device: str = "cpu") -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     torch.manual_seed(seed)
     model = torch.nn.Sequential()
     model.add_module("fc1", torch.nn.Linear(6, 8))
@@ -24,7 +24,7 @@ def build(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     model.add_module("fc2", torch.nn.Linear(8, 3))
     x = torch.randn(16, 6)
     y = torch.randint(0, 3, (16,))
-    return model, x, y
+    return model.to(device), x.to(device), y.to(device)
 
 
 def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, tr: gradscape.Tracer | None,
@@ -46,7 +46,7 @@ def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, 
 
 
 def params_hex(model: torch.nn.Module) -> dict[str, str]:
-    return {k: v.detach().numpy().tobytes().hex() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().numpy().tobytes().hex() for k, v in model.state_dict().items()}
 
 
 def main() -> None:

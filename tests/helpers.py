@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 from torch.autograd.graph import GradientEdge
+
+# The devices a device-parametrised test runs on: "cuda" is skipped where torch sees no GPU (CI has none;
+# bench/cuda.sh runs every CUDA test on a GPU machine, `pytest -k cuda`)
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))
+DEVICES = ["cpu", CUDA]
 
 
 def graph_nodes(*roots: Any) -> list[Any]:

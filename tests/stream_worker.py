@@ -21,13 +21,14 @@ def main() -> None:
     ap.add_argument("--url", required=True)
     ap.add_argument("--run", required=True)
     ap.add_argument("--model", default="transformer")
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--pause", type=float, default=0.0)
     ap.add_argument("--file", default=None, help="also write every step here (the reference copy)")
     ap.add_argument("--spill", default=None)
     ap.add_argument("--close-timeout", type=float, default=20.0)
     args = ap.parse_args()
-    case = build(args.model)
+    case = build(args.model, args.device)
     sinks: list[object] = []
     from gradscape.tracer.sinks.socket import SocketSink
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from bp_harness import ThreadServer, Training, as_2d, call, paused, reference, thumb_values, wait_for
 from bp_worker import build, params_hex, train
+from helpers import DEVICES
 
 from gradscape.tracer.debug.breakpoints import Breaker, check_breakpoint
 
@@ -42,8 +43,10 @@ def test_no_breakpoint_no_check(srv: ThreadServer, monkeypatch: pytest.MonkeyPat
     assert params_hex(t.model) == reference()
 
 
-def test_node_by_id_pauses_there_each_step(srv: ThreadServer) -> None:
-    t = Training(srv, "by-id", [{"on": "node", "id": 3}])
+@pytest.mark.parametrize("device", DEVICES)
+def test_node_by_id_pauses_there_each_step(srv: ThreadServer, device: str) -> None:
+    """On CUDA the backward runs on autograd's device thread: the pause holds that thread."""
+    t = Training(srv, "by-id", [{"on": "node", "id": 3}], device=device)
     for step in (0, 1):
         p = wait_for(lambda: (lambda q: q if q and q["step"] == step else None)(paused(srv, "by-id")),  # noqa: B023
                      what=f"the pause in step {step}")
@@ -51,7 +54,7 @@ def test_node_by_id_pauses_there_each_step(srv: ThreadServer) -> None:
         call(srv, "POST", "/api/runs/by-id/resume", {"mode": "continue"})
     t.finish(srv)
     assert t.breaker.pauses == 2
-    assert params_hex(t.model) == reference()
+    assert params_hex(t.model) == reference(device=device)
 
 
 def test_module_pauses_at_its_first_node(srv: ThreadServer) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import CUDA
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from zoo import ZOO, build
@@ -72,10 +73,10 @@ class _Checkpointed(nn.Module):
         return self.b(checkpoint(lambda t: torch.relu(self.a(t)), x, use_reentrant=self.reentrant))
 
 
-def _program(name: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
-    """A model and a loss of it, the same each time it is built."""
+def _program(name: str, device: str = "cpu") -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
+    """A model and a loss of it, the same each time it is built (`device`: the zoo's programs only)."""
     if name in ZOO:
-        case = build(name)
+        case = build(name, device)
         return case.model, lambda m: case.loss(m, case.batch)
     if name == "lstm":
         return _lstm()
@@ -99,9 +100,10 @@ def _program(name: str) -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]
 PROGRAMS = [*ZOO, "lstm", "checkpoint", "checkpoint_reentrant", "float64_strided", "sparse_embedding", "half"]
 
 
-def _trace(name: str, python: bool, use: Callable[[bool], None], **options: Any) -> tuple[Any, dict[str, Any]]:
+def _trace(name: str, python: bool, use: Callable[[bool], None], device: str = "cpu",
+           **options: Any) -> tuple[Any, dict[str, Any]]:
     use(python)
-    model, loss_of = _program(name)
+    model, loss_of = _program(name, device)
     tr = gradscape.Tracer(model, **options)
     with tr.step(0) as st:
         loss_of(model).backward()
@@ -112,8 +114,19 @@ def _trace(name: str, python: bool, use: Callable[[bool], None], **options: Any)
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_native_and_python_recorders_record_the_same_step(name: str, python_recorder: Any) -> None:
-    py_wire, py_grads = _trace(name, True, python_recorder)
-    nat_wire, nat_grads = _trace(name, False, python_recorder)
+    _same_step(name, "cpu", python_recorder)
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("name", ZOO)
+def test_native_and_python_recorders_record_the_same_cuda_step(name: str, device: str, python_recorder: Any) -> None:
+    """On CUDA the C++ hook hands every gradient to the Python summariser (the kernel reads host memory)."""
+    _same_step(name, device, python_recorder)
+
+
+def _same_step(name: str, device: str, python_recorder: Any) -> None:
+    py_wire, py_grads = _trace(name, True, python_recorder, device)
+    nat_wire, nat_grads = _trace(name, False, python_recorder, device)
     assert py_grads.keys() == nat_grads.keys()
     for k in py_grads:  # the same program ran: the engine computed the same gradients
         assert torch.equal(py_grads[k], nat_grads[k]), k
@@ -137,9 +150,11 @@ def test_the_thumbnail_budget_leaves_out_the_same_thumbnails(python_recorder: An
     assert nat["nodes"] == py["nodes"]
 
 
-@pytest.mark.parametrize("name", ["mlp", "lstm", "sparse_embedding"])
-def test_native_recorder_param_summaries_are_the_engine_gradients(name: str) -> None:
-    model, loss_of = _program(name)
+@pytest.mark.parametrize("name, device", [("mlp", "cpu"), ("lstm", "cpu"), ("sparse_embedding", "cpu"),
+                                          pytest.param("transformer", "cuda", marks=CUDA.marks),
+                                          pytest.param("cnn", "cuda", marks=CUDA.marks)])
+def test_native_recorder_param_summaries_are_the_engine_gradients(name: str, device: str) -> None:
+    model, loss_of = _program(name, device)
     tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         loss_of(model).backward()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from helpers import DEVICES
 
 import gradscape
 
@@ -104,20 +105,21 @@ def test_two_models_two_optimizers_one_block_as_dcgan() -> None:
         [float(errD_real.detach()), float(errD_fake.detach()), float(errG.detach())])
 
 
-def _amp_loop(init_scale: float, steps: int, every: int, tr_opts: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
-    model = _mlp(1)
+def _amp_loop(init_scale: float, steps: int, every: int, tr_opts: dict[str, object] | None = None,  # type: ignore[no-untyped-def]
+              device: str = "cpu"):
+    model = _mlp(1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     names = {p: n for n, p in model.named_parameters()}
     seen, handle = _seen_by(opt, names)
-    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale)
+    scaler = torch.amp.GradScaler(device, init_scale=init_scale)
     tr = gradscape.Tracer(model, every=every, tensors="full", **(tr_opts or {}))
     out = []
     torch.manual_seed(3)
     for i in range(steps):
-        x, y = torch.randn(32, 6), torch.randn(32, 3)
+        x, y = torch.randn(32, 6).to(device), torch.randn(32, 3).to(device)
         seen.clear()
         with tr.step(i + 1) as st:  # from 1: step 0 would be scheduled by any `every`
-            with torch.autocast("cpu", dtype=torch.float16):
+            with torch.autocast(device, dtype=torch.float16):
                 loss = (model(x).float() - y).pow(2).mean()
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
@@ -129,8 +131,9 @@ def _amp_loop(init_scale: float, steps: int, every: int, tr_opts: dict[str, obje
     return tr, out, names
 
 
-def test_gradscaler_skipped_step_is_recorded_and_triggers_the_next() -> None:
-    tr, out, names = _amp_loop(2.0 ** 40, 3, every=1000)
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradscaler_skipped_step_is_recorded_and_triggers_the_next(device: str) -> None:
+    tr, out, names = _amp_loop(2.0 ** 40, 3, every=1000, device=device)
     rows = tr.history
     assert rows[0]["step"] == 1 and rows[0]["skipped"] and rows[0]["scale"] == 2.0 ** 40  # fp16 overflows at this scale
     assert rows[1]["scale"] == 2.0 ** 39  # GradScaler backed off
@@ -145,14 +148,15 @@ def test_gradscaler_skipped_step_is_recorded_and_triggers_the_next() -> None:
     assert out[2][0] is None  # the cooldown: not every skipped step is traced
 
 
-def test_gradscaler_params_are_what_the_optimizer_stepped_with() -> None:
-    tr, out, _ = _amp_loop(256.0, 3, every=1)
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradscaler_params_are_what_the_optimizer_stepped_with(device: str) -> None:
+    tr, out, _ = _amp_loop(256.0, 3, every=1, device=device)
     for st, seen, _scale in out:
         assert st is not None
         rec = st.optimizer_steps[0]
         assert not rec.skipped and rec.scale == 256.0 and seen
         for name, g in seen.items():  # unscaled, bitwise what the optimizer used
-            assert np.array_equal(st.params[name].values, g.numpy()), name
+            assert np.array_equal(st.params[name].values, g.cpu().numpy()), name
         norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in seen.values()))
         assert rec.grad_norm == pytest.approx(norm, rel=1e-5)
         assert rec.grad_norm_before_clip == pytest.approx(norm, rel=1e-5)  # unscaled, no clipping here

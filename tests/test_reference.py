@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import close, grad_wrt_outputs, graph_nodes, vjp_of_node
+from helpers import DEVICES, close, grad_wrt_outputs, graph_nodes, vjp_of_node
 from zoo import ZOO, build
 
 import gradscape
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ZOO)
-def test_every_gradient_matches_autograd(name: str) -> None:
-    case = build(name)
+def test_every_gradient_matches_autograd(name: str, device: str) -> None:
+    case = build(name, device)
     tr = gradscape.Tracer(case.model, tensors="full")
     with tr.step(0) as st:
         loss = case.loss(case.model, case.batch)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import CUDA
 
 from gradscape.tracer.summary import kernel as _native
 from gradscape.tracer.summary.fastpath import native_summary
@@ -54,11 +55,23 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_stats_match_numpy(case: str, backend: str) -> None:
+    _check_summary(case, "cpu")
+
+
+@pytest.mark.parametrize("device", [CUDA])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cuda_stats_match_numpy(case: str, device: str) -> None:
+    """A CUDA gradient of every float type is summarised on the device, fetched at `finalize`."""
+    _check_summary(case, device)
+
+
+def _check_summary(case: str, device: str) -> None:
     torch.manual_seed(0)
     x = CASES[case]()
     s = Summariser(thumb=64)
-    tr = s.summarise(x)
+    tr = s.summarise(x.to(device))
     s.finalize()
+    assert tr.device == str(x.to(device).device)
     ref = _reference(x)
     for k, want in ref.items():
         got = tr.stats[k]

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+from helpers import DEVICES
 
 import gradscape
 from gradscape.tracer.monitor import Triggers
@@ -17,9 +18,9 @@ from gradscape.tracer.monitor import Triggers
 SPIKE, NAN, STEPS = 30, 36, 40
 
 
-def _setup() -> tuple[nn.Module, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
+def _setup(device: str = "cpu") -> tuple[nn.Module, torch.optim.Optimizer, list[tuple[torch.Tensor, torch.Tensor]]]:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1))
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = []
     for i in range(STEPS):
@@ -29,7 +30,7 @@ def _setup() -> tuple[nn.Module, torch.optim.Optimizer, list[tuple[torch.Tensor,
             y = y * 100
         if i == NAN:
             x[3, 5] = float("nan")
-        data.append((x, y))
+        data.append((x.to(device), y.to(device)))
     return model, opt, data
 
 
@@ -113,8 +114,9 @@ def test_a_diverged_run_is_not_traced_at_every_step() -> None:
     assert traced == [25, 25 + Triggers().cooldown + 1]
 
 
-def test_parameters_bitwise_equal_with_triggers_firing() -> None:
-    model, opt, data = _setup()
+@pytest.mark.parametrize("device", DEVICES)
+def test_parameters_bitwise_equal_with_triggers_firing(device: str) -> None:
+    model, opt, data = _setup(device)
     twin, twin_opt = copy.deepcopy(model), None
     twin_opt = torch.optim.SGD(twin.parameters(), lr=0.01)
     tr = gradscape.Tracer(model, every=10_000, tensors="full")

@@ -192,7 +192,17 @@ def _mean_sq(model: nn.Module, batch: tuple[Any, ...]) -> torch.Tensor:
     return model(batch[0]).pow(2).mean()
 
 
-def build(name: str) -> Case:
+def build(name: str, device: str = "cpu") -> Case:
+    """Case `name`, made on the CPU (the same weights and batch on every device), then moved to `device`."""
+    case = _build(name)
+    if device == "cpu":
+        return case
+    batch = tuple(t.detach().to(device).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                  for t in case.batch)
+    return Case(case.name, case.model.to(device), batch, case.loss)
+
+
+def _build(name: str) -> Case:
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     if name == "mlp":

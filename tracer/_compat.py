@@ -40,12 +40,16 @@ What each is for (see docs/autograd.md):
 from __future__ import annotations
 
 import operator
+import os
 import re
 from typing import Any
 
 import torch
 
 MIN_TORCH = (2, 13)  # the oldest torch gradscape is tested with
+# Set to 1 to import gradscape on an older torch anyway (each private name below is still looked up and
+# a missing one still refused): for a machine whose torch cannot be replaced, such as a GPU image.
+ALLOW_UNTESTED_ENV = "GRADSCAPE_ALLOW_UNTESTED_TORCH"
 
 
 def torch_version(version: str | None = None) -> tuple[int, int]:
@@ -58,11 +62,12 @@ def torch_version(version: str | None = None) -> tuple[int, int]:
 
 
 def check_torch(version: str | None = None) -> None:
-    """Raise ImportError when torch is older than MIN_TORCH."""
-    if torch_version(version) < MIN_TORCH:
+    """Raise ImportError when torch is older than MIN_TORCH (unless GRADSCAPE_ALLOW_UNTESTED_TORCH=1)."""
+    if torch_version(version) < MIN_TORCH and os.environ.get(ALLOW_UNTESTED_ENV) != "1":
         text = torch.__version__ if version is None else version
         raise ImportError(f"gradscape needs torch>={MIN_TORCH[0]}.{MIN_TORCH[1]} (it uses torch internals that "
-                          f"older releases lack or spell differently); this is torch {text}")
+                          f"older releases lack or spell differently); this is torch {text}. "
+                          f"{ALLOW_UNTESTED_ENV}=1 tries it anyway, untested")
 
 
 def _private(owner: Any, owner_name: str, name: str) -> Any:
