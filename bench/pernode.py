@@ -132,8 +132,8 @@ def curve(sizes: list[int], rounds: int, python: bool, device: str = "cpu") -> N
         loop.tr.close()
 
 
-def profile(n: int, top: int) -> None:
-    loop = Loop(n)
+def profile(n: int, top: int, device: str = "cpu") -> None:
+    loop = Loop(n, device=device)
     loop.plain(), loop.traced()
     prof = cProfile.Profile()
     prof.enable()
@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per size (default 5)")
     ap.add_argument("--python", action="store_true", help="also time the Python recorder, interleaved")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
-    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the loop runs (the curve)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the loop runs (the curve, --profile)")
     ap.add_argument("--profile", type=int, metavar="N", help="cProfile one traced step of about N nodes")
     ap.add_argument("--top", type=int, default=30, help="rows of the profile (default 30)")
     ap.add_argument("--file", type=int, metavar="N", help="trace one N-node step to a file and read it back")
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}  threads {torch.get_num_threads()}  "
           f"loadavg {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.profile:
-        profile(args.profile, args.top)
+        profile(args.profile, args.top, args.device)
     elif args.file:
         file_round_trip(args.file, args.rounds)
     else:

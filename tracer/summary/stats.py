@@ -97,7 +97,9 @@ def raw_stats(t: torch.Tensor) -> torch.Tensor | tuple[float, ...]:
     pos_inf = torch.full((), math.inf, dtype=flat.dtype, device=dev)
     mn = torch.where(fin, flat, pos_inf).min()
     mx = torch.where(fin, flat, -pos_inf).max()
-    out = torch.stack([mn.double(), mx.double(), f.sum().double(), torch.dot(f, f).double(),
+    # sums in float64: a float32 sum of squares overflows past |g| ~ 1e19 (the CPU path recomputes then)
+    ss = torch.linalg.vector_norm(f, dtype=torch.float64).square()
+    out = torch.stack([mn.double(), mx.double(), f.sum(dtype=torch.float64), ss,
                        torch.count_nonzero(f).double(), nan.double(), inf.double(), n_fin.double()])
     if dev.type == "cpu":
         return tuple(out.tolist())

@@ -39,6 +39,7 @@ from gradscape.tracer.summary.fastpath import (
     native_summary,
 )
 from gradscape.tracer.summary.sparse import as_coalesced_coo, sparse_thumbnail, with_implicit_zeros
+from gradscape.tracer.summary.staged import StagedStats
 from gradscape.tracer.summary.stats import dtype_name, grad_off, raw_stats, stats_from_array, stats_from_raw
 from gradscape.tracer.summary.thumbnails import fits_whole, thumbnail
 from gradscape.tracer.wire import thumbnail_view
@@ -99,6 +100,7 @@ class Summariser:
         # spares the thumbnail budget its walk over them when it is not reached (summary/budget.py)
         self.thumb_cells = 0
         self.nonfinite = False  # a summary `finalize` gave had a NaN or an Inf (the problem finder reads it)
+        self._staged = StagedStats()  # device gradients' statistics, computed together (NOTE [Staged statistics])
 
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another
@@ -203,8 +205,10 @@ class Summariser:
         # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
         # thumbnail is an exact copy, so its statistics are computed on the host at finalize.
         host = stats_of is None and th is not None and t.dtype != torch.float64 and fits_whole(shape, self.thumb)
-        raw = None if stats_of is not None or host else raw_stats(t)
-        self._pending.append(PendingSummary(tr, raw, th, self._values(t), stats_of, host))
+        p = PendingSummary(tr, None, th, self._values(t), stats_of, host)
+        if stats_of is None and not host and not self._staged.add(t, p):
+            p.raw = raw_stats(t)
+        self._pending.append(p)
         return tr
 
     def _summarise_sparse(self, t: torch.Tensor) -> TensorTrace:
@@ -233,6 +237,7 @@ class Summariser:
         """Bring every pending summary to the host: CPU results are used in place; for each other
         device, one stacked transfer for the statistics and one for the thumbnails. Values (full
         mode only) are copied one by one."""
+        self._staged.reduce_all()
         buffers, self._buffers = self._buffers, []
         self._fast = {}
         self._chunk, self._cap, self._used = None, 0, 0  # later summaries go to chunks of their own
