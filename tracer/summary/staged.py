@@ -46,9 +46,10 @@ class StagedStats:
 
     def add(self, t: torch.Tensor, pending: Any) -> bool:
         """Copy `t` into its buffer; `pending.raw` is set when the buffer is reduced. False when `t` is
-        not staged (on the CPU, too big, empty, complex): the caller computes its statistics itself."""
+        not staged (not on a CUDA device, too big, empty, complex): the caller computes its statistics
+        itself. Only CUDA is staged: it is where this was measured, and pinned memory is CUDA's."""
         n = t.numel()
-        if not 0 < n <= STAGE_MAX or (t.is_cpu and not on_cpu) or t.is_complex():
+        if not 0 < n <= STAGE_MAX or t.is_complex() or (t.device.type != "cuda" and not (on_cpu and t.is_cpu)):
             return False
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
         key = (t.device, dtype)
