@@ -207,19 +207,17 @@ class StepCapture:
 
     def _before_of(self, idx: list[int], fallback: torch.Tensor) -> torch.Tensor:
         """The optimizer's per-parameter norms as the backward left them, from the snapshots."""
-        parts: list[torch.Tensor] = []
-        for k, i in enumerate(idx):
-            snap = self.before.get(i)
-            parts.append(fallback[k] if snap is None else snap[0][snap[1]])
-        if all(self.before.get(i) is not None for i in idx):
-            vecs = {id(self.before[i][0]) for i in idx}
-            if len(vecs) == 1:  # one snapshot holds them all: one gather, not one op per parameter
-                vec = self.before[idx[0]][0]
-                pos = [self.before[i][1] for i in idx]
+        snaps = [self.before.get(i) for i in idx]
+        found = [snap for snap in snaps if snap is not None]
+        if found and len(found) == len(snaps):
+            vec = found[0][0]
+            if all(snap[0] is vec for snap in found):
+                # one snapshot holds them all: one gather, not one op per parameter
+                pos = [snap[1] for snap in found]
                 if pos == list(range(len(vec))):
                     return vec
                 return vec[torch.tensor(pos, device=vec.device)]
-        return torch.stack(parts)
+        return torch.stack([fallback[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(snaps)])
 
     # ------------------------------------------------------------------ the end
     def release(self) -> None:
