@@ -73,10 +73,11 @@ def test_cuda_stats_match_numpy(case: str, device: str) -> None:
 def _check_summary(case: str, device: str) -> None:
     torch.manual_seed(0)
     x = CASES[case]()
+    on = x.to(device)
     s = Summariser(thumb=64)
-    tr = s.summarise(x.to(device))
+    tr = s.summarise(on)
     s.finalize()
-    assert tr.device == str(x.to(device).device)
+    assert tr.device == str(on.device)
     ref = _reference(x)
     for k, want in ref.items():
         got = tr.stats[k]

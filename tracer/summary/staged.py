@@ -48,17 +48,17 @@ class StagedStats:
         """Copy `t` into its buffer; `pending.raw` is set when the buffer is reduced. False when `t` is
         not staged (not on a CUDA device, too big, empty, complex): the caller computes its statistics
         itself. Only CUDA is staged: it is where this was measured, and pinned memory is CUDA's."""
-        n = t.numel()
-        if not 0 < n <= STAGE_MAX or t.is_complex() or (t.device.type != "cuda" and not (on_cpu and t.is_cpu)):
+        n, dev = t.numel(), t.device
+        if not 0 < n <= STAGE_MAX or t.is_complex() or (dev.type != "cuda" and not (on_cpu and dev.type == "cpu")):
             return False
         dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
-        key = (t.device, dtype)
+        key = (dev, dtype)
         buf = self._open.get(key)
         if buf is not None and buf.used + n > buf.data.numel():
             self._reduce(buf)
             buf = None
         if buf is None:
-            buf = self._open[key] = _Buffer(t.device, dtype, STAGE_CAP)
+            buf = self._open[key] = _Buffer(dev, dtype, STAGE_CAP)
         buf.data[buf.used:buf.used + n].view(t.shape).copy_(t.detach())
         buf.used += n
         buf.lengths.append(n)
