@@ -64,13 +64,32 @@ class TensorTable:
         if p < 0:
             return self.py[int(self.py_index[k])]
         plan = KERNEL_PLANS[p]
-        thumb = None
-        if plan.th_shape is not None and not self.no_thumb[k]:
-            arr = self.chunks[int(self.chunk[k])]
-            th = np.ndarray(plan.th_shape, _F32, arr, 8 * (int(self.off[k]) + 8))  # a view of the arena
-            thumb = np.ascontiguousarray(th.T) if plan.transposed else th
-        return TensorTrace(plan.shape, plan.dtype, stats_from_raw(tuple(self.raw[k].tolist())), thumb, plan.view,
-                           None, "cpu")
+        return TensorTrace(plan.shape, plan.dtype, stats_from_raw(tuple(self.raw[k].tolist())), self.thumb_of(k),
+                           plan.view, None, "cpu")
+
+    def thumb_of(self, k: int) -> np.ndarray | None:
+        """The thumbnail of kernel summary `k` (plan >= 0), None when it has none or the budget left it out."""
+        plan = KERNEL_PLANS[int(self.plan[k])]
+        if plan.th_shape is None or self.no_thumb[k]:
+            return None
+        arr = self.chunks[int(self.chunk[k])]
+        th = np.ndarray(plan.th_shape, _F32, arr, 8 * (int(self.off[k]) + 8))  # a view of the arena
+        return np.ascontiguousarray(th.T) if plan.transposed else th
+
+    def stats_rows(self) -> list[list[float]]:
+        """Every summary's statistics in `STAT_NAMES` order, as `stats_from_raw` makes them one at a time (the
+        same float operations, on all the kernel's rows at once; rows of Python's summaries are NaN)."""
+        mn, mx, s, ss, nz, nan, inf, n = self.raw.T
+        some = n > 0
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            mean = s / np.where(some, n, 1.0)
+            std = np.sqrt(_max0(ss - s * mean) / np.where(n - 1.0 < 1.0, 1.0, n - 1.0))
+            norm = np.sqrt(_max0(ss))
+        out = np.stack([mn, mx, mean, std, norm, nan, inf, n - nz], axis=1)
+        out[~some, :4] = np.nan
+        out[~some, 4] = 0.0
+        out[~some, 7] = 0.0
+        return out.tolist()
 
     def nonfinite(self) -> bool:
         """True when a summary counted a NaN or an Inf."""
@@ -117,6 +136,11 @@ class TensorTable:
         for k in ks[self.plan[ks] >= 0].tolist():
             if (t := made[k]) is not None:
                 t.thumb = None
+
+
+def _max0(x: np.ndarray) -> np.ndarray:
+    """Python's `max(x, 0.0)` elementwise: x itself unless x < 0.0 (so NaN and -0.0 stay as they are)."""
+    return np.where(x < 0.0, 0.0, x)
 
 
 class StepTables:
@@ -226,6 +250,13 @@ class LazyNodes(Sequence[NodeTrace]):
 
     def module_names(self) -> set[str]:
         return {m for m in self.tables.modules if m}
+
+    def wire_nodes(self, tab: Any) -> list[Any]:
+        """Every node's wire form, from the tables (NOTE [Nodes to the wire] in tracer/record/wire_nodes.py);
+        `tab` is the codec's tensor table."""
+        from gradscape.tracer.record.wire_nodes import wire_nodes
+
+        return wire_nodes(self, tab)
 
     # ---- one node
     def _make(self, k: int) -> NodeTrace:

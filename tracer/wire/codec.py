@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import numpy as np
 
-from gradscape.tracer._model import STAT_NAMES, OptimizerStep, StepTrace, TensorTrace
+from gradscape.tracer._model import STAT_NAMES, NodeTrace, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.types import (
@@ -47,6 +48,16 @@ class _TensorTable:
                 self.arrays.append((t.thumb, t.values))
         return i
 
+    def add(self, summary: WireTensor, thumb: np.ndarray | None) -> int:
+        """A tensor given by its summary (`_summary`'s form) and thumbnail, with no `TensorTrace` behind it
+        (a natively recorded step's: NOTE [Nodes to the wire] in tracer/record/wire_nodes.py); its index."""
+        if self.arrays is None:
+            self.items.append({**summary, "thumb": None if thumb is None else encode_array(thumb), "values": None})
+        else:
+            self.items.append(summary)
+            self.arrays.append((thumb, None))
+        return len(self.items) - 1
+
     def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
         return None if ts is None else self.refs_all(ts)
 
@@ -85,20 +96,25 @@ def step_to_graph(st: StepTrace) -> tuple[WireStep, list[TensorNumpy]]:
     return wire, tab.arrays or []
 
 
+def node_to_wire(n: NodeTrace, tab: _TensorTable) -> WireNode:
+    return {
+        "id": n.id, "name": n.name, "kind": n.kind, "module": n.module, "param": n.param,
+        "source": n.source, "schema": n.schema, "order": n.order,
+        "labels": list(n.input_labels), "args": list(n.input_args),
+        "in_shapes": [None if s is None else list(s) for s in n.input_shapes],
+        "out_shapes": [None if s is None else list(s) for s in n.output_shapes],
+        "out_dtypes": list(n.output_dtypes),
+        "gi": tab.refs(n.grad_inputs), "go": tab.refs(n.grad_outputs), "t": n.time_us,
+        "runs": [list(WireRun(r.pass_index, r.order, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs),
+                              r.time_us)) for r in n.runs],
+    }
+
+
 def _to_wire(st: StepTrace, tab: _TensorTable) -> WireStep:
-    nodes: list[WireNode] = []
-    for n in st.nodes:
-        nodes.append({
-            "id": n.id, "name": n.name, "kind": n.kind, "module": n.module, "param": n.param,
-            "source": n.source, "schema": n.schema, "order": n.order,
-            "labels": list(n.input_labels), "args": list(n.input_args),
-            "in_shapes": [None if s is None else list(s) for s in n.input_shapes],
-            "out_shapes": [None if s is None else list(s) for s in n.output_shapes],
-            "out_dtypes": list(n.output_dtypes),
-            "gi": tab.refs(n.grad_inputs), "go": tab.refs(n.grad_outputs), "t": n.time_us,
-            "runs": [list(WireRun(r.pass_index, r.order, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs),
-                                  r.time_us)) for r in n.runs],
-        })
+    # a natively recorded step's nodes go from its tables, making no NodeTrace (tracer/record/wire_nodes.py)
+    from_tables = getattr(st.nodes, "wire_nodes", None)
+    nodes: list[WireNode] = (from_tables(tab) if from_tables is not None
+                             else [node_to_wire(n, tab) for n in st.nodes])
     modules: dict[str, WireModule] = {name: {"type": m.type, "params": list(m.params),
                       "calls": [{"gi": tab.refs_all(c.grad_input), "go": tab.refs_all(c.grad_output),
                                  "in": list(c.input_nodes), "out": list(c.output_nodes), "last": c.last_op}
