@@ -33,13 +33,14 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.monitor.mode import Installed
+from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
 
 
 def _norms(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of each gradient, stacked (one fused call; per tensor for what foreach refuses)."""
-    with torch.no_grad():
+    with grad_off():  # `torch.no_grad()` as a hot path needs it (tracer/summary/stats.py)
         try:
             return torch.stack(_compat.foreach_norm(grads))
         except (RuntimeError, TypeError, NotImplementedError):
@@ -196,7 +197,7 @@ class StepCapture:
             return
         after = _norms([g for _, g in pairs])
         before = self._before_of(rec.idx, after)
-        with torch.no_grad():
+        with grad_off():
             rec.total_after = torch.linalg.vector_norm(after)
             rec.total_before = torch.linalg.vector_norm(before)
         rec.before = before

@@ -1,8 +1,10 @@
 """What the monitor installs for one step block, and removes when it ends (also when it raises).
 
 NOTE [Monitor mode]
-    A `TorchFunctionMode` sees the torch calls of the block that matter to the monitor, without the
-    user passing anything: the backward APIs (`Tensor.backward`, `torch.autograd.backward`,
+    In a traced block a `TorchFunctionMode` sees the torch calls of the block that matter to the monitor,
+    without the user passing anything (an untraced block wraps the few functions it needs instead, which
+    costs nothing on the block's other torch calls: NOTE [Patched backward] in
+    tracer/record/patched_calls.py): the backward APIs (`Tensor.backward`, `torch.autograd.backward`,
     `torch.autograd.grad`: the roots are the losses), and GradScaler's own calls
     (`torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)`, from
     `GradScaler._unscale_grads_`, whose frame names the optimizer). Global optimizer step pre/post hooks
@@ -12,8 +14,8 @@ NOTE [Monitor mode]
     matter to nobody) when it is on top, and stays aside until the
     next module call on this thread (a global module pre-hook that exists only while the mode is aside),
     so a `zero_grad()` after the step costs nothing either. A backward after an optimizer step in the
-    same block with no module call in between is therefore not seen by the monitor (a traced step still
-    traces it: the tracer's own mode is back by then).
+    same block with no module call in between is therefore not seen by the monitor's mode (the tracer
+    still traces it: its own mode is back by then; an untraced block's wrappers see it).
     Under a traced step the tracer's own mode sits above this one (see NOTE [Source lines] in
     `tracer/record/forward.py`), so a backward reaches it after the tracer has instrumented the graph.
 """
@@ -29,8 +31,10 @@ import torch.optim.optimizer as _optim
 from torch.overrides import TorchFunctionMode
 
 from gradscape.tracer import _compat
+from gradscape.tracer.record import patched_calls as patches
 from gradscape.tracer.record.forward import _is_compiling, _remove_mode
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
+from gradscape.tracer.record.patched_calls import original_of
 
 _BACKWARD = {torch.Tensor.backward: "Tensor.backward", torch.autograd.backward: "autograd.backward",
              torch.autograd.grad: "autograd.grad"}
@@ -47,6 +51,7 @@ class MonitorMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         if kwargs is None:
             kwargs = {}
+        func = original_of(func)  # another thread's untraced block may have wrapped it (NOTE [Patched backward])
         api = _BACKWARD.get(func)  # every other call goes straight through, with nothing more to pay
         if api is not None and not _is_compiling():
             return self.capture.on_backward(api, func, args, kwargs)
@@ -81,9 +86,10 @@ def _on_module_pre(mod: Any, args: Any) -> None:
 
 
 class Installed:
-    """The mode and the two global optimizer hooks of one block, every one held by one `StepHandles`
-    (tracer/record/handles.py, the owner of a step's hooks): `install()`; `remove()` takes them all
-    off, once (idempotent)."""
+    """What one block installs, every piece held by one `StepHandles` (tracer/record/handles.py, the owner
+    of a step's hooks): the two global optimizer hooks, and the mode (a traced block) or the patched
+    backward (an untraced one: NOTE [Patched backward]). `install()`; `remove()` takes them all off,
+    once (idempotent)."""
 
     def __init__(self, capture: Any) -> None:
         self.capture = capture
@@ -91,6 +97,7 @@ class Installed:
         self.handles = StepHandles()
         self.aside = False
         self.on = False
+        self.patched = False
         self.thread = 0
         self._resume_handle: Any = None
 
@@ -99,9 +106,13 @@ class Installed:
         self.handles.add(CallOnRemove(self._leave))
         self.handles.add(_optim.register_optimizer_step_pre_hook(_on_opt_pre))
         self.handles.add(_optim.register_optimizer_step_post_hook(_on_opt_post))
+        self.thread = threading.get_ident()
+        if self.capture.traced is None:
+            patches.install(self.capture)
+            self.patched = True
+            return
         _compat.push_mode(self.mode)
         self.on = True
-        self.thread = threading.get_ident()
 
     def step_aside(self) -> None:
         """Off the stack while an optimizer steps, when on top (a mode above stays as it is)."""
@@ -129,6 +140,9 @@ class Installed:
         """The block's capture leaves `_active`, and its mode the stack (unless aside), with the resume hook."""
         if self.capture in _active:
             _active.remove(self.capture)
+        if self.patched:
+            patches.uninstall(self.capture)
+            self.patched = False
         self._drop_resume_hook()
         if self.on and not self.aside:
             _remove_mode(self.mode)

@@ -54,6 +54,7 @@ from torch.overrides import TorchFunctionMode
 from gradscape.tracer import _compat
 from gradscape.tracer.record import global_hooks
 from gradscape.tracer.record.global_hooks import compiling as _compiling
+from gradscape.tracer.record.patched_calls import original_of
 from gradscape.tracer.record.sources import ForwardFrames, is_library_leaf, user_frame
 
 _seqnr = _compat.sequence_nr
@@ -325,6 +326,8 @@ class _StepMode(TorchFunctionMode):
         if _compiling():  # dynamo traces this handler: keep it trivially traceable
             return func(*args, **kwargs)
         api = _BACKWARD_FUNCS.get(func)
+        if api is None and (orig := original_of(func)) is not func:  # NOTE [Patched backward]
+            func, api = orig, _BACKWARD_FUNCS.get(orig)
         if api is not None:
             return self.recorder.on_backward(api, func, args, kwargs)
         if func in _DETACH and self.recorder.on_detach is not None and args:  # problem finder: a graph cut

@@ -1,0 +1,137 @@
+"""An untraced monitored block sees its backward calls through wrappers, not a mode (NOTE [Patched backward]
+in tracer/record/patched_calls.py): no mode on the stack, the originals back after the block (also when it
+raises), each backward API seen once with its loss, and another thread's calls left alone, including a
+traced step's, which its own mode still records."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+
+import gradscape
+
+
+def _functions() -> tuple[object, ...]:
+    return (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad,
+            torch._amp_foreach_non_finite_check_and_unscale_)
+
+
+_functions_at_import = _functions()
+
+
+def _mlp(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def _loss(model: nn.Module, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return model(torch.randn(16, 4, generator=g)).pow(2).mean()
+
+
+def test_an_untraced_block_runs_under_no_mode_and_puts_the_functions_back() -> None:
+    model = _mlp()
+    tr = gradscape.Tracer(model, every=10**9)
+    originals = _functions()
+    with tr.step(1) as st:
+        assert st is None
+        assert torch._C._len_torch_function_stack() == 0  # nothing between the user's calls and torch
+        assert _functions() != originals
+        _loss(model, 0).backward()
+    assert _functions() == originals
+    with pytest.raises(RuntimeError, match="user code failed"), tr.step(2):
+        _loss(model, 0).backward()
+        raise RuntimeError("user code failed")
+    assert _functions() == originals
+    assert [r["step"] for r in tr.history] == [1, 2]
+
+
+@pytest.mark.parametrize("api", ["Tensor.backward", "autograd.backward", "autograd.grad"])
+def test_each_backward_api_is_seen_once_with_its_loss(api: str) -> None:
+    model = _mlp()
+    params = list(model.parameters())
+    tr = gradscape.Tracer(model, every=10**9)
+    with tr.step(1) as st:
+        assert st is None and torch.Tensor.backward is not _functions_at_import[0]
+        loss = _loss(model, 0)
+        if api == "Tensor.backward":
+            loss.backward()
+        elif api == "autograd.backward":
+            torch.autograd.backward(loss)
+        else:
+            torch.autograd.grad(loss, params)
+    row = tr.history[-1]
+    assert row["losses"] == [loss.item()]  # once: Tensor.backward's own call of autograd.backward is not another
+    if api == "autograd.grad":  # leaves .grad alone: no norms
+        assert row["grad_norm"] is None
+    else:
+        want = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item()
+        assert row["grad_norm"] == pytest.approx(want, rel=1e-6)
+
+
+def test_gradscaler_unscale_is_seen_in_an_untraced_block() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    tr = gradscape.Tracer(model, every=10**9)
+    with tr.step(1) as st:
+        assert st is None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = _loss(model, 0)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        unscaled = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])).item()
+        scaler.step(opt)
+        scaler.update()
+    row = tr.history[-1]
+    assert row["scale"] == 1024.0  # read from the unscale the wrapper saw
+    assert row["grad_norm"] == pytest.approx(unscaled, rel=1e-5)  # the norms as unscaled, not as scaled
+
+
+def test_another_threads_backward_is_left_to_it() -> None:
+    """A backward on another thread while this thread's untraced block is open is not this block's, and
+    a traced step there is recorded by its own tracer's mode, the wrapper notwithstanding."""
+    ours, theirs = _mlp(0), _mlp(1)
+    tr = gradscape.Tracer(ours, every=10**9)
+    their_tr = gradscape.Tracer(theirs, every=1, monitor=False)
+    opened, done = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def other() -> None:
+        opened.wait(30)
+        try:
+            _loss(theirs, 5).backward()  # a plain backward on this thread
+            with their_tr.step(0) as st:
+                _loss(theirs, 6).backward()
+            seen["trace"] = st
+            seen["grads"] = {n: p.grad.clone() for n, p in theirs.named_parameters()}
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            seen["error"] = exc
+        finally:
+            done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with tr.step(1) as untraced:
+        assert untraced is None
+        loss = _loss(ours, 0)
+        opened.set()
+        assert done.wait(60)
+        loss.backward()
+    t.join(60)
+    assert "error" not in seen, seen.get("error")
+    assert tr.history[-1]["losses"] == [loss.item()]  # only this thread's backward
+    st = seen["trace"]
+    assert st is not None and len(st.passes) == 1 and st.passes[0].api == "Tensor.backward"
+    grads = seen["grads"]
+    params = dict(theirs.named_parameters())
+    sent = dict(zip(params, torch.autograd.grad(_loss(theirs, 6), list(params.values()))))  # step 6's alone
+    assert st.params and set(st.params) == set(grads)
+    for name, g in grads.items():
+        node = st.param_node(name)
+        assert node is not None and node.grad_outputs is not None and node.grad_outputs[0] is not None
+        assert node.grad_outputs[0].stats["norm"] == pytest.approx(sent[name].norm().item(), rel=1e-6), name
+        assert st.params[name].stats["norm"] == pytest.approx(g.norm().item(), rel=1e-6), name  # .grad: 5's + 6's
