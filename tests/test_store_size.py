@@ -303,3 +303,49 @@ def test_a_100k_node_step_is_traced_written_and_read_back_with_default_limits(tm
                           env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[0] == "ok"
+
+
+def _repeats_one_by_one(pictures: list[np.ndarray | None]) -> dict[int, tuple[int, bool] | None]:
+    """The rule of `repeats`, picture by picture: a dict of the kept pictures' bytes."""
+    seen: dict[tuple[bytes, tuple[int, ...]], int] = {}
+    out: dict[int, tuple[int, bool] | None] = {}
+    for i, a in enumerate(pictures):
+        if a is None:
+            continue
+        k = seen.get((a.tobytes(), a.shape))
+        if k is None and a.shape[0] > 1 and a.shape[1] > 1:
+            t = np.ascontiguousarray(a.T)
+            kt = seen.get((t.tobytes(), t.shape))
+            out[i] = None if kt is None else (kt, True)
+        else:
+            out[i] = None if k is None else (k, False)
+        if out[i] is None:
+            seen[(a.tobytes(), a.shape)] = i
+    return out
+
+
+def test_repeated_pictures_are_found_as_one_by_one() -> None:
+    """`repeats` (numpy over every picture of a shape at once) against the rule applied one picture at a
+    time: repeats, transposes of kept pictures and of repeats, symmetric pictures, NaN, -0.0 against 0.0,
+    3x5 against 5x3, 1xN (never a transpose), in a random order."""
+    rng = np.random.default_rng(7)
+    base = [rng.standard_normal(s).astype(np.float32) for s in [(3, 5), (5, 3), (4, 4), (1, 6), (4, 4)]]
+    base[2][1, 1] = np.nan
+    sym = np.ones((4, 4), np.float32)
+    zero, neg = np.zeros((4, 4), np.float32), np.full((4, 4), -0.0, np.float32)
+    pool = base + [sym, zero, neg] + [np.ascontiguousarray(b.T) for b in base if b.shape[0] > 1]
+    pictures: list[np.ndarray | None] = [None if k % 11 == 0 else pool[int(rng.integers(len(pool)))].copy()
+                                         for k in range(400)]
+    from gradscape.tracer.wire.compact import repeats
+
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for i, a in enumerate(pictures):
+        if a is not None:
+            by_shape.setdefault(a.shape, []).append(i)
+    stacks = {s: np.stack([pictures[i] for i in ix]) for s, ix in by_shape.items()}  # type: ignore[misc]
+    want = _repeats_one_by_one(pictures)
+    assert repeats(by_shape, stacks) == want
+    assert sum(v is not None and v[1] for v in want.values()) > 20  # transposes were found
+    kept = ThumbTable().keep_arrays(pictures)
+    for i, v in want.items():
+        assert (kept[i] == {"same": v[0], "T": v[1]}) if v is not None else ("q8" in kept[i]), i  # type: ignore[operator]

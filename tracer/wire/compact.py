@@ -16,7 +16,6 @@ NOTE [Compact thumbnails]
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
@@ -84,9 +83,6 @@ def dequantise_same_shape(cs: list[dict[str, Any]], shape: tuple[int, int]) -> n
 class ThumbTable:
     """The compact thumbnails of one step, in index order: each distinct picture once."""
 
-    def __init__(self) -> None:
-        self._seen: dict[tuple[bytes, tuple[int, ...]], int] = {}
-
     def keep_all(self, thumbs: list[WireArray | None]) -> list[dict[str, Any] | WireArray | None]:
         """`keep_arrays` of wire arrays, each checked (a malformed one raises `TraceFormatError` naming it)."""
         return self.keep_arrays([None if t is None else decode_array(t, f"tensors[{i}].thumb")
@@ -94,37 +90,75 @@ class ThumbTable:
 
     def keep_arrays(self, pictures: list[np.ndarray | None]) -> list[dict[str, Any] | WireArray | None]:
         """What each tensor's row keeps of its thumbnail (tensor `i`'s is `pictures[i]`): C, a reference
-        to an earlier tensor's, or the wire array of a thumbnail that is not 2-D (none are, today). The
-        new pictures are quantised together, shape by shape."""
+        to an earlier tensor's (`repeats`), or the wire array of a thumbnail that is not 2-D (none are,
+        today). The new pictures are quantised together, shape by shape."""
         kept: list[dict[str, Any] | WireArray | None] = [None] * len(pictures)
-        new: dict[tuple[int, ...], list[tuple[int, np.ndarray]]] = {}
+        by_shape: dict[tuple[int, int], list[int]] = {}
         for idx, a in enumerate(pictures):
             if a is None:
                 continue
             if a.ndim != 2:
                 kept[idx] = encode_array(a)
-            elif (same := self._repeat(idx, a)) is not None:
-                kept[idx] = same
             else:
-                new.setdefault(a.shape, []).append((idx, a))
-        for group in new.values():
-            for (idx, _), c in zip(group, quantise_same_shape(np.stack([a for _, a in group]).astype(np.float64))):
+                by_shape.setdefault(a.shape, []).append(idx)
+        stacks = {shape: np.stack([pictures[i] for i in ix]) for shape, ix in by_shape.items()}
+        new: dict[tuple[int, int], list[int]] = {}
+        for idx, same in repeats(by_shape, stacks).items():
+            if same is None:
+                shape = pictures[idx].shape  # type: ignore[union-attr]
+                new.setdefault(shape, []).append(idx)
+            else:
+                kept[idx] = {"same": same[0], "T": same[1]}
+        for shape, ix in new.items():
+            pos = np.searchsorted(by_shape[shape], ix)
+            for idx, c in zip(ix, quantise_same_shape(stacks[shape][pos].astype(np.float64))):
                 kept[idx] = c
         return kept
 
-    def _repeat(self, idx: int, a: np.ndarray) -> dict[str, Any] | None:
-        """{"same": k, "T": ...} when tensor k's picture is `a` or its transpose; else `a` is noted as idx's."""
-        key = (hashlib.blake2b(a.tobytes(), digest_size=16).digest(), a.shape)
-        k = self._seen.get(key)
-        if k is not None:
-            return {"same": k, "T": False}
-        if a.shape[0] > 1 and a.shape[1] > 1:
-            t = np.ascontiguousarray(a.T)
-            k = self._seen.get((hashlib.blake2b(t.tobytes(), digest_size=16).digest(), t.shape))
-            if k is not None:
-                return {"same": k, "T": True}
-        self._seen[key] = idx
-        return None
+
+def repeats(by_shape: dict[tuple[int, int], list[int]],
+            stacks: dict[tuple[int, int], np.ndarray]) -> dict[int, tuple[int, bool] | None]:
+    """For each picture (its index in `by_shape[shape]`, its pixels in `stacks[shape]`): None when
+    it is kept, or (k, transposed) when it repeats picture k, or k's transpose. A picture is kept when
+    no earlier one has the same bytes and no earlier kept one is its transpose; a repeat refers to the
+    first kept picture with its bytes, or, that one being a transpose itself, to what that one refers to.
+    Bytes are compared, not values (NaN equals NaN, -0.0 differs from 0.0), as the tensors were."""
+    first: dict[tuple[int, int], np.ndarray] = {}  # per shape: each picture's first index with its bytes
+    keys: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # per shape: sorted unique bytes, their first
+    for shape, ix in by_shape.items():
+        b = _rows_as_bytes(stacks[shape])
+        uniq, first_pos, inverse = np.unique(b, return_index=True, return_inverse=True)
+        idx = np.asarray(ix)
+        first[shape] = idx[first_pos[inverse.ravel()]]
+        keys[shape] = (uniq, idx[first_pos])
+    out: dict[int, tuple[int, bool] | None] = {}
+    for shape, ix in by_shape.items():
+        r, c = shape
+        t_first = np.full(len(ix), -1)
+        other = (c, r)
+        if r > 1 and c > 1 and other in keys and stacks[other].dtype == stacks[shape].dtype:
+            uniq, at = keys[other]
+            tb = _rows_as_bytes(stacks[shape].transpose(0, 2, 1))
+            pos = np.clip(np.searchsorted(uniq, tb), 0, len(uniq) - 1)
+            hit = uniq[pos] == tb
+            t_first[hit] = at[pos[hit]]
+        own = first[shape]
+        for idx, f, t in zip(ix, own.tolist(), t_first.tolist()):
+            if f == idx:  # the first with these bytes: kept unless an earlier picture is its transpose
+                out[idx] = (t, True) if 0 <= t < idx else None
+            else:  # a repeat of f: of f itself if f is kept, else of what f refers to
+                out[idx] = None  # filled below, once every first is known
+    for shape, ix in by_shape.items():
+        for idx, f in zip(ix, first[shape].tolist()):
+            if f != idx:
+                out[idx] = (f, False) if out[f] is None else out[f]
+    return out
+
+
+def _rows_as_bytes(stack: np.ndarray) -> np.ndarray:
+    """Each picture of an (n, rows, cols) stack as one opaque item of its bytes (compared, sorted by numpy)."""
+    cells = np.ascontiguousarray(stack).reshape(len(stack), -1)
+    return cells.view(np.dtype((np.void, cells.shape[1] * cells.itemsize))).ravel()
 
 
 def expand_all(idx: list[int], rows: dict[int, Any]) -> dict[int, WireArray | None]:
