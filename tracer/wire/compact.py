@@ -101,7 +101,7 @@ class ThumbTable:
                 kept[idx] = encode_array(a)
             else:
                 by_shape.setdefault(a.shape, []).append(idx)
-        stacks = {shape: np.stack([pictures[i] for i in ix]) for shape, ix in by_shape.items()}
+        stacks = {shape: np.stack([pictures[i] for i in ix]) for shape, ix in by_shape.items()}  # type: ignore[misc]
         new: dict[tuple[int, int], list[int]] = {}
         for idx, same in repeats(by_shape, stacks).items():
             if same is None:
@@ -128,9 +128,9 @@ def repeats(by_shape: dict[tuple[int, int], list[int]],
     for shape, ix in by_shape.items():
         b = _rows_as_bytes(stacks[shape])
         uniq, first_pos, inverse = np.unique(b, return_index=True, return_inverse=True)
-        idx = np.asarray(ix)
-        first[shape] = idx[first_pos[inverse.ravel()]]
-        keys[shape] = (uniq, idx[first_pos])
+        at = np.asarray(ix)
+        first[shape] = at[first_pos[inverse.ravel()]]
+        keys[shape] = (uniq, at[first_pos])
     out: dict[int, tuple[int, bool] | None] = {}
     for shape, ix in by_shape.items():
         r, c = shape
