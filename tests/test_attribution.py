@@ -110,7 +110,7 @@ def test_a_user_mode_above_ours_sees_a_library_leaf_and_ours_stays() -> None:
             return func(*args, **(kwargs or {}))  # @user-handler
 
     lin = nn.Linear(3, 2)
-    tr = gradscape.Tracer(lin, monitor=False)  # the monitor adds a mode of its own
+    tr = gradscape.Tracer(lin, monitor=False)  # the tracer's mode alone
     with tr.step(0) as st:
         with Counting():
             out = lin(torch.randn(4, 3))  # @user-mode
@@ -128,7 +128,7 @@ def test_user_forward_pre_hook_on_a_library_leaf_keeps_working() -> None:
     lin = nn.Linear(3, 3)
     handle = lin.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
     try:
-        tr = gradscape.Tracer(lin, monitor=False)  # the monitor adds a mode of its own
+        tr = gradscape.Tracer(lin, monitor=False)  # the tracer's mode alone
         x = torch.randn(2, 3, requires_grad=True)
         with tr.step(0) as st:
             y = lin(x)  # @hooked
@@ -147,7 +147,7 @@ def test_a_loss_module_outside_the_model_gets_its_line() -> None:
     yet it is a library leaf, so its ops get the line that called it and the mode is back after."""
     lin = nn.Linear(3, 2)
     criterion = nn.MSELoss()
-    tr = gradscape.Tracer(lin, monitor=False)  # the monitor adds a mode of its own
+    tr = gradscape.Tracer(lin, monitor=False)  # the tracer's mode alone
     with tr.step(0) as st:
         out = lin(torch.randn(4, 3))
         loss = criterion(out, torch.zeros(4, 2))  # @criterion

@@ -29,7 +29,7 @@ What each is for (see docs/autograd.md):
 - `foreach_norm(tensors)`: the 2-norm of each tensor in one fused call (what `clip_grad_norm_` uses);
   the monitor's gradient norms (tracer/monitor/capture.py).
 - `amp_unscale`: GradScaler's unscale op (`_amp_foreach_non_finite_check_and_unscale_`), which the
-  monitor's mode recognises (tracer/monitor/mode.py).
+  monitor wraps (tracer/record/patched_calls.py).
 - `reinsert_hook(handle, fn)`: put `fn` back into the hook dicts of a `RemovableHandle` that was
   removed, at the handle's own key (NOTE [Hooks under torch.compile] in tracer/record/global_hooks.py).
 - `cxx11_abi`: the C++ string ABI torch was compiled with, which the native recorder must be built with

@@ -2,8 +2,8 @@
 not; traces of the steps that go wrong; the gradients each optimizer really stepped with.
 
     models.py    several models for one Tracer (a list, tuple or dict of modules)
-    mode.py      what a block installs: two global optimizer hooks, and a torch-function mode (a traced
-                 block) or the backward calls wrapped (untraced: tracer/record/patched_calls.py)
+    installed.py what a block installs: two global optimizer hooks and the backward calls wrapped
+                 (tracer/record/patched_calls.py)
     capture.py   what a block sees: losses, norms before/after clipping, GradScaler, optimizer steps
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row

@@ -1,5 +1,5 @@
 """One step block as the monitor sees it: the losses, the gradient norms after each backward, what
-GradScaler unscaled, and what each optimizer stepped with. See NOTE [Monitor mode] for how it is seen.
+GradScaler unscaled, and what each optimizer stepped with. See NOTE [Monitor hooks] for how it is seen.
 
 NOTE [Norms before and after clipping]
     After each backward (not `autograd.grad`, which leaves `.grad` alone) the norm of every known
@@ -32,7 +32,7 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
-from gradscape.tracer.monitor.mode import Installed
+from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
@@ -164,11 +164,8 @@ class StepCapture:
     # ------------------------------------------------------------------ optimizer steps
     def on_optimizer_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         """An optimizer is about to step. With a closure (LBFGS, Lightning's automatic optimization) the
-        forward, backward, unscaling and clipping all run inside the step, after this: the mode stays on
-        to see them and the gradients are read in the post-hook (NOTE [Read at the post-hook])."""
-        closure = args[1] if isinstance(args, tuple) and len(args) > 1 else (kwargs or {}).get("closure")
-        if closure is None:
-            self.installed.step_aside()  # first: our own reads below need not pass through the mode
+        forward, backward, unscaling and clipping all run inside the step, after this: the wrappers see
+        them and the gradients are read in the post-hook (NOTE [Read at the post-hook])."""
         try:
             rec = self._open_record(opt)
             scale = getattr(opt, "grad_scale", None)  # GradScaler's, for an optimizer that unscales inside
@@ -184,7 +181,6 @@ class StepCapture:
                 self._optimizer_step(opt)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
-        self.installed.resume_at_next_module()
 
     def _optimizer_step(self, opt: Any) -> None:
         rec = self._open_record(opt)
@@ -223,7 +219,6 @@ class StepCapture:
     # ------------------------------------------------------------------ the end
     def release(self) -> None:
         """Drop what refers back here (the mode, the trace): the block is over."""
-        self.installed.mode.capture = None
         self.installed.capture = None
         self.traced = None
         self.records = []

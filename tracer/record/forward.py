@@ -28,9 +28,7 @@ NOTE [Library leaves]
     result is the line the mode would have recorded per op, without the mode's dispatch per op (a
     Python call per op, dearer inside a real step, where the kernels around it have evicted the
     interpreter's caches). The post-hook is registered with
-    `always_call=True`, so a forward that raises puts the mode back too. A mode right below it that
-    asks for it (`steps_aside_in_leaves`: the monitor's, which wants only backward calls and GradScaler's
-    unscale, none of which a library leaf makes) leaves the stack with it and comes back with it.
+    `always_call=True`, so a forward that raises puts the mode back too.
 
 Both the hooks and the mode are removed when the step ends, also when it raises (through the step's
 `StepHandles`, tracer/record/handles.py). Forward hooks that fire during backward (non-reentrant
@@ -123,7 +121,6 @@ class ForwardRecorder:
     _mode: Any = None
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
-    _below: Any = None  # the mode below ours that left with it (NOTE [Library leaves])
     _leaf_lo: int = 0  # the sequence number when that call started
     _thread: int = 0  # the thread whose function-mode stack holds the mode
     on_detach: Callable[[Any, Any], None] | None = None  # problem finder: (tensor, caller frame) of a detach
@@ -146,9 +143,6 @@ class ForwardRecorder:
         mode, self._mode = self._mode, None
         if mode is not None and not self._paused:
             _remove_mode(mode)
-        if self._paused and self._below is not None:
-            _push_mode(self._below)
-        self._below = None
         self._paused = False
         self._leaf = None
         self._stack.clear()
@@ -162,16 +156,13 @@ class ForwardRecorder:
     # `differentiable` optimizer, whose step builds graph nodes that deserve source lines. If a step
     # raises, the next module call outside backward puts the mode back. NOTE [Library leaves] is the
     # same for a module call.
-    def _step_aside(self, with_below: bool = False) -> bool:
-        """Take the mode off the stack when it is on top; True if it was. `with_below`: a mode right below
-        it that steps aside in library leaves goes too (NOTE [Library leaves])."""
+    def _step_aside(self) -> bool:
+        """Take the mode off the stack when it is on top; True if it was."""
         mode = self._mode
         n = _stack_len()
         if mode is not None and n and _mode_at(n - 1) is mode:
             _pop_mode()
             self._paused = True
-            if with_below and n > 1 and getattr(_mode_at(n - 2), "steps_aside_in_leaves", False):
-                self._below = _pop_mode()
             return True
         return False
 
@@ -188,9 +179,6 @@ class ForwardRecorder:
     def _resume(self) -> None:
         if self._paused and self._mode is not None:
             self._paused = False
-            if self._below is not None:
-                _push_mode(self._below)
-                self._below = None
             _push_mode(self._mode)
 
     # ---- module hooks (must return None: a value would replace the module's output) ----
@@ -209,7 +197,7 @@ class ForwardRecorder:
                 edges = [gradient_edge(a) for a in args]
             self._stack.append((mod, _seqnr(), edges))
         # NOTE [Library leaves], for any module (a loss too)
-        if not paused and not _module_children(mod) and is_library_leaf(type(mod)) and self._step_aside(True):
+        if not paused and not _module_children(mod) and is_library_leaf(type(mod)) and self._step_aside():
             self._leaf = mod
             self._leaf_lo = _seqnr()
             if self.on_no_grad is not None and not _grad_enabled():  # its ops go unseen: its parameters

@@ -1,26 +1,26 @@
-"""The backward calls (and GradScaler's unscale) of an untraced monitored block, seen without a torch-function
-mode: the four functions wrapped while such a block is open, each call handed to the block's capture.
+"""The backward calls (and GradScaler's unscale) of a monitored block, seen without a torch-function mode:
+the four functions wrapped while such a block is open, each call handed to the block's capture.
 
 NOTE [Patched backward]
     A torch-function mode sends every torch call of the block through Python (`handle_torch_function`
     and the mode's handler): a pass-through mode alone made a plain step of the 3-20-30-2 MLP 65 µs
-    slower (1.16x) and one of the regression program 33 µs (1.16x), interleaved in one run. An
-    untraced block needs only the backward calls (`Tensor.backward`, `torch.autograd.backward`,
+    slower (1.16x) and one of the regression program 33 µs (1.16x), interleaved in one run. The
+    monitor needs only the backward calls (`Tensor.backward`, `torch.autograd.backward`,
     `torch.autograd.grad`) and GradScaler's unscale (`torch._amp_foreach_non_finite_check_and_unscale_`).
-    So while an untraced block is open, those four are wrappers (`install`, `uninstall`): a call from
+    So while a monitored block is open, those four are wrappers (`install`, `uninstall`): a call from
     the block's thread goes to its capture, with the original function; every other call (another
     thread's, one made while a call is being handled, such as `Tensor.backward`'s own call of
     `torch.autograd.backward`, or one under dynamo) goes straight to the original. They are put in
     place when the first such block opens and the originals put back when the last one closes.
 
-    A traced block keeps the mode (NOTE [Monitor mode]): the tracer's own mode must see the backward
-    first. A mode is handed `Tensor.backward` as its class attribute, which is the wrapper while
-    another thread's untraced block is open; `original_of` gives both modes the function behind it.
+    The tracer's mode (a traced block) is handed `Tensor.backward` as its class attribute, which is the
+    wrapper then: `original_of` gives it the function behind it (NOTE [Monitor hooks] in
+    tracer/monitor/installed.py says in which order the two see a backward).
 
     What a wrapper does not see: a function taken by name before the block opened (`from torch.autograd
-    import grad`, then `grad(...)`) is the original. Its losses are not in the row (the mode saw them);
-    `loss.backward()`, `torch.autograd.grad(...)` and GradScaler are seen. Two untraced blocks of two
-    Tracers open on one thread: the calls go to the innermost (two modes would both have seen them).
+    import grad`, then `grad(...)`) is the original. Its losses are not in the row; `loss.backward()`,
+    `torch.autograd.grad(...)` and GradScaler are seen. Two monitored blocks of two Tracers open on one
+    thread: the calls go to the innermost.
 """
 
 from __future__ import annotations
