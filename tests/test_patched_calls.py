@@ -72,6 +72,21 @@ def test_each_backward_api_is_seen_once_with_its_loss(api: str) -> None:
         assert row["grad_norm"] == pytest.approx(want, rel=1e-6)
 
 
+@pytest.mark.parametrize("every", [1, 10**9])
+def test_a_backward_right_after_an_optimizer_step_is_seen(every: int) -> None:
+    """No module call between `opt.step()` and the next backward (the monitor's mode of the previous release
+    stayed off the stack until one came, and missed it)."""
+    a, b = _mlp(0), _mlp(1)
+    opt = torch.optim.SGD(a.parameters(), lr=0.1)
+    tr = gradscape.Tracer(nn.ModuleList([a, b]), every=every)
+    with tr.step(1):
+        first, second = _loss(a, 0), _loss(b, 1)
+        first.backward()
+        opt.step()
+        second.backward()
+    assert tr.history[-1]["losses"] == [first.item(), second.item()]
+
+
 def test_gradscaler_unscale_is_seen_in_an_untraced_block() -> None:
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

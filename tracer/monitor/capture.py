@@ -218,7 +218,7 @@ class StepCapture:
 
     # ------------------------------------------------------------------ the end
     def release(self) -> None:
-        """Drop what refers back here (the mode, the trace): the block is over."""
+        """Drop what refers back here (the installed hooks, the trace): the block is over."""
         self.installed.capture = None
         self.traced = None
         self.records = []
