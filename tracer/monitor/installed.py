@@ -50,7 +50,6 @@ class Installed:
     def __init__(self, capture: Any) -> None:
         self.capture = capture
         self.handles = StepHandles()
-        self.patched = False
 
     def install(self) -> None:
         _active.append(self.capture)
@@ -58,15 +57,12 @@ class Installed:
         self.handles.add(_optim.register_optimizer_step_pre_hook(_on_opt_pre))
         self.handles.add(_optim.register_optimizer_step_post_hook(_on_opt_post))
         patched_calls.install(self.capture)
-        self.patched = True
 
     def _leave(self) -> None:
         """The block's capture leaves `_active`, and its wrappers (NOTE [Patched backward])."""
         if self.capture in _active:
             _active.remove(self.capture)
-        if self.patched:
-            patched_calls.uninstall(self.capture)
-            self.patched = False
+        patched_calls.uninstall(self.capture)  # idempotent: nothing when it is not installed
 
     def remove(self) -> None:
         self.handles.remove()

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from gradscape.tracer.record.global_hooks import compiling
+
 _TARGETS: tuple[tuple[Any, str, str], ...] = (
     (torch.Tensor, "backward", "Tensor.backward"),
     (torch.autograd, "backward", "autograd.backward"),
@@ -41,7 +43,6 @@ _UNSCALE = "_amp_foreach_non_finite_check_and_unscale_"
 
 _lock = threading.Lock()
 _captures: dict[int, list[Any]] = {}  # thread id -> the captures of the untraced blocks open on it, innermost last
-_originals: dict[tuple[Any, str], Any] = {}  # what the wrappers replaced, while they are in place
 _wrapped: dict[Any, Any] = {}  # wrapper -> the original it calls (kept: a mode may be handed one after it is off)
 _handling = threading.local()  # a call of this thread is being handled (nested calls pass through)
 
@@ -51,15 +52,11 @@ def original_of(func: Any) -> Any:
     return _wrapped.get(func, func)
 
 
-def _is_compiling() -> bool:
-    return bool(torch.compiler.is_compiling())
-
-
 def _backward_wrapper(original: Any, api: str) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         caps = _captures.get(threading.get_ident()) if _captures else None
-        if not caps or getattr(_handling, "on", False) or _is_compiling():
+        if not caps or getattr(_handling, "on", False) or compiling():
             return original(*args, **kwargs)
         _handling.on = True
         try:
@@ -75,7 +72,7 @@ def _unscale_wrapper(original: Any) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         out = original(*args, **kwargs)
         caps = _captures.get(threading.get_ident()) if _captures else None
-        if caps and not getattr(_handling, "on", False) and not _is_compiling():
+        if caps and not getattr(_handling, "on", False) and not compiling():
             caps[-1].on_unscale(args, sys._getframe(1))
         return out
 
@@ -101,8 +98,8 @@ def install(capture: Any) -> None:
     with _lock:
         if not _captures:
             for owner, name, api in _TARGETS:
-                _put(owner, name, _wrapper_of(owner, name, lambda f, api=api: _backward_wrapper(f, api)))
-            _put(torch, _UNSCALE, _wrapper_of(torch, _UNSCALE, _unscale_wrapper))
+                setattr(owner, name, _wrapper_of(owner, name, lambda f, api=api: _backward_wrapper(f, api)))
+            setattr(torch, _UNSCALE, _wrapper_of(torch, _UNSCALE, _unscale_wrapper))
         _captures.setdefault(threading.get_ident(), []).append(capture)
 
 
@@ -119,12 +116,6 @@ def uninstall(capture: Any) -> None:
             return
         if _captures:
             return
-        for (owner, name), original in _originals.items():
-            setattr(owner, name, original)
-        _originals.clear()
-
-
-def _put(owner: Any, name: str, wrapper: Any) -> None:
-    original = getattr(owner, name)
-    _originals[(owner, name)] = original
-    setattr(owner, name, wrapper)
+        for (owner, name), (original, wrapper) in _made.items():
+            if getattr(owner, name) is wrapper:  # put back only what is still ours
+                setattr(owner, name, original)

@@ -80,15 +80,15 @@ def wire_nodes(lazy: LazyNodes, tab: Any) -> list[WireNode]:
                 gi = None if gi_n < 0 else slot_refs(c.gi_off[pos], gi_n)
             time_us = c.time[pos]
             runs.append([c.pass_[pos], pos, go, gi, None if time_us != time_us else time_us])
-        out.append(_node(t, k, names[codes[k]], runs, gi0, go0))
+        out.append(_node(t, c, k, names[codes[k]], runs, gi0, go0))
     return out
 
 
-def _node(t: Any, k: int, name: str, runs: list[list[Any]], gi: list[int | None] | None,
+def _node(t: Any, c: Any, k: int, name: str, runs: list[list[Any]], gi: list[int | None] | None,
           go: list[int | None] | None) -> WireNode:
-    """Node `k`'s map, as `node_to_wire` makes it from the `NodeTrace` that `LazyNodes` would make."""
+    """Node `k`'s map, as `node_to_wire` makes it from the `NodeTrace` that `LazyNodes` would make (`c`:
+    the tables' `lists()`)."""
     st = t.statics[k]
-    c = t.lists()
     outputs = t.outputs
     out_shapes, out_dtypes = outputs(k)
     in_shapes: list[list[int] | None] = []
