@@ -29,9 +29,17 @@ def _record(store: Path, name: str = "mlp", run: str = "r", steps: int = 2, mode
 
 
 def _open(page: Page, url: str) -> None:
+    """The page, opened: the graph drawn, the player placed, and the page done loading, its socket live and
+    its timeline drawn. (Loading plotly's bundle and drawing the first figure hold the browser's main
+    thread for about 0.75 s here, after the graph is up; the socket's handshake waits for them. A step
+    streamed in that time showed up to a second late, in a test that times what a person waits for once
+    the page is open: the page's open time is bench/ui.py's to measure.)"""
     page.goto(url)
     page.wait_for_function("window.cy && window.cy.nodes().length > 0")
     page.wait_for_function("(document.querySelector('#backward-player') || {innerText: ''}).innerText.includes(' of ')")
+    page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''}).innerText"
+                           ".includes('live')")
+    page.wait_for_function("document.querySelector('#timeline-graph .main-svg') !== null")
 
 
 def _graph_counts(page: Page) -> tuple[int, int]:
