@@ -144,7 +144,7 @@
           }
         });
       }
-      return "#" + v + " of " + order.nodes.length + ": " + order.names[v] + " (n" + order.nodes[v] + ")";
+      return "#" + v + " of " + order.nodes.length + ": " + order.names[order.name_of[v]] + " (n" + order.nodes[v] + ")";
     },
     paintWhenReady: function (v, order, tries) {
       // on first paint this runs before dash-cytoscape has mounted the graph: wait for it

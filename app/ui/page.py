@@ -3,6 +3,7 @@ player under it, and the inspector beside it. Styles live in assets/gradscape.cs
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -163,18 +164,41 @@ def _inspector(st: dict[str, Any]) -> list[Any]:
             html.Div(id=ids.INSPECTOR, className="gs-inspector", children=panel)]
 
 
-def initial_state(data: PageData) -> dict[str, Any]:
-    """The page as first served: the newest run and step already drawn (of the run's first rank, which
-    the rank select shows), so the first paint needs no callback round trip (a deep link then moves it,
-    in the browser)."""
+def opening(data: PageData) -> tuple[Any, str | None, list[int], int, Any, int | None]:
+    """What the page opens with: the run options and the newest run, its ranks and the rank shown, the step
+    options and the newest step."""
     run_options, run = runs.run_choices(data, None, None)
     ranks = data.ranks(run) if run else []
     rank = compare.rank_field(ranks)[1]
     step_options, step = runs.step_choices(data, run, None, None, rank=rank)
+    return run_options, run, ranks, rank, step_options, step
+
+
+def warm(data: PageData) -> None:
+    """Decode, fold and colour the step the page opens with, into `data`'s caches, while the browser loads
+    the page's scripts (started by the page's address: `GradscapeDash.index`); the page's first request,
+    `/_dash-layout`, then finds them made, or waits for them being made (`PageData` makes each once). A
+    step that cannot be read is the page's to report: nothing is raised here."""
+    try:
+        _, run, _, rank, _, step = opening(data)
+        if run is None or step is None:
+            return
+        data.graph(run, step, rank)
+        data.layout(run, step, None, rank)
+        data.marks(run, step, "norm", rank)
+    except Exception:  # the same reads, made again by the page's request, show the error there
+        logging.getLogger(__name__).debug("warming the opening step failed", exc_info=True)
+
+
+def initial_state(data: PageData) -> dict[str, Any]:
+    """The page as first served: the newest run and step already drawn (of the run's first rank, which
+    the rank select shows), so the first paint needs no callback round trip (a deep link then moves it,
+    in the browser)."""
+    run_options, run, ranks, rank, step_options, step = opening(data)
     elements, order, last, value, legend, info, _ = graph.graph_payload(data, run, step, "norm", None,
                                                                         with_search=False, rank=rank)
-    player = (f"#{value} of {len(order['nodes'])}: {order['names'][value]} ({node_element(order['nodes'][value])})"
-              if order and order["nodes"] else "")
+    player = (f"#{value} of {len(order['nodes'])}: {graph.order_name(order, value)} "
+              f"({node_element(order['nodes'][value])})" if order and order["nodes"] else "")
     # the inspector opens on the player's node, so the two agree from the first paint
     selected = ({"run": run, "rank": rank, "step": step, "node": order["nodes"][value]}
                 if order and order["nodes"] else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,29 +57,50 @@ def test_index_leaves_out_dash_table(tmp_path: Path) -> None:
         created.close()
 
 
-def test_the_page_address_answers_without_decoding_the_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_page_address_answers_at_once_and_starts_the_decode(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Dash checks the layout on the server's first request (the page's address): that check gets the page
-    without a step, and only `/_dash-layout` decodes it, once, with the step drawn in."""
+    without a step. The address answers without waiting for the step, and starts decoding it in the
+    background (`GradscapeDash.warm`); `/_dash-layout` then uses that decode: the step is read once."""
     store = tmp_path / "s.sqlite"
     _record(store, 1)
     created = create_app(str(store), ServerConfig())
     reads: list[tuple[object, ...]] = []
+    reading, release = threading.Event(), threading.Event()
     read_graph = TraceStore.read_graph
 
-    def counted(self: TraceStore, *args: object) -> object:
+    def held(self: TraceStore, *args: object) -> object:  # a read that lasts until the test lets it end
         reads.append(args)
+        reading.set()
+        assert release.wait(30)
         return read_graph(self, *args)
 
-    monkeypatch.setattr(TraceStore, "read_graph", counted)
+    monkeypatch.setattr(TraceStore, "read_graph", held)
     try:
         c = created.dash.server.test_client()
-        assert c.get("/").status_code == 200
-        assert reads == []
+        assert c.get("/").status_code == 200  # answered while the read it started is held
+        assert reading.wait(30) and not release.is_set()
+        assert reads == [("r", 0, 0)]
+        release.set()
         layout = json.loads(c.get("/_dash-layout").data)
-        assert len(reads) == 1
+        assert len(reads) == 1  # the page's request used the decode the address started
         assert _newest_step(layout) == 0
         elements = _prop(layout, "graph", "elements")
         assert any("ReluBackward0" in json.dumps(e) for e in elements)  # the step is drawn in the first answer
+        assert c.get("/").status_code == 200 and len(reads) == 1  # a reload decodes nothing again
+    finally:
+        release.set()
+        created.close()
+
+
+def test_the_page_answers_when_the_step_cannot_be_read(tmp_path: Path) -> None:
+    """A store with no step: the address's decode finds nothing to do, and the page opens empty."""
+    created = create_app(str(tmp_path / "s.sqlite"), ServerConfig())
+    try:
+        c = created.dash.server.test_client()
+        assert c.get("/").status_code == 200
+        layout = json.loads(c.get("/_dash-layout").data)
+        assert _prop(layout, "graph", "elements") == []
     finally:
         created.close()
 
@@ -98,3 +120,27 @@ def _prop(layout: dict, component: str, prop: str) -> object:
 
     walk(layout)
     return found[0]
+
+
+def test_the_layout_is_encoded_by_plotlys_json_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not plotly's default, which is orjson where it is installed and then converts the whole layout in
+    Python first (4x slower for a 100k-node step: `layout_json`)."""
+    from gradscape.app.server import factory
+
+    store = tmp_path / "s.sqlite"
+    _record(store, 1)
+    engines: list[object] = []
+    encode = factory.to_json_plotly
+
+    def spied(obj: object, *args: object, engine: object = None, **kwargs: object) -> str:
+        engines.append(engine)
+        return str(encode(obj, *args, engine=engine, **kwargs))
+
+    monkeypatch.setattr(factory, "to_json_plotly", spied)
+    created = create_app(str(store), ServerConfig())
+    try:
+        layout = json.loads(created.dash.server.test_client().get("/_dash-layout").data)
+        assert engines == ["json"]
+        assert _newest_step(layout) == 0
+    finally:
+        created.close()
