@@ -13,6 +13,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
+import zstandard
 from zoo import build
 
 import gradscape
@@ -114,20 +115,67 @@ def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     _traced(name="mlp", steps=1, sink=str(path))
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
     blobs = [b for (b,) in db.execute("SELECT arrays FROM tensors")]
     blobs.append(db.execute("SELECT graph FROM steps").fetchone()[0])
-    for blob in blobs:  # a row under 512 bytes is kept as it is, a bigger one deflated (tracer/blobs.py)
-        raw = zlib.decompress(blob) if blob[:1] == b"\x78" else blob
-        assert (blob is raw) == (len(raw) < 512), len(raw)
-    assert any(b[:1] == b"\x78" for b in blobs) and any(b[:1] != b"\x78" for b in blobs)
-    arrays = msgpack.unpackb(blobs[0] if blobs[0][:1] != b"\x78" else zlib.decompress(blobs[0]), raw=False)
+
+    def raw(blob: bytes) -> bytes:  # a row under 512 bytes is kept as it is, a bigger one a Zstandard frame
+        return zstandard.ZstdDecompressor().decompress(blob) if blob[:4] == b"\x28\xb5\x2f\xfd" else blob
+
+    for blob in blobs:
+        assert (raw(blob) is blob) == (len(raw(blob)) < 512), len(raw(blob))
+    assert any(raw(b) is not b for b in blobs) and any(raw(b) is b for b in blobs)
+    arrays = msgpack.unpackb(raw(blobs[0]), raw=False)
     assert set(arrays) == {"thumb", "values"} and isinstance(arrays["thumb"]["q8"], bytes)  # msgpack: no pickle
     db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     db.commit()
     db.close()
     with pytest.raises(gradscape.StoreError, match="version '99'"):
         TraceStore(path)
+
+
+def test_a_version_3_file_with_zlib_rows_reads_and_takes_new_steps(tmp_path: Path) -> None:
+    """Version 3 deflated its rows with zlib: such a file reads as it is, and once opened for writing it is
+    version 4, its old zlib rows and its new Zstandard ones side by side."""
+    path = tmp_path / "v3.sqlite"
+    steps = _traced(name="mlp", mode="full", steps=2, sink=str(path))
+    db = sqlite3.connect(path)
+    zstd = zstandard.ZstdDecompressor()
+
+    def as_zlib(blob: bytes) -> bytes:
+        return zlib.compress(zstd.decompress(blob), 3) if blob[:4] == b"\x28\xb5\x2f\xfd" else blob
+
+    for table, col in (("steps", "graph"), ("tensors", "arrays")):
+        rows = db.execute(f"SELECT rowid, {col} FROM {table}").fetchall()
+        db.executemany(f"UPDATE {table} SET {col}=? WHERE rowid=?", [(as_zlib(b), r) for r, b in rows])
+    db.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    db.execute("DELETE FROM steps WHERE step=1")
+    db.execute("DELETE FROM tensors WHERE step=1")
+    db.commit()
+    assert db.execute("SELECT graph FROM steps").fetchone()[0][:1] == b"\x78"
+    db.close()
+    assert_same_step(steps[0], load(path, "r1", 0), stored=True)
+    with TraceStore(path) as store:
+        store.write_step(steps[1])
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    firsts = [g[:1] for (g,) in db.execute("SELECT graph FROM steps ORDER BY step")]
+    db.close()
+    assert firsts == [b"\x78", b"\x28"]
+    assert_same_step(steps[0], load(path, "r1", 0), stored=True)
+    assert_same_step(steps[1], load(path, "r1", 1), stored=True)
+
+
+def test_a_damaged_row_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "d.sqlite"
+    _traced(name="mlp", steps=1, sink=str(path))
+    db = sqlite3.connect(path)
+    graph = db.execute("SELECT graph FROM steps").fetchone()[0]
+    db.execute("UPDATE steps SET graph=?", (graph[:-40],))
+    db.commit()
+    db.close()
+    with pytest.raises(TraceFormatError, match="not a Zstandard frame"):
+        load(path)
 
 
 def test_not_a_trace_file(tmp_path: Path) -> None:

@@ -236,7 +236,7 @@ def test_a_version_2_file_still_reads(tmp_path: Path) -> None:
         store.write_step(_lstm_step(2))
         assert [s["step"] for s in store.steps("lstm")] == [0]  # the same step 0, replaced
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
 
 
 def test_keep_last_keeps_the_newest_steps(tmp_path: Path) -> None:

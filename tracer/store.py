@@ -20,9 +20,12 @@ is the msgpack map `{"thumb": C|None, "values": A|None}` of tensor `idx`, so a v
 node's heatmaps reads only those rows. Values (`tensors="full"`) are raw little-endian bytes with
 dtype and shape; thumbnails are kept compactly (8 bits a cell with their range, a repeated picture
 once: NOTE [Compact thumbnails] in `tracer.wire.compact`) and read back as float32 wire arrays.
-Since version 3 both blobs are zlib streams of that msgpack (a zlib stream's first byte, 0x78, is
-never the first byte of a msgpack map); version 2 wrote them uncompressed, with float32 thumbnails,
-and reads as it is. Opening a version-2 file for writing marks it version 3 (nothing is rewritten).
+Since version 4 both blobs are Zstandard frames of that msgpack, small rows apart (`tracer/blobs.py`:
+a frame's first byte, 0x28, is never the first byte of a msgpack map or array); version 3 wrote zlib
+streams (first byte 0x78), version 2 the msgpack uncompressed with float32 thumbnails, and both read as
+they are. Opening a version-2 or -3 file for writing marks it version 4: nothing is rewritten, and its
+old rows and its new ones are told apart by their first bytes. A release that reads version 3 refuses
+a version-4 file by its version, not by a row it cannot read.
 
 `keep_last=N` (the file sink's, `gradscape serve --keep-last N`): after each step is written, only
 the newest N steps of its run and rank stay, so a run that traces for days keeps a bounded file
@@ -60,8 +63,8 @@ from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_picture
 from gradscape.tracer.wire.history import WireHistory
 
 T = TypeVar("T")
-SCHEMA_VERSION = 3
-_READABLE = ("2", "3")  # version 2: the same tables, blobs uncompressed (see the module docstring)
+SCHEMA_VERSION = 4
+_READABLE = ("2", "3", "4")  # the same tables; blobs uncompressed in 2, zlib in 3 (see the module docstring)
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 class RunInfo(TypedDict):
@@ -148,7 +151,7 @@ class TraceStore:
             for stmt in MIGRATE_1_2.split(";"):
                 if stmt.strip():
                     self._db.execute(stmt)
-        if row is not None and row[0] in ("1", "2"):  # version 3 reads version-2 rows as they are
+        if row is not None and row[0] in ("1", "2", "3"):  # version 4 reads version-2 and -3 rows as they are
             self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         for stmt in STEP_TABLES.split(";"):
             if stmt.strip():
