@@ -122,25 +122,28 @@ def _prop(layout: dict, component: str, prop: str) -> object:
     return found[0]
 
 
-def test_the_layout_is_encoded_by_plotlys_json_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not plotly's default, which is orjson where it is installed and then converts the whole layout in
-    Python first (4x slower for a 100k-node step: `layout_json`)."""
-    from gradscape.app.server import factory
+def test_the_layout_is_encoded_as_plotly_encodes_it_in_one_pass(tmp_path: Path) -> None:
+    """`layout_json`: the bytes plotly's json engine makes of the page's layout (whose legend says "NaN/Inf",
+    which sends plotly's encoder through a second pass), made in one; a non-finite number is still null."""
+    from plotly.io.json import to_json_plotly
+
+    from gradscape.app.data import PageData
+    from gradscape.app.server.factory import layout_json
+    from gradscape.app.ui.page import layout_function
 
     store = tmp_path / "s.sqlite"
     _record(store, 1)
-    engines: list[object] = []
-    encode = factory.to_json_plotly
-
-    def spied(obj: object, *args: object, engine: object = None, **kwargs: object) -> str:
-        engines.append(engine)
-        return str(encode(obj, *args, engine=engine, **kwargs))
-
-    monkeypatch.setattr(factory, "to_json_plotly", spied)
     created = create_app(str(store), ServerConfig())
     try:
-        layout = json.loads(created.dash.server.test_client().get("/_dash-layout").data)
-        assert engines == ["json"]
-        assert _newest_step(layout) == 0
+        with created.dash.server.test_request_context("/_dash-layout"), TraceStore(store, readonly=True) as ts:
+            layout = layout_function(PageData(ts), None)()
+        plotly_bytes = to_json_plotly(layout, engine="json").encode()
+        assert b"NaN" in plotly_bytes
+        assert layout_json(layout) == plotly_bytes
+        served = created.dash.server.test_client().get("/_dash-layout").data
+        assert _newest_step(json.loads(served)) == 0
     finally:
         created.close()
+    odd = {"a": [1.5, float("nan"), float("inf")], "b": "</script>"}
+    assert layout_json(odd) == to_json_plotly(odd, engine="json").encode() == \
+        b'{"a":[1.5,null,null],"b":"\\u003c\\u002fscript\\u003e"}'
