@@ -36,8 +36,8 @@ class GradscapeDash(dash.Dash):
 
     - `/_dash-layout` is answered from a cache while `layout_key()` is unchanged (the page is the
       newest step of the store, so the key is the store's runs and their last update): a reload
-      does not rebuild and re-serialise the step's elements and execution order; it is encoded with
-      plotly's "json" engine whatever its default (`layout_json`);
+      does not rebuild and re-serialise the step's elements and execution order; it is encoded in
+      one pass by the standard library whatever plotly's default engine (`layout_json`);
     - dash_table's loader is left out of the page's scripts: the page has no DataTable;
     - the page's address starts `warm` (once at a time, in a thread of its own, after the address has
       its answer): what `/_dash-layout` will need is made while the browser loads and runs the page's
