@@ -134,4 +134,4 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
 def _legend(info: dict[str, Any]) -> Any:
     return [html.Span(info.get("title", "")), html.Span(info.get("min_label", "")),
             html.Div(className="bar", style={"background": info.get("css_gradient", "#ccc")}),
-            html.Span(info.get("max_label", "")), html.Span("red border: NaN/Inf", className="gs-nan")]
+            html.Span(info.get("max_label", ""))]  # then "red border: NaN/Inf", fixed in the page (page.py)

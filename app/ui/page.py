@@ -129,7 +129,11 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
                 html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
                 html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
                             title="zoom to the selected node (or the player's current one)")])]),
-            html.Div(id=ids.LEGEND, className="gs-legend", children=st.get("legend")),
+            # the legend's fixed part outside the callbacks' output: plotly's encoder takes a second pass
+            # over any answer whose text holds "NaN" (docs/web-stack.md)
+            html.Div(className="gs-legend", children=[
+                html.Div(id=ids.LEGEND, className="gs-legend-scale", children=st.get("legend")),
+                html.Span("red border: NaN/Inf", className="gs-nan")]),
             html.Div(id=ids.GRAPH_INFO, className="gs-graph-info", children=st.get("info")),
             _player(st)]
 

@@ -65,6 +65,13 @@ def test_page_loads_and_graph_matches_the_store(live_server: Any, page: Page) ->
     assert ops == len(wire["nodes"])  # a small graph: every autograd node is drawn
     assert page.inner_text("#step-select").strip() == "step 1"
     assert "live" in page.inner_text("#connection-status")
+    # the legend on one line: its scale (from the graph's callback) and its fixed part (the page's)
+    legend = page.evaluate("""() => { const row = document.querySelector('.gs-legend');
+      const boxes = [...row.querySelectorAll('span, .bar')].map(e => e.getBoundingClientRect());
+      return {text: row.innerText, tops: boxes.map(b => Math.round(b.top + b.height / 2)),
+              bar: row.querySelector('.bar').getBoundingClientRect().width}; }""")
+    assert "∂L/∂output" in legend["text"] and "red border: NaN/Inf" in legend["text"], legend
+    assert legend["bar"] > 100 and max(legend["tops"]) - min(legend["tops"]) <= 2, legend
     _no_errors(page)
 
 

@@ -147,3 +147,25 @@ def test_the_layout_is_encoded_as_plotly_encodes_it_in_one_pass(tmp_path: Path) 
     odd = {"a": [1.5, float("nan"), float("inf")], "b": "</script>"}
     assert layout_json(odd) == to_json_plotly(odd, engine="json").encode() == \
         b'{"a":[1.5,null,null],"b":"\\u003c\\u002fscript\\u003e"}'
+
+
+def test_the_graph_answer_names_nodes_by_index_and_says_no_nan(tmp_path: Path) -> None:
+    """The player's order names each executed node through the step's distinct names, and a finite
+    step's graph answer holds no "NaN" text, which would send plotly's encoder through a second pass (the
+    legend's fixed "NaN/Inf" is in the page, not in the answer)."""
+    from plotly.io.json import to_json_plotly
+
+    from gradscape.app.data import PageData
+    from gradscape.app.ui import graph
+
+    store = tmp_path / "s.sqlite"
+    _record(store, 1)
+    with TraceStore(store, readonly=True) as ts:
+        answer = graph.graph_payload(PageData(ts), "r", 0, "norm", None)
+        wire = ts.read_graph("r", 0)
+    order = answer[1]
+    assert order is not None and len(order["nodes"]) == len(wire["execution"]) > 0
+    assert len(order["names"]) == len(set(order["names"])) < len(order["nodes"])  # some name repeats
+    assert [graph.order_name(order, k) for k in range(len(order["nodes"]))] == \
+        [wire["nodes"][n]["name"] for n, _ in wire["execution"]]
+    assert "NaN" not in to_json_plotly(list(answer), engine="json")
