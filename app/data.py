@@ -64,6 +64,7 @@ class PageData:
         self._flows: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
         self._flow_rows: OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = OrderedDict()
         self._search: OrderedDict[tuple[str, int, int], list[dict[str, str]]] = OrderedDict()
+        self._orders: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
         self._marks: OrderedDict[tuple[str, int, int, str], view.StepMarks] = OrderedDict()
         self._making: dict[tuple[int, Any], _Making] = {}  # misses being made, per (cache, key)
         self._lock = threading.Lock()
@@ -129,6 +130,11 @@ class PageData:
 
         make = (lambda: made_frozen(read)) if self.freeze else read
         return self._lru(self._graphs, (run, int(step), int(rank)), make)
+
+    def order(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
+        """The player's order of a step (`view.exec_order`): once per step, not on every fold or expand."""
+        return self._lru(self._orders, (run, int(step), int(rank)),
+                         lambda: view.exec_order(self.graph(run, step, rank), int(rank)))
 
     def search_index(self, run: str, step: int, rank: int = 0) -> list[dict[str, str]]:
         return self._lru(self._search, (run, int(step), int(rank)),

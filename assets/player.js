@@ -40,7 +40,7 @@
   };
   // The drawn element of each executed node, for the graph as drawn now (`elements`: dash-cytoscape's): the
   // node itself, or the outermost folded module around it (as the layout folds, app/view/collapse.py). The
-  // step's order (app/ui/graph.py `exec_order`) comes once per step, with each node's module; a fold or an
+  // step's order (app/view/order.py `exec_order`) comes once per step, with each node's module; a fold or an
   // expand sends only the elements, and this runs again over them
   function drawnElements(order, elements) {
     const drawn = new Set();

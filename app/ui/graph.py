@@ -22,9 +22,7 @@ from dash import Input, Output, State, ctx, html, no_update
 from gradscape.app import view
 from gradscape.app.data import PageData
 from gradscape.app.ui import ids
-from gradscape.app.view.step_fields import node_module
 from gradscape.tracer.store import StoreError
-from gradscape.tracer.wire import WireStep
 
 
 def register(app: dash.Dash, data: PageData) -> None:
@@ -79,31 +77,6 @@ def register(app: dash.Dash, data: PageData) -> None:
         return kept + hits
 
 
-def exec_order(wire: WireStep, rank: int = 0) -> dict[str, Any]:
-    """Per execution index: the node id, its name (an index into `names`, the step's distinct names) and its
-    drawn module (an index into `modules`, -1 at the top level); with the run, rank and step it belongs to
-    (the player selects its current node there, in the browser). The same for every fold of the step: the
-    browser finds the element that shows each node (itself, or the outermost folded module around it:
-    `drawnElements` in assets/player.js). Names and modules go by index: a 100k-node step's order was
-    2.4 MB of the page's first payload with every name spelled out, 1.1 MB so."""
-    nodes = [nid for nid, _run in wire["execution"]]
-    modules: dict[str, int] = {}
-    names: dict[str, int] = {}
-    module_of, name_of = [], []
-    for nid in nodes:
-        node = wire["nodes"][nid]
-        module = node_module(node)
-        module_of.append(-1 if module is None else modules.setdefault(module, len(modules)))
-        name_of.append(names.setdefault(node["name"], len(names)))
-    return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "nodes": nodes, "names": list(names),
-            "name_of": name_of, "modules": list(modules), "module_of": module_of}
-
-
-def order_name(order: dict[str, Any], k: int) -> str:
-    """The name of the node at execution index `k` of `exec_order`'s order."""
-    return str(order["names"][order["name_of"][k]])
-
-
 def graph_payload(data: PageData, run: str | None, step: int | None, color_by: str | None,
                   collapsed: dict[str, Any] | None, with_search: bool = True, rank: int = 0,
                   with_order: bool = True) -> tuple[Any, ...]:
@@ -120,7 +93,7 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
     layout = data.layout(run, step, folded, rank)
     marks = data.marks(run, step, color_by or "norm", rank)
     elements = view.cytoscape_elements(wire, layout, color_by or "norm", marks)
-    order = exec_order(wire, rank) if with_order else None
+    order = data.order(run, step, rank) if with_order else None
     drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
     info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
             + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else "")

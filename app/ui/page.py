@@ -12,6 +12,7 @@ import flask
 from dash import dcc, html
 from dash_socketio import DashSocketIO
 
+from gradscape.app import view
 from gradscape.app.data import PageData
 from gradscape.app.ui import compare, debugger, graph, ids, inspector, player, problems, runs, timeline
 from gradscape.app.view.ids import node_element
@@ -190,6 +191,7 @@ def warm(data: PageData) -> None:
         data.graph(run, step, rank)
         data.layout(run, step, None, rank)
         data.marks(run, step, "norm", rank)
+        data.order(run, step, rank)
     except Exception:  # the same reads, made again by the page's request, show the error there
         logging.getLogger(__name__).debug("warming the opening step failed", exc_info=True)
 
@@ -201,7 +203,7 @@ def initial_state(data: PageData) -> dict[str, Any]:
     run_options, run, ranks, rank, step_options, step = opening(data)
     elements, order, last, value, legend, info, _ = graph.graph_payload(data, run, step, "norm", None,
                                                                         with_search=False, rank=rank)
-    player = (f"#{value} of {len(order['nodes'])}: {graph.order_name(order, value)} "
+    player = (f"#{value} of {len(order['nodes'])}: {view.order_name(order, value)} "
               f"({node_element(order['nodes'][value])})" if order and order["nodes"] else "")
     # the inspector opens on the player's node, so the two agree from the first paint
     selected = ({"run": run, "rank": rank, "step": step, "node": order["nodes"][value]}

@@ -11,9 +11,10 @@ is a few lines over these functions and everything is testable on real traces wi
 The rooms: `ids` (the graph's element ids, made and read there only), `layout` and `collapse`
 (positions, folded modules; no networkx model of the step: docs/graph-view.md says why), `elements`
 (cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
-(the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `modules` (the
-module tab), `compare` and `problems`; `step_fields` reads the fields of a step (its wire form) for all
-of them, and `gc_threshold` raises the collector's threshold while a layout runs. See docs/graph-view.md.
+(the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `order` (the
+player's order), `modules` (the module tab), `compare` and `problems`; `step_fields` reads the fields of
+a step (its wire form) for all of them, and `gc_threshold` raises the collector's threshold while a
+layout runs. See docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (
@@ -33,6 +34,7 @@ from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, sta
 from gradscape.app.view.layout import count_crossings, layout_graph
 from gradscape.app.view.marks import StepMarks, step_marks
 from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
+from gradscape.app.view.order import exec_order, order_name
 from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, searched_on_server
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "default_collapse",
     "expand_module",
     "expand_one_level",
+    "exec_order",
     "explain",
     "find",
     "flow_rows",
@@ -59,6 +62,7 @@ __all__ = [
     "node_tensors",
     "norm_over_rows",
     "norm_over_steps",
+    "order_name",
     "param_rows",
     "reveal",
     "search",

@@ -155,6 +155,7 @@ def test_the_graph_answer_names_nodes_by_index_and_says_no_nan(tmp_path: Path) -
     legend's fixed "NaN/Inf" is in the page, not in the answer)."""
     from plotly.io.json import to_json_plotly
 
+    from gradscape.app import view
     from gradscape.app.data import PageData
     from gradscape.app.ui import graph
 
@@ -166,6 +167,6 @@ def test_the_graph_answer_names_nodes_by_index_and_says_no_nan(tmp_path: Path) -
     order = answer[1]
     assert order is not None and len(order["nodes"]) == len(wire["execution"]) > 0
     assert len(order["names"]) == len(set(order["names"])) < len(order["nodes"])  # some name repeats
-    assert [graph.order_name(order, k) for k in range(len(order["nodes"]))] == \
+    assert [view.order_name(order, k) for k in range(len(order["nodes"]))] == \
         [wire["nodes"][n]["name"] for n, _ in wire["execution"]]
     assert "NaN" not in to_json_plotly(list(answer), engine="json")
