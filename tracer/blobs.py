@@ -34,7 +34,7 @@ def compress(blob: bytes) -> bytes:
         return blob
     if not hasattr(_local, "c"):
         _local.c = zstandard.ZstdCompressor(level=_LEVEL)
-    return bytes(_local.c.compress(blob))
+    return _local.c.compress(blob)
 
 
 def decompress(blob: bytes) -> bytes:
@@ -44,7 +44,7 @@ def decompress(blob: bytes) -> bytes:
         if blob[:4] == _ZSTD:
             if not hasattr(_local, "d"):
                 _local.d = zstandard.ZstdDecompressor()
-            return bytes(_local.d.decompress(blob))
+            return _local.d.decompress(blob)
         if blob[:1] == _ZLIB:
             return zlib.decompress(blob)
     except (zstandard.ZstdError, zlib.error) as exc:
