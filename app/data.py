@@ -126,7 +126,7 @@ class PageData:
 
     def graph(self, run: str, step: int, rank: int = 0) -> WireStep:
         def read() -> WireStep:
-            return self.store.read_graph(run, int(step), int(rank))
+            return self.store.read_indexed(run, int(step), int(rank))
 
         make = (lambda: made_frozen(read)) if self.freeze else read
         return self._lru(self._graphs, (run, int(step), int(rank)), make)
@@ -158,11 +158,11 @@ class PageData:
         return self._lru(self._flows, (run, int(step), int(rank)), make)
 
     def _layer_rows(self, run: str, step: int, rank: int, shown: bool) -> list[dict[str, Any]]:
-        # the step the page shows is decoded once, by `graph`; earlier ones are read without keeping
-        # their graphs, which the flow needs only once
+        # the step the page shows is read once, by `graph`; earlier ones are read without keeping their
+        # graphs, which the flow needs only once (with their index, only their parameters' tensors are decoded)
         return self._lru(self._flow_rows, (run, step, rank),
                          lambda: view.flow_rows(self.graph(run, step, rank) if shown
-                                                else self.store.read_graph(run, step, rank)),
+                                                else self.store.read_indexed(run, step, rank)),
                          2 * MAX_STEPS_OVER_TIME)
 
     def layout(self, run: str, step: int, collapsed: list[str] | None, rank: int = 0) -> dict[str, Any]:

@@ -39,12 +39,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
+from gradscape.tracer.index_store import create_index_table, delete_index, read_index, write_index
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import (
     TensorArrays,
@@ -61,6 +62,7 @@ from gradscape.tracer.wire import (
 from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
+from gradscape.tracer.wire.lazy import IndexedWire, indexed, read_lazily
 
 T = TypeVar("T")
 SCHEMA_VERSION = 4
@@ -157,6 +159,7 @@ class TraceStore:
             if stmt.strip():
                 self._db.execute(stmt)
         create_history_tables(self._db)  # the monitor's history (tracer/history_store.py)
+        create_index_table(self._db)  # the steps' indexes (tracer/index_store.py)
         self._db.execute("INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (str(SCHEMA_VERSION),))
         self._db.execute("INSERT OR IGNORE INTO meta VALUES('created_by', 'gradscape')")
 
@@ -207,6 +210,7 @@ class TraceStore:
                               compress(pack(graph))))
             self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
                                  [(run, rank, step, i, a) for i, a in tensors])
+            write_index(self._db, (run, rank, step), now, graph)
             if self.keep_last is not None:
                 self._prune(run, rank, self.keep_last)
 
@@ -219,6 +223,7 @@ class TraceStore:
         old = "SELECT step FROM steps WHERE run=? AND rank=? ORDER BY step DESC LIMIT -1 OFFSET ?"
         args = (run, rank, run, rank, keep_last)
         self._db.execute(f"DELETE FROM tensors WHERE run=? AND rank=? AND step IN ({old})", args)
+        delete_index(self._db, f"run=? AND rank=? AND step IN ({old})", args)
         self._db.execute(f"DELETE FROM steps WHERE run=? AND rank=? AND step IN ({old})", args)
 
     def prune(self, run: str, keep_last: int, rank: int = 0) -> None:
@@ -296,6 +301,20 @@ class TraceStore:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
         return with_defaults(dict(unpack(decompress(row[0]))))
+
+    @collector_paused()  # the step's fields are decoded inside (NOTE [Collector paused])
+    def read_indexed(self, run: str, step: int, rank: int = 0) -> WireStep:
+        """The step as `read_graph` gives it, with its index (NOTE [Step index]); its node and tensor maps
+        are decoded when read (`tracer.wire.lazy`) when the step has an index stored, else all at once, and
+        the index made from them."""
+        with self._lock:
+            found = read_index(self._db, (run, int(rank), int(step)))
+        if found is None:
+            return indexed(self.read_graph(run, step, rank))
+        try:
+            return cast(WireStep, IndexedWire(with_defaults(read_lazily(decompress(found[0]))), found[1]))
+        except TraceFormatError as exc:
+            raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 
     def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
         idx = sorted({int(i) for i in indices})

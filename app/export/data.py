@@ -30,6 +30,7 @@ from gradscape.app.view.heatmaps import ARRIVING, SENT, slot_figures, slot_of
 from gradscape.app.view.layout import box_bounds
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.wire import TensorArrays, WireStep
+from gradscape.tracer.wire.lazy import indexed
 
 LEVELS = 250  # heatmap cell codes 0..250 run from -m to +m (125: 0)
 NAN_CODE, POS_INF_CODE, NEG_INF_CODE, PAD_CODE = 251, 252, 253, 254
@@ -39,6 +40,7 @@ DEFAULT_STATE = ""
 def page_data(wire: WireStep) -> tuple[dict[str, Any], bytes]:
     """(everything the offline page needs for one step, the heatmaps' cell codes one after the other:
     a heatmap's `offset` says where its rows × cols codes start). See the module's docstring."""
+    wire = indexed(wire)  # every fold state reads the step's index: made once
     arrays: dict[int, TensorArrays] = {i: {"thumb": t.get("thumb"), "values": t.get("values")}
                                        for i, t in enumerate(wire["tensors"])}
     elements, edge_labels, states, show = fold_states(wire)

@@ -18,6 +18,7 @@ from gradscape.app.view import default_collapse, layout_graph
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.wire import WireStep
+from gradscape.tracer.wire.lazy import indexed
 
 BOX = "#2b5d9c"
 BUSIEST = 5
@@ -136,6 +137,7 @@ def problems_html(wire: WireStep) -> str:
 
 def step_html_inline(wire: WireStep) -> str:
     """What a notebook shows for a StepTrace: a heading, the graph, the problems, the busiest nodes."""
+    wire = indexed(wire)  # the folds and the layout read the step's index: made once
     where = f"run {wire['run']} · step {wire['step']}" + (f" · rank {wire['rank']}" if wire.get("rank") else "")
     ran = sum(1 for n in wire["nodes"] if n["order"] is not None)
     return (f'<div class="gradscape-step"><div><b>gradscape</b> · {_esc(where)} · {len(wire["nodes"])} nodes '

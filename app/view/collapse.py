@@ -11,12 +11,22 @@ module. Expanded modules that hold drawn elements become boxes (cytoscape compou
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gradscape.app.view.ids import box_element, module_element, module_of, node_element, node_of
-from gradscape.app.view.step_fields import Wire, inside, module_type, node_label, node_module, parent_prefix, prefixes
+from gradscape.app.view.step_fields import (
+    Wire,
+    inside,
+    module_type,
+    node_label,
+    node_module,
+    parent_prefix,
+    prefixes,
+    step_index,
+)
 
 
 @dataclass
@@ -79,8 +89,8 @@ def element_size(wire: Wire, eid: str, members: list[int] | None = None) -> tupl
 def normalise(wire: Wire, collapsed: Iterable[str]) -> set[str]:
     """Drop prefixes that hold no node and prefixes nested inside another collapsed one."""
     present: set[str] = set()
-    for n in wire["nodes"]:
-        present.update(prefixes(node_module(n)))
+    for module in step_index(wire).modules:
+        present.update(prefixes(module))
     wanted = {p for p in collapsed if p in present}
     return {p for p in wanted if not any(q in wanted for q in prefixes(parent_prefix(p)))}
 
@@ -94,19 +104,19 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     members: dict[str, list[int]] = {}
     parent: dict[str, str | None] = {}
     boxes: dict[str, str | None] = {}
-    placed: dict[str | None, tuple[str | None, str | None]] = {}  # module → (its fold's element, box)
-    for n in wire["nodes"]:
-        module = node_module(n)
-        if (place := placed.get(module)) is None:
-            path = prefixes(module)
+    index = step_index(wire)
+    placed: dict[int, tuple[str | None, str | None]] = {}  # module code → (its fold's element, box)
+    for nid, code in enumerate(index.module_code):
+        if (place := placed.get(code)) is None:
+            path = prefixes(index.module_of(nid))
             fold = next((p for p in path if p in folded), None)
-            place = placed[module] = ((None, path[-1] if path else None) if fold is None
-                                      else (module_element(fold), parent_prefix(fold)))
+            place = placed[code] = ((None, path[-1] if path else None) if fold is None
+                                    else (module_element(fold), parent_prefix(fold)))
         eid, box = place
         if eid is None:
-            eid = node_element(n["id"])
+            eid = node_element(nid)
         else:
-            members.setdefault(eid, []).append(n["id"])
+            members.setdefault(eid, []).append(nid)
         rep.append(eid)
         if eid not in parent:
             elements.append(eid)
@@ -132,12 +142,14 @@ class _ModuleTree:
     def __init__(self, wire: Wire) -> None:
         self.size: dict[str, int] = {}
         self.children: dict[str | None, list[str]] = {}  # None: the top level
-        for n in wire["nodes"]:
-            for p in prefixes(node_module(n)):
+        index = step_index(wire)
+        counts = Counter(index.module_code)
+        for code, module in enumerate(index.modules):  # in the order of their first nodes, as the prefixes'
+            for p in prefixes(module):
                 if p not in self.size:
                     self.size[p] = 0
                     self.children.setdefault(parent_prefix(p), []).append(p)
-                self.size[p] += 1
+                self.size[p] += counts[code]
         self.called = {name for name, m in wire["modules"].items() if m["calls"]}
 
     def loose(self, folded: set[str]) -> dict[str, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view.step_fields import Wire, fmt_num, max_abs, stat, tensor, zero_fraction
+from gradscape.app.view.step_fields import Wire, fmt_num, max_abs, stat, step_index, tensor, zero_fraction
 from gradscape.tracer.wire import WireNode, WireTensor
 
 COLOR_BY = ("norm", "maxabs", "zeros")
@@ -52,7 +52,7 @@ def _scaled(value: float | None, color_by: str) -> float | None:
 
 
 def colour_range(wire: Wire, color_by: str) -> tuple[float, float]:
-    return range_of([statistic(arrived(wire, n), color_by) for n in wire["nodes"]], color_by)
+    return range_of(step_index(wire).values[color_by], color_by)
 
 
 def range_of(values: list[float | None], color_by: str) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradscape.app.view.step_fields import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, tensor
+from gradscape.app.view.step_fields import ROOT_MODULE, Wire, max_abs, nonfinite, numel, stat, step_index, tensor
 
 Y_TITLE = "|grad| (log scale)"
 # A log axis reads well with ticks at powers of ten only, written 1e-3, 1e+0, …: plotly's own minor
@@ -30,10 +30,7 @@ def _forward_order(wire: Wire) -> list[str]:
     """
     modules = wire["modules"]
     nodes = wire["nodes"]
-    accumulated: dict[str, int] = {}
-    for n in nodes:
-        if (p := n["param"]) and (order := n["order"]) is not None:
-            accumulated[p] = order
+    accumulated = step_index(wire).accumulated
     keyed = []
     for rank, (name, mod) in enumerate(modules.items()):
         params = mod["params"]

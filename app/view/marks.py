@@ -13,11 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gradscape.app.view.colours import arrived, check_color_by, legend, range_of, statistic
-from gradscape.app.view.step_fields import Wire, nonfinite
-from gradscape.tracer.wire import STAT_NAMES
-
-_NAN, _INF = STAT_NAMES.index("nan"), STAT_NAMES.index("inf")
+from gradscape.app.view.colours import check_color_by, legend, range_of
+from gradscape.app.view.step_fields import Wire, step_index
 
 
 @dataclass(frozen=True)
@@ -32,14 +29,10 @@ class StepMarks:
 
 def step_marks(wire: Wire, color_by: str = "norm") -> StepMarks:
     check_color_by(color_by)
-    values = [statistic(arrived(wire, n), color_by) for n in wire["nodes"]]
-    # most steps have no NaN or Inf: count per tensor once, and add up only at the nodes that touch one
-    bad = {i: nonfinite(t) for i, t in enumerate(wire["tensors"])
-           if len(st := t["stats"]) > _INF and (st[_NAN] or st[_INF])}
-    badges = [(0, 0)] * len(wire["nodes"])
-    for n in wire["nodes"] if bad else ():
-        touched = [bad[i] for i in (n["go"] or []) + (n["gi"] or []) if i in bad]
-        if touched:
-            badges[n["id"]] = (sum(a for a, _ in touched), sum(b for _, b in touched))
+    index = step_index(wire)  # the statistics and NaN/Inf counts of every node, without reading the nodes
+    values = index.values[color_by]
+    badges = [(0, 0)] * index.n_nodes
+    for node, nan, inf in index.badges:
+        badges[node] = (nan, inf)
     lo, hi = range_of(values, color_by)
     return StepMarks(color_by, lo, hi, values, badges, legend(wire, color_by, (lo, hi)))

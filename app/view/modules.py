@@ -27,6 +27,7 @@ from gradscape.app.view.step_fields import (
     nonfinite,
     numel,
     stat,
+    step_index,
     tensor,
 )
 from gradscape.tracer.wire import TensorArrays
@@ -51,7 +52,7 @@ def param_rows(wire: Wire, module: str) -> list[dict[str, Any]]:
     """The module's own parameters' gradients from this backward: `.grad` contributions."""
     mod = wire["modules"].get(module)
     params = wire["params"]
-    nodes_by_param = {p: n["id"] for n in wire["nodes"] if (p := n["param"])}
+    nodes_by_param = step_index(wire).param_node
     rows = []
     for name in mod["params"] if mod else []:
         index = params.get(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradscape.app.view.step_fields import node_module
+from gradscape.app.view.step_fields import step_index
 from gradscape.tracer.wire import WireStep
 
 
@@ -17,16 +17,18 @@ def exec_order(wire: WireStep, rank: int = 0) -> dict[str, Any]:
     `drawnElements` in assets/player.js). Names and modules go by index: a 100k-node step's order was
     2.4 MB of the page's first payload with every name spelled out, 1.3 MB so."""
     nodes = [nid for nid, _run in wire["execution"]]
-    modules: dict[str, int] = {}
-    names: dict[str, int] = {}
+    index = step_index(wire)
+    module_code, name_code = index.module_code, index.name_code
+    modules: dict[int, int] = {-1: -1}  # module code -> its index here (by first execution)
+    names: dict[int, int] = {}
     module_of, name_of = [], []
     for nid in nodes:
-        node = wire["nodes"][nid]
-        module = node_module(node)
-        module_of.append(-1 if module is None else modules.setdefault(module, len(modules)))
-        name_of.append(names.setdefault(node["name"], len(names)))
-    return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "nodes": nodes, "names": list(names),
-            "name_of": name_of, "modules": list(modules), "module_of": module_of}
+        module_of.append(modules.setdefault(module_code[nid], len(modules) - 1))
+        name_of.append(names.setdefault(name_code[nid], len(names)))
+    del modules[-1]
+    return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "nodes": nodes,
+            "names": [index.names[c] for c in names], "name_of": name_of,
+            "modules": [index.modules[c] for c in modules], "module_of": module_of}
 
 
 def order_name(order: dict[str, Any], k: int) -> str:

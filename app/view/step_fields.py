@@ -14,10 +14,12 @@ import re
 from collections.abc import Sequence
 
 from gradscape.tracer.wire import STAT_NAMES, WireNode, WireStep, WireTensor
+from gradscape.tracer.wire.step_index import ROOT_MODULE, StepIndex, drawn_module, index_from_wire, param_owner
+
+__all__ = ["ROOT_MODULE", "param_owner"]  # kept here for the view modules that read them with the rest
 
 Wire = WireStep
 
-ROOT_MODULE = "<root>"
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 _STAT = {name: i for i, name in enumerate(STAT_NAMES)}
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
@@ -91,11 +93,6 @@ def short_name(name: str) -> str:
     return short or base
 
 
-def param_owner(param: str) -> str:
-    """The module that owns a parameter: `blocks.3.attn.qkv.weight` → `blocks.3.attn.qkv`."""
-    return param.rsplit(".", 1)[0] if "." in param else ROOT_MODULE
-
-
 def node_module(node: WireNode) -> str | None:
     """The module a node is drawn inside, or None for the top level.
 
@@ -103,10 +100,15 @@ def node_module(node: WireNode) -> str | None:
     that owns their parameter, so collapsing a layer also hides its parameters. Ops that ran in the
     model's own forward (`<root>`) are top level: a box around the whole model says nothing.
     """
-    module = node["module"]
-    if module is None and (param := node["param"]):
-        module = param_owner(param)
-    return None if module in (None, ROOT_MODULE) else module
+    return drawn_module(node["module"], node["param"])
+
+
+def step_index(wire: Wire) -> StepIndex:
+    """What the view reads of every node (NOTE [Step index] in tracer/wire/step_index.py): the stored one of
+    a step the page read (`TraceStore.read_indexed`), else made from the nodes, once per call (`indexed`
+    keeps it, for a caller that reads it often)."""
+    index = getattr(wire, "index", None)
+    return index if index is not None else index_from_wire(wire)
 
 
 def module_type(wire: Wire, prefix: str) -> str | None:

@@ -28,11 +28,11 @@ class CountingStore(TraceStore):
         self.first_read = threading.Event()
         self.release = threading.Event()
 
-    def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:
+    def read_indexed(self, run: str, step: int, rank: int = 0) -> WireStep:  # the page's read of a step
         self.reads += 1
         self.first_read.set()
         assert self.release.wait(30)
-        return super().read_graph(run, step, rank)
+        return super().read_indexed(run, step, rank)
 
 
 @pytest.fixture

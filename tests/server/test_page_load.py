@@ -67,15 +67,15 @@ def test_the_page_address_answers_at_once_and_starts_the_decode(tmp_path: Path,
     created = create_app(str(store), ServerConfig())
     reads: list[tuple[object, ...]] = []
     reading, release = threading.Event(), threading.Event()
-    read_graph = TraceStore.read_graph
+    read_indexed = TraceStore.read_indexed  # the page's read of a step
 
     def held(self: TraceStore, *args: object) -> object:  # a read that lasts until the test lets it end
         reads.append(args)
         reading.set()
         assert release.wait(30)
-        return read_graph(self, *args)
+        return read_indexed(self, *args)
 
-    monkeypatch.setattr(TraceStore, "read_graph", held)
+    monkeypatch.setattr(TraceStore, "read_indexed", held)
     try:
         c = created.dash.server.test_client()
         assert c.get("/").status_code == 200  # answered while the read it started is held

@@ -145,7 +145,7 @@ def pack(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
-def unpack(data: bytes) -> Any:  # its callers pause the collector around a big document (`read_graph`)
+def unpack(data: bytes | memoryview) -> Any:  # its callers pause the collector around a big document (`read_graph`)
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack's errors, and TypeError for a map key Python cannot hash
