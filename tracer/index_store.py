@@ -32,11 +32,11 @@ def create_index_table(db: sqlite3.Connection) -> None:
     db.execute(INDEX_SCHEMA)
 
 
-def write_index(db: sqlite3.Connection, key: tuple[str, int, int], created: float,
-                graph: Mapping[str, Any]) -> None:
-    """The index of `graph` (a step in wire form) for step `key` (run, rank, step), inside the caller's
-    transaction."""
-    blob = compress(pack(index_to_wire(index_from_wire(graph))))
+def write_index(db: sqlite3.Connection, key: tuple[str, int, int], created: float, graph: Mapping[str, Any],
+                spans: dict[str, Any]) -> None:
+    """The index of `graph` (a step in wire form) for step `key` (run, rank, step), and where its nodes and
+    tensors are in the stored document (`pack_step`'s `spans`), inside the caller's transaction."""
+    blob = compress(pack({"index": index_to_wire(index_from_wire(graph)), "spans": spans}))
     db.execute("INSERT OR REPLACE INTO step_index VALUES(?,?,?,?,?)", (*key, created, blob))
 
 
@@ -45,9 +45,9 @@ def delete_index(db: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> N
     db.execute(f"DELETE FROM step_index WHERE {where}", args)
 
 
-def read_index(db: sqlite3.Connection, key: tuple[str, int, int]) -> tuple[bytes, StepIndex] | None:
-    """The graph blob of step `key` and its index; None when the step has no index written with it (a file
-    or a step from before indexes, an index of another version) or no row."""
+def read_index(db: sqlite3.Connection, key: tuple[str, int, int]) -> tuple[bytes, StepIndex, Any] | None:
+    """The graph blob of step `key`, its index and its spans (`pack_step`); None when the step has no index
+    written with it (a file or a step from before indexes, an index of another version) or no row."""
     try:
         row = db.execute("SELECT s.graph, i.idx FROM steps s JOIN step_index i ON i.run = s.run AND i.rank = s.rank "
                          "AND i.step = s.step AND i.created = s.created WHERE s.run=? AND s.rank=? AND s.step=?",
@@ -57,7 +57,8 @@ def read_index(db: sqlite3.Connection, key: tuple[str, int, int]) -> tuple[bytes
     if row is None:
         return None
     try:
-        index = index_from_data(unpack(decompress(row[1])))
+        stored = unpack(decompress(row[1]))
     except TraceFormatError:
         return None
-    return None if index is None else (row[0], index)
+    index = index_from_data(stored.get("index")) if isinstance(stored, dict) else None
+    return None if index is None else (row[0], index, stored.get("spans"))

@@ -62,7 +62,7 @@ from gradscape.tracer.wire import (
 from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
-from gradscape.tracer.wire.lazy import IndexedWire, indexed, read_lazily
+from gradscape.tracer.wire.lazy import IndexedWire, indexed, pack_step, read_lazily
 
 T = TypeVar("T")
 SCHEMA_VERSION = 4
@@ -199,6 +199,7 @@ class TraceStore:
         kept thumbnail (`ThumbTable`) and its values."""
         tensors = [(i, compress(pack({"thumb": th, "values": v})))
                    for i, (th, v) in enumerate(zip(thumbs, values)) if th is not None or v is not None]
+        doc, spans = pack_step(graph)  # its nodes and tensors where the page reads them one by one
         now = time.time()
         run, step, rank = graph["run"], int(graph["step"]), wire_rank(graph)
         with self._lock, self._db:
@@ -207,10 +208,10 @@ class TraceStore:
             self._db.execute("DELETE FROM tensors WHERE run=? AND rank=? AND step=?", (run, rank, step))
             self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?,?)",
                              (run, rank, step, now, len(graph["nodes"]), len(graph["edges"]), graph.get("error"),
-                              compress(pack(graph))))
+                              compress(doc)))
             self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
                                  [(run, rank, step, i, a) for i, a in tensors])
-            write_index(self._db, (run, rank, step), now, graph)
+            write_index(self._db, (run, rank, step), now, graph, spans)
             if self.keep_last is not None:
                 self._prune(run, rank, self.keep_last)
 
@@ -312,7 +313,7 @@ class TraceStore:
         if found is None:
             return indexed(self.read_graph(run, step, rank))
         try:
-            return cast(WireStep, IndexedWire(with_defaults(read_lazily(decompress(found[0]))), found[1]))
+            return cast(WireStep, IndexedWire(with_defaults(read_lazily(decompress(found[0]), found[2])), found[1]))
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 

@@ -39,7 +39,17 @@ from gradscape.app.view.colours import (
 )
 from gradscape.app.view.ids import box_element, module_of, node_element, node_of
 from gradscape.app.view.marks import StepMarks, step_marks
-from gradscape.app.view.step_fields import Wire, fmt_shape, module_type, node_label, numel, stat, tensor
+from gradscape.app.view.step_fields import (
+    StepIndex,
+    Wire,
+    fmt_shape,
+    module_type,
+    node_label,
+    numel,
+    stat,
+    step_index,
+    tensor,
+)
 from gradscape.tracer.wire import WireNode
 
 
@@ -99,8 +109,8 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks
     else:  # no module-level gradient (never called, or its output needed none): the largest inside
         vals = [v for v in (marks.values[i] for i in members) if v is not None]
         value = max(vals) if vals else None
-    nan = sum(marks.badges[i][0] for i in members)
-    inf = sum(marks.badges[i][1] for i in members)
+    nan = sum(marks.badges[i][0] for i in members) if marks.flagged else 0  # a fold of a loop holds 100k nodes
+    inf = sum(marks.badges[i][1] for i in members) if marks.flagged else 0
     kind = module_type(wire, prefix)
     label = module_label(wire, prefix, len(members))
     data: dict[str, Any] = {"id": eid, "label": label, "module": prefix, "kind": "module", "type": kind,
@@ -123,18 +133,14 @@ def _paint(data: dict[str, Any]) -> None:
     data["text_color"] = text_color(data["fill"])
 
 
-def _edge_element(wire: Wire, edge: dict[str, Any], layout_nodes: dict[str, Any]) -> dict[str, Any]:
+def _edge_element(wire: Wire, index: StepIndex, edge: dict[str, Any],
+                  layout_nodes: dict[str, Any]) -> dict[str, Any]:
     slots = edge["slots"]
     labels = []
     for src, _dst, slot in slots[:4]:
         node_labels = wire["nodes"][src].get("labels") or []
         labels.append(node_labels[slot] if slot < len(node_labels) else f"input {slot}")
-    sent = []
-    for src, _dst, slot in slots:
-        gi = wire["nodes"][src].get("gi") or []
-        t = tensor(wire, gi[slot]) if slot < len(gi) else None
-        if t is not None:
-            sent.append(stat(t, "norm") or 0.0)
+    sent = index.sent_norms(slots)  # read from the step's index: a folded loop's edge stands for 10k slots
     data: dict[str, Any] = {"id": edge["id"], "source": edge["source"], "target": edge["target"],
                             "count": len(slots), "label": "; ".join(labels) + (" …" if len(slots) > 4 else ""),
                             "norm": max(sent) if sent else None}
@@ -186,5 +192,6 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
             out.append(_module_element(wire, eid, info, marks))
         else:
             out.append(_op_element(wire, wire["nodes"][nid], info, roots, marks))
-    out.extend(_edge_element(wire, e, layout["nodes"]) for e in layout["edges"])
+    index = step_index(wire)
+    out.extend(_edge_element(wire, index, e, layout["nodes"]) for e in layout["edges"])
     return out

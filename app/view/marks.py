@@ -25,6 +25,7 @@ class StepMarks:
     values: list[float | None]  # per node id: the statistic of grad_outputs[0] (None: no gradient arrived)
     badges: list[tuple[int, int]]  # per node id: NaN and Inf counts over its grad_outputs and grad_inputs
     legend: dict[str, Any]  # `colours.legend` of the step
+    flagged: bool = False  # some node has a badge
 
 
 def step_marks(wire: Wire, color_by: str = "norm") -> StepMarks:
@@ -35,4 +36,4 @@ def step_marks(wire: Wire, color_by: str = "norm") -> StepMarks:
     for node, nan, inf in index.badges:
         badges[node] = (nan, inf)
     lo, hi = range_of(values, color_by)
-    return StepMarks(color_by, lo, hi, values, badges, legend(wire, color_by, (lo, hi)))
+    return StepMarks(color_by, lo, hi, values, badges, legend(wire, color_by, (lo, hi)), bool(index.badges))

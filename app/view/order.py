@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from gradscape.app.view.step_fields import step_index
 from gradscape.tracer.wire import WireStep
 
@@ -18,17 +20,25 @@ def exec_order(wire: WireStep, rank: int = 0) -> dict[str, Any]:
     2.4 MB of the page's first payload with every name spelled out, 1.3 MB so."""
     nodes = [nid for nid, _run in wire["execution"]]
     index = step_index(wire)
-    module_code, name_code = index.module_code, index.name_code
-    modules: dict[int, int] = {-1: -1}  # module code -> its index here (by first execution)
-    names: dict[int, int] = {}
-    module_of, name_of = [], []
-    for nid in nodes:
-        module_of.append(modules.setdefault(module_code[nid], len(modules) - 1))
-        name_of.append(names.setdefault(name_code[nid], len(names)))
-    del modules[-1]
+    ran = np.asarray(nodes, dtype=np.int64)
+    names, name_of = _by_first(np.asarray(index.name_code, dtype=np.int64)[ran])
+    module_code = np.asarray(index.module_code, dtype=np.int64)[ran]
+    inside = module_code >= 0  # the top level (-1) stays -1
+    modules, codes = _by_first(module_code[inside])
+    module_of = np.full(len(nodes), -1, dtype=np.int64)
+    module_of[inside] = codes
     return {"run": wire["run"], "rank": int(rank), "step": wire["step"], "nodes": nodes,
-            "names": [index.names[c] for c in names], "name_of": name_of,
-            "modules": [index.modules[c] for c in modules], "module_of": module_of}
+            "names": [index.names[c] for c in names], "name_of": name_of.tolist(),
+            "modules": [index.modules[c] for c in modules], "module_of": module_of.tolist()}
+
+
+def _by_first(codes: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The distinct `codes` in the order they first appear, and each code's position in that list."""
+    distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    by_first = np.argsort(first)
+    position = np.empty(len(distinct), dtype=np.int64)
+    position[by_first] = np.arange(len(distinct))
+    return distinct[by_first].tolist(), position[inverse.reshape(-1)]
 
 
 def order_name(order: dict[str, Any], k: int) -> str:

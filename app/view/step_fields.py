@@ -14,9 +14,13 @@ import re
 from collections.abc import Sequence
 
 from gradscape.tracer.wire import STAT_NAMES, WireNode, WireStep, WireTensor
-from gradscape.tracer.wire.step_index import ROOT_MODULE, StepIndex, drawn_module, index_from_wire, param_owner
-
-__all__ = ["ROOT_MODULE", "param_owner"]  # kept here for the view modules that read them with the rest
+from gradscape.tracer.wire.step_index import (  # noqa: F401 (ROOT_MODULE, param_owner: read from here by the view)
+    ROOT_MODULE,
+    StepIndex,
+    drawn_module,
+    index_from_wire,
+    param_owner,
+)
 
 Wire = WireStep
 

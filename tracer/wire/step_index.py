@@ -21,8 +21,10 @@ NOTE [Step index]
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from gradscape.tracer._model import STAT_NAMES
 
@@ -78,10 +80,22 @@ class StepIndex:
     badges: list[list[int]]  # [node, NaN count, Inf count] of the nodes that touched one
     accumulated: dict[str, int]  # parameter -> order of its AccumulateGrad node that ran
     param_node: dict[str, int]  # parameter -> the node that names it
+    sent: np.ndarray  # float64: the norm of each node's gi slot in turn (-1: no gradient; 0 for no norm)
+    sent_start: np.ndarray  # int64, n_nodes + 1: where each node's slots start in `sent`
 
     def module_of(self, k: int) -> str | None:
         c = self.module_code[k]
         return None if c < 0 else self.modules[c]
+
+    def sent_norms(self, slots: Sequence[Sequence[int]]) -> list[float]:
+        """The norms of the gradients that the wire edges `slots` ([src, dst, slot] each) carried, in their
+        order, the slots that carried none left out."""
+        s = np.asarray(slots, dtype=np.int64).reshape(-1, 3)
+        src, slot = s[:, 0], s[:, 2]
+        start = self.sent_start[src]
+        ok = slot < self.sent_start[src + 1] - start
+        norms = self.sent[start[ok] + slot[ok]]
+        return [float(v) for v in norms[norms != -1.0]]
 
 
 def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
@@ -98,6 +112,8 @@ def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
     bad = {i: (int(st[_NAN] or 0), int(st[_INF] or 0)) for i, t in enumerate(tensors)
            if len(st := t["stats"]) > _INF and (st[_NAN] or st[_INF])}
     badges: list[list[int]] = []
+    sent: list[float] = []
+    sent_start = [0]
     for n in nodes:
         param = n["param"]
         module_code.append(modules.setdefault(drawn_module(n["module"], param), len(modules) - 1))
@@ -112,18 +128,26 @@ def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
             param_node[param] = n["id"]
             if n["order"] is not None:
                 accumulated[param] = n["order"]
+        gi = n["gi"] or []
+        for j in gi:
+            t = tensors[j] if j is not None and 0 <= j < len(tensors) else None
+            sent.append(-1.0 if t is None else (colour_values(t)[0] or 0.0))
+        sent_start.append(len(sent))
         if bad:
-            touched = [bad[j] for j in (go or []) + (n["gi"] or []) if j in bad]
+            touched = [bad[j] for j in (go or []) + gi if j in bad]
             if touched:
                 badges.append([n["id"], sum(x for x, _ in touched), sum(y for _, y in touched)])
     del modules[None]
     return StepIndex(len(nodes), [m for m in modules if m is not None], module_code, list(names), name_code,
-                     {"norm": norm, "maxabs": maxabs, "zeros": zeros}, badges, accumulated, param_node)
+                     {"norm": norm, "maxabs": maxabs, "zeros": zeros}, badges, accumulated, param_node,
+                     np.array(sent, np.float64), np.array(sent_start, np.int64))
 
 
 def index_to_wire(index: StepIndex) -> dict[str, Any]:
     """The index as msgpack-ready data (`index_from_data` reads it back)."""
-    return {"version": INDEX_VERSION, **asdict(index)}
+    out = {f.name: getattr(index, f.name) for f in fields(index)}
+    return {"version": INDEX_VERSION, **out, "sent": index.sent.astype("<f8").tobytes(),
+            "sent_start": index.sent_start.astype("<i8").tobytes()}
 
 
 def index_from_data(d: Any) -> StepIndex | None:
@@ -132,11 +156,12 @@ def index_from_data(d: Any) -> StepIndex | None:
     if not isinstance(d, dict) or d.get("version") != INDEX_VERSION:
         return None
     try:
-        index = StepIndex(**{k: v for k, v in d.items() if k != "version"})
-    except TypeError:
+        arrays = {"sent": np.frombuffer(d["sent"], "<f8"), "sent_start": np.frombuffer(d["sent_start"], "<i8")}
+        index = StepIndex(**{**{k: v for k, v in d.items() if k != "version"}, **arrays})
+    except (KeyError, TypeError, ValueError):
         return None
     n = index.n_nodes
-    if len(index.module_code) != n or len(index.name_code) != n or \
-            any(len(index.values.get(c, ())) != n for c in COLOURINGS):
+    if len(index.module_code) != n or len(index.name_code) != n or len(index.sent_start) != n + 1 or \
+            any(len(index.values.get(c, ())) != n for c in COLOURINGS) or index.sent_start[-1] != len(index.sent):
         return None
     return index
