@@ -7,6 +7,7 @@ appends. A step is written in one transaction: it is visible whole or not at all
     runs(run TEXT PRIMARY KEY, created REAL, updated REAL)
     steps(run, rank, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, rank, step)
     tensors(run, rank, step, idx, arrays BLOB)                  PRIMARY KEY (run, rank, step, idx)
+    step_index(run, rank, step, created, idx BLOB)   what the page reads of every node (tracer/index_store.py)
 
 Ranks (torch.distributed): every rank of a run writes its steps side by side, keyed by its rank (0
 outside torch.distributed, where the step's `rank` is None). Several processes may write ONE file at
@@ -15,7 +16,8 @@ waits up to `BUSY_TIMEOUT` seconds for the write lock instead of failing. A vers
 is migrated in place, in one transaction, the first time it is opened for writing; its steps become
 rank 0.
 
-`graph` is the step's wire form (`tracer.wire`) with every tensor's arrays taken out; `arrays`
+`graph` is the step's wire form (`tracer.wire`) with every tensor's arrays taken out, its nodes and tensors
+last (`tracer.wire.lazy.pack_step`: the page decodes only those it reads); `arrays`
 is the msgpack map `{"thumb": C|None, "values": A|None}` of tensor `idx`, so a view that needs one
 node's heatmaps reads only those rows. Values (`tensors="full"`) are raw little-endian bytes with
 dtype and shape; thumbnails are kept compactly (8 bits a cell with their range, a repeated picture
@@ -289,12 +291,9 @@ class TraceStore:
 
     @collector_paused()  # the step's graph is decoded inside (NOTE [Collector paused])
     def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:
-        """The step's wire form without arrays (tensors carry stats, shape and dtype only).
-
-        Not checked again on reading: what is stored was written by `write_wire` from the schema's
-        own form (`step_to_wire`, after `step_from_wire` checked it on the server); fields that an
-        earlier release did not write yet get their defaults (`with_defaults`). `read_step` checks
-        the whole step."""
+        """The step's wire form without arrays (tensors carry stats, shape and dtype only). Not checked again:
+        what is stored was written from the schema's own form (`step_to_wire`, after `step_from_wire` checked
+        it on the server); fields an earlier release did not write get their defaults (`with_defaults`)."""
         with self._lock:
             row = self._db.execute("SELECT graph FROM steps WHERE run=? AND rank=? AND step=?",
                                    (run, int(rank), int(step))).fetchone()
