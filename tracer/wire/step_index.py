@@ -99,48 +99,87 @@ class StepIndex:
 
 
 def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
-    """The index of a step in wire form (nodes and tensors as maps)."""
+    """The index of a step in wire form (nodes and tensors as maps): one pass over the nodes for what each
+    names, and the tensors' statistics read as one array."""
     nodes, tensors = wire["nodes"], wire["tensors"]
     modules: dict[str | None, int] = {None: -1}
     names: dict[str, int] = {}
-    module_code, name_code = [], []
-    norm: list[float | None] = []
-    maxabs: list[float | None] = []
-    zeros: list[float | None] = []
+    module_code, name_code, arrived, gi_flat, sent_start = [], [], [], [], [0]
     accumulated: dict[str, int] = {}
     param_node: dict[str, int] = {}
-    bad = {i: (int(st[_NAN] or 0), int(st[_INF] or 0)) for i, t in enumerate(tensors)
-           if len(st := t["stats"]) > _INF and (st[_NAN] or st[_INF])}
-    badges: list[list[int]] = []
-    sent: list[float] = []
-    sent_start = [0]
     for n in nodes:
         param = n["param"]
         module_code.append(modules.setdefault(drawn_module(n["module"], param), len(modules) - 1))
         name_code.append(names.setdefault(n["name"], len(names)))
-        go = n["go"]
-        i = go[0] if go else None
-        a, b, c = colour_values(tensors[i] if i is not None and 0 <= i < len(tensors) else None)
-        norm.append(a)
-        maxabs.append(b)
-        zeros.append(c)
+        go, gi = n["go"], n["gi"]
+        arrived.append(go[0] if go else None)
+        if gi:
+            gi_flat.extend(gi)
+        sent_start.append(len(gi_flat))
         if param:
             param_node[param] = n["id"]
             if n["order"] is not None:
                 accumulated[param] = n["order"]
-        gi = n["gi"] or []
-        for j in gi:
-            t = tensors[j] if j is not None and 0 <= j < len(tensors) else None
-            sent.append(-1.0 if t is None else (colour_values(t)[0] or 0.0))
-        sent_start.append(len(sent))
-        if bad:
-            touched = [bad[j] for j in (go or []) + gi if j in bad]
-            if touched:
-                badges.append([n["id"], sum(x for x, _ in touched), sum(y for _, y in touched)])
     del modules[None]
+    stats = _stats(tensors)
+    rows, has = _rows(arrived, len(tensors))
+    sent_rows, sent_has = _rows(gi_flat, len(tensors))
+    sent = np.where(sent_has, stats[sent_rows, _NORM], -1.0)
     return StepIndex(len(nodes), [m for m in modules if m is not None], module_code, list(names), name_code,
-                     {"norm": norm, "maxabs": maxabs, "zeros": zeros}, badges, accumulated, param_node,
-                     np.array(sent, np.float64), np.array(sent_start, np.int64))
+                     _values(tensors, stats, rows, has), _badges(wire, stats), accumulated, param_node,
+                     np.where(sent == 0.0, 0.0, sent), np.array(sent_start, np.int64))
+
+
+def _stats(tensors: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Every tensor's statistics, a row each (`STAT_NAMES`' columns; one more row of NaN, for no tensor)."""
+    out = np.full((len(tensors) + 1, len(STAT_NAMES)), np.nan)
+    rows = [t["stats"] for t in tensors]
+    if all(len(st) == len(STAT_NAMES) for st in rows):  # as the schema has it: one conversion
+        out[:-1] = np.array(rows, np.float64).reshape(-1, len(STAT_NAMES))
+    else:
+        for k, st in enumerate(rows):
+            out[k, :len(st)] = st
+    return out
+
+
+def _rows(refs: list[int | None], n_tensors: int) -> tuple[np.ndarray, np.ndarray]:
+    """The statistics row of each tensor reference (the last, all NaN, for None or one out of range), and
+    which refer to a tensor."""
+    idx = np.array(refs, dtype=np.float64)  # None becomes NaN
+    has = (idx >= 0) & (idx < n_tensors)
+    return np.where(has, idx, n_tensors).astype(np.int64), has
+
+
+def _values(tensors: Sequence[Mapping[str, Any]], stats: np.ndarray, rows: np.ndarray,
+            has: np.ndarray) -> dict[str, list[float | None]]:
+    """Per colouring, each node's statistic of its `go[0]` (`colour_values`, for every node at once)."""
+    lo, hi = np.abs(stats[rows, _MIN]), np.abs(stats[rows, _MAX])
+    numel = np.array([_numel(tensors[r]["shape"]) if h else 0 for r, h in zip(rows.tolist(), has.tolist())],
+                     np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zeros = stats[rows, _ZEROS] / numel
+    out: dict[str, list[float | None]] = {"norm": stats[rows, _NORM].tolist(),
+                                          "maxabs": np.where(hi > lo, hi, lo).tolist(),  # Python's max(lo, hi)
+                                          "zeros": zeros.tolist()}
+    for k in np.flatnonzero(~has | (numel == 0)).tolist():
+        out["zeros"][k] = None
+        if not has[k]:
+            out["norm"][k] = out["maxabs"][k] = None
+    return out
+
+
+def _badges(wire: Mapping[str, Any], stats: np.ndarray) -> list[list[int]]:
+    """[node, NaN count, Inf count] of each node whose `go` or `gi` counted a NaN or an Inf."""
+    flagged = np.flatnonzero((stats[:-1, _NAN] > 0) | (stats[:-1, _INF] > 0))
+    if not flagged.size:
+        return []
+    bad = {int(i): (int(stats[i, _NAN]), int(stats[i, _INF])) for i in flagged}
+    out = []
+    for n in wire["nodes"]:
+        touched = [bad[j] for j in (n["go"] or []) + (n["gi"] or []) if j in bad]
+        if touched:
+            out.append([n["id"], sum(x for x, _ in touched), sum(y for _, y in touched)])
+    return out
 
 
 def index_to_wire(index: StepIndex) -> dict[str, Any]:
