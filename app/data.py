@@ -16,6 +16,7 @@ from gradscape.app.server.state import DebugState
 from gradscape.tracer.collector import made_frozen
 from gradscape.tracer.store import RunInfo, TraceStore
 from gradscape.tracer.wire import TensorArrays, WireStep
+from gradscape.tracer.wire.lazy import decode_all_with
 
 MAX_STEPS_OVER_TIME = 30
 # decoded graphs kept, in nodes over all of them (the newest is always kept): a 100k-node step decodes to
@@ -128,8 +129,12 @@ class PageData:
         def read() -> WireStep:
             return self.store.read_indexed(run, int(step), int(rank))
 
-        make = (lambda: made_frozen(read)) if self.freeze else read
-        return self._lru(self._graphs, (run, int(step), int(rank)), make)
+        def frozen() -> WireStep:
+            wire = made_frozen(read)
+            decode_all_with(wire, made_frozen)  # a search over every node decodes them all: frozen too
+            return wire
+
+        return self._lru(self._graphs, (run, int(step), int(rank)), frozen if self.freeze else read)
 
     def order(self, run: str, step: int, rank: int = 0) -> dict[str, Any]:
         """The player's order of a step (`view.exec_order`): once per step, not on every fold or expand."""

@@ -43,8 +43,9 @@ def tracked(obj):
 
 
 g = data.graph(run, 0)
-out = {"nodes": len(g["nodes"]), "equal": g == store.read_graph(run, 0),
-       "nodes_tracked": tracked(g["nodes"]), "frozen_first": gc.get_freeze_count()}
+out = {"nodes": len(g["nodes"]), "equal": g == store.read_graph(run, 0),  # every node decoded (lazily read)
+       "nodes_tracked": tracked(g["nodes"]), "node_tracked": tracked(g["nodes"][len(g["nodes"]) // 2]),
+       "frozen_first": gc.get_freeze_count()}
 del g
 for step in (1, 2, 0, 1, 2, 0, 1, 2):
     data.graph(run, step)
@@ -67,6 +68,7 @@ def _child(tmp_path: Path, freeze: bool) -> dict[str, Any]:
 def test_a_kept_graph_is_frozen_and_freed_when_let_go(tmp_path: Path) -> None:
     out = _child(tmp_path, freeze=True)
     assert not out["nodes_tracked"]  # out of every generation the collector traverses
+    assert not out["node_tracked"]  # the nodes too, decoded all at once after the read (`decode_all_with`)
     assert out["frozen_first"] > 10 * out["nodes"]  # the graph's containers (~20 per node) with it
     # eight more graphs decoded, each frozen, each let go by the next: had reference counting not freed
     # them, the permanent generation would have grown by eight graphs
@@ -75,7 +77,7 @@ def test_a_kept_graph_is_frozen_and_freed_when_let_go(tmp_path: Path) -> None:
 
 def test_without_freeze_the_graph_stays_with_the_collector(tmp_path: Path) -> None:
     out = _child(tmp_path, freeze=False)
-    assert out["nodes_tracked"]
+    assert out["nodes_tracked"] and out["node_tracked"]
     assert out["frozen_first"] == out["frozen_last"] == 0
 
 

@@ -10,12 +10,13 @@ rest of the document is read as a whole. Finding the items by msgpack's `skip` i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast, overload
 
 import msgpack
 import numpy as np
 
+from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.codec import unpack
 from gradscape.tracer.wire.step_index import StepIndex, index_from_wire
 from gradscape.tracer.wire.types import TraceFormatError, WireStep
@@ -32,6 +33,9 @@ class LazyItems(Sequence[Any]):
         self._offsets = offsets
         self._items: list[Any] = [None] * (len(offsets) - 1)
         self._all = False
+        # how the items are decoded all at once (a search over every node): with the collector paused, as
+        # every big conversion (NOTE [Collector paused]); the page's server freezes them too (`made_frozen`)
+        self.decode_with: Callable[[Callable[[], list[Any]]], list[Any]] = _paused
 
     def __len__(self) -> int:
         return len(self._items)
@@ -70,9 +74,21 @@ class LazyItems(Sequence[Any]):
         n = len(self._items)
         if n:
             head = b"\xdd" + n.to_bytes(4, "big")  # a msgpack array of n items, then the items as stored
-            every = unpack(head + self._raw[self._offsets[0]:self._offsets[-1]])
+            every = self.decode_with(lambda: unpack(head + self._raw[self._offsets[0]:self._offsets[-1]]))
             self._items = [old if old is not None else new for old, new in zip(self._items, every)]
         self._all = True
+
+
+def _paused(make: Callable[[], list[Any]]) -> list[Any]:
+    with collector_paused():
+        return make()
+
+
+def decode_all_with(wire: Any, how: Callable[[Callable[[], list[Any]]], list[Any]]) -> None:
+    """Decode the lazy items of `wire`, when they are read all at once, through `how` (`LazyItems.decode_with`)."""
+    for key in LAZY_KEYS:
+        if isinstance(items := wire.get(key), LazyItems):
+            items.decode_with = how
 
 
 class IndexedWire(dict):  # type: ignore[type-arg]
