@@ -56,7 +56,9 @@ NOTE [Kept frozen]
     lists, with no cycle). `made_frozen` decodes with the collector paused and then freezes
     (`gc.freeze()`): everything alive is moved to the permanent generation, which no collection
     traverses. Reference counting still frees it when the page lets the graph go (tested: graphs
-    decoded one after another do not add up in `gc.get_freeze_count()`).
+    decoded one after another do not add up in `gc.get_freeze_count()`). The page reads a stored step
+    lazily since (`tracer/wire/lazy.py`): what it keeps is the step's document and the maps it read, and
+    reading every node at once (a search) decodes them through `made_frozen` as well (`decode_all_with`).
 
     Freezing is process-wide. Anything alive at that moment that later becomes cyclic garbage is not
     freed. So it is done just after a full collection (before the decode; with earlier graphs frozen,
