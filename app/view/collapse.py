@@ -287,4 +287,7 @@ def visible_element(layout: dict[str, Any], ref: str) -> str | None:
         hiding = next((p for p in layout["collapsed"] if inside(prefix, p)), None)
         return None if hiding is None else module_element(hiding)
     node = node_of(ref)
-    return None if node is None else layout["hidden"].get(str(node))
+    if node is None:
+        return None
+    # the fold that holds it (a walk over the folds' members: a deep link or a search hit, not every click)
+    return next((e for e, info in nodes.items() if node in info.get("members", ())), None)

@@ -101,7 +101,8 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
 
     Returns `{"collapsed": [...], "nodes": {element: {"x", "y", "layer", "parent", "members"?}},
     "boxes": {module: parent module | None}, "edges": [{"id", "source", "target", "slots", "up",
-    "bends"}], "hidden": {node id: module element}, "layers", "crossings", "width", "height"}`.
+    "bends"}], "layers", "crossings", "width", "height"}`; a folded module's entry lists the node ids it
+    holds (`members`).
     An edge's `slots` are the `[src, dst, slot]` wire edges it stands for; `bends` are the points
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
     `max_drawn`: with it, modules are folded again past that many drawn nodes and folds
@@ -149,9 +150,8 @@ def _layout(wire: Wire, vg: VisibleGraph, sweeps: int, dx: float, dy: float, mod
             bends.reverse()
         edges.append({"id": f"e:{a}>{b}", "source": a, "target": b, "slots": [list(s) for s in slots],
                       "up": layer[index[a]] >= layer[index[b]], "bends": bends})
-    hidden = {str(i): e for e, ids in vg.members.items() for i in ids}
     return {"nodes": nodes, "boxes": dict(vg.boxes), "box_labels": labels, "edges": edges,
-            "hidden": hidden, "layers": len(rows), "crossings": count_crossings(proper.layer, x, proper.pairs),
+            "layers": len(rows), "crossings": count_crossings(proper.layer, x, proper.pairs),
             "width": max(x, default=0.0) - lo, "height": ys[-1] if rows else 0.0}
 
 

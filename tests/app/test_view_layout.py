@@ -204,7 +204,7 @@ def test_expand_one_level_keeps_submodules_folded(w4: dict[str, Any]) -> None:
 def test_folded_edges_account_for_every_wire_edge(w4: dict[str, Any]) -> None:
     layout = layout_graph(w4, None)
     drawn = sum(len(e["slots"]) for e in layout["edges"])
-    hidden = layout["hidden"]
+    hidden = {str(i): e for e, info in layout["nodes"].items() for i in info.get("members", ())}
     internal = sum(1 for s, d, _ in w4["edges"] if str(s) in hidden and hidden.get(str(s)) == hidden.get(str(d)))
     assert drawn + internal == len(w4["edges"])
     for e in layout["edges"]:
