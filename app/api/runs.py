@@ -20,9 +20,11 @@ from gradscape.tracer.store import StoreError, TraceStore
 from gradscape.tracer.wire import TraceFormatError, WireStep
 
 
-def _read_graph(store: TraceStore, run: str, step: int, rank: int = 0) -> WireStep:
+def _read_graph(store: TraceStore, run: str, step: int, rank: int = 0, *, one_node: bool = False) -> WireStep:
+    """The step (`one_node`: read for one node's sake, its other nodes and tensors left undecoded when the
+    step has its index stored: `TraceStore.read_indexed`)."""
     try:
-        return store.read_graph(run, step, rank)
+        return store.read_indexed(run, step, rank) if one_node else store.read_graph(run, step, rank)
     except StoreError:
         raise NotFound(f"no step {step} in run {run!r}" + (f" (rank {rank})" if rank else "")) from None
 
@@ -65,7 +67,7 @@ def register_runs(server: Flask, store: TraceStore) -> None:
         check_run(run)
         rank = rank_arg(run)
         s, nid = check_index(step, "step"), check_index(node, "node")
-        wire = _read_graph(store, run, s, rank)
+        wire = _read_graph(store, run, s, rank, one_node=True)
         if not 0 <= nid < len(wire["nodes"]):
             raise NotFound(f"no node {nid} in step {s} of run {run!r} (it has {len(wire['nodes'])})")
         arrays = store.read_arrays(run, s, node_tensor_indices(wire["nodes"][nid]), rank)
