@@ -20,8 +20,10 @@ NOTE [Step index]
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -47,13 +49,6 @@ def drawn_module(module: str | None, param: str | None) -> str | None:
     return None if module in (None, ROOT_MODULE) else module
 
 
-def _numel(shape: Sequence[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
 def colour_values(t: Mapping[str, Any] | None) -> tuple[float | None, float | None, float | None]:
     """A tensor's norm, max |g| (max(|min|, |max|)) and fraction of exact zeros, as `app.view.colours.statistic`
     gives them; None for no tensor, or a statistic it does not have."""
@@ -62,7 +57,7 @@ def colour_values(t: Mapping[str, Any] | None) -> tuple[float | None, float | No
     st = t["stats"]
     norm = float(st[_NORM]) if len(st) > _NORM else None
     maxabs = max(abs(float(st[_MIN])), abs(float(st[_MAX]))) if len(st) > max(_MIN, _MAX) else None
-    n = _numel(t["shape"])
+    n = math.prod(t["shape"])
     zeros = float(st[_ZEROS]) / n if len(st) > _ZEROS and n else None
     return norm, maxabs, zeros
 
@@ -135,7 +130,8 @@ def _stats(tensors: Sequence[Mapping[str, Any]]) -> np.ndarray:
     out = np.full((len(tensors) + 1, len(STAT_NAMES)), np.nan)
     rows = [t["stats"] for t in tensors]
     if all(len(st) == len(STAT_NAMES) for st in rows):  # as the schema has it: one conversion
-        out[:-1] = np.array(rows, np.float64).reshape(-1, len(STAT_NAMES))
+        out[:-1] = np.fromiter(chain.from_iterable(rows), np.float64, len(rows) * len(STAT_NAMES)).reshape(
+            -1, len(STAT_NAMES))
     else:
         for k, st in enumerate(rows):
             out[k, :len(st)] = st
@@ -154,7 +150,7 @@ def _values(tensors: Sequence[Mapping[str, Any]], stats: np.ndarray, rows: np.nd
             has: np.ndarray) -> dict[str, list[float | None]]:
     """Per colouring, each node's statistic of its `go[0]` (`colour_values`, for every node at once)."""
     lo, hi = np.abs(stats[rows, _MIN]), np.abs(stats[rows, _MAX])
-    numel = np.array([_numel(tensors[r]["shape"]) if h else 0 for r, h in zip(rows.tolist(), has.tolist())],
+    numel = np.array([math.prod(tensors[r]["shape"]) if h else 0 for r, h in zip(rows.tolist(), has.tolist())],
                      np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         zeros = stats[rows, _ZEROS] / numel
