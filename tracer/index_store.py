@@ -32,11 +32,14 @@ def create_index_table(db: sqlite3.Connection) -> None:
     db.execute(INDEX_SCHEMA)
 
 
-def write_index(db: sqlite3.Connection, key: tuple[str, int, int], created: float, graph: Mapping[str, Any],
-                spans: dict[str, Any]) -> None:
-    """The index of `graph` (a step in wire form) for step `key` (run, rank, step), and where its nodes and
-    tensors are in the stored document (`pack_step`'s `spans`), inside the caller's transaction."""
-    blob = compress(pack({"index": index_to_wire(index_from_wire(graph)), "spans": spans}))
+def index_blob(graph: Mapping[str, Any], spans: dict[str, Any]) -> bytes:
+    """The stored row of `graph`'s index (a step in wire form) and of where its nodes and tensors are in the
+    stored document (`pack_step`'s `spans`): made before the write's transaction, which waits for none of it."""
+    return compress(pack({"index": index_to_wire(index_from_wire(graph)), "spans": spans}))
+
+
+def write_index(db: sqlite3.Connection, key: tuple[str, int, int], created: float, blob: bytes) -> None:
+    """Step `key`'s (run, rank, step) index row `blob` (`index_blob`), inside the caller's transaction."""
     db.execute("INSERT OR REPLACE INTO step_index VALUES(?,?,?,?,?)", (*key, created, blob))
 
 

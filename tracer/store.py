@@ -47,7 +47,7 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
-from gradscape.tracer.index_store import create_index_table, delete_index, read_index, write_index
+from gradscape.tracer.index_store import create_index_table, delete_index, index_blob, read_index, write_index
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import (
     TensorArrays,
@@ -202,6 +202,7 @@ class TraceStore:
         tensors = [(i, compress(pack({"thumb": th, "values": v})))
                    for i, (th, v) in enumerate(zip(thumbs, values)) if th is not None or v is not None]
         doc, spans = pack_step(graph)  # its nodes and tensors where the page reads them one by one
+        index = index_blob(graph, spans)
         now = time.time()
         run, step, rank = graph["run"], int(graph["step"]), wire_rank(graph)
         with self._lock, self._db:
@@ -213,7 +214,7 @@ class TraceStore:
                               compress(doc)))
             self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
                                  [(run, rank, step, i, a) for i, a in tensors])
-            write_index(self._db, (run, rank, step), now, graph, spans)
+            write_index(self._db, (run, rank, step), now, index)
             if self.keep_last is not None:
                 self._prune(run, rank, self.keep_last)
 

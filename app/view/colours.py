@@ -10,8 +10,9 @@ import numpy as np
 
 from gradscape.app.view.step_fields import Wire, fmt_num, max_abs, stat, step_index, tensor, zero_fraction
 from gradscape.tracer.wire import WireNode, WireTensor
+from gradscape.tracer.wire.step_index import COLOURINGS
 
-COLOR_BY = ("norm", "maxabs", "zeros")
+COLOR_BY = COLOURINGS  # the colourings the step index keeps a value of, per node
 # Viridis (plotly.colors.sequential.Viridis): perceptually uniform, readable when printed grey.
 SCALE = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b",
          "#fde725")

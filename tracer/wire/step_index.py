@@ -49,19 +49,6 @@ def drawn_module(module: str | None, param: str | None) -> str | None:
     return None if module in (None, ROOT_MODULE) else module
 
 
-def colour_values(t: Mapping[str, Any] | None) -> tuple[float | None, float | None, float | None]:
-    """A tensor's norm, max |g| (max(|min|, |max|)) and fraction of exact zeros, as `app.view.colours.statistic`
-    gives them; None for no tensor, or a statistic it does not have."""
-    if t is None:
-        return None, None, None
-    st = t["stats"]
-    norm = float(st[_NORM]) if len(st) > _NORM else None
-    maxabs = max(abs(float(st[_MIN])), abs(float(st[_MAX]))) if len(st) > max(_MIN, _MAX) else None
-    n = math.prod(t["shape"])
-    zeros = float(st[_ZEROS]) / n if len(st) > _ZEROS and n else None
-    return norm, maxabs, zeros
-
-
 @dataclass
 class StepIndex:
     """What the page reads of every node of a step (NOTE [Step index])."""
@@ -119,7 +106,7 @@ def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
     stats = _stats(tensors)
     rows, has = _rows(arrived, len(tensors))
     sent_rows, sent_has = _rows(gi_flat, len(tensors))
-    sent = np.where(sent_has, stats[sent_rows, _NORM], -1.0)
+    sent = np.where(sent_has, stats[sent_rows, _NORM], -1.0)  # and -0.0 as 0.0 below, as `norm or 0.0` gives it
     return StepIndex(len(nodes), [m for m in modules if m is not None], module_code, list(names), name_code,
                      _values(tensors, stats, rows, has), _badges(wire, stats), accumulated, param_node,
                      np.where(sent == 0.0, 0.0, sent), np.array(sent_start, np.int64))
@@ -148,7 +135,8 @@ def _rows(refs: list[int | None], n_tensors: int) -> tuple[np.ndarray, np.ndarra
 
 def _values(tensors: Sequence[Mapping[str, Any]], stats: np.ndarray, rows: np.ndarray,
             has: np.ndarray) -> dict[str, list[float | None]]:
-    """Per colouring, each node's statistic of its `go[0]` (`colour_values`, for every node at once)."""
+    """Per colouring, each node's statistic of its `go[0]`, as `app.view.colours.statistic` gives it one tensor at
+    a time: its norm, max |g| (max(|min|, |max|)) and fraction of exact zeros; None for no tensor."""
     lo, hi = np.abs(stats[rows, _MIN]), np.abs(stats[rows, _MAX])
     numel = np.array([math.prod(tensors[r]["shape"]) if h else 0 for r, h in zip(rows.tolist(), has.tolist())],
                      np.float64)
