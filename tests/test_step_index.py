@@ -1,6 +1,7 @@
 """The step index (NOTE [Step index]) and the page's lazy read of a stored step (`TraceStore.read_indexed`):
 the index says what the step's node and tensor maps say, the lazy step reads as the whole one, and the page
-opens a folded loop without decoding every node."""
+opens a folded loop without decoding every node; for both stored forms of a step (`form`: the natively
+recorded step's columns, NOTE [Column document], and the maps)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,22 @@ from gradscape.app.data import PageData
 from gradscape.app.view.colours import arrived, statistic
 from gradscape.app.view.step_fields import node_module, nonfinite, stat, tensor
 from gradscape.tracer.blobs import compress, decompress
+from gradscape.tracer.record import native, wire_columns
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.store import StoreError, TraceStore
 from gradscape.tracer.wire import pack, unpack
 from gradscape.tracer.wire.lazy import LazyItems, pack_step
 from gradscape.tracer.wire.step_index import COLOURINGS, index_from_wire
+
+
+@pytest.fixture(params=["columns", "maps"])
+def form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the file sink stores the steps recorded in the test."""
+    used, why = native.status()
+    if request.param == "columns" and not used:
+        pytest.skip(f"steps are stored as columns when natively recorded: {why}")
+    monkeypatch.setattr(wire_columns, "enabled", request.param == "columns")
+    return str(request.param)
 
 
 def _record(path: Path, name: str, steps: int = 1, keep_last: int | None = None) -> None:
@@ -66,7 +78,7 @@ def _expected(wire: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", [*ZOO, "nan"])
-def test_the_stored_index_says_what_the_maps_say(tmp_path: Path, name: str) -> None:
+def test_the_stored_index_says_what_the_maps_say(tmp_path: Path, form: str, name: str) -> None:
     path = tmp_path / "t.sqlite"
     if name == "nan":  # a step whose gradients hold NaN and Inf: badges
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
@@ -91,7 +103,7 @@ def test_the_stored_index_says_what_the_maps_say(tmp_path: Path, name: str) -> N
         assert index.sent_norms(slots) == pytest.approx([v for v in row if v is not None], nan_ok=True)
 
 
-def test_the_lazy_step_reads_as_the_whole_one(tmp_path: Path) -> None:
+def test_the_lazy_step_reads_as_the_whole_one(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
     _record(path, "transformer", steps=2)
     with TraceStore(path, readonly=True) as store:
@@ -114,7 +126,7 @@ def test_pack_step_reads_back_as_the_step(tmp_path: Path) -> None:
     assert set(spans) == {"nodes", "tensors"}
 
 
-def test_the_page_reads_the_same_from_the_index_as_from_the_maps(tmp_path: Path) -> None:
+def test_the_page_reads_the_same_from_the_index_as_from_the_maps(tmp_path: Path, form: str) -> None:
     """Every view the page opens a step with: from the stored index and lazy maps, and from the whole step."""
     path = tmp_path / "t.sqlite"
     _record_loop(path, 60)  # about 900 nodes: opened folded
@@ -132,7 +144,7 @@ def test_the_page_reads_the_same_from_the_index_as_from_the_maps(tmp_path: Path)
     assert view.flow_rows(whole) == view.flow_rows(lazy)
 
 
-def test_the_player_order_names_each_node_by_index(tmp_path: Path) -> None:
+def test_the_player_order_names_each_node_by_index(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
     _record(path, "transformer")
     with TraceStore(path, readonly=True) as store:
@@ -149,7 +161,7 @@ def test_the_player_order_names_each_node_by_index(tmp_path: Path) -> None:
     assert order["modules"] == seen_modules  # by first execution
 
 
-def test_a_folded_loop_opens_without_decoding_every_node(tmp_path: Path) -> None:
+def test_a_folded_loop_opens_without_decoding_every_node(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
     _record_loop(path, 200)  # about 3,000 nodes
     data = PageData(TraceStore(path, readonly=True))
@@ -183,7 +195,8 @@ def test_an_index_not_written_with_its_step_is_not_read(tmp_path: Path) -> None:
         assert dict(store.read_indexed("mlp", 0)) == whole
 
 
-def test_a_damaged_span_is_named(tmp_path: Path) -> None:
+def test_a_damaged_span_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_columns, "enabled", False)  # a step stored as maps, with spans
     path = tmp_path / "t.sqlite"
     _record(path, "mlp")
     db = sqlite3.connect(path)
@@ -205,7 +218,7 @@ def test_keep_last_drops_the_indexes_of_the_steps_it_drops(tmp_path: Path) -> No
     db.close()
 
 
-def test_the_index_of_a_step_in_wire_form_matches_the_stored_one(tmp_path: Path) -> None:
+def test_the_index_of_a_step_in_wire_form_matches_the_stored_one(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
     _record(path, "cnn")
     with TraceStore(path, readonly=True) as store:

@@ -115,7 +115,7 @@ def test_schema_is_versioned_and_wal(tmp_path: Path) -> None:
     _traced(name="mlp", steps=1, sink=str(path))
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
     blobs = [b for (b,) in db.execute("SELECT arrays FROM tensors")]
     blobs.append(db.execute("SELECT graph FROM steps").fetchone()[0])
 
@@ -158,7 +158,7 @@ def test_a_version_3_file_with_zlib_rows_reads_and_takes_new_steps(tmp_path: Pat
     with TraceStore(path) as store:
         store.write_step(steps[1])
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
     firsts = [g[:1] for (g,) in db.execute("SELECT graph FROM steps ORDER BY step")]
     db.close()
     assert firsts == [b"\x78", b"\x28"]

@@ -17,6 +17,7 @@ from test_store import assert_same_step
 import gradscape
 from gradscape import StoreError, TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
+from gradscape.tracer.record import wire_columns
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_from_wire, step_to_wire
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, quantise_same_shape
@@ -168,36 +169,46 @@ def test_a_loaded_step_has_the_thumbnails_the_page_reads(tmp_path: Path) -> None
     _lstm_step(30, path)
     with TraceStore(path, readonly=True) as store:
         st = store.read_step("lstm", 0)
-        wire = step_to_wire(st)
-        arrays = store.read_arrays("lstm", 0, range(len(wire["tensors"])))
-    for i, t in enumerate(wire["tensors"]):
-        page = arrays.get(i, {"thumb": None})["thumb"]
-        assert (t["thumb"] is None) == (page is None), i
-        if page is not None:
-            assert t["thumb"] == page, i  # dtype, shape and bytes
+        graph = store.read_graph("lstm", 0)  # the stored numbering of tensors, which the page asks by
+        arrays = store.read_arrays("lstm", 0, range(len(graph["tensors"])))
+    pictures = 0
+    for node, wire in zip(st.nodes, graph["nodes"], strict=True):
+        for t, i in zip([*(node.grad_outputs or []), *(node.grad_inputs or [])], [*(wire["go"] or []),
+                                                                                 *(wire["gi"] or [])], strict=True):
+            page = None if i is None else arrays.get(i, {"thumb": None})["thumb"]
+            assert (t is None or t.thumb is None) == (page is None), (node.id, i)
+            if page is not None:
+                assert encode_array(t.thumb) == page, (node.id, i)  # dtype, shape and bytes
+                pictures += 1
+    assert pictures > 100
     with sqlite3.connect(path) as db:
         repeats = sum(b'same' in blob for (blob,) in db.execute("SELECT arrays FROM tensors"))
     assert repeats > 0  # the step has thumbnails kept as references to others
 
 
 @pytest.mark.parametrize("tensors", ["summary", "full"])
-def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: Path, tensors: str) -> None:
-    """`write_step` keeps the arrays apart without making wire arrays of them (`step_to_graph`); it must
-    store what the server stores from the wire form, row for row and byte for byte."""
+def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: Path, tensors: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`write_step` keeps the arrays apart without making wire arrays of them (`step_to_graph`): as maps, it
+    stores what the server stores from the wire form, row for row and byte for byte; as columns (NOTE [Column
+    document]), a step that reads back the same."""
     st = _lstm_step(30, tensors=tensors)
-    a, b = tmp_path / "trace.sqlite", tmp_path / "wire.sqlite"
-    with TraceStore(a) as store:
-        store.write_step(st)
-    with TraceStore(b) as store:
-        store.write_wire(step_to_wire(st))
-    rows = []
-    for path in (a, b):
+    paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps", "wire")}
+    for form, path in paths.items():
+        monkeypatch.setattr(wire_columns, "enabled", form == "columns")
+        with TraceStore(path) as store:
+            store.write_wire(step_to_wire(st)) if form == "wire" else store.write_step(st)
+    rows = {}
+    for form, path in paths.items():
         with sqlite3.connect(path) as db:
-            rows.append((db.execute("SELECT run, rank, step, n_nodes, n_edges, error, graph FROM steps").fetchall(),
-                         db.execute("SELECT * FROM tensors ORDER BY idx").fetchall()))
-    assert rows[0] == rows[1]
-    assert len(rows[0][1]) > 100 and any(b"same" in blob for *_, blob in rows[0][1])
-    assert (tensors == "full") == any(b"values" in blob and b"<f4" in blob for *_, blob in rows[0][1])
+            rows[form] = (db.execute("SELECT run, rank, step, n_nodes, n_edges, error, graph FROM steps").fetchall(),
+                          db.execute("SELECT * FROM tensors ORDER BY idx").fetchall())
+    assert rows["maps"] == rows["wire"]
+    assert rows["columns"][0][0][:6] == rows["maps"][0][0][:6]  # the same counts, another document
+    assert len(rows["maps"][1]) > 100 and any(b"same" in blob for *_, blob in rows["maps"][1])
+    assert (tensors == "full") == any(b"values" in blob and b"<f4" in blob for *_, blob in rows["maps"][1])
+    back = {form: step_to_wire(load(path)) for form, path in paths.items()}
+    assert back["columns"] == back["maps"]
 
 
 def test_arrays_for_a_tensor_the_step_does_not_have_are_refused(tmp_path: Path) -> None:
@@ -236,7 +247,7 @@ def test_a_version_2_file_still_reads(tmp_path: Path) -> None:
         store.write_step(_lstm_step(2))
         assert [s["step"] for s in store.steps("lstm")] == [0]  # the same step 0, replaced
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "4"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "5"
 
 
 def test_keep_last_keeps_the_newest_steps(tmp_path: Path) -> None:

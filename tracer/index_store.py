@@ -13,12 +13,11 @@ step's is not read.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
 from typing import Any
 
-from gradscape.tracer.blobs import compress, decompress
-from gradscape.tracer.wire import pack, unpack
-from gradscape.tracer.wire.step_index import StepIndex, index_from_data, index_from_wire, index_to_wire
+from gradscape.tracer.blobs import decompress
+from gradscape.tracer.wire import unpack
+from gradscape.tracer.wire.step_index import StepIndex, index_from_data
 from gradscape.tracer.wire.types import TraceFormatError
 
 INDEX_SCHEMA = """
@@ -32,14 +31,8 @@ def create_index_table(db: sqlite3.Connection) -> None:
     db.execute(INDEX_SCHEMA)
 
 
-def index_blob(graph: Mapping[str, Any], spans: dict[str, Any]) -> bytes:
-    """The stored row of `graph`'s index (a step in wire form) and of where its nodes and tensors are in the
-    stored document (`pack_step`'s `spans`): made before the write's transaction, which waits for none of it."""
-    return compress(pack({"index": index_to_wire(index_from_wire(graph)), "spans": spans}))
-
-
 def write_index(db: sqlite3.Connection, key: tuple[str, int, int], created: float, blob: bytes) -> None:
-    """Step `key`'s (run, rank, step) index row `blob` (`index_blob`), inside the caller's transaction."""
+    """Step `key`'s (run, rank, step) index row `blob` (`tracer.step_doc.encode`), inside the caller's transaction."""
     db.execute("INSERT OR REPLACE INTO step_index VALUES(?,?,?,?,?)", (*key, created, blob))
 
 
@@ -49,8 +42,9 @@ def delete_index(db: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> N
 
 
 def read_index(db: sqlite3.Connection, key: tuple[str, int, int]) -> tuple[bytes, StepIndex, Any] | None:
-    """The graph blob of step `key`, its index and its spans (`pack_step`); None when the step has no index
-    written with it (a file or a step from before indexes, an index of another version) or no row."""
+    """The graph blob of step `key`, its index and its spans (`tracer.wire.lazy.pack_step`; none for a column
+    document); None when the step has no index written with it (a file or a step from before indexes, an
+    index of another version) or no row."""
     try:
         row = db.execute("SELECT s.graph, i.idx FROM steps s JOIN step_index i ON i.run = s.run AND i.rank = s.rank "
                          "AND i.step = s.step AND i.created = s.created WHERE s.run=? AND s.rank=? AND s.step=?",

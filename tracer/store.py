@@ -16,18 +16,18 @@ waits up to `BUSY_TIMEOUT` seconds for the write lock instead of failing. A vers
 is migrated in place, in one transaction, the first time it is opened for writing; its steps become
 rank 0.
 
-`graph` is the step's wire form (`tracer.wire`) with every tensor's arrays taken out, its nodes and tensors
-last (`tracer.wire.lazy.pack_step`: the page decodes only those it reads); `arrays`
-is the msgpack map `{"thumb": C|None, "values": A|None}` of tensor `idx`, so a view that needs one
-node's heatmaps reads only those rows. Values (`tensors="full"`) are raw little-endian bytes with
-dtype and shape; thumbnails are kept compactly (8 bits a cell with their range, a repeated picture
-once: NOTE [Compact thumbnails] in `tracer.wire.compact`) and read back as float32 wire arrays.
-Since version 4 both blobs are Zstandard frames of that msgpack, small rows apart (`tracer/blobs.py`:
-a frame's first byte, 0x28, is never the first byte of a msgpack map or array); version 3 wrote zlib
-streams (first byte 0x78), version 2 the msgpack uncompressed with float32 thumbnails, and both read as
-they are. Opening a version-2 or -3 file for writing marks it version 4: nothing is rewritten, and its
-old rows and its new ones are told apart by their first bytes. A release that reads version 3 refuses
-a version-4 file by its version, not by a row it cannot read.
+`graph` is the step's document (`tracer/step_doc.py`): its wire form (`tracer.wire`) with every tensor's
+arrays taken out, its nodes and tensors last (`tracer.wire.lazy.pack_step`: the page decodes only those it
+reads), or, for a natively recorded step since version 5, its nodes and tensors as columns (NOTE [Column
+document] in `tracer.wire.columns`); `arrays` is the msgpack map `{"thumb": C|None, "values": A|None}` of
+tensor `idx`, so a view that needs one node's heatmaps reads only those rows. Values (`tensors="full"`)
+are raw little-endian bytes with dtype and shape; thumbnails are kept compactly (8 bits a cell with their
+range, a repeated picture once: NOTE [Compact thumbnails] in `tracer.wire.compact`) and read back as
+float32 wire arrays. Since version 4 both blobs are Zstandard frames of that msgpack, small rows apart
+(`tracer/blobs.py`: a frame's first byte, 0x28, is never the first byte of a msgpack map or array);
+version 3 wrote zlib streams (first byte 0x78), version 2 the msgpack uncompressed with float32
+thumbnails, and all read as they are. Opening a file of version 2 to 4 for writing marks it version 5
+(nothing is rewritten): a release that reads version 4 refuses it by its version, not by a row.
 
 `keep_last=N` (the file sink's, `gradscape serve --keep-last N`): after each step is written, only
 the newest N steps of its run and rank stay, so a run that traces for days keeps a bounded file
@@ -39,15 +39,16 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar, cast
 
+from gradscape.tracer import step_doc
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
-from gradscape.tracer.index_store import create_index_table, delete_index, index_blob, read_index, write_index
+from gradscape.tracer.index_store import create_index_table, delete_index, read_index, write_index
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import (
     TensorArrays,
@@ -59,16 +60,15 @@ from gradscape.tracer.wire import (
     pack,
     step_from_wire,
     unpack,
-    with_defaults,
 )
 from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
-from gradscape.tracer.wire.lazy import IndexedWire, indexed, pack_step, read_lazily
+from gradscape.tracer.wire.lazy import indexed
 
 T = TypeVar("T")
-SCHEMA_VERSION = 4
-_READABLE = ("2", "3", "4")  # the same tables; blobs uncompressed in 2, zlib in 3 (see the module docstring)
+SCHEMA_VERSION = 5
+_READABLE = ("2", "3", "4", "5")  # the same tables; blobs uncompressed in 2, zlib in 3, no columns before 5
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 class RunInfo(TypedDict):
@@ -155,7 +155,7 @@ class TraceStore:
             for stmt in MIGRATE_1_2.split(";"):
                 if stmt.strip():
                     self._db.execute(stmt)
-        if row is not None and row[0] in ("1", "2", "3"):  # version 4 reads version-2 and -3 rows as they are
+        if row is not None and row[0] in ("1", "2", "3", "4"):  # version 5 reads rows of 2 to 4 as they are
             self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
         for stmt in STEP_TABLES.split(";"):
             if stmt.strip():
@@ -182,8 +182,10 @@ class TraceStore:
     def write_step(self, st: StepTrace) -> None:
         """Store a step, in one transaction. Its arrays go to their rows without becoming wire arrays
         (`step_to_graph`)."""
+        from gradscape.tracer.record.wire_columns import step_columns  # torch's side: readers never import it
+
         self._writable()
-        graph, arrays = step_to_graph(st)
+        graph, arrays = step_columns(st) or step_to_graph(st)  # a native step's as columns (step_doc)
         thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays])
         self._write(graph, thumbs, [None if v is None else encode_array(v) for _, v in arrays])
 
@@ -196,22 +198,20 @@ class TraceStore:
                                        "view": t["view"], "device": t["device"]} for t in wire["tensors"]]
         self._write({**wire, "tensors": stripped}, thumbs, [t.get("values") for t in wire["tensors"]])
 
-    def _write(self, graph: WireStep, thumbs: list[Any], values: list[Any]) -> None:
+    def _write(self, graph: Mapping[str, Any], thumbs: list[Any], values: list[Any]) -> None:
         """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its
         kept thumbnail (`ThumbTable`) and its values."""
         tensors = [(i, compress(pack({"thumb": th, "values": v})))
                    for i, (th, v) in enumerate(zip(thumbs, values)) if th is not None or v is not None]
-        doc, spans = pack_step(graph)  # its nodes and tensors where the page reads them one by one
-        index = index_blob(graph, spans)
+        doc, index, n_nodes, n_edges = step_doc.encode(graph)
         now = time.time()
-        run, step, rank = graph["run"], int(graph["step"]), wire_rank(graph)
+        run, step, rank = graph["run"], int(graph["step"]), wire_rank(cast(WireStep, graph))
         with self._lock, self._db:
             self._db.execute("INSERT INTO runs VALUES(?,?,?) ON CONFLICT(run) DO UPDATE SET updated=excluded.updated",
                              (run, now, now))
             self._db.execute("DELETE FROM tensors WHERE run=? AND rank=? AND step=?", (run, rank, step))
             self._db.execute("INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?,?,?,?)",
-                             (run, rank, step, now, len(graph["nodes"]), len(graph["edges"]), graph.get("error"),
-                              compress(doc)))
+                             (run, rank, step, now, n_nodes, n_edges, graph.get("error"), doc))
             self._db.executemany("INSERT INTO tensors VALUES(?,?,?,?,?)",
                                  [(run, rank, step, i, a) for i, a in tensors])
             write_index(self._db, (run, rank, step), now, index)
@@ -301,19 +301,18 @@ class TraceStore:
         if row is None:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
-        return with_defaults(dict(unpack(decompress(row[0]))))
+        return step_doc.read_whole(row[0])
 
     @collector_paused()  # the step's fields are decoded inside (NOTE [Collector paused])
     def read_indexed(self, run: str, step: int, rank: int = 0) -> WireStep:
-        """The step as `read_graph` gives it, with its index (NOTE [Step index]); its node and tensor maps
-        are decoded when read (`tracer.wire.lazy`) when the step has an index stored, else all at once, and
-        the index made from them."""
+        """The step as `read_graph` gives it, with its index (NOTE [Step index]): its node and tensor maps made
+        when read when the step has an index stored (`tracer.step_doc`), else all, and the index from them."""
         with self._lock:
             found = read_index(self._db, (run, int(rank), int(step)))
         if found is None:
             return indexed(self.read_graph(run, step, rank))
         try:
-            return cast(WireStep, IndexedWire(with_defaults(read_lazily(decompress(found[0]), found[2])), found[1]))
+            return step_doc.read_indexed(*found)
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 

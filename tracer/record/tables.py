@@ -77,6 +77,10 @@ class TensorTable:
         return np.ascontiguousarray(th.T) if plan.transposed else th
 
     def stats_rows(self) -> list[list[float]]:
+        """`stats_array` as lists."""
+        return self.stats_array().tolist()
+
+    def stats_array(self) -> np.ndarray:
         """Every summary's statistics in `STAT_NAMES` order, as `stats_from_raw` makes them one at a time (the
         same float operations, on all the kernel's rows at once; rows of Python's summaries are NaN)."""
         mn, mx, s, ss, nz, nan, inf, n = self.raw.T
@@ -89,7 +93,7 @@ class TensorTable:
         out[~some, :4] = np.nan
         out[~some, 4] = 0.0
         out[~some, 7] = 0.0
-        return out.tolist()
+        return out
 
     def nonfinite(self) -> bool:
         """True when a summary counted a NaN or an Inf."""

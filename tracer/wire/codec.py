@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import numpy as np
@@ -26,37 +26,40 @@ from gradscape.tracer.wire.validation import plain
 from gradscape.tracer.wire.versions import WIRE_VERSION
 
 
-class _TensorTable:
+class TensorTable:
     """The step's "tensors" list: each distinct `TensorTrace` once, referred to by its position. With
-    `apart`, the tensors are written without their arrays, which are kept in `arrays` by position."""
+    `apart`, the tensors are written without their arrays, which are kept in `arrays` by position. With
+    `base`, positions below it are the step's tensor rows (NOTE [Column document] in tracer/wire/columns.py)
+    and `items` lists the tensors after them; `known` gives the rows' positions of the objects made of them."""
 
-    def __init__(self, apart: bool = False) -> None:
+    def __init__(self, apart: bool = False, base: int = 0, known: dict[int, int] | None = None) -> None:
         self.items: list[WireTensor] = []
-        self._index: dict[int, int] = {}
+        self._index: dict[int, int] = known or {}
         self.arrays: list[TensorNumpy] | None = [] if apart else None
+        self.base = base
 
     def ref(self, t: TensorTrace | None) -> int | None:
         if t is None:
             return None
         i = self._index.get(id(t))
         if i is None:
-            i = self._index[id(t)] = len(self.items)
+            i = self._index[id(t)] = self.base + len(self.items)
             if self.arrays is None:
                 self.items.append(tensor_to_wire(t))
             else:
-                self.items.append(_summary(t))
+                self.items.append(tensor_summary(t))
                 self.arrays.append((t.thumb, t.values))
         return i
 
     def add(self, summary: WireTensor, thumb: np.ndarray | None) -> int:
-        """A tensor given by its summary (`_summary`'s form) and thumbnail, with no `TensorTrace` behind it
+        """A tensor given by its summary (`tensor_summary`'s form) and thumbnail, with no `TensorTrace` behind it
         (a natively recorded step's: NOTE [Nodes to the wire] in tracer/record/wire_nodes.py); its index."""
         if self.arrays is None:
             self.items.append({**summary, "thumb": None if thumb is None else encode_array(thumb), "values": None})
         else:
             self.items.append(summary)
             self.arrays.append((thumb, None))
-        return len(self.items) - 1
+        return self.base + len(self.items) - 1
 
     def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
         return None if ts is None else self.refs_all(ts)
@@ -69,20 +72,20 @@ class _TensorTable:
 _NANS = (float("nan"),) * len(STAT_NAMES)  # a statistic a tensor does not have
 
 
-def _summary(t: TensorTrace) -> WireTensor:
+def tensor_summary(t: TensorTrace) -> WireTensor:
     return {"shape": list(t.shape), "dtype": t.dtype,
             "stats": list(map(float, map(t.stats.get, STAT_NAMES, _NANS))),
             "view": t.thumb_view, "device": t.device}
 
 
 def tensor_to_wire(t: TensorTrace) -> WireTensor:
-    return {**_summary(t), "thumb": None if t.thumb is None else encode_array(t.thumb),
+    return {**tensor_summary(t), "thumb": None if t.thumb is None else encode_array(t.thumb),
             "values": None if t.values is None else encode_array(t.values)}
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def step_to_wire(st: StepTrace) -> WireStep:
-    return _to_wire(st, _TensorTable())
+    return _to_wire(st, TensorTable())
 
 
 @collector_paused()
@@ -91,12 +94,12 @@ def step_to_graph(st: StepTrace) -> tuple[WireStep, list[TensorNumpy]]:
     trace file's graph form), and each tensor's (thumbnail, values) as arrays, by position. The store
     keeps the two apart; going through wire arrays, it encoded 50k thumbnails of a 100k-node step only to
     decode them again."""
-    tab = _TensorTable(apart=True)
+    tab = TensorTable(apart=True)
     wire = _to_wire(st, tab)
     return wire, tab.arrays or []
 
 
-def node_to_wire(n: NodeTrace, tab: _TensorTable) -> WireNode:
+def node_to_wire(n: NodeTrace, tab: TensorTable) -> WireNode:
     return {
         "id": n.id, "name": n.name, "kind": n.kind, "module": n.module, "param": n.param,
         "source": n.source, "schema": n.schema, "order": n.order,
@@ -110,11 +113,17 @@ def node_to_wire(n: NodeTrace, tab: _TensorTable) -> WireNode:
     }
 
 
-def _to_wire(st: StepTrace, tab: _TensorTable) -> WireStep:
+def _to_wire(st: StepTrace, tab: TensorTable) -> WireStep:
     # a natively recorded step's nodes go from its tables, making no NodeTrace (tracer/record/wire_nodes.py)
     from_tables = getattr(st.nodes, "wire_nodes", None)
     nodes: list[WireNode] = (from_tables(tab) if from_tables is not None
                              else [node_to_wire(n, tab) for n in st.nodes])
+    rest = step_fields(st, tab)  # after the nodes: the codec numbers tensors as it first meets them
+    return cast(WireStep, {**rest, "nodes": nodes, "edges": [list(e) for e in st.edges], "tensors": tab.items})
+
+
+def step_fields(st: StepTrace, tab: TensorTable) -> dict[str, Any]:
+    """The step's wire fields but its `nodes`, `edges` and `tensors` (entered in `tab`)."""
     modules: dict[str, WireModule] = {name: {"type": m.type, "params": list(m.params),
                       "calls": [{"gi": tab.refs_all(c.grad_input), "go": tab.refs_all(c.grad_output),
                                  "in": list(c.input_nodes), "out": list(c.output_nodes), "last": c.last_op}
@@ -125,9 +134,8 @@ def _to_wire(st: StepTrace, tab: _TensorTable) -> WireStep:
                "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}
               for p in st.passes]
     return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": plain(st.meta, "meta"),
-            "nodes": nodes, "edges": [list(e) for e in st.edges], "modules": modules,
-            "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
-            "execution": [list(e) for e in st.execution], "tensors": tab.items,
+            "modules": modules, "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
+            "execution": [list(e) for e in st.execution],
             "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
                           "source": p.source} for p in st.problems],
             "not_in_step": list(st.not_in_step),

@@ -25,13 +25,11 @@ LAZY_KEYS = ("nodes", "tensors")
 
 
 class LazyItems(Sequence[Any]):
-    """The items of a msgpack array inside `raw`, item k spanning `offsets[k]:offsets[k + 1]`, each decoded
-    when first read and kept."""
+    """`n` items, item k made by `one(k)` when first read and kept; `every()` makes them all at once."""
 
-    def __init__(self, raw: bytes, offsets: list[int]) -> None:
-        self._raw = memoryview(raw)
-        self._offsets = offsets
-        self._items: list[Any] = [None] * (len(offsets) - 1)
+    def __init__(self, n: int, one: Callable[[int], Any], every: Callable[[], list[Any]]) -> None:
+        self._one, self._every = one, every
+        self._items: list[Any] = [None] * n
         self._all = False
         # how the items are decoded all at once (a search over every node): with the collector paused, as
         # every big conversion (NOTE [Collector paused]); the page's server freezes them too (`made_frozen`)
@@ -52,12 +50,15 @@ class LazyItems(Sequence[Any]):
         item = self._items[k]  # IndexError past the end, as a list's
         if item is None:
             k = k % len(self._items)
-            item = self._items[k] = unpack(self._raw[self._offsets[k]:self._offsets[k + 1]])
+            item = self._items[k] = self._one(k)
         return item
 
     def __iter__(self) -> Iterator[Any]:
         if not self._all:
-            self._decode_all()
+            if self._items:
+                every = self.decode_with(self._every)
+                self._items = [old if old is not None else new for old, new in zip(self._items, every)]
+            self._all = True
         return iter(self._items)
 
     def __eq__(self, other: object) -> bool:  # as the list it stands for
@@ -70,13 +71,16 @@ class LazyItems(Sequence[Any]):
     def __repr__(self) -> str:
         return f"LazyItems({len(self)} items)"
 
-    def _decode_all(self) -> None:
-        n = len(self._items)
-        if n:
-            head = b"\xdd" + n.to_bytes(4, "big")  # a msgpack array of n items, then the items as stored
-            every = self.decode_with(lambda: unpack(head + self._raw[self._offsets[0]:self._offsets[-1]]))
-            self._items = [old if old is not None else new for old, new in zip(self._items, every)]
-        self._all = True
+
+def _packed(raw: bytes, offsets: list[int]) -> LazyItems:
+    """The items of a msgpack array inside `raw`, item k spanning `offsets[k]:offsets[k + 1]`."""
+    view = memoryview(raw)
+    head = b"\xdd" + (len(offsets) - 1).to_bytes(4, "big")  # a msgpack array of n items, then the items
+
+    def one(k: int) -> Any:
+        return unpack(view[offsets[k]:offsets[k + 1]])
+
+    return LazyItems(len(offsets) - 1, one, lambda: unpack(head + view[offsets[0]:offsets[-1]]))
 
 
 def _paused(make: Callable[[], list[Any]]) -> list[Any]:
@@ -146,7 +150,7 @@ def read_lazily(raw: bytes, spans: Mapping[str, Any]) -> dict[str, Any]:
         raise TraceFormatError(f"not a step document with its spans: {exc!r}") from exc
     if lazy["tensors"][-1] != len(raw):
         raise TraceFormatError("the step document's tensors do not end where their spans say")
-    return {**out, **{key: LazyItems(raw, offsets) for key, offsets in lazy.items()}}
+    return {**out, **{key: _packed(raw, offsets) for key, offsets in lazy.items()}}
 
 
 def _offsets(span: Any, size: int) -> list[int]:

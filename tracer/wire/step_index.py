@@ -103,16 +103,17 @@ def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
             if n["order"] is not None:
                 accumulated[param] = n["order"]
     del modules[None]
-    stats = _stats(tensors)
+    stats = stats_of(tensors)
     rows, has = _rows(arrived, len(tensors))
     sent_rows, sent_has = _rows(gi_flat, len(tensors))
     sent = np.where(sent_has, stats[sent_rows, _NORM], -1.0)  # and -0.0 as 0.0 below, as `norm or 0.0` gives it
     return StepIndex(len(nodes), [m for m in modules if m is not None], module_code, list(names), name_code,
-                     _values(tensors, stats, rows, has), _badges(wire, stats), accumulated, param_node,
+                     colour_values(stats, rows, has, _numel(tensors, rows, has)), _badges(wire, stats), accumulated,
+                     param_node,
                      np.where(sent == 0.0, 0.0, sent), np.array(sent_start, np.int64))
 
 
-def _stats(tensors: Sequence[Mapping[str, Any]]) -> np.ndarray:
+def stats_of(tensors: Sequence[Mapping[str, Any]]) -> np.ndarray:
     """Every tensor's statistics, a row each (`STAT_NAMES`' columns; one more row of NaN, for no tensor)."""
     out = np.full((len(tensors) + 1, len(STAT_NAMES)), np.nan)
     rows = [t["stats"] for t in tensors]
@@ -133,13 +134,18 @@ def _rows(refs: list[int | None], n_tensors: int) -> tuple[np.ndarray, np.ndarra
     return np.where(has, idx, n_tensors).astype(np.int64), has
 
 
-def _values(tensors: Sequence[Mapping[str, Any]], stats: np.ndarray, rows: np.ndarray,
-            has: np.ndarray) -> dict[str, list[float | None]]:
-    """Per colouring, each node's statistic of its `go[0]`, as `app.view.colours.statistic` gives it one tensor at
-    a time: its norm, max |g| (max(|min|, |max|)) and fraction of exact zeros; None for no tensor."""
+def _numel(tensors: Sequence[Mapping[str, Any]], rows: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """The element count of each of `rows`' tensors (0 where `has` is False)."""
+    return np.array([math.prod(tensors[r]["shape"]) if h else 0 for r, h in zip(rows.tolist(), has.tolist())],
+                    np.float64)
+
+
+def colour_values(stats: np.ndarray, rows: np.ndarray, has: np.ndarray,
+                  numel: np.ndarray) -> dict[str, list[float | None]]:
+    """Per colouring, each node's statistic of its `go[0]` (statistics row `rows`, of `numel` elements), as
+    `app.view.colours.statistic` gives it one tensor at a time: its norm, max |g| (max(|min|, |max|)) and
+    fraction of exact zeros; None for no tensor."""
     lo, hi = np.abs(stats[rows, _MIN]), np.abs(stats[rows, _MAX])
-    numel = np.array([math.prod(tensors[r]["shape"]) if h else 0 for r, h in zip(rows.tolist(), has.tolist())],
-                     np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         zeros = stats[rows, _ZEROS] / numel
     out: dict[str, list[float | None]] = {"norm": stats[rows, _NORM].tolist(),

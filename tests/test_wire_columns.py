@@ -1,0 +1,150 @@
+"""A natively recorded step stored as columns (NOTE [Column document]) reads back as the same step as when
+stored as maps: the same `StepTrace`, the same index, the same maps read lazily and whole (but for the
+numbering of tensors), the same pictures; a damaged column document is named."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from zoo import ZOO, build, loop_model, loop_step
+
+import gradscape
+from gradscape.tracer.blobs import compress, decompress
+from gradscape.tracer.record import native, wire_columns
+from gradscape.tracer.sinks.file import FileSink
+from gradscape.tracer.store import StoreError, TraceStore
+from gradscape.tracer.wire import pack, step_to_wire, unpack
+from gradscape.tracer.wire.lazy import LazyItems
+from gradscape.tracer.wire.step_index import index_from_wire
+
+pytestmark = pytest.mark.skipif(not native.status()[0], reason="steps are stored as columns when natively recorded")
+
+
+def _steps(name: str) -> list[Any]:
+    """Two traced steps of case `name` (memory sink), the second on a warm structure cache."""
+    if name == "loop":
+        torch.manual_seed(0)
+        with gradscape.Tracer(loop_model(), run=name, every=1) as tr:
+            return [loop_step(tr, i, 40) for i in range(2)]
+    if name == "nan":  # NaN and Inf gradients: badges
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+        with gradscape.Tracer(model, run=name) as tr, tr.step(0) as st:
+            (model(torch.randn(2, 3)).sqrt() * torch.tensor([[math.inf], [1.0]])).sum().backward()
+        return [st]
+    case = build(name)
+    kwargs = {"thumb_budget": 300} if name == "cnn" else {}  # the budget leaves thumbnails out
+    out = []
+    with gradscape.Tracer(case.model, run=name, **kwargs) as tr:
+        for i in range(2):
+            with tr.step(i) as st:
+                case.loss(case.model, case.batch).backward()
+            out.append(st)
+    return out
+
+
+def _store(path: Path, steps: list[Any], columns: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_columns, "enabled", columns)
+    with TraceStore(path) as store:
+        for st in steps:
+            store.write_step(st)
+    monkeypatch.setattr(wire_columns, "enabled", True)
+
+
+def _pictures(store: TraceStore, run: str, step: int) -> list[Any]:
+    """Every node's slots' thumbnails, in node order (by the stored numbering, which differs by form)."""
+    graph = store.read_graph(run, step)
+    arrays = store.read_arrays(run, step, range(len(graph["tensors"])))
+    return [None if i is None else arrays.get(i, {}).get("thumb")
+            for n in graph["nodes"] for i in (n["go"] or []) + (n["gi"] or [])]
+
+
+@pytest.mark.parametrize("name", [*ZOO, "loop", "nan"])
+def test_columns_read_back_as_the_maps(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = _steps(name)
+    paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps")}
+    for form, path in paths.items():
+        _store(path, steps, form == "columns", monkeypatch)
+    with sqlite3.connect(paths["columns"]) as db:
+        docs = [unpack(decompress(blob)) for (blob,) in db.execute("SELECT graph FROM steps")]
+    assert docs and all("columns" in d and "nodes" not in d for d in docs)
+    with TraceStore(paths["columns"], readonly=True) as a, TraceStore(paths["maps"], readonly=True) as b:
+        for st in steps:
+            run, i = st.run, st.step
+            assert pack(step_to_wire(a.read_step(run, i))) == pack(step_to_wire(b.read_step(run, i)))  # NaN too
+            whole, lazy = a.read_graph(run, i), a.read_indexed(run, i)
+            assert isinstance(lazy["nodes"], LazyItems)
+            assert lazy["nodes"][len(whole["nodes"]) // 2] == whole["nodes"][len(whole["nodes"]) // 2]
+            assert pack(lazy["tensors"][-1]) == pack(whole["tensors"][-1])
+            assert pack({**lazy, "nodes": list(lazy["nodes"]), "tensors": list(lazy["tensors"])}) == pack(whole)
+            ia, ib, iw = lazy.index, b.read_indexed(run, i).index, index_from_wire(whole)  # type: ignore[attr-defined]
+            for f in ("n_nodes", "modules", "module_code", "names", "name_code", "badges", "accumulated",
+                      "param_node"):
+                assert getattr(ia, f) == getattr(ib, f) == getattr(iw, f), f
+            for c, values in ia.values.items():
+                assert np.array_equal(np.array(values, float), np.array(ib.values[c], float), equal_nan=True), c
+            assert np.array_equal(ia.sent, ib.sent) and np.array_equal(ia.sent_start, ib.sent_start)
+            assert _pictures(a, run, i) == _pictures(b, run, i)
+            if name == "nan":
+                assert ia.badges
+
+
+def test_a_file_holds_steps_of_both_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written by the previous release (maps) and then by this one (columns): both steps read."""
+    steps = _steps("transformer")
+    path = tmp_path / "t.sqlite"
+    _store(path, steps[:1], False, monkeypatch)
+    _store(path, steps[1:], True, monkeypatch)
+    with TraceStore(path, readonly=True) as store:
+        for st in steps:
+            back = store.read_step(st.run, st.step)
+            assert len(back.nodes) == len(st.nodes) and back.edges == st.edges
+            assert [n.name for n in back.nodes] == [n.name for n in st.nodes]
+            lazy = store.read_indexed(st.run, st.step)
+            assert lazy["nodes"][0] == store.read_graph(st.run, st.step)["nodes"][0]
+
+
+def test_the_columns_hold_each_gradient_as_torch_gives_it(tmp_path: Path) -> None:
+    """The stored statistics of a parameter's gradient are those of `p.grad` (the step's only backward)."""
+    case = build("mlp")
+    path = tmp_path / "t.sqlite"
+    with gradscape.Tracer(case.model, run="g", sink=FileSink(path)) as tr, tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    with TraceStore(path, readonly=True) as store:
+        graph = store.read_graph("g", 0)
+    for name, p in case.model.named_parameters():
+        t = graph["tensors"][graph["params"][name]]
+        assert t["shape"] == list(p.shape)
+        assert t["stats"][4] == pytest.approx(float(p.grad.double().norm()), rel=1e-5)  # the norm
+
+
+@pytest.mark.parametrize("damage", ["slots", "plan_code", "version"])
+def test_a_damaged_column_document_is_named(tmp_path: Path, damage: str) -> None:
+    case = build("mlp")
+    path = tmp_path / "t.sqlite"
+    with gradscape.Tracer(case.model, run="d", sink=FileSink(path)) as tr, tr.step(0):
+        case.loss(case.model, case.batch).backward()
+    db = sqlite3.connect(path)
+    (blob,) = db.execute("SELECT graph FROM steps").fetchone()
+    doc = unpack(decompress(blob))
+    cols = doc["columns"]
+    if damage == "slots":
+        cols["nodes"]["slots"] = np.full(len(cols["nodes"]["slots"]) // 4, 10**6, "<i4").tobytes()
+    elif damage == "plan_code":
+        cols["tensors"]["plan_code"] = cols["tensors"]["plan_code"][:-4]
+    else:
+        cols["version"] = 99
+    with db:
+        db.execute("UPDATE steps SET graph = ?", (compress(pack(doc)),))
+    db.close()
+    with TraceStore(path, readonly=True) as store:
+        with pytest.raises(StoreError, match="step 0 of run 'd'.*columns"):
+            store.read_indexed("d", 0)
+        with pytest.raises(gradscape.tracer.wire.TraceFormatError, match="columns"):
+            store.read_graph("d", 0)

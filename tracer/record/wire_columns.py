@@ -1,0 +1,109 @@
+"""A natively recorded step as the trace file stores it: its nodes and tensors as columns, from its tables.
+
+The form is NOTE [Column document] in tracer/wire/columns.py. The node columns are the recorder's own arrays
+(NOTE [Step tables] in tables.py), written as they are; the tensors are the step's tensor table by row, so a
+slot's tensor is its row and no per-slot number is made. A tensor row whose `TensorTrace` was made (a
+module call, a parameter or a pass holds it; whatever was done to it since, such as the thumbnail budget,
+is what is written) or that Python summarised is written from its object, as a map. Nodes are written from
+the tables even when one was made: nothing changes a `NodeTrace` after it is made from them
+(tests/test_wire_columns.py holds the two forms equal).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gradscape.tracer._model import StepTrace
+from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
+from gradscape.tracer.summary.fastpath import KERNEL_PLANS
+from gradscape.tracer.wire.codec import TensorTable as WireTensors
+from gradscape.tracer.wire.codec import step_fields, tensor_summary
+from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
+from gradscape.tracer.wire.types import TensorNumpy
+
+enabled = True  # tests switch it off to write the same step as maps
+
+# id of a step's statics list (shared by the steps of one graph shape: StructureCache) -> (the list, its codes)
+_STATIC_CODES: dict[int, tuple[list[Any], np.ndarray, list[list[Any]]]] = {}
+
+
+def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
+    """The distinct `values` (hashable) in the order met, and each value's position among them."""
+    seen: dict[Any, int] = {}
+    code = [seen.setdefault(v, len(seen)) for v in values]
+    return list(seen), np.array(code, np.int32)
+
+
+def _static_codes(statics: list[Any]) -> tuple[np.ndarray, list[list[Any]]]:
+    """Each node's code into the distinct `[schema, labels, args]` of `statics`, made once per statics list."""
+    hit = _STATIC_CODES.get(id(statics))
+    if hit is not None and hit[0] is statics:
+        return hit[1], hit[2]
+    keys, code = _codes([(s.schema, tuple(s.labels), tuple(s.args)) for s in statics])
+    table = [[schema, list(labels), list(args)] for schema, labels, args in keys]
+    if len(_STATIC_CODES) >= 4:
+        _STATIC_CODES.pop(next(iter(_STATIC_CODES)))
+    _STATIC_CODES[id(statics)] = (statics, code, table)
+    return code, table
+
+
+def _node_columns(t: StepTables) -> dict[str, Any]:
+    out = t.outputs
+    kinds, kind_code = _codes(t.kinds)
+    modules, module_code = _codes(t.modules)
+    sources, source_code = _codes(t.sources)
+    static_code, statics = _static_codes(t.statics)
+    r = t.runs
+    arrays = {"name_code": t.name_code, "kind_code": kind_code, "module_code": module_code,
+              "source_code": source_code, "static_code": static_code, "child_off": t.child_off,
+              "child_id": t.child_id, "child_nr": t.child_nr, "out_off": out.off, "out_ndim": out.ndim,
+              "out_dtype": out.dtype, "out_dims": out.dims, "run_node": r["node"], "run_pass": r["pass"],
+              "run_time": r["time"], "go_off": r["go_off"], "go_n": r["go_n"], "gi_off": r["gi_off"],
+              "gi_n": r["gi_n"], "slots": t.slots}
+    return {"n": len(t.name_code), "name": list(t.names), "kind": kinds, "module": modules, "source": sources,
+            "static": statics, "params": [[k, p] for k, p in sorted(t.params.items())],
+            "dtypes": [[c, nm] for c, nm in sorted(out.dtype_names.items())],
+            **{k: np.ascontiguousarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
+
+
+def _object_rows(tt: TensorTable) -> dict[int, Any]:
+    """Row -> its `TensorTrace`, for the rows written from their object."""
+    rows = {k: tt.py[int(tt.py_index[k])] for k in np.flatnonzero(tt.plan < 0).tolist()}
+    rows.update((k, m) for k, m in enumerate(tt._made) if m is not None)
+    return rows
+
+
+def _tensor_columns(tt: TensorTable, objects: dict[int, Any]) -> tuple[dict[str, Any], list[TensorNumpy]]:
+    plan = tt.plan.astype(np.int64)
+    used = np.unique(plan[plan >= 0])
+    code = np.where(plan >= 0, np.searchsorted(used, np.maximum(plan, 0)), -1)
+    if objects:
+        code[list(objects)] = -1
+    plans = [[list(p.shape), p.dtype, p.view, "cpu"] for p in (KERNEL_PLANS[i] for i in used.tolist())]
+    thumb_of = tt.thumb_of
+    arrays: list[TensorNumpy] = [(thumb_of(k), None) if c >= 0 else (objects[k].thumb, objects[k].values)
+                                 for k, c in enumerate(code.tolist())]
+    cols = {"n": len(tt), "plans": plans, "maps": [[k, tensor_summary(o)] for k, o in sorted(objects.items())],
+            "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
+            "stats": np.ascontiguousarray(tt.stats_array(), TENSOR_ARRAYS["stats"]).tobytes()}
+    return cols, arrays
+
+
+@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
+def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
+    """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, and every
+    tensor's (thumbnail, values) by position; None for a step not recorded natively (written as maps)."""
+    lazy = st.nodes
+    if not enabled or not isinstance(lazy, LazyNodes):
+        return None
+    t = lazy.tables
+    tt = t.tensors
+    objects = _object_rows(tt)
+    tab = WireTensors(apart=True, base=len(tt), known={id(o): k for k, o in objects.items()})
+    fields = step_fields(st, tab)  # tensors only these name come after the rows, as maps (`extra`)
+    tensors, arrays = _tensor_columns(tt, objects)
+    columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t), "tensors": {**tensors, "extra": tab.items}}
+    return {**fields, "columns": columns}, arrays + (tab.arrays or [])

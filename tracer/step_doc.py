@@ -1,0 +1,72 @@
+"""A step's document in the trace file (the `graph` blob of its `steps` row) and its index row: written from
+the step's wire fields, read back whole or lazily.
+
+Two forms are written. A step in wire form (the server's, a step the Python recorder made) is its map with
+the nodes and tensors last, item by item (`tracer.wire.lazy.pack_step`), and its index made from the maps. A
+natively recorded step is its fields with `columns` in place of its nodes, edges and tensors (NOTE [Column
+document] in tracer/wire/columns.py), and its index made from the columns. Both read back as the same wire
+form: whole (`read_whole`), or with the node and tensor maps made when read (`read_indexed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from gradscape.tracer.blobs import compress, decompress
+from gradscape.tracer.wire import pack, unpack
+from gradscape.tracer.wire.column_index import index_from_columns
+from gradscape.tracer.wire.columns import StepColumns
+from gradscape.tracer.wire.lazy import IndexedWire, LazyItems, pack_step, read_lazily
+from gradscape.tracer.wire.step_index import StepIndex, index_from_wire, index_to_wire
+from gradscape.tracer.wire.types import TraceFormatError, WireStep
+from gradscape.tracer.wire.versions import with_defaults
+
+
+def encode(graph: Mapping[str, Any]) -> tuple[bytes, bytes, int, int]:
+    """The step's document and index row (both compressed), its node count and edge count."""
+    if "columns" in graph:
+        cols = StepColumns(graph["columns"])
+        spans: dict[str, Any] = {}
+        doc, index = pack(graph), index_from_columns(cols)
+        n_edges = int((cols.a["child_id"] >= 0).sum())
+    else:
+        (doc, spans), index = pack_step(graph), index_from_wire(graph)
+        n_edges = len(graph["edges"])
+    row = compress(pack({"index": index_to_wire(index), "spans": spans}))
+    return compress(doc), row, index.n_nodes, n_edges
+
+
+def _expanded(doc: dict[str, Any], cols: StepColumns, lazily: bool) -> dict[str, Any]:
+    doc["edges"] = cols.edges()
+    if lazily:
+        doc["nodes"] = LazyItems(cols.n_nodes, cols.node, lambda: [cols.node(k) for k in range(cols.n_nodes)])
+        doc["tensors"] = LazyItems(cols.n_tensors, cols.tensor, cols.tensors)
+    else:
+        doc["nodes"] = [cols.node(k) for k in range(cols.n_nodes)]
+        doc["tensors"] = cols.tensors()
+    return doc
+
+
+def read_whole(blob: bytes) -> WireStep:
+    """The stored step's wire form, every map made."""
+    doc = unpack(decompress(blob))
+    if not isinstance(doc, dict):
+        raise TraceFormatError("the step's document is not a map")
+    if "columns" in doc:
+        doc = _expanded(doc, StepColumns(doc.pop("columns")), lazily=False)
+    return with_defaults(doc)
+
+
+def read_indexed(blob: bytes, index: StepIndex, spans: Any) -> WireStep:
+    """The stored step with its index: its node and tensor maps made when read."""
+    raw = decompress(blob)
+    if spans:
+        return cast(WireStep, IndexedWire(with_defaults(read_lazily(raw, spans)), index))
+    doc = unpack(raw)
+    if not isinstance(doc, dict) or "columns" not in doc:
+        raise TraceFormatError("a step stored without spans has no columns")
+    cols = StepColumns(doc.pop("columns"))
+    if cols.n_nodes != index.n_nodes:
+        raise TraceFormatError("the step's index is not of its columns")
+    return cast(WireStep, IndexedWire(with_defaults(_expanded(doc, cols, lazily=True)), index))

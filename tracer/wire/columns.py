@@ -1,0 +1,199 @@
+"""A stored step's nodes and tensors as columns (`StepColumns`): read back as the wire maps they stand for.
+
+NOTE [Column document]
+    The store writes a natively recorded step (NOTE [Step tables] in tracer/record/tables.py) without making
+    its node and tensor maps: at 100k nodes making them took 0.8 s, packing them one by one 0.4 s and the
+    step's index from them 0.2 s, more than the traced step itself. The step's document then holds, instead
+    of `nodes`, `edges` and `tensors`, one field `columns` (tracer/record/wire_columns.py writes it):
+
+      nodes    `n`; per node a code into a table for `name`, `kind`, `module`, `source` and `static`
+               (`[schema, labels, args]`); `params` as `[node, name]` pairs; each node's slots (`child_off`,
+               `child_id`, `child_nr`: the edges and the input shapes) and forward outputs (`out_off`,
+               `out_ndim`, `out_dtype` with `dtypes` its names, `out_dims`); one row per run, in the order
+               they ran (`run_node`, `run_pass`, `run_time`, NaN for none, and where its `go` and `gi` are
+               in `slots`: `go_off`, `go_n`, `gi_off`, `gi_n`, -1 for no `gi`); `slots`, a tensor each (-1:
+               None).
+      tensors  `n` rows: a code into `plans` (`[shape, dtype, view, device]`) and 8 statistics (`stats`,
+               `STAT_NAMES` order), or -1 and its map in `maps` (`[row, map]`); then `extra`, the maps of
+               tensors past the rows (those only the modules, parameters or passes name).
+
+    Arrays are little-endian bytes. A node's map (`StepColumns.node`) is what `tracer.wire.codec` makes of
+    the same node: its first run's `gi`, `go`, order and time, every run as `[pass, order, go, gi, time]`.
+    Tensors are numbered by row, where the codec numbers them as it first meets them: the two forms of a
+    step differ in that numbering only (tests/test_wire_columns.py). The step's index is made from the
+    columns (`index_from_columns`), with numpy and no per-node Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from gradscape.tracer._model import STAT_NAMES
+from gradscape.tracer.wire.types import TraceFormatError
+
+COLUMNS_VERSION = 1
+_I4: np.dtype[Any] = np.dtype("<i4")
+_I8: np.dtype[Any] = np.dtype("<i8")
+_F8: np.dtype[Any] = np.dtype("<f8")
+NODE_ARRAYS: dict[str, np.dtype[Any]] = {"name_code": _I4, "kind_code": _I4, "module_code": _I4, "source_code": _I4, "static_code": _I4,
+               "child_off": _I8, "child_id": _I4, "child_nr": _I4, "out_off": _I8, "out_ndim": _I4,
+               "out_dtype": _I4, "out_dims": _I8, "run_node": _I4, "run_pass": _I4, "run_time": _F8,
+               "go_off": _I4, "go_n": _I4, "gi_off": _I4, "gi_n": _I4, "slots": _I4}
+TENSOR_ARRAYS: dict[str, np.dtype[Any]] = {"plan_code": _I4, "stats": _F8}
+
+
+def _arrays(d: Mapping[str, Any], spec: Mapping[str, np.dtype[Any]], where: str) -> dict[str, np.ndarray]:
+    try:
+        return {k: np.frombuffer(d[k], dt) for k, dt in spec.items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TraceFormatError(f"{where}: not the arrays of a column document: {exc!r}") from exc
+
+
+class StepColumns:
+    """The `columns` field of a stored step (NOTE [Column document]), read as node and tensor maps."""
+
+    def __init__(self, d: Any) -> None:
+        if not isinstance(d, dict) or d.get("version") != COLUMNS_VERSION:
+            raise TraceFormatError("columns: not a column document of version 1")
+        nd, td = d.get("nodes"), d.get("tensors")
+        if not isinstance(nd, dict) or not isinstance(td, dict):
+            raise TraceFormatError("columns: no nodes or tensors")
+        self.a = _arrays(nd, NODE_ARRAYS, "columns.nodes")
+        self.t = _arrays(td, TENSOR_ARRAYS, "columns.tensors")
+        try:
+            self.n_nodes, self.n_rows = int(nd["n"]), int(td["n"])
+            self.tables = {k: list(nd[k]) for k in ("name", "kind", "module", "source", "static")}
+            self.params = {int(k): str(p) for k, p in nd["params"]}
+            self.dtypes = {int(c): nm for c, nm in nd["dtypes"]}
+            self.plans = [(list(s), dt, view, dev) for s, dt, view, dev in td["plans"]]
+            self.maps = {int(r): m for r, m in td["maps"]}
+            self.extra = list(td["extra"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceFormatError(f"columns: {exc!r}") from exc
+        self._check()
+        a = self.a
+        self.by_node = np.argsort(a["run_node"], kind="stable")  # each node's runs, in the order they ran
+        self.run_start = np.searchsorted(a["run_node"][self.by_node], np.arange(self.n_nodes + 1))
+        self.dim_off = np.concatenate([[0], np.cumsum(np.maximum(a["out_ndim"], 0))]).astype(np.int64)
+        self._l: dict[str, list[Any]] | None = None
+
+    def _check(self) -> None:
+        a, n, rows = self.a, self.n_nodes, self.n_rows
+        per_node = ("name_code", "kind_code", "module_code", "source_code", "static_code")
+        runs = ("run_node", "run_pass", "run_time", "go_off", "go_n", "gi_off", "gi_n")
+        bad = [k for k in per_node if len(a[k]) != n]
+        bad += [k for k in ("child_off", "out_off") if len(a[k]) != n + 1]
+        bad += [k for k in runs if len(a[k]) != len(a["run_node"])]
+        if len(self.t["plan_code"]) != rows or len(self.t["stats"]) != rows * len(STAT_NAMES):
+            bad.append("tensors")
+        if not bad:
+            for k, table in zip(per_node, ("name", "kind", "module", "source", "static")):
+                if len(a[k]) and (a[k].min() < 0 or a[k].max() >= len(self.tables[table])):
+                    bad.append(k)
+            n_t = rows + len(self.extra)
+            if len(a["slots"]) and (a["slots"].min() < -1 or a["slots"].max() >= n_t):
+                bad.append("slots")
+            if len(a["run_node"]) and (a["run_node"].min() < 0 or a["run_node"].max() >= n):
+                bad.append("run_node")
+            ends = [(a["child_off"][-1], len(a["child_id"])), (a["out_off"][-1], len(a["out_ndim"]))]
+            if len(a["child_id"]) and a["child_id"].max() >= n or any(int(x) != m for x, m in ends) or \
+                    int(np.maximum(a["out_ndim"], 0).sum()) > len(a["out_dims"]) or \
+                    np.any(a["go_off"] + a["go_n"] > len(a["slots"])) or \
+                    np.any((a["gi_n"] >= 0) & (a["gi_off"] + a["gi_n"] > len(a["slots"]))):
+                bad.append("offsets")
+            if any(int(r) not in self.maps for r in np.flatnonzero(self.t["plan_code"] < 0)) or \
+                    (rows and self.t["plan_code"].max() >= len(self.plans)):
+                bad.append("plan_code")
+        if bad:
+            raise TraceFormatError(f"columns: {', '.join(bad)} do not fit the step")
+
+    # ---- as lists, made once: reading numpy arrays one element at a time makes a scalar object a read
+    def lists(self) -> dict[str, list[Any]]:
+        if self._l is None:
+            self._l = {k: v.tolist() for k, v in self.a.items()}
+            self._l["by_node"], self._l["run_start"] = self.by_node.tolist(), self.run_start.tolist()
+            self._l["dim_off"] = self.dim_off.tolist()
+        return self._l
+
+    @property
+    def n_tensors(self) -> int:
+        return self.n_rows + len(self.extra)
+
+    def node(self, k: int) -> dict[str, Any]:
+        """Node `k`'s wire map."""
+        c, tab = self.lists(), self.tables
+        slots = c["slots"]
+
+        def refs(off: int, n: int) -> list[int | None]:
+            return [None if s < 0 else s for s in slots[off:off + n]]
+
+        runs = []
+        for pos in c["by_node"][c["run_start"][k]:c["run_start"][k + 1]]:
+            gi_n, t = c["gi_n"][pos], c["run_time"][pos]
+            runs.append([c["run_pass"][pos], pos, refs(c["go_off"][pos], c["go_n"][pos]),
+                         None if gi_n < 0 else refs(c["gi_off"][pos], gi_n), None if t != t else t])
+        schema, labels, args = tab["static"][c["static_code"][k]]
+        first = runs[0] if runs else None
+        return {"id": k, "name": tab["name"][c["name_code"][k]], "kind": tab["kind"][c["kind_code"][k]],
+                "module": tab["module"][c["module_code"][k]], "param": self.params.get(k),
+                "source": tab["source"][c["source_code"][k]], "schema": schema,
+                "order": None if first is None else first[1], "labels": list(labels), "args": list(args),
+                "in_shapes": self._in_shapes(k), "out_shapes": [None if s is None else list(s) for s in
+                                                                 self._outputs(k)[0]],
+                "out_dtypes": self._outputs(k)[1], "gi": None if first is None else first[3],
+                "go": None if first is None else first[2], "t": None if first is None else first[4],
+                "runs": runs}
+
+    def _outputs(self, k: int) -> tuple[list[Any], list[str | None]]:
+        c = self.lists()
+        shapes: list[Any] = []
+        dtypes: list[str | None] = []
+        dims, dim_off, ndim = c["out_dims"], c["dim_off"], c["out_ndim"]
+        for o in range(c["out_off"][k], c["out_off"][k + 1]):
+            nd = ndim[o]
+            shapes.append(None if nd < 0 else dims[dim_off[o]:dim_off[o] + nd])
+            dtypes.append(self.dtypes.get(c["out_dtype"][o]))
+        return shapes, dtypes
+
+    def _in_shapes(self, k: int) -> list[list[int] | None]:
+        c = self.lists()
+        out: list[list[int] | None] = []
+        a, b = c["child_off"][k], c["child_off"][k + 1]
+        for child, nr in zip(c["child_id"][a:b], c["child_nr"][a:b]):
+            shapes = None if child < 0 else self._outputs(child)[0]
+            s = None if shapes is None or nr >= len(shapes) else shapes[nr]
+            out.append(None if s is None else list(s))
+        return out
+
+    def tensor(self, i: int) -> dict[str, Any]:
+        """Tensor `i`'s wire map (without arrays)."""
+        if i >= self.n_rows:
+            return self.extra[i - self.n_rows]
+        if i in self.maps:
+            return self.maps[i]
+        shape, dtype, view, device = self.plans[int(self.t["plan_code"][i])]
+        return {"shape": list(shape), "dtype": dtype, "stats": self.t["stats"][i * 8:i * 8 + 8].tolist(),
+                "view": view, "device": device}
+
+    def tensors(self) -> list[dict[str, Any]]:
+        stats = self.t["stats"].reshape(-1, len(STAT_NAMES)).tolist()
+        plans, maps = self.plans, self.maps
+        out = []
+        for i, p in enumerate(self.t["plan_code"].tolist()):
+            if i in maps or p < 0:
+                out.append(maps[i])
+            else:
+                shape, dtype, view, device = plans[p]
+                out.append({"shape": list(shape), "dtype": dtype, "stats": stats[i], "view": view, "device": device})
+        return out + self.extra
+
+    def edges(self) -> list[list[int]]:
+        """[node, child, slot] of every edge between the step's nodes, as the codec lists them."""
+        a = self.a
+        src = np.repeat(np.arange(self.n_nodes, dtype=np.int64), np.diff(a["child_off"]))
+        slot = np.arange(len(a["child_id"]), dtype=np.int64) - a["child_off"][src]
+        ok = a["child_id"] >= 0
+        return np.stack([src[ok], a["child_id"][ok].astype(np.int64), slot[ok]], axis=1).tolist()
