@@ -37,15 +37,18 @@ def encode(graph: Mapping[str, Any]) -> tuple[bytes, bytes, int, int]:
     return compress(doc), row, index.n_nodes, n_edges
 
 
-def _expanded(doc: dict[str, Any], cols: StepColumns, lazily: bool) -> dict[str, Any]:
-    doc["edges"] = cols.edges()
+def _expanded(doc: dict[str, Any], lazily: bool) -> WireStep:
+    """A column document's fields with its nodes, edges, tensors and execution order, which it does not
+    store (the order is its runs')."""
+    cols = StepColumns(doc.pop("columns"))
+    wire = with_defaults(doc)  # before the items: a column document's nodes and tensors have every field
+    doc.update(edges=cols.edges(), execution=cols.execution())
     if lazily:
-        doc["nodes"] = LazyItems(cols.n_nodes, cols.node, lambda: [cols.node(k) for k in range(cols.n_nodes)])
-        doc["tensors"] = LazyItems(cols.n_tensors, cols.tensor, cols.tensors)
+        doc.update(nodes=LazyItems(cols.n_nodes, cols.node, cols.nodes),
+                   tensors=LazyItems(cols.n_tensors, cols.tensor, cols.tensors))
     else:
-        doc["nodes"] = [cols.node(k) for k in range(cols.n_nodes)]
-        doc["tensors"] = cols.tensors()
-    return doc
+        doc.update(nodes=cols.nodes(), tensors=cols.tensors())
+    return wire
 
 
 def read_whole(blob: bytes) -> WireStep:
@@ -53,9 +56,7 @@ def read_whole(blob: bytes) -> WireStep:
     doc = unpack(decompress(blob))
     if not isinstance(doc, dict):
         raise TraceFormatError("the step's document is not a map")
-    if "columns" in doc:
-        doc = _expanded(doc, StepColumns(doc.pop("columns")), lazily=False)
-    return with_defaults(doc)
+    return _expanded(doc, lazily=False) if "columns" in doc else with_defaults(doc)
 
 
 def read_indexed(blob: bytes, index: StepIndex, spans: Any) -> WireStep:
@@ -66,7 +67,7 @@ def read_indexed(blob: bytes, index: StepIndex, spans: Any) -> WireStep:
     doc = unpack(raw)
     if not isinstance(doc, dict) or "columns" not in doc:
         raise TraceFormatError("a step stored without spans has no columns")
-    cols = StepColumns(doc.pop("columns"))
-    if cols.n_nodes != index.n_nodes:
+    wire = _expanded(doc, lazily=True)
+    if len(wire["nodes"]) != index.n_nodes:
         raise TraceFormatError("the step's index is not of its columns")
-    return cast(WireStep, IndexedWire(with_defaults(_expanded(doc, cols, lazily=True)), index))
+    return cast(WireStep, IndexedWire(wire, index))

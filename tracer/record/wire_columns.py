@@ -2,10 +2,11 @@
 
 The form is NOTE [Column document] in tracer/wire/columns.py. The node columns are the recorder's own arrays
 (NOTE [Step tables] in tables.py), written as they are; the tensors are the step's tensor table by row, so a
-slot's tensor is its row and no per-slot number is made. A tensor row whose `TensorTrace` was made (a
-module call, a parameter or a pass holds it; whatever was done to it since, such as the thumbnail budget,
-is what is written) or that Python summarised is written from its object, as a map. Nodes are written from
-the tables even when one was made: nothing changes a `NodeTrace` after it is made from them
+slot's tensor is its row and no per-slot number is made. A row Python summarised is written from its
+`TensorTrace`, as a map; a kernel row whose `TensorTrace` was made (a module call, a parameter or a pass
+holds it) takes its arrays from the object, so whatever was done to them since (the thumbnail budget) is
+what is written, and its summary from the columns: nothing changes a summary after it is made. Nodes are
+written from the tables even when one was made: nothing changes a `NodeTrace` after it is made from them
 (tests/test_wire_columns.py holds the two forms equal).
 """
 
@@ -70,7 +71,8 @@ def _node_columns(t: StepTables) -> dict[str, Any]:
 
 
 def _object_rows(tt: TensorTable) -> dict[int, Any]:
-    """Row -> its `TensorTrace`, for the rows written from their object."""
+    """Row -> its `TensorTrace`, for the rows made into one (their arrays are the object's) and the rows
+    Python summarised (written as maps)."""
     rows = {k: tt.py[int(tt.py_index[k])] for k in np.flatnonzero(tt.plan < 0).tolist()}
     rows.update((k, m) for k, m in enumerate(tt._made) if m is not None)
     return rows
@@ -80,14 +82,12 @@ def _tensor_columns(tt: TensorTable, objects: dict[int, Any]) -> tuple[dict[str,
     plan = tt.plan.astype(np.int64)
     used = np.unique(plan[plan >= 0])
     code = np.where(plan >= 0, np.searchsorted(used, np.maximum(plan, 0)), -1)
-    if objects:
-        code[list(objects)] = -1
     plans = [[list(p.shape), p.dtype, p.view, "cpu"] for p in (KERNEL_PLANS[i] for i in used.tolist())]
-    thumb_of = tt.thumb_of
-    arrays: list[TensorNumpy] = [(thumb_of(k), None) if c >= 0 else (objects[k].thumb, objects[k].values)
-                                 for k, c in enumerate(code.tolist())]
-    cols = {"n": len(tt), "plans": plans, "maps": [[k, tensor_summary(o)] for k, o in sorted(objects.items())],
-            "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
+    thumb_of, get = tt.thumb_of, objects.get
+    arrays: list[TensorNumpy] = [(thumb_of(k), None) if (o := get(k)) is None else (o.thumb, o.values)
+                                 for k in range(len(tt))]
+    maps = [[k, tensor_summary(objects[k])] for k in np.flatnonzero(code < 0).tolist()]
+    cols = {"n": len(tt), "plans": plans, "maps": maps, "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
             "stats": np.ascontiguousarray(tt.stats_array(), TENSOR_ARRAYS["stats"]).tobytes()}
     return cols, arrays
 
@@ -104,6 +104,7 @@ def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | No
     objects = _object_rows(tt)
     tab = WireTensors(apart=True, base=len(tt), known={id(o): k for k, o in objects.items()})
     fields = step_fields(st, tab)  # tensors only these name come after the rows, as maps (`extra`)
+    del fields["execution"]  # the runs' order, which the columns hold
     tensors, arrays = _tensor_columns(tt, objects)
     columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t), "tensors": {**tensors, "extra": tab.items}}
     return {**fields, "columns": columns}, arrays + (tab.arrays or [])

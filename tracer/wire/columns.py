@@ -78,7 +78,9 @@ class StepColumns:
         self.by_node = np.argsort(a["run_node"], kind="stable")  # each node's runs, in the order they ran
         self.run_start = np.searchsorted(a["run_node"][self.by_node], np.arange(self.n_nodes + 1))
         self.dim_off = np.concatenate([[0], np.cumsum(np.maximum(a["out_ndim"], 0))]).astype(np.int64)
-        self._l: dict[str, list[Any]] | None = None
+        self._l: dict[str, Any] | None = None
+        self._one: dict[str, Any] | None = None
+        self._slots_all: list[list[int] | None] | None = None  # every slot's shape, once all nodes are read
 
     def _check(self) -> None:
         a, n, rows = self.a, self.n_nodes, self.n_rows
@@ -110,13 +112,22 @@ class StepColumns:
         if bad:
             raise TraceFormatError(f"columns: {', '.join(bad)} do not fit the step")
 
-    # ---- as lists, made once: reading numpy arrays one element at a time makes a scalar object a read
-    def lists(self) -> dict[str, list[Any]]:
+    # ---- the columns as lists (made once, for reading every node: a numpy array read one element at a time
+    # makes a scalar object a read), or read an element at a time (a few nodes: the page's)
+    def _columns(self) -> dict[str, Any]:
+        return {**self.a, "by_node": self.by_node, "run_start": self.run_start, "dim_off": self.dim_off}
+
+    def lists(self) -> dict[str, Any]:
         if self._l is None:
-            self._l = {k: v.tolist() for k, v in self.a.items()}
-            self._l["by_node"], self._l["run_start"] = self.by_node.tolist(), self.run_start.tolist()
-            self._l["dim_off"] = self.dim_off.tolist()
+            self._l = {k: v.tolist() for k, v in self._columns().items()}
         return self._l
+
+    def _c(self) -> dict[str, Any]:
+        if self._l is not None:
+            return self._l
+        if self._one is None:
+            self._one = {k: _AsPython(v) for k, v in self._columns().items()}
+        return self._one
 
     @property
     def n_tensors(self) -> int:
@@ -124,7 +135,7 @@ class StepColumns:
 
     def node(self, k: int) -> dict[str, Any]:
         """Node `k`'s wire map."""
-        c, tab = self.lists(), self.tables
+        c, tab = self._c(), self.tables
         slots = c["slots"]
 
         def refs(off: int, n: int) -> list[int | None]:
@@ -148,7 +159,7 @@ class StepColumns:
                 "runs": runs}
 
     def _outputs(self, k: int) -> tuple[list[Any], list[str | None]]:
-        c = self.lists()
+        c = self._c()
         shapes: list[Any] = []
         dtypes: list[str | None] = []
         dims, dim_off, ndim = c["out_dims"], c["dim_off"], c["out_ndim"]
@@ -159,14 +170,44 @@ class StepColumns:
         return shapes, dtypes
 
     def _in_shapes(self, k: int) -> list[list[int] | None]:
-        c = self.lists()
-        out: list[list[int] | None] = []
+        c = self._c()
         a, b = c["child_off"][k], c["child_off"][k + 1]
-        for child, nr in zip(c["child_id"][a:b], c["child_nr"][a:b]):
-            shapes = None if child < 0 else self._outputs(child)[0]
-            s = None if shapes is None or nr >= len(shapes) else shapes[nr]
-            out.append(None if s is None else list(s))
+        return self._slots_all[a:b] if self._slots_all is not None else self._slot_shapes(a, b)
+
+    def _slot_shapes(self, a: int, b: int) -> list[list[int] | None]:
+        """The shape of what each of the step's slots a..b-1 takes (output `child_nr` of node `child_id`);
+        None for no child, no such output or no shape. One numpy pass: a node may have thousands of slots."""
+        x = self.a
+        child, nr = x["child_id"][a:b].astype(np.int64), x["child_nr"][a:b].astype(np.int64)
+        if not len(x["out_ndim"]):
+            return [None] * len(child)
+        c = np.maximum(child, 0)
+        first, n_out = x["out_off"][c], x["out_off"][c + 1] - x["out_off"][c]
+        o = np.where((nr >= 0) & (nr < n_out), first + nr, 0)
+        nd = x["out_ndim"][o].astype(np.int64)
+        ok = (child >= 0) & (nr >= 0) & (nr < n_out) & (nd >= 0)
+        n = np.where(ok, nd, 0)
+        before = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64)
+        flat = x["out_dims"][np.repeat(self.dim_off[o] - before, n) + np.arange(int(n.sum()))].tolist()
+        out: list[list[int] | None] = []
+        pos = 0
+        for good, m in zip(ok.tolist(), n.tolist()):
+            out.append(flat[pos:pos + m] if good else None)
+            pos += m
         return out
+
+    def nodes(self) -> list[dict[str, Any]]:
+        self.lists()
+        if self._slots_all is None:
+            self._slots_all = self._slot_shapes(0, len(self.a["child_id"]))
+        return [self.node(k) for k in range(self.n_nodes)]
+
+    def execution(self) -> list[list[int]]:
+        """[node, run] of every run, in the order they ran (run: the node's how-manieth)."""
+        nodes = self.a["run_node"].astype(np.int64)
+        k = np.empty(len(nodes), np.int64)
+        k[self.by_node] = np.arange(len(nodes)) - self.run_start[nodes[self.by_node]]
+        return np.stack([nodes, k], axis=1).tolist()
 
     def tensor(self, i: int) -> dict[str, Any]:
         """Tensor `i`'s wire map (without arrays)."""
@@ -197,3 +238,15 @@ class StepColumns:
         slot = np.arange(len(a["child_id"]), dtype=np.int64) - a["child_off"][src]
         ok = a["child_id"] >= 0
         return np.stack([src[ok], a["child_id"][ok].astype(np.int64), slot[ok]], axis=1).tolist()
+
+
+class _AsPython:
+    """A numpy array read as a list is: an element or a slice, as Python objects."""
+
+    __slots__ = ("a",)
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.a[k].tolist()
