@@ -38,10 +38,11 @@ COLUMNS_VERSION = 1
 _I4: np.dtype[Any] = np.dtype("<i4")
 _I8: np.dtype[Any] = np.dtype("<i8")
 _F8: np.dtype[Any] = np.dtype("<f8")
-NODE_ARRAYS: dict[str, np.dtype[Any]] = {"name_code": _I4, "kind_code": _I4, "module_code": _I4, "source_code": _I4, "static_code": _I4,
-               "child_off": _I8, "child_id": _I4, "child_nr": _I4, "out_off": _I8, "out_ndim": _I4,
-               "out_dtype": _I4, "out_dims": _I8, "run_node": _I4, "run_pass": _I4, "run_time": _F8,
-               "go_off": _I4, "go_n": _I4, "gi_off": _I4, "gi_n": _I4, "slots": _I4}
+NODE_ARRAYS: dict[str, np.dtype[Any]] = {
+    "name_code": _I4, "kind_code": _I4, "module_code": _I4, "source_code": _I4, "static_code": _I4,
+    "child_off": _I8, "child_id": _I4, "child_nr": _I4, "out_off": _I8, "out_ndim": _I4, "out_dtype": _I4,
+    "out_dims": _I8, "run_node": _I4, "run_pass": _I4, "run_time": _F8, "go_off": _I4, "go_n": _I4,
+    "gi_off": _I4, "gi_n": _I4, "slots": _I4}
 TENSOR_ARRAYS: dict[str, np.dtype[Any]] = {"plan_code": _I4, "stats": _F8}
 
 
