@@ -137,11 +137,10 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
            tuple(type(g.node(i)) for i in custom))
     statics = cache.get(key)
     if statics is None:
-        infos = []
-        for i in range(g.size):
-            kids = g.children(i)
-            infos.append(SlotInfo(nm[int(g.name[i])], kinds[i], mods[i], g.params.get(i), g.acc_shapes.get(i),
-                                  [None if c is None else c[0] for c in kids]))
+        off, cid, names_of = g.child_off.tolist(), g.child_id.tolist(), g.name.tolist()
+        params, acc = g.params, g.acc_shapes
+        infos = [SlotInfo(nm[names_of[i]], kinds[i], mods[i], params.get(i), acc.get(i),
+                          [None if c < 0 else c for c in cid[off[i]:off[i + 1]]]) for i in range(g.size)]
         statics = cache.put(key, compute_statics(infos, lambda i: _compat.forward_class(g.node(i))))
     return statics
 
