@@ -38,6 +38,21 @@ def _steps(name: str) -> list[Any]:
         with gradscape.Tracer(model, run=name) as tr, tr.step(0) as st:
             (model(torch.randn(2, 3)).sqrt() * torch.tensor([[math.inf], [1.0]])).sum().backward()
         return [st]
+    if name in ("two_passes", "error"):  # a node run twice (retain_graph); a step that raised after its backward
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        with gradscape.Tracer(model, run=name) as tr:
+            try:
+                with tr.step(0) as st:
+                    y = model(torch.randn(5, 3))
+                    y.sum().backward(retain_graph=True)
+                    if name == "error":
+                        raise RuntimeError("boom")
+                    (y * y).sum().backward()
+            except RuntimeError:
+                pass
+        assert (st.error is not None) == (name == "error") and len(st.passes) == (1 if name == "error" else 2)
+        return [st]
     case = build(name)
     kwargs = {"thumb_budget": 300} if name == "cnn" else {}  # the budget leaves thumbnails out
     out = []
@@ -65,7 +80,7 @@ def _pictures(store: TraceStore, run: str, step: int) -> list[Any]:
             for n in graph["nodes"] for i in (n["go"] or []) + (n["gi"] or [])]
 
 
-@pytest.mark.parametrize("name", [*ZOO, "loop", "nan"])
+@pytest.mark.parametrize("name", [*ZOO, "loop", "nan", "two_passes", "error"])
 def test_columns_read_back_as_the_maps(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     steps = _steps(name)
     paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps")}

@@ -14,7 +14,7 @@ import networkx as nx
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
-from gradscape.tracer.record.tables import ids_named
+from gradscape.tracer.record.tables import grads_of, ids_named
 from gradscape.tracer.record.view import StepView
 
 RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
@@ -216,14 +216,15 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]],
 def dead(st: StepTrace) -> list[Problem]:
     out: list[Problem] = []
     for k in ids_named(st.nodes, RELU_LIKE):
-        n = st.nodes[k]
-        if not n.grad_inputs or not n.grad_outputs:
+        gi, go = grads_of(st.nodes, k, True), grads_of(st.nodes, k, False)  # no NodeTrace made for the look
+        if not gi or not go:
             continue
-        sent, came = n.grad_inputs[0], n.grad_outputs[0]
+        sent, came = gi[0], go[0]
         if sent is None or came is None or not sent.numel:
             continue
         zeros = sent.stats.get("zeros", 0.0) / sent.numel
         if zeros >= DEAD_ZEROS and came.stats.get("zeros", 0.0) / max(came.numel, 1) < DEAD_ZEROS:
+            n = st.nodes[k]
             out.append(Problem("dead", f"{op_name(n.name)}{where(n)} passed back zero for {zeros:.1%} of its "
                                        "elements: its units were inactive for the whole batch.",
                                n.id, None, n.source))

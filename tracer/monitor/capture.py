@@ -102,16 +102,18 @@ class StepCapture:
     def on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         roots: list[Any] = []
         try:
-            for t in root_values(api, args, kwargs):
-                roots.append(t.detach() if t is not None and t.numel() == 1 else None)
-            self.losses.extend(roots)
-            self._check_loss(roots, len(self.losses) - len(roots))
+            with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, when it is on
+                for t in root_values(api, args, kwargs):
+                    roots.append(t.detach() if t is not None and t.numel() == 1 else None)
+                self.losses.extend(roots)
+                self._check_loss(roots, len(self.losses) - len(roots))
         except Exception as exc:  # the monitor never breaks a backward
             log.warning("gradscape: the monitor could not read a backward's roots: %s", exc)
         rec = self.traced.rec if self.traced is not None and self.by_trigger else None
         out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
         if api != "autograd.grad":
-            self._snapshot()
+            with _compat.DisableTorchFunction():
+                self._snapshot()
         return out
 
     def _check_loss(self, roots: list[Any], first: int) -> None:

@@ -14,6 +14,7 @@ import weakref
 from collections import deque
 from typing import Any
 
+from gradscape.tracer import _compat
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
@@ -99,7 +100,8 @@ class Monitor:
 
     def end_step(self, cap: StepCapture, exc_info: tuple[Any, Any, Any]) -> None:
         try:
-            self.pending.append(pending_row(cap, len(self.params), self.names))
+            with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
+                self.pending.append(pending_row(cap, len(self.params), self.names))
         except Exception as exc:
             log.warning("gradscape: the monitor could not record step %s: %s", cap.step, exc)
         ts = cap.traced

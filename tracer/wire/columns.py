@@ -101,17 +101,29 @@ class StepColumns:
                 bad.append("slots")
             if len(a["run_node"]) and (a["run_node"].min() < 0 or a["run_node"].max() >= n):
                 bad.append("run_node")
-            ends = [(a["child_off"][-1], len(a["child_id"])), (a["out_off"][-1], len(a["out_ndim"]))]
-            if len(a["child_id"]) and a["child_id"].max() >= n or any(int(x) != m for x, m in ends) or \
-                    int(np.maximum(a["out_ndim"], 0).sum()) > len(a["out_dims"]) or \
-                    np.any(a["go_off"] + a["go_n"] > len(a["slots"])) or \
-                    np.any((a["gi_n"] >= 0) & (a["gi_off"] + a["gi_n"] > len(a["slots"]))):
+            if not self._offsets_fit():
                 bad.append("offsets")
             if any(int(r) not in self.maps for r in np.flatnonzero(self.t["plan_code"] < 0)) or \
-                    (rows and self.t["plan_code"].max() >= len(self.plans)):
-                bad.append("plan_code")
+                    (rows and self.t["plan_code"].max() >= len(self.plans)) or \
+                    any(not 0 <= r < rows for r in self.maps) or any(not 0 <= k < n for k in self.params):
+                bad.append("plan_code, maps or params")
         if bad:
             raise TraceFormatError(f"columns: {', '.join(bad)} do not fit the step")
+
+    def _offsets_fit(self) -> bool:
+        """Every offset and count within its array, the CSR offsets from 0 and non-decreasing."""
+        a, n, slots = self.a, self.n_nodes, len(self.a["slots"])
+        for off, items in (("child_off", "child_id"), ("out_off", "out_ndim")):
+            o = a[off]
+            if o[0] != 0 or o[-1] != len(a[items]) or np.any(np.diff(o) < 0):
+                return False
+        gi = a["gi_n"] >= 0
+        return not (np.any(a["child_id"] < -1) or np.any(a["child_id"] >= n) or np.any(a["child_nr"] < 0)
+                    or np.any(a["out_ndim"] < -1) or np.any(a["out_dims"] < 0)
+                    or int(np.maximum(a["out_ndim"], 0).sum()) > len(a["out_dims"])
+                    or np.any(a["go_off"] < 0) or np.any(a["go_n"] < 0) or np.any(a["go_off"] + a["go_n"] > slots)
+                    or np.any(a["gi_n"] < -1) or np.any(gi & (a["gi_off"] < 0))
+                    or np.any(gi & (a["gi_off"] + a["gi_n"] > slots)))
 
     # ---- the columns as lists (made once, for reading every node: a numpy array read one element at a time
     # makes a scalar object a read), or read an element at a time (a few nodes: the page's)
