@@ -63,6 +63,8 @@ class Server:
     """`gradscape serve` in a subprocess. Port 0 (the default): the server binds a free port itself and
     prints its URL, read here; a restart binds the port it had."""
 
+    command = ("-m", "gradscape")  # after the interpreter, before `serve`
+
     def __init__(self, store: Path, port: int = 0, *extra: str) -> None:
         self.store, self.port, self.extra = store, port, extra
         self.url = f"http://127.0.0.1:{port}"
@@ -73,7 +75,7 @@ class Server:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.log, "a") as log:
             start = log.tell()
-            cmd = [sys.executable, "-m", "gradscape", "serve", "--store", str(self.store), "--port", str(self.port)]
+            cmd = [sys.executable, *self.command, "serve", "--store", str(self.store), "--port", str(self.port)]
             self.proc = subprocess.Popen([*cmd, *self.extra], stdout=log, stderr=subprocess.STDOUT,
                                          text=True, cwd=ROOT, env=env)
         if self.port == 0:

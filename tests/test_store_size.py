@@ -191,7 +191,7 @@ def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """`write_step` keeps the arrays apart without making wire arrays of them (`step_to_graph`): as maps, it
     stores what the server stores from the wire form, row for row and byte for byte; as columns (NOTE [Column
-    document]), a step that reads back the same."""
+    document]), the same tensor rows and a document that reads back the same."""
     st = _lstm_step(30, tensors=tensors)
     paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps", "wire")}
     for form, path in paths.items():
@@ -205,6 +205,7 @@ def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: 
                           db.execute("SELECT * FROM tensors ORDER BY idx").fetchall())
     assert rows["maps"] == rows["wire"]
     assert rows["columns"][0][0][:6] == rows["maps"][0][0][:6]  # the same counts, another document
+    assert rows["columns"][1] == rows["maps"][1]  # the same tensor rows: numbered alike
     assert len(rows["maps"][1]) > 100 and any(b"same" in blob for *_, blob in rows["maps"][1])
     assert (tensors == "full") == any(b"values" in blob and b"<f4" in blob for *_, blob in rows["maps"][1])
     back = {form: step_to_wire(load(path)) for form, path in paths.items()}

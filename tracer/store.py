@@ -54,7 +54,6 @@ from gradscape.tracer.wire import (
     TensorArrays,
     TraceFormatError,
     WireStep,
-    WireTensor,
     decode_array,
     encode_array,
     pack,
@@ -69,6 +68,7 @@ from gradscape.tracer.wire.lazy import indexed
 T = TypeVar("T")
 SCHEMA_VERSION = 5
 _READABLE = ("2", "3", "4", "5")  # the same tables; blobs uncompressed in 2, zlib in 3, no columns before 5
+_SUMMARY_KEYS = ("shape", "dtype", "stats", "view", "device")  # a stored tensor's map: its arrays apart
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 class RunInfo(TypedDict):
@@ -190,13 +190,14 @@ class TraceStore:
         self._write(graph, thumbs, [None if v is None else encode_array(v) for _, v in arrays])
 
     @collector_paused()
-    def write_wire(self, wire: WireStep) -> None:
-        """Store a step given in wire form (already validated), in one transaction."""
+    def write_wire(self, wire: Mapping[str, Any], arrays: list[tuple[Any, Any]] | None = None) -> None:
+        """Store a step given in wire form, or as a column document with its tensors' (thumb, values) wire
+        arrays `arrays` (both already validated), in one transaction."""
         self._writable()
-        thumbs = ThumbTable().keep_all([t.get("thumb") for t in wire["tensors"]])
-        stripped: list[WireTensor] = [{"shape": t["shape"], "dtype": t["dtype"], "stats": t["stats"],
-                                       "view": t["view"], "device": t["device"]} for t in wire["tensors"]]
-        self._write({**wire, "tensors": stripped}, thumbs, [t.get("values") for t in wire["tensors"]])
+        if arrays is None:
+            arrays = [(t.get("thumb"), t.get("values")) for t in wire["tensors"]]
+            wire = {**wire, "tensors": [{k: t[k] for k in _SUMMARY_KEYS} for t in wire["tensors"]]}
+        self._write(wire, ThumbTable().keep_all([th for th, _ in arrays]), [v for _, v in arrays])
 
     def _write(self, graph: Mapping[str, Any], thumbs: list[Any], values: list[Any]) -> None:
         """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its
@@ -293,8 +294,8 @@ class TraceStore:
     @collector_paused()  # the step's graph is decoded inside (NOTE [Collector paused])
     def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:
         """The step's wire form without arrays (tensors carry stats, shape and dtype only). Not checked again:
-        what is stored was written from the schema's own form (`step_to_wire`, after `step_from_wire` checked
-        it on the server); fields an earlier release did not write get their defaults (`with_defaults`)."""
+        what is stored was written in the schema's own form, checked on the server; fields an earlier release
+        did not write get their defaults (`with_defaults`)."""
         with self._lock:
             row = self._db.execute("SELECT graph FROM steps WHERE run=? AND rank=? AND step=?",
                                    (run, int(rank), int(step))).fetchone()

@@ -19,6 +19,7 @@ from gradscape.app.server.state import ChunkedStep, ServerState
 from gradscape.tracer import protocol
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import TraceFormatError, step_from_wire, unpack
+from gradscape.tracer.wire.column_check import column_step
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,13 @@ class TracerNamespace(ProtocolNamespace):
         whole = self._gather(run, step, chunk, chunks, data)
         if whole is None:
             return protocol.chunk_ack(step, chunk, stored=False)
+        stored: tuple[Any, Any] | None = None  # a column step's document and arrays, as checked
         try:
-            trace = step_from_wire(unpack(whole))  # every field checked (shapes, dtypes, byte lengths, indices)
+            doc = unpack(whole)
+            if isinstance(doc, dict) and "columns" in doc:  # NOTE [Column document]: checked as the maps it holds
+                trace, *stored = column_step(doc)  # type: ignore[assignment]
+            else:
+                trace = step_from_wire(doc)  # every field checked (shapes, dtypes, byte lengths, indices)
         except TraceFormatError as exc:
             raise protocol.ProtocolError(f"step_chunk: step {step} is malformed: {exc}") from exc
         if trace.rank is not None and not 0 <= trace.rank < (trace.world_size or trace.rank + 1):
@@ -101,7 +107,7 @@ class TracerNamespace(ProtocolNamespace):
         if trace.run != run or trace.step != step:
             raise protocol.ProtocolError(f"step_chunk: data is run {trace.run!r} step {trace.step}, "
                                          f"the message says run {run!r} step {step}")
-        self.state.store_step(trace)  # stored in the schema's own form, unknown keys dropped
+        self.state.store_step(trace, *(stored or ()))  # in the schema's own form, unknown keys dropped
         return protocol.chunk_ack(step, chunk, stored=True)
 
     def _gather(self, run: str, step: int, chunk: int, chunks: int, data: bytes) -> bytes | None:

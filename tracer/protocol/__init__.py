@@ -61,6 +61,7 @@ from gradscape.tracer.protocol.paused import (
     paused_tensor,
 )
 from gradscape.tracer.protocol.stream import (
+    STEP_FORMS,
     TRACER_EVENTS,
     TRACER_NAMESPACE,
     check_chunk,
@@ -86,9 +87,9 @@ from gradscape.tracer.protocol.ui import (
 __all__ = [
     "ACCEPTED_VERSIONS", "BREAKPOINT_KINDS", "CHUNK_BYTES", "DEBUG_EVENTS", "DEBUG_NAMESPACE", "MAX_CHUNKS",
     "MAX_MESSAGE", "MAX_NAME", "MAX_PAUSED_NODES", "MAX_PAUSED_THUMB_BYTES", "MAX_STEP_BYTES", "MAX_THUMB_ELEMENTS",
-    "PROTOCOL_VERSION", "RESUME_MODES", "SLOTS", "TRACER_EVENTS", "TRACER_NAMESPACE", "UI_EVENTS", "UI_NAMESPACE",
-    "ProtocolError", "Thumbs", "ack", "add_thumbs", "breakpoints_message", "changed_note", "check_breakpoint",
-    "check_chunk", "check_envelope", "check_hello", "check_history", "check_name", "check_paused",
+    "PROTOCOL_VERSION", "RESUME_MODES", "SLOTS", "STEP_FORMS", "TRACER_EVENTS", "TRACER_NAMESPACE", "UI_EVENTS",
+    "UI_NAMESPACE", "ProtocolError", "Thumbs", "ack", "add_thumbs", "breakpoints_message", "changed_note",
+    "check_breakpoint", "check_chunk", "check_envelope", "check_hello", "check_history", "check_name", "check_paused",
     "check_paused_nodes", "check_resume_mode", "check_status", "chunk_ack", "count", "debug_hello_ack", "envelope",
     "hello_ack", "history_ack", "history_note", "paused_catchup", "paused_node", "paused_payload", "paused_step",
     "paused_tensor", "refused",

@@ -1,11 +1,14 @@
 """`/tracer`: the step stream. The socket sink sends, with `call` (acknowledged):
 
     hello       payload {"client": "gradscape-tracer/0.1.0", "accepts": [1], "pid": 4242, "host": "gpu-3"}
-                ack     {"ok": true, "protocol": 1, "max_message": 16777216, "chunk": 4194304}
+                ack     {"ok": true, "protocol": 1, "max_message": 16777216, "chunk": 4194304,
+                         "forms": ["maps", "columns"]}
     step_chunk  payload {"step": 7, "chunk": 0, "chunks": 3, "data": <bytes>}
                 `data` of all chunks, concatenated, is the msgpack-packed wire form of one StepTrace
-                (`tracer.wire`); the server validates and stores it in one transaction after the
-                last chunk, so a step is visible whole or not at all.
+                (`tracer.wire`), or, to a server whose hello said "columns", a natively recorded
+                step's column document with its tensors' arrays (`tracer.wire.column_check`); the
+                server validates and stores it in one transaction after the last chunk, so a step
+                is visible whole or not at all.
                 ack     {"ok": true, "step": 7, "chunk": 2, "stored": true}
     status      payload {"sent": 10, "spilled": 2, "dropped": 0}      (tracer counters, for the UI)
                 ack     {"ok": true}
@@ -43,9 +46,13 @@ def check_hello(payload: dict[str, Any]) -> list[int]:
     return accepts
 
 
+STEP_FORMS = ("maps", "columns")  # how a step's data may be sent: `step_to_wire`'s, or NOTE [Column document]'s
+
+
 def hello_ack() -> dict[str, Any]:
-    """The server's answer to a tracer's `hello`: the version it speaks and the sizes it takes."""
-    return ack(protocol=PROTOCOL_VERSION, max_message=MAX_MESSAGE, chunk=CHUNK_BYTES)
+    """The server's answer to a tracer's `hello`: the version it speaks, the sizes it takes and the forms of
+    a step it reads (a tracer sends maps to a server that does not say "columns")."""
+    return ack(protocol=PROTOCOL_VERSION, max_message=MAX_MESSAGE, chunk=CHUNK_BYTES, forms=list(STEP_FORMS))
 
 
 def check_chunk(payload: dict[str, Any]) -> tuple[int, int, int, bytes]:

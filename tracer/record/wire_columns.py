@@ -1,13 +1,14 @@
 """A natively recorded step as the trace file stores it: its nodes and tensors as columns, from its tables.
 
 The form is NOTE [Column document] in tracer/wire/columns.py. The node columns are the recorder's own arrays
-(NOTE [Step tables] in tables.py), written as they are; the tensors are the step's tensor table by row, so a
-slot's tensor is its row and no per-slot number is made. A row Python summarised is written from its
-`TensorTrace`, as a map; a kernel row whose `TensorTrace` was made (a module call, a parameter or a pass
-holds it) takes its arrays from the object, so whatever was done to them since (the thumbnail budget) is
-what is written, and its summary from the columns: nothing changes a summary after it is made. Nodes are
-written from the tables even when one was made: nothing changes a `NodeTrace` after it is made from them
-(tests/test_wire_columns.py holds the two forms equal).
+(NOTE [Step tables] in tables.py), written as they are; the tensors are rows of the step's tensor table, in
+the order the codec numbers them, found with numpy (`_first_met`), so the step reads back as `step_to_wire`
+would write it. A row Python summarised is written from its `TensorTrace`, as a map; a kernel row whose
+`TensorTrace` was made (a module call, a parameter or a pass holds it) takes its arrays from the object, so
+whatever was done to them since (the thumbnail budget) is what is written, and its summary from the columns:
+nothing changes a summary after it is made. Nodes are written from the tables even when one was made:
+nothing changes a `NodeTrace` after it is made from them (tests/test_wire_columns.py holds the two forms
+equal).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
+from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.codec import TensorTable as WireTensors
 from gradscape.tracer.wire.codec import step_fields, tensor_summary
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
@@ -51,7 +53,7 @@ def _static_codes(statics: list[Any]) -> tuple[np.ndarray, list[list[Any]]]:
     return code, table
 
 
-def _node_columns(t: StepTables) -> dict[str, Any]:
+def _node_columns(t: StepTables, slots: np.ndarray) -> dict[str, Any]:
     out = t.outputs
     kinds, kind_code = _codes(t.kinds)
     modules, module_code = _codes(t.modules)
@@ -63,11 +65,29 @@ def _node_columns(t: StepTables) -> dict[str, Any]:
               "child_id": t.child_id, "child_nr": t.child_nr, "out_off": out.off, "out_ndim": out.ndim,
               "out_dtype": out.dtype, "out_dims": out.dims, "run_node": r["node"], "run_pass": r["pass"],
               "run_time": r["time"], "go_off": r["go_off"], "go_n": r["go_n"], "gi_off": r["gi_off"],
-              "gi_n": r["gi_n"], "slots": t.slots}
+              "gi_n": r["gi_n"], "slots": slots}
     return {"n": len(t.name_code), "name": list(t.names), "kind": kinds, "module": modules, "source": sources,
             "static": statics, "params": [[k, p] for k, p in sorted(t.params.items())],
             "dtypes": [[c, nm] for c, nm in sorted(out.dtype_names.items())],
             **{k: np.ascontiguousarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
+
+
+def _first_met(t: StepTables) -> np.ndarray:
+    """The tensor rows the nodes' slots name, in the order the codec first meets them (NOTE [Nodes to the
+    wire]): node by node, its first run's `gi` then `go`, every later run's `go` then `gi`."""
+    r, pos = t.runs, t.run_rows
+    is_first = np.zeros(len(pos), bool)
+    starts = t.run_start[:-1]
+    is_first[starts[starts < t.run_start[1:]]] = True
+    gi_off, gi_n = r["gi_off"][pos].astype(np.int64), np.maximum(r["gi_n"][pos], 0).astype(np.int64)
+    go_off, go_n = r["go_off"][pos].astype(np.int64), r["go_n"][pos].astype(np.int64)
+    offs = np.stack([np.where(is_first, gi_off, go_off), np.where(is_first, go_off, gi_off)], axis=1).ravel()
+    ns = np.stack([np.where(is_first, gi_n, go_n), np.where(is_first, go_n, gi_n)], axis=1).ravel()
+    at = np.repeat(offs - (np.cumsum(ns) - ns), ns) + np.arange(int(ns.sum()))
+    rows = t.slots[at].astype(np.int64)
+    rows = rows[rows >= 0]
+    _, first = np.unique(rows, return_index=True)
+    return rows[np.sort(first)]
 
 
 def _object_rows(tt: TensorTable) -> dict[int, Any]:
@@ -78,33 +98,55 @@ def _object_rows(tt: TensorTable) -> dict[int, Any]:
     return rows
 
 
-def _tensor_columns(tt: TensorTable, objects: dict[int, Any]) -> tuple[dict[str, Any], list[TensorNumpy]]:
-    plan = tt.plan.astype(np.int64)
+def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any]) -> tuple[dict[str, Any],
+                                                                                       list[TensorNumpy]]:
+    """The tensor columns of table rows `order`, in that order."""
+    plan = tt.plan[order].astype(np.int64)
     used = np.unique(plan[plan >= 0])
     code = np.where(plan >= 0, np.searchsorted(used, np.maximum(plan, 0)), -1)
     plans = [[list(p.shape), p.dtype, p.view, "cpu"] for p in (KERNEL_PLANS[i] for i in used.tolist())]
     thumb_of, get = tt.thumb_of, objects.get
     arrays: list[TensorNumpy] = [(thumb_of(k), None) if (o := get(k)) is None else (o.thumb, o.values)
-                                 for k in range(len(tt))]
-    maps = [[k, tensor_summary(objects[k])] for k in np.flatnonzero(code < 0).tolist()]
-    cols = {"n": len(tt), "plans": plans, "maps": maps, "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
-            "stats": np.ascontiguousarray(tt.stats_array(), TENSOR_ARRAYS["stats"]).tobytes()}
+                                 for k in order.tolist()]
+    maps = [[i, tensor_summary(objects[int(order[i])])] for i in np.flatnonzero(code < 0).tolist()]
+    cols = {"n": len(order), "plans": plans, "maps": maps,
+            "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
+            "stats": np.ascontiguousarray(tt.stats_array()[order], TENSOR_ARRAYS["stats"]).tobytes()}
     return cols, arrays
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, and every
-    tensor's (thumbnail, values) by position; None for a step not recorded natively (written as maps)."""
+    tensor's (thumbnail, values) by position; None for a step not recorded natively (written as maps).
+    Tensors are numbered as the codec numbers them (`step_to_wire`): the rows the nodes name, as it first
+    meets them, then what only the other fields name, as maps (`extra`)."""
     lazy = st.nodes
     if not enabled or not isinstance(lazy, LazyNodes):
         return None
     t = lazy.tables
     tt = t.tensors
+    order = _first_met(t)
+    at = np.full(len(tt) + 1, -1, np.int64)  # row -> its number (the last: a slot without a tensor)
+    at[order] = np.arange(len(order))
     objects = _object_rows(tt)
-    tab = WireTensors(apart=True, base=len(tt), known={id(o): k for k, o in objects.items()})
-    fields = step_fields(st, tab)  # tensors only these name come after the rows, as maps (`extra`)
+    tab = WireTensors(apart=True, base=len(order),
+                      known={id(o): int(at[k]) for k, o in objects.items() if at[k] >= 0})
+    fields = step_fields(st, tab)  # after the rows: what only the modules, parameters and passes name
     del fields["execution"]  # the runs' order, which the columns hold
-    tensors, arrays = _tensor_columns(tt, objects)
-    columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t), "tensors": {**tensors, "extra": tab.items}}
+    tensors, arrays = _tensor_columns(tt, order, objects)
+    columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t, at[t.slots]),
+               "tensors": {**tensors, "extra": tab.items}}
     return {**fields, "columns": columns}, arrays + (tab.arrays or [])
+
+
+def step_message(st: StepTrace) -> dict[str, Any] | None:
+    """What the socket sink sends of a natively recorded step to a server that reads columns: its document
+    (`step_columns`) with each tensor's `[thumb, values]` as wire arrays (`tracer.wire.column_check` reads
+    it); None for a step not recorded natively."""
+    made = step_columns(st)
+    if made is None:
+        return None
+    doc, arrays = made
+    return {**doc, "arrays": [[None if th is None else encode_array(th), None if v is None else encode_array(v)]
+                              for th, v in arrays]}

@@ -37,6 +37,7 @@ from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.debug.breakpoints import BreakpointLink
+from gradscape.tracer.record.wire_columns import step_message
 from gradscape.tracer.sinks.paths import spill_path
 from gradscape.tracer.sinks.queue import ByteQueue, Queued, estimate_bytes
 from gradscape.tracer.wire import pack, step_to_wire
@@ -72,6 +73,7 @@ class _Sender:
         self._seq = 0
         self._next_try = 0.0
         self._backoff = 0.2
+        self._columns = False  # the server reads a step sent as columns (its hello said so)
         self._busy = threading.Event()
         self._file: Any = None
         self._sender = threading.Thread(target=self._send_loop, name="gradscape-sender", daemon=True)
@@ -198,7 +200,7 @@ class _Sender:
             return self._deliver_history(st)
         try:
             with collector_paused():  # the wire form is let go inside (NOTE [Collector paused])
-                data = pack(step_to_wire(st))
+                data = pack((self._columns and step_message(st)) or step_to_wire(st))
             chunks = [data[i:i + protocol.CHUNK_BYTES] for i in range(0, len(data), protocol.CHUNK_BYTES)] or [b""]
             ack: Any = None
             for k, part in enumerate(chunks):
@@ -263,6 +265,7 @@ class _Sender:
                                        "pid": os.getpid(), "host": socket.gethostname()})
             if not isinstance(ack, dict) or not ack.get("ok"):
                 raise _Refused(ack.get("error") if isinstance(ack, dict) else repr(ack))
+            self._columns = "columns" in (ack.get("forms") or ())  # a server from before columns: maps
             self._backoff = 0.2
             return True
         except Exception as exc:

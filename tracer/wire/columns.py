@@ -18,10 +18,11 @@ NOTE [Column document]
                tensors past the rows (those only the modules, parameters or passes name).
 
     Arrays are little-endian bytes. A node's map (`StepColumns.node`) is what `tracer.wire.codec` makes of
-    the same node: its first run's `gi`, `go`, order and time, every run as `[pass, order, go, gi, time]`.
-    Tensors are numbered by row, where the codec numbers them as it first meets them: the two forms of a
-    step differ in that numbering only (tests/test_wire_columns.py). The step's index is made from the
-    columns (`index_from_columns`), with numpy and no per-node Python.
+    the same node: its first run's `gi`, `go`, order and time, every run as `[pass, order, go, gi, time]`;
+    the tensors are numbered as the codec numbers them, so a step reads back the same from either form
+    (tests/test_wire_columns.py). Its edges and execution order are not stored: they are the slots' and the
+    runs'. The step's index is made from the columns (`tracer.wire.column_index`), with numpy and no
+    per-node Python. A tracer sends a step to a server in this form too (`tracer.wire.column_check`).
 """
 
 from __future__ import annotations

@@ -74,10 +74,12 @@ class _Refs:
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> StepTrace:
+def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None,
+                   tensors_out: list[TensorTrace] | None = None) -> StepTrace:
     """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong. `arrays`: the
     (thumbnail, values) of tensors by index, already read as arrays (`TraceStore.read_step`, which keeps
-    them apart from the graph), set on the tensors built."""
+    them apart from the graph), set on the tensors built; `tensors_out`: given, it gets the tensors built,
+    by index (`tracer.wire.column_check`)."""
     if not isinstance(d, dict):
         raise TraceFormatError(f"step: expected a map, got {type(d).__name__}")
     v = d.get("v")
@@ -93,6 +95,8 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> Step
         if not 0 <= i < len(tensors):
             raise TraceFormatError(f"arrays: tensor {i} is not one of the step's {len(tensors)}")
         tensors[i].thumb, tensors[i].values = thumb, values
+    if tensors_out is not None:
+        tensors_out.extend(tensors)
     refs = _Refs(tensors, len(checked_list(d["nodes"], "nodes")))
     st = StepTrace(run=_str(d["run"], "run"), step=_int(d["step"], "step"))
     st.error = opt_str(d.get("error"), "error")

@@ -1,0 +1,130 @@
+"""Steps sent to the server as columns (NOTE [Column document]): a natively recorded step streamed by a real
+tracer to a real `gradscape serve` is stored as columns and reads back as the same step as one sent as maps;
+a tracer talking to a server that does not read columns sends maps; a malformed column step is refused with
+an error naming what is wrong, and nothing of it is stored."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from serving import Server, finish, worker
+from zoo import build
+
+import gradscape
+from gradscape.app.server import GradscapeApp, ServerConfig, create_app
+from gradscape.tracer import protocol
+from gradscape.tracer.blobs import decompress
+from gradscape.tracer.record import native
+from gradscape.tracer.record.wire_columns import step_message
+from gradscape.tracer.wire import pack, step_to_wire, unpack
+
+pytestmark = pytest.mark.skipif(not native.status()[0], reason="a step is sent as columns when natively recorded")
+
+_OLD_SERVER = ("-c", "import sys, gradscape.tracer.protocol as p; new = p.hello_ack; "
+               "p.hello_ack = lambda: {k: v for k, v in new().items() if k != 'forms'}; "
+               "from gradscape.app.cli import main; sys.exit(main())")
+
+
+class OldServer(Server):
+    """`gradscape serve` as a release from before columns answers hello: no `forms`."""
+
+    command = _OLD_SERVER
+
+
+def _forms(store: Path) -> list[bool]:
+    """Per stored step (by step): was it stored as columns."""
+    with sqlite3.connect(store) as db:
+        return ["columns" in unpack(decompress(g)) for (g,) in db.execute("SELECT graph FROM steps ORDER BY step")]
+
+
+@pytest.mark.parametrize("kind", [Server, OldServer])
+def test_a_tracer_sends_columns_to_a_server_that_reads_them(tmp_path: Path, kind: type[Server]) -> None:
+    srv = kind(tmp_path / "store.sqlite").start()
+    try:
+        ref = tmp_path / "reference.sqlite"
+        res = finish(worker(srv.url, "live", "--steps", "3", "--file", str(ref), "--model", "transformer"))
+        assert res["stats"] == {"sent": 3, "spilled": 0, "dropped": 0, "written": 3}
+        assert _forms(srv.store) == [kind is Server] * 3
+        for step in range(3):
+            mine = step_to_wire(gradscape.load(ref, "live", step))
+            got = step_to_wire(gradscape.load(srv.store, "live", step))
+            assert pack(got) == pack(mine)  # every field, tensors numbered alike, thumbnails as stored
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[GradscapeApp]:
+    created = create_app(str(tmp_path / "store.sqlite"), ServerConfig(notify_interval=0.02))
+    yield created
+    created.close()
+
+
+def _message() -> dict[str, Any]:
+    case = build("cnn")
+    tr = gradscape.Tracer(case.model, run="r")
+    with tr.step(3) as st:
+        case.loss(case.model, case.batch).backward()
+    msg = step_message(st)
+    assert msg is not None
+    return msg
+
+
+def _send(app: GradscapeApp, doc: dict[str, Any]) -> dict[str, Any]:
+    dash_app, sio = app
+    c = sio.test_client(dash_app.server, namespace="/tracer")
+    hello = c.emit("hello", protocol.envelope("hello", "r", 0, {"client": "t", "accepts": [1], "pid": 1, "host": "h"}),
+                   namespace="/tracer", callback=True)
+    assert hello["forms"] == ["maps", "columns"]
+    return c.emit("step_chunk", protocol.envelope("step_chunk", "r", 1, {"step": 3, "chunk": 0, "chunks": 1,
+                                                                          "data": pack(doc)}),
+                  namespace="/tracer", callback=True)
+
+
+def test_a_column_step_is_stored_as_sent_checked(app: GradscapeApp) -> None:
+    msg = _message()
+    msg["extra"] = {"x": 1}  # keys the schema does not have are not stored
+    msg["columns"]["junk"] = b"\x00"
+    msg["columns"]["nodes"]["junk"] = 1
+    assert _send(app, msg)["ok"]
+    store = app.state.store
+    with sqlite3.connect(store.path) as db:
+        (blob,) = db.execute("SELECT graph FROM steps").fetchone()
+    doc = unpack(decompress(blob))
+    assert "extra" not in doc and "junk" not in doc["columns"] and "junk" not in doc["columns"]["nodes"]
+    graph = store.read_graph("r", 3)
+    assert len(graph["nodes"]) == msg["columns"]["nodes"]["n"] and "arrays" not in graph
+
+
+def _bytes(a: np.ndarray) -> bytes:
+    return a.tobytes()
+
+
+_DAMAGE: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("arrays", lambda m: m["arrays"].pop(), "arrays: expected [thumb, values] for each"),
+    ("slots", lambda m: m["columns"]["nodes"].update(slots=_bytes(np.full(3, 10**6, "<i4"))), "columns: "),
+    ("name", lambda m: m["columns"]["nodes"]["name"].__setitem__(0, 7), "columns.nodes.name[0]"),
+    ("static", lambda m: m["columns"]["nodes"]["static"].__setitem__(0, ["s", "l", []]),
+     "columns.nodes.static[0][1]"),
+    ("child_off", lambda m: m["columns"]["nodes"].update(child_off=_bytes(np.zeros(
+        len(m["columns"]["nodes"]["child_off"]) // 8, "<i8"))), "columns: offsets"),
+    ("thumb", lambda m: m["arrays"][0].__setitem__(0, {"dtype": "<f4", "shape": [2, 2], "data": b"\x00"}),
+     "tensors[0].thumb"),
+    ("module", lambda m: next(iter(m["modules"].values()))["calls"][0].update(gi=[10**6]), "modules"),
+    ("version", lambda m: m["columns"].update(version=2), "columns: not a column document"),
+]
+
+
+@pytest.mark.parametrize("what, damage, named", _DAMAGE, ids=[d[0] for d in _DAMAGE])
+def test_a_malformed_column_step_is_refused_by_name(app: GradscapeApp, what: str,
+                                                   damage: Callable[[dict[str, Any]], None], named: str) -> None:
+    msg = _message()
+    damage(msg)
+    ack = _send(app, msg)
+    assert ack["ok"] is False and named in ack["error"], ack
+    assert app.state.store.steps("r") == []
