@@ -199,7 +199,7 @@ def test_the_fast_read_builds_what_the_checked_read_does_or_leaves_it(wires: lis
     equal to the checked reader's; on mutated ones the fast path never accepts what the checked reader
     rejects, and what it accepts is equal."""
     from gradscape.tracer.wire import fast_read
-    from gradscape.tracer.wire.validation import _node, _Refs
+    from gradscape.tracer.wire.validation import Refs, _node
 
     def both(wire: dict[str, Any]) -> tuple[int, int]:
         fast_tensors = [fast_read.tensor(t) for t in wire["tensors"]]
@@ -209,7 +209,7 @@ def test_the_fast_read_builds_what_the_checked_read_does_or_leaves_it(wires: lis
             assert all(f is None for f, t in zip(fast_tensors, wire["tensors"]) if not _tensor_ok(t))
             return 0, 0
         assert all(f is None or _same_tensor(f, t) for f, t in zip(fast_tensors, tensors))
-        refs, fast = _Refs(tensors, len(wire["nodes"])), 0
+        refs, fast = Refs(tensors, len(wire["nodes"])), 0
         for k, n in enumerate(wire["nodes"]):
             got = fast_read.node(n, k, tensors)
             try:

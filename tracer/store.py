@@ -191,13 +191,13 @@ class TraceStore:
 
     @collector_paused()
     def write_wire(self, wire: Mapping[str, Any], arrays: list[tuple[Any, Any]] | None = None) -> None:
-        """Store a step given in wire form, or as a column document with its tensors' (thumb, values) wire
-        arrays `arrays` (both already validated), in one transaction."""
+        """Store a checked step, in wire form or a column document and its `arrays` (`column_check`'s), at once."""
         self._writable()
-        if arrays is None:
-            arrays = [(t.get("thumb"), t.get("values")) for t in wire["tensors"]]
+        if arrays is None:  # the wire form: its tensors hold their arrays
+            arrays = [(None if t.get("thumb") is None else decode_array(t["thumb"], f"tensors[{i}].thumb"),
+                       t.get("values")) for i, t in enumerate(wire["tensors"])]
             wire = {**wire, "tensors": [{k: t[k] for k in _SUMMARY_KEYS} for t in wire["tensors"]]}
-        self._write(wire, ThumbTable().keep_all([th for th, _ in arrays]), [v for _, v in arrays])
+        self._write(wire, ThumbTable().keep_arrays([th for th, _ in arrays]), [v for _, v in arrays])
 
     def _write(self, graph: Mapping[str, Any], thumbs: list[Any], values: list[Any]) -> None:
         """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its

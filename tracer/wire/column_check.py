@@ -3,23 +3,29 @@ and made into the document the store keeps, in the schema's own form.
 
 The sent message is the step's document (its fields and `columns`) with `arrays`: each tensor's `[thumb,
 values]`, wire arrays or nil, by position. Every table of the columns is checked for its types here, their
-arrays and offsets by `StepColumns`; then the step is read as the maps it stands for, with its arrays, by
-`step_from_wire`, which checks every field as it checks a step in wire form. What is stored is made from what
-was checked: the columns' arrays and tables as read (nothing else the message held), the tensor maps and the
-other fields as the schema writes them.
+arrays and offsets by `StepColumns`: a node's map made of them (`StepColumns.node`) then has the types the
+schema asks for, and every tensor it names exists. The tensor maps the columns hold and each array are
+checked as in a step in wire form (`tensor_from_wire`, `decode_array`), and the other fields by
+`fields_from_wire`, as `step_from_wire` checks them. What is stored is made from what was checked: the
+columns' arrays and tables as read (nothing else the message held), the tensor maps and the other fields as
+the schema writes them. At 100k nodes this takes a fraction of reading the step as maps (no node map is
+made).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from gradscape.tracer._model import StepTrace
+from gradscape.tracer._model import StepTrace, TensorTrace
+from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.wire.arrays import decode_array
 from gradscape.tracer.wire.codec import TensorTable, step_fields, tensor_summary
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS, StepColumns
 from gradscape.tracer.wire.types import TraceFormatError, WireArray
-from gradscape.tracer.wire.validation import checked_list, step_from_wire
+from gradscape.tracer.wire.validation import Refs, checked_list, fields_from_wire, tensor_from_wire
 
 
 def _strs(v: Any, where: str, none: bool = False) -> list[Any]:
@@ -59,38 +65,64 @@ def _tables(d: Any) -> None:
             raise TraceFormatError("columns: `n` of nodes and tensors: expected non-negative ints")
 
 
-def _stored(cols: StepColumns, tensors: list[Any]) -> dict[str, Any]:
-    """The columns as the store keeps them: what was read of them, the tensor maps rebuilt from the checked
-    tensors (`tensors`, by position)."""
+def _stored(cols: StepColumns, maps: dict[int, Any], extra: list[Any]) -> dict[str, Any]:
+    """The columns as the store keeps them: what was read of them, and the tensor maps given as maps
+    (`maps` by row, `extra` after the rows) as the schema writes them."""
     a, t = cols.a, cols.t
     nodes = {"n": cols.n_nodes, **{k: list(v) for k, v in cols.tables.items()},
              "params": [[k, p] for k, p in sorted(cols.params.items())],
              "dtypes": [[c, nm] for c, nm in sorted(cols.dtypes.items())],
              **{k: np.ascontiguousarray(a[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
-    rows = cols.n_rows
     return {"version": COLUMNS_VERSION, "nodes": nodes, "tensors": {
-        "n": rows, "plans": [list(p) for p in cols.plans],
-        "maps": [[r, tensor_summary(tensors[r])] for r in sorted(cols.maps)],
-        "extra": [tensor_summary(x) for x in tensors[rows:]],
+        "n": cols.n_rows, "plans": [list(p) for p in cols.plans],
+        "maps": [[r, tensor_summary(maps[r])] for r in sorted(maps)], "extra": [tensor_summary(x) for x in extra],
         **{k: np.ascontiguousarray(t[k], dt).tobytes() for k, dt in TENSOR_ARRAYS.items()}}}
 
 
-def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[WireArray | None, WireArray | None]]]:
-    """A sent column step checked: (its `StepTrace`, the document to store, each tensor's (thumb, values)
-    wire arrays). Raises `TraceFormatError` naming what is wrong."""
+class _Tensors(Sequence[TensorTrace]):
+    """The step's tensors as `Refs` reads them: each made when a field names it, and kept (`made`)."""
+
+    def __init__(self, cols: StepColumns, given: dict[int, TensorTrace]) -> None:
+        self.cols, self.made = cols, dict(given)
+
+    def __len__(self) -> int:
+        return self.cols.n_tensors
+
+    def __getitem__(self, i: Any) -> Any:
+        t = self.made.get(i)
+        if t is None:
+            t = self.made[i] = tensor_from_wire(self.cols.tensor(i), f"tensors[{i}]")
+        return t
+
+
+def _arrays(doc: dict[str, Any], n: int) -> list[tuple[np.ndarray | None, WireArray | None]]:
+    """Each tensor's thumbnail, checked and read as an array, and its values, checked, as sent."""
+    arrays = checked_list(doc.get("arrays"), "arrays")
+    if len(arrays) != n or not all(isinstance(x, list) and len(x) == 2 for x in arrays):
+        raise TraceFormatError(f"arrays: expected [thumb, values] for each of the step's {n} tensors")
+    out = []
+    for i, (th, v) in enumerate(arrays):
+        if v is not None:
+            decode_array(v, f"tensors[{i}].values")
+        out.append((None if th is None else decode_array(th, f"tensors[{i}].thumb"), v))
+    return out
+
+
+@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
+def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[np.ndarray | None, WireArray | None]]]:
+    """A sent column step checked: (a `StepTrace` of its fields, without its nodes; the document to store;
+    each tensor's thumbnail as an array and values as a wire array). Raises `TraceFormatError` naming what
+    is wrong. The nodes' maps are made of the checked tables and arrays: they need no check of their own."""
     if not isinstance(doc, dict):
         raise TraceFormatError(f"step: expected a map, got {type(doc).__name__}")
     _tables(doc.get("columns"))
     cols = StepColumns(doc["columns"])
-    arrays = checked_list(doc.get("arrays"), "arrays")
-    if len(arrays) != cols.n_tensors or not all(isinstance(x, list) and len(x) == 2 for x in arrays):
-        raise TraceFormatError(f"arrays: expected [thumb, values] for each of the step's {cols.n_tensors} tensors")
-    wire = {k: v for k, v in doc.items() if k not in ("columns", "arrays")}
-    wire.update(nodes=cols.nodes(), edges=cols.edges(), execution=cols.execution(),
-                tensors=[{**t, "thumb": th, "values": v} for t, (th, v) in zip(cols.tensors(), arrays)])
-    built: list[Any] = []
-    trace = step_from_wire(wire, tensors_out=built)
-    tab = TensorTable(apart=True, base=len(built), known={id(x): i for i, x in enumerate(built)})
+    arrays = _arrays(doc, cols.n_tensors)
+    maps = {r: tensor_from_wire(m, f"columns.tensors.maps[{r}]") for r, m in cols.maps.items()}
+    extra = [tensor_from_wire(m, f"columns.tensors.extra[{j}]") for j, m in enumerate(cols.extra)]
+    tensors = _Tensors(cols, {**maps, **{cols.n_rows + j: x for j, x in enumerate(extra)}})
+    trace = fields_from_wire(doc, Refs(tensors, cols.n_nodes))
+    tab = TensorTable(apart=True, base=cols.n_tensors, known={id(x): i for i, x in tensors.made.items()})
     fields = step_fields(trace, tab)
     del fields["execution"]  # the runs' order, which the columns hold
-    return trace, {**fields, "columns": _stored(cols, built)}, [(th, v) for th, v in arrays]
+    return trace, {**fields, "columns": _stored(cols, maps, extra)}, arrays

@@ -4,6 +4,7 @@ drives random mutations of real steps through it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gradscape.tracer._model import (
@@ -48,11 +49,12 @@ def tensor_from_wire(d: dict[str, Any], where: str = "tensor") -> TensorTrace:
     )
 
 
-class _Refs:
+class Refs:
     """Resolves what a step's fields refer to, checking each: tensor indices (positions in the step's
-    "tensors") and node ids (positions in its "nodes")."""
+    "tensors": any sequence of them, made when read for a column step) and node ids (positions in its
+    "nodes")."""
 
-    def __init__(self, tensors: list[TensorTrace], n_nodes: int) -> None:
+    def __init__(self, tensors: Sequence[TensorTrace], n_nodes: int) -> None:
         self.tensors, self.n_nodes = tensors, n_nodes
 
     def tensor(self, i: Any, where: str) -> TensorTrace | None:
@@ -74,17 +76,11 @@ class _Refs:
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None,
-                   tensors_out: list[TensorTrace] | None = None) -> StepTrace:
+def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> StepTrace:
     """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong. `arrays`: the
     (thumbnail, values) of tensors by index, already read as arrays (`TraceStore.read_step`, which keeps
-    them apart from the graph), set on the tensors built; `tensors_out`: given, it gets the tensors built,
-    by index (`tracer.wire.column_check`)."""
-    if not isinstance(d, dict):
-        raise TraceFormatError(f"step: expected a map, got {type(d).__name__}")
-    v = d.get("v")
-    if type(v) is not int or v != WIRE_VERSION:
-        raise TraceFormatError(f"step: wire version {v!r} is not supported (this reader: {WIRE_VERSION})")
+    them apart from the graph), set on the tensors built."""
+    d = _versioned(d)
     for key in ("run", "step", "nodes", "edges", "tensors"):
         if key not in d:
             raise TraceFormatError(f"step: missing field {key!r}")
@@ -95,15 +91,38 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None,
         if not 0 <= i < len(tensors):
             raise TraceFormatError(f"arrays: tensor {i} is not one of the step's {len(tensors)}")
         tensors[i].thumb, tensors[i].values = thumb, values
-    if tensors_out is not None:
-        tensors_out.extend(tensors)
-    refs = _Refs(tensors, len(checked_list(d["nodes"], "nodes")))
-    st = StepTrace(run=_str(d["run"], "run"), step=_int(d["step"], "step"))
-    st.error = opt_str(d.get("error"), "error")
-    st.meta = plain(_map(d.get("meta") or {}, "meta"), "meta")
+    refs = Refs(tensors, len(checked_list(d["nodes"], "nodes")))
+    st = fields_from_wire(d, refs)
     st.nodes = [built if (built := fast_read.node(n, k, tensors)) is not None else _node(n, k, refs)
                 for k, n in enumerate(d["nodes"])]
     st.edges = _edges(d["edges"], refs.n_nodes)
+    for k, e in enumerate(checked_list(d.get("execution") or [], "execution")):
+        if not (isinstance(e, list) and len(e) == 2 and type(e[1]) is int and e[1] >= 0):
+            raise TraceFormatError(f"execution[{k}]: {e!r} is not [node id, run index]")
+        st.execution.append((refs.node(e[0], f"execution[{k}]", False) or 0, e[1]))
+    return st
+
+
+def _versioned(d: Any) -> dict[str, Any]:
+    """`d`, a map of this reader's wire version, else `TraceFormatError`."""
+    if not isinstance(d, dict):
+        raise TraceFormatError(f"step: expected a map, got {type(d).__name__}")
+    v = d.get("v")
+    if type(v) is not int or v != WIRE_VERSION:
+        raise TraceFormatError(f"step: wire version {v!r} is not supported (this reader: {WIRE_VERSION})")
+    return d
+
+
+def fields_from_wire(d: dict[str, Any], refs: Refs) -> StepTrace:
+    """A `StepTrace` of the step's fields but its nodes, edges and execution order, each checked: `refs`
+    resolves the tensors and node ids they name (`tracer.wire.column_check` gives its own)."""
+    d = _versioned(d)
+    for key in ("run", "step"):
+        if key not in d:
+            raise TraceFormatError(f"step: missing field {key!r}")
+    st = StepTrace(run=_str(d["run"], "run"), step=_int(d["step"], "step"))
+    st.error = opt_str(d.get("error"), "error")
+    st.meta = plain(_map(d.get("meta") or {}, "meta"), "meta")
     for name, m in _map(d.get("modules") or {}, "modules").items():
         st.modules[name] = _module(name, m, refs)
     for name, i in _map(d.get("params") or {}, "params").items():
@@ -111,10 +130,6 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None,
         if t is not None:
             st.params[name] = t
     st.passes = [_pass(p, k, refs) for k, p in enumerate(checked_list(d.get("passes") or [], "passes"))]
-    for k, e in enumerate(checked_list(d.get("execution") or [], "execution")):
-        if not (isinstance(e, list) and len(e) == 2 and type(e[1]) is int and e[1] >= 0):
-            raise TraceFormatError(f"execution[{k}]: {e!r} is not [node id, run index]")
-        st.execution.append((refs.node(e[0], f"execution[{k}]", False) or 0, e[1]))
     st.problems = [_problem(p, k, refs) for k, p in enumerate(checked_list(d.get("problems") or [], "problems"))]
     st.not_in_step = [_str(p, f"not_in_step[{k}]") for k, p in enumerate(checked_list(d.get("not_in_step") or [],
                                                                               "not_in_step"))]
@@ -141,7 +156,7 @@ def optimizer_step_from_wire(d: Any, where: str) -> OptimizerStep:
                                                         f"{where}.grad_norm_before_clip"))
 
 
-def _node(n: Any, k: int, refs: _Refs) -> NodeTrace:
+def _node(n: Any, k: int, refs: Refs) -> NodeTrace:
     w = f"nodes[{k}]"
     n = _map(n, w)
     if n.get("id") != k or type(n.get("id")) is not int:
@@ -183,7 +198,7 @@ def _edges(edges: Any, n_nodes: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _module(name: Any, m: Any, refs: _Refs) -> ModuleTrace:
+def _module(name: Any, m: Any, refs: Refs) -> ModuleTrace:
     w = f"modules[{name!r}]"
     _str(name, f"modules: key {name!r}")
     m = _map(m, w)
@@ -200,7 +215,7 @@ def _module(name: Any, m: Any, refs: _Refs) -> ModuleTrace:
                        params=str_list(m.get("params"), f"{w}.params"), calls=calls)
 
 
-def _pass(p: Any, k: int, refs: _Refs) -> BackwardPass:
+def _pass(p: Any, k: int, refs: Refs) -> BackwardPass:
     w = f"passes[{k}]"
     p = _map(p, w)
     return BackwardPass(
@@ -213,7 +228,7 @@ def _pass(p: Any, k: int, refs: _Refs) -> BackwardPass:
         start=_int(p.get("start", 0), f"{w}.start"), end=_int(p.get("end", 0), f"{w}.end"))
 
 
-def _problem(p: Any, k: int, refs: _Refs) -> Problem:
+def _problem(p: Any, k: int, refs: Refs) -> Problem:
     w = f"problems[{k}]"
     p = _map(p, w)
     return Problem(kind=_str(p.get("kind"), f"{w}.kind"), message=_str(p.get("message"), f"{w}.message"),
