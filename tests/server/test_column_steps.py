@@ -113,6 +113,9 @@ _DAMAGE: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "columns.nodes.static[0][1]"),
     ("child_off", lambda m: m["columns"]["nodes"].update(child_off=_bytes(np.zeros(
         len(m["columns"]["nodes"]["child_off"]) // 8, "<i8"))), "columns: offsets"),
+    ("go_off", lambda m: m["columns"]["nodes"].update(  # past the slots once added, not wrapped around in 32 bits
+        go_off=_bytes(np.full(len(m["columns"]["nodes"]["go_off"]) // 4, 2**31 - 1, "<i4")),
+        go_n=_bytes(np.ones(len(m["columns"]["nodes"]["go_n"]) // 4, "<i4"))), "columns: offsets"),
     ("thumb", lambda m: m["arrays"][0].__setitem__(0, {"dtype": "<f4", "shape": [2, 2], "data": b"\x00"}),
      "tensors[0].thumb"),
     ("module", lambda m: next(iter(m["modules"].values()))["calls"][0].update(gi=[10**6]), "modules"),

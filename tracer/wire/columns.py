@@ -119,12 +119,12 @@ class StepColumns:
             if o[0] != 0 or o[-1] != len(a[items]) or np.any(np.diff(o) < 0):
                 return False
         gi = a["gi_n"] >= 0
+        go_off, go_n, gi_off, gi_n = (a[k].astype(np.int64) for k in ("go_off", "go_n", "gi_off", "gi_n"))
         return not (np.any(a["child_id"] < -1) or np.any(a["child_id"] >= n) or np.any(a["child_nr"] < 0)
                     or np.any(a["out_ndim"] < -1) or np.any(a["out_dims"] < 0)
-                    or int(np.maximum(a["out_ndim"], 0).sum()) > len(a["out_dims"])
-                    or np.any(a["go_off"] < 0) or np.any(a["go_n"] < 0) or np.any(a["go_off"] + a["go_n"] > slots)
-                    or np.any(a["gi_n"] < -1) or np.any(gi & (a["gi_off"] < 0))
-                    or np.any(gi & (a["gi_off"] + a["gi_n"] > slots)))
+                    or int(np.maximum(a["out_ndim"], 0).astype(np.int64).sum()) > len(a["out_dims"])
+                    or np.any(go_off < 0) or np.any(go_n < 0) or np.any(go_off + go_n > slots)
+                    or np.any(gi_n < -1) or np.any(gi & (gi_off < 0)) or np.any(gi & (gi_off + gi_n > slots)))
 
     # ---- the columns as lists (made once, for reading every node: a numpy array read one element at a time
     # makes a scalar object a read), or read an element at a time (a few nodes: the page's)
@@ -161,16 +161,15 @@ class StepColumns:
             runs.append([c["run_pass"][pos], pos, refs(c["go_off"][pos], c["go_n"][pos]),
                          None if gi_n < 0 else refs(c["gi_off"][pos], gi_n), None if t != t else t])
         schema, labels, args = tab["static"][c["static_code"][k]]
-        first = runs[0] if runs else None
+        first = runs[0] if runs else [None] * 5
+        out_shapes, out_dtypes = self._outputs(k)
         return {"id": k, "name": tab["name"][c["name_code"][k]], "kind": tab["kind"][c["kind_code"][k]],
                 "module": tab["module"][c["module_code"][k]], "param": self.params.get(k),
-                "source": tab["source"][c["source_code"][k]], "schema": schema,
-                "order": None if first is None else first[1], "labels": list(labels), "args": list(args),
-                "in_shapes": self._in_shapes(k), "out_shapes": [None if s is None else list(s) for s in
-                                                                 self._outputs(k)[0]],
-                "out_dtypes": self._outputs(k)[1], "gi": None if first is None else first[3],
-                "go": None if first is None else first[2], "t": None if first is None else first[4],
-                "runs": runs}
+                "source": tab["source"][c["source_code"][k]], "schema": schema, "order": first[1],
+                "labels": list(labels), "args": list(args), "in_shapes": self._in_shapes(k),
+                "out_shapes": [None if s is None else list(s) for s in out_shapes], "out_dtypes": out_dtypes,
+                "gi": None if first[3] is None else list(first[3]), "go": None if first[2] is None else list(first[2]),
+                "t": first[4], "runs": runs}
 
     def _outputs(self, k: int) -> tuple[list[Any], list[str | None]]:
         c = self._c()
