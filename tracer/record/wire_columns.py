@@ -13,6 +13,7 @@ equal).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ enabled = True  # tests switch it off to write the same step as maps
 
 # id of a step's statics list (shared by the steps of one graph shape: StructureCache) -> (the list, its codes)
 _STATIC_CODES: dict[int, tuple[list[Any], np.ndarray, list[list[Any]]]] = {}
+_STATIC_LOCK = threading.Lock()
 
 
 def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
@@ -41,15 +43,18 @@ def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
 
 
 def _static_codes(statics: list[Any]) -> tuple[np.ndarray, list[list[Any]]]:
-    """Each node's code into the distinct `[schema, labels, args]` of `statics`, made once per statics list."""
-    hit = _STATIC_CODES.get(id(statics))
+    """Each node's code into the distinct `[schema, labels, args]` of `statics`, made once per statics list
+    (the file sink and the socket sink's thread may ask at once)."""
+    with _STATIC_LOCK:
+        hit = _STATIC_CODES.get(id(statics))
     if hit is not None and hit[0] is statics:
         return hit[1], hit[2]
     keys, code = _codes([(s.schema, tuple(s.labels), tuple(s.args)) for s in statics])
     table = [[schema, list(labels), list(args)] for schema, labels, args in keys]
-    if len(_STATIC_CODES) >= 4:
-        _STATIC_CODES.pop(next(iter(_STATIC_CODES)))
-    _STATIC_CODES[id(statics)] = (statics, code, table)
+    with _STATIC_LOCK:
+        if len(_STATIC_CODES) >= 4:
+            _STATIC_CODES.pop(next(iter(_STATIC_CODES)))
+        _STATIC_CODES[id(statics)] = (statics, code, table)
     return code, table
 
 
