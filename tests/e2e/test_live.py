@@ -3,19 +3,25 @@ server, real headless Chromium shows them; what the person chose (tab, node, vie
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from playwright.sync_api import Page
 from serving import Server, get_json, worker
 
+import gradscape
+from gradscape.tracer.blobs import decompress
 from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import unpack
 
 RUN = "stream"
 # the selection (written into the address) has moved on to a new step
+INSPECTOR_HAS = "t => (document.querySelector('#inspector')?.innerText || '').includes(t)"
 URL_STEP_AT_LEAST = "s => { const m = location.search.match(/step=(\\d+)/); return !!m && parseInt(m[1]) >= s; }"
 
 
@@ -245,6 +251,42 @@ def test_a_gradscape_serve_page_draws_the_streamed_steps(tmp_path: Path, page: P
         later = wait_shown_step_above(page, first)
         page.wait_for_function("window.cy && window.cy.nodes().length > 3")
         assert later > first
+        clean_console(page)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+        srv.stop()
+
+
+def test_a_step_streamed_as_columns_shows_its_stored_gradients(tmp_path: Path, page: Page) -> None:
+    """A natively recorded step reaches `gradscape serve` as columns (NOTE [Column document]) while the run
+    streams on: a link to one of its nodes shows that node's stored heatmaps (the node read alone from the
+    columns, the step's other nodes left unread), and a search over every node finds a parameter's."""
+    srv = Server(tmp_path / "serve.sqlite").start()
+    proc = worker(srv.url, RUN, "--model", "mlp", "--steps", "600", "--pause", "0.25")
+    try:
+        step = wait_steps(srv.url, 2)[0]
+        with sqlite3.connect(srv.store) as db:
+            (blob,) = db.execute("SELECT graph FROM steps WHERE run=? AND step=?", (RUN, step)).fetchone()
+        assert "columns" in unpack(decompress(blob))  # stored as the tracer sent it: columns
+        st = gradscape.load(srv.store, RUN, step)
+        addmm = next(n for n in st.nodes if n.name == "AddmmBackward0" and n.module == "fc2")
+        page.goto(f"{srv.url}/?run={RUN}&step={step}&node={addmm.id}")
+        page.wait_for_function(INSPECTOR_HAS, arg=f"(node n{addmm.id},")
+        page.wait_for_selector("#inspector .js-plotly-plot")
+        assert "mat2 → fc2.weight (transposed)" in page.inner_text("#inspector")
+        z = page.evaluate("Array.from(document.querySelectorAll('#inspector .js-plotly-plot'))"
+                          ".map(gd => gd._fullData[0].z)")
+        want = [t.thumb for t in [addmm.grad_outputs[0], *addmm.grad_inputs] if t is not None and t.thumb is not None]
+        assert len(z) == len(want) == 4
+        for got, ref in zip(z, want):
+            assert np.allclose(np.array(got, dtype=float), np.atleast_2d(ref), atol=1e-6)
+        weight = next(n.id for n in st.nodes if n.param == "fc2.weight")
+        page.click("#search")
+        page.keyboard.type("fc2.weight")
+        page.get_by_text("AccumulateGrad · fc2.weight", exact=False).first.click()
+        page.wait_for_function(f"window.cy.$(':selected').id() === 'n{weight}'")
+        page.wait_for_function(INSPECTOR_HAS, arg=f"(node n{weight},")
         clean_console(page)
     finally:
         proc.kill()
