@@ -21,13 +21,11 @@ arrays taken out, its nodes and tensors last (`tracer.wire.lazy.pack_step`: the 
 reads), or, for a natively recorded step since version 5, its nodes and tensors as columns (NOTE [Column
 document] in `tracer.wire.columns`); `arrays` is the msgpack map `{"thumb": C|None, "values": A|None}` of
 tensor `idx`, so a view that needs one node's heatmaps reads only those rows. Values (`tensors="full"`)
-are raw little-endian bytes with dtype and shape; thumbnails are kept compactly (8 bits a cell with their
-range, a repeated picture once: NOTE [Compact thumbnails] in `tracer.wire.compact`) and read back as
-float32 wire arrays. Since version 4 both blobs are Zstandard frames of that msgpack, small rows apart
-(`tracer/blobs.py`: a frame's first byte, 0x28, is never the first byte of a msgpack map or array);
-version 3 wrote zlib streams (first byte 0x78), version 2 the msgpack uncompressed with float32
-thumbnails, and all read as they are. Opening a file of version 2 to 4 for writing marks it version 5
-(nothing is rewritten): a release that reads version 4 refuses it by its version, not by a row.
+are raw little-endian bytes with dtype and shape; thumbnails are kept compactly (NOTE [Compact thumbnails]
+in `tracer.wire.compact`). Since version 4 both blobs are Zstandard frames (`tracer/blobs.py`), small rows
+apart; version 3 wrote zlib, version 2 plain msgpack with float32 thumbnails: all read as they are. Opening
+a file of version 2 to 4 for writing marks it version 5 (nothing is rewritten): a release that reads
+version 4 refuses it by its version, not by a row.
 
 `keep_last=N` (the file sink's, `gradscape serve --keep-last N`): after each step is written, only
 the newest N steps of its run and rank stay, so a run that traces for days keeps a bounded file
@@ -180,8 +178,7 @@ class TraceStore:
     # ------------------------------------------------------------------ writing
     @collector_paused()  # the step's forms are made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
-        """Store a step, in one transaction. Its arrays go to their rows without becoming wire arrays
-        (`step_to_graph`)."""
+        """Store a step, in one transaction; its arrays go to their rows without becoming wire arrays."""
         from gradscape.tracer.record.wire_columns import step_columns  # torch's side: readers never import it
 
         self._writable()
@@ -194,10 +191,13 @@ class TraceStore:
         """Store a checked step, in wire form or a column document and its `arrays` (`column_check`'s), at once."""
         self._writable()
         if arrays is None:  # the wire form: its tensors hold their arrays
-            arrays = [(None if t.get("thumb") is None else decode_array(t["thumb"], f"tensors[{i}].thumb"),
-                       t.get("values")) for i, t in enumerate(wire["tensors"])]
+            thumbs = ThumbTable().keep_all([t.get("thumb") for t in wire["tensors"]])
+            values = [t.get("values") for t in wire["tensors"]]
             wire = {**wire, "tensors": [{k: t[k] for k in _SUMMARY_KEYS} for t in wire["tensors"]]}
-        self._write(wire, ThumbTable().keep_arrays([th for th, _ in arrays]), [v for _, v in arrays])
+        else:  # thumbnails already read as arrays (`column_check` checked them so)
+            thumbs = ThumbTable().keep_arrays([th for th, _ in arrays])
+            values = [v for _, v in arrays]
+        self._write(wire, thumbs, values)
 
     def _write(self, graph: Mapping[str, Any], thumbs: list[Any], values: list[Any]) -> None:
         """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its

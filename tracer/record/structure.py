@@ -91,9 +91,7 @@ def compute_statics(infos: list[SlotInfo], forward_class: Callable[[int], Any]) 
         labels = label_slots(infos, i, args)
         if kind == "compiled" and info.module:
             labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in labels]
-        if kind == "op":
-            schema = schemas[name] if name in schemas else schemas.setdefault(name, schema_of(name))
-        else:
-            schema = None
-        statics.append(NodeStatics(args, labels, schema))
+        if kind == "op" and name not in schemas:
+            schemas[name] = schema_of(name)
+        statics.append(NodeStatics(args, labels, schemas[name] if kind == "op" else None))
     return statics

@@ -23,7 +23,7 @@ from gradscape.tracer._model import StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.arrays import decode_array
 from gradscape.tracer.wire.codec import TensorTable, step_fields, tensor_summary
-from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS, StepColumns
+from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, NODE_TABLES, TENSOR_ARRAYS, StepColumns
 from gradscape.tracer.wire.types import TraceFormatError, WireArray
 from gradscape.tracer.wire.validation import Refs, checked_list, fields_from_wire, tensor_from_wire
 
@@ -65,18 +65,14 @@ def _tables(d: Any) -> None:
             raise TraceFormatError("columns: `n` of nodes and tensors: expected non-negative ints")
 
 
-def _stored(cols: StepColumns, maps: dict[int, Any], extra: list[Any]) -> dict[str, Any]:
-    """The columns as the store keeps them: what was read of them, and the tensor maps given as maps
-    (`maps` by row, `extra` after the rows) as the schema writes them."""
-    a, t = cols.a, cols.t
-    nodes = {"n": cols.n_nodes, **{k: list(v) for k, v in cols.tables.items()},
-             "params": [[k, p] for k, p in sorted(cols.params.items())],
-             "dtypes": [[c, nm] for c, nm in sorted(cols.dtypes.items())],
-             **{k: np.ascontiguousarray(a[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
-    return {"version": COLUMNS_VERSION, "nodes": nodes, "tensors": {
-        "n": cols.n_rows, "plans": [list(p) for p in cols.plans],
-        "maps": [[r, tensor_summary(maps[r])] for r in sorted(maps)], "extra": [tensor_summary(x) for x in extra],
-        **{k: np.ascontiguousarray(t[k], dt).tobytes() for k, dt in TENSOR_ARRAYS.items()}}}
+def _stored(d: dict[str, Any], maps: dict[int, Any], extra: list[Any]) -> dict[str, Any]:
+    """The columns as the store keeps them: the checked fields of the sent ones (`d`), none other, and the
+    tensor maps given as maps (`maps` by row, `extra` after the rows) as the schema writes them."""
+    nd, td = d["nodes"], d["tensors"]
+    return {"version": COLUMNS_VERSION, "nodes": {k: nd[k] for k in (*NODE_TABLES, *NODE_ARRAYS)},
+            "tensors": {"n": td["n"], "plans": td["plans"], **{k: td[k] for k in TENSOR_ARRAYS},
+                        "maps": [[r, tensor_summary(maps[r])] for r in sorted(maps)],
+                        "extra": [tensor_summary(x) for x in extra]}}
 
 
 class _Tensors(Sequence[TensorTrace]):
@@ -125,4 +121,4 @@ def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[np.ndar
     tab = TensorTable(apart=True, base=cols.n_tensors, known={id(x): i for i, x in tensors.made.items()})
     fields = step_fields(trace, tab)
     del fields["execution"]  # the runs' order, which the columns hold
-    return trace, {**fields, "columns": _stored(cols, maps, extra)}, arrays
+    return trace, {**fields, "columns": _stored(doc["columns"], maps, extra)}, arrays

@@ -45,6 +45,7 @@ NODE_ARRAYS: dict[str, np.dtype[Any]] = {
     "out_dims": _I8, "run_node": _I4, "run_pass": _I4, "run_time": _F8, "go_off": _I4, "go_n": _I4,
     "gi_off": _I4, "gi_n": _I4, "slots": _I4}
 TENSOR_ARRAYS: dict[str, np.dtype[Any]] = {"plan_code": _I4, "stats": _F8}
+NODE_TABLES = ("n", "name", "kind", "module", "source", "static", "params", "dtypes")  # the nodes' other fields
 
 
 def _arrays(d: Mapping[str, Any], spec: Mapping[str, np.dtype[Any]], where: str) -> dict[str, np.ndarray]:

@@ -108,9 +108,8 @@ def index_from_wire(wire: Mapping[str, Any]) -> StepIndex:
     sent_rows, sent_has = _rows(gi_flat, len(tensors))
     sent = np.where(sent_has, stats[sent_rows, _NORM], -1.0)  # and -0.0 as 0.0 below, as `norm or 0.0` gives it
     return StepIndex(len(nodes), [m for m in modules if m is not None], module_code, list(names), name_code,
-                     colour_values(stats, rows, has, _numel(tensors, rows, has)), _badges(wire, stats), accumulated,
-                     param_node,
-                     np.where(sent == 0.0, 0.0, sent), np.array(sent_start, np.int64))
+                     colour_values(stats, rows, has, _numel(tensors, rows, has)), _badges(wire, stats),
+                     accumulated, param_node, np.where(sent == 0.0, 0.0, sent), np.array(sent_start, np.int64))
 
 
 def stats_of(tensors: Sequence[Mapping[str, Any]]) -> np.ndarray:
