@@ -27,7 +27,7 @@ KERNEL_SYMBOLS = ["gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "
 # loops); NaN and Inf keep their meaning (no -ffinite-math-only).
 UNIX_FLAGS = ["-O3", "-std=c99", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math"]
 MSVC_FLAGS = ["/O2", "/fp:precise"]
-V3_FLAGS = ["-mavx2", "-mfma", "-mbmi", "-mbmi2"]  # what gs_cpu_level() checks for level 3
+V3_FLAGS = ["-mavx2", "-mfma", "-mbmi", "-mbmi2", "-mf16c"]  # what gs_cpu_level() checks for level 3
 V4_FLAGS = [*V3_FLAGS, "-mavx512f", "-mavx512bw", "-mavx512cd", "-mavx512dq", "-mavx512vl"]
 X86_64 = platform.machine().lower() in ("x86_64", "amd64") and os.name != "nt"
 

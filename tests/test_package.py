@@ -244,24 +244,27 @@ def _kernel_run(lib: ctypes.CDLL, x: torch.Tensor, size: int) -> tuple[list[floa
     k = th[0] * th[1] if th else 0
     geom = (ctypes.c_int64 * 7)(x.numel(), *geometry)
     buf = (ctypes.c_double * (8 + (k + 1) // 2))()
-    fn = lib.gs_summarise_f32 if x.dtype == torch.float32 else lib.gs_summarise_bf16
+    fn = {torch.float32: lib.gs_summarise_f32, torch.bfloat16: lib.gs_summarise_bf16,
+          torch.float16: lib.gs_summarise_f16}[x.dtype]
     assert fn(x.data_ptr(), geom, buf) == 0
     thumb = (ctypes.c_float * k).from_buffer(buf, 64)
     return list(buf[:8]), list(thumb)
 
 
-def test_every_instruction_set_build_gives_the_known_values() -> None:
-    """Each build of the kernel that this machine runs (baseline, x86-64-v3, v4) against values
-    computed in float64 by torch."""
+def _builds_this_cpu_runs() -> list[Path]:
     builds = [p for name in ("_fastsum", "_fastsum_v3", "_fastsum_v4") if (p := _native.library_path(name))]
     assert builds, "the summary kernel was not built"
     level = _native._load(builds[0]).gs_cpu_level()
+    return [p for p in builds if not (p.name.startswith("_fastsum_v") and int(p.name[len("_fastsum_v")]) > level)]
+
+
+def test_every_instruction_set_build_gives_the_known_values() -> None:
+    """Each build of the kernel that this machine runs (baseline, x86-64-v3, v4) against values
+    computed in float64 by torch."""
     g = torch.Generator().manual_seed(3)
     x = torch.randn(37, 53, generator=g)
     x[3, 5], x[10, 1], x[20, 20] = math.nan, math.inf, 0.0
-    for path in builds:
-        if path.name.startswith("_fastsum_v") and int(path.name[len("_fastsum_v")]) > level:
-            continue  # this CPU cannot run that build
+    for path in _builds_this_cpu_runs():
         for dtype in (torch.float32, torch.bfloat16):
             xd = x.to(dtype)
             stats, thumb = _kernel_run(_native._load(path), xd, 8)
@@ -275,6 +278,25 @@ def test_every_instruction_set_build_gives_the_known_values() -> None:
             rows = [blocks[i:i + 5] for i in range(0, 37, 5)]
             means = [r[:, j:j + 7].mean().item() for r in rows for j in range(0, 53, 7)]
             assert thumb == pytest.approx(means, rel=1e-5, nan_ok=True), path.name
+
+
+def test_every_build_widens_every_float16_exactly() -> None:
+    """Each build (the v3 and v4 ones convert with the CPU's F16C instructions eight at a time, the
+    baseline with integer arithmetic) widens all 65,536 float16 bit patterns exactly, subnormals
+    included, and a tail that is not a multiple of eight: a thumbnail of one cell per value is
+    `x.float()` itself, and the statistics are torch's in float64."""
+    patterns = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    g = torch.Generator().manual_seed(5)
+    tail = (torch.randn(251 * 263 - patterns.numel(), generator=g) * 1e-6).half()  # mostly subnormal
+    x = torch.cat([patterns, tail]).reshape(251, 263)
+    fin = x.double()[torch.isfinite(x.double())]
+    for path in _builds_this_cpu_runs():
+        stats, thumb = _kernel_run(_native._load(path), x, 263)
+        assert thumb == pytest.approx(x.float().flatten().tolist(), abs=0, rel=0, nan_ok=True), path.name
+        assert stats[:2] == [fin.min().item(), fin.max().item()], path.name
+        assert stats[4:] == [float((fin != 0).sum()), float(torch.isnan(x).sum()), 2.0, float(fin.numel())], path.name
+        assert abs(stats[2] - fin.sum().item()) <= 1e-6 * fin.abs().sum().item(), path.name  # float sums: vs Σ|x|
+        assert stats[3] == pytest.approx((fin * fin).sum().item(), rel=1e-5), path.name
 
 
 @pytest.mark.parametrize(("n", "geometry", "thumb", "nbytes", "message"), [

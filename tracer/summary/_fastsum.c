@@ -4,7 +4,7 @@
  * installed (setup.py: an optional extension; no Python or torch headers needed) and loaded with
  * ctypes by kernel.py; without it the tracer falls back to torch reductions, which give the same
  * numbers in more passes. On x86-64 this file is built three times: with the baseline instruction
- * set (_fastsum), and for the x86-64-v3 (AVX2, FMA) and v4 (AVX-512) levels (_fastsum_v3/_v4);
+ * set (_fastsum), and for the x86-64-v3 (AVX2, FMA, F16C) and v4 (AVX-512) levels (_fastsum_v3/_v4);
  * the baseline build's gs_cpu_level() tells the loader which of them this CPU can run.
  *
  * gs_summarise_f32 / _bf16 / _f16 / _f64(x, g, out): x is a contiguous buffer of n elements of that
@@ -308,19 +308,28 @@ static void gs_chunk_f64(const double *restrict x, int32_t n, gs_acc_t *restrict
     acc->kmx64 = kmx > acc->kmx64 ? kmx : acc->kmx64;
 }
 
-/* float16 to float32, exactly and without branches: the exponent and mantissa bits moved to
- * float32's places, scaled by 2^112 (which also makes float16's subnormals normal), and the
- * exponent set to all ones where the half was Inf or NaN (|value| ≥ 65536 after scaling). */
+/* float16 to float32, exactly and without branches or floating-point work on a subnormal. A normal,
+ * Inf or NaN half has its exponent and mantissa bits moved to float32's places and its exponent
+ * rebased by integer addition (112 = 127 - 15), the exponent set to all ones where the half's was (Inf,
+ * NaN). A subnormal half is its 10-bit mantissa times 2^-24: an integer converted to float and scaled
+ * by a power of two, exact, and normal in float32. An earlier version scaled every value by 2^112 as a
+ * float, which fed float32 subnormals to the multiply wherever the half was subnormal (common in float16
+ * gradients): x86 runs those through a microcode assist, ten times slower for the whole tensor. */
 static void gs_widen_f16(const uint16_t *restrict h, int64_t m, float *restrict out) {
-    const float magic = 5.192296858534828e+33f; /* 2^112 */
-    for (int64_t i = 0; i < m; i++) {
-        const uint32_t bits = (uint32_t)(h[i] & 0x7fffu) << 13, sign = (uint32_t)(h[i] & 0x8000u) << 16;
-        float f;
-        memcpy(&f, &bits, 4);
-        f *= magic;
-        uint32_t w;
-        memcpy(&w, &f, 4);
-        w |= (uint32_t)(-(int32_t)(f >= 65536.0f)) & 0x7f800000u;
+    const float tiny = 5.9604644775390625e-08f; /* 2^-24 */
+    int64_t i = 0;
+#if defined(__F16C__) /* the v3 and v4 builds: the CPU's own conversion, eight at a time */
+    for (; i + 8 <= m; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+    for (; i < m; i++) {
+        const uint32_t mag = (uint32_t)(h[i] & 0x7fffu), sign = (uint32_t)(h[i] & 0x8000u) << 16;
+        uint32_t w = (mag << 13) + (112u << 23);
+        w |= (uint32_t)(-(int32_t)(mag >= 0x7c00u)) & 0x7f800000u;
+        const float sub = (float)(int32_t)mag * tiny;
+        uint32_t ws;
+        memcpy(&ws, &sub, 4);
+        w = mag < 0x400u ? ws : w;
         w |= sign;
         memcpy(out + i, &w, 4);
     }
@@ -593,7 +602,7 @@ int gs_cpu_level(void) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
-          __builtin_cpu_supports("bmi2")))
+          __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c")))
         return 0;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
