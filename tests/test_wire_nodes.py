@@ -102,3 +102,17 @@ def test_statistics_from_the_table_match_each_row_made_alone() -> None:
         one = stats_from_raw(tuple(table.raw[k].tolist()))
         want = [float(one[s]) for s in STAT_NAMES]
         assert np.array(rows[k]).tobytes() == np.array(want).tobytes(), (k, rows[k], want)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_a_parameters_node_is_found_without_making_the_others(name: str) -> None:
+    """`StepTrace.param_node` reads the parameter column (the monitor asks it of a spiking layer every such
+    step): the node the plain search over every node finds, and no other node made."""
+    st = _traced(name)
+    names = sorted({p for p in st.nodes.tables.params.values()})
+    assert names, name
+    got = {p: st.param_node(p) for p in names}
+    assert _made(st) <= len(names)
+    assert st.param_node("no.such.parameter") is None
+    for p, node in got.items():
+        assert node is not None and node is next(n for n in st.nodes if n.param == p), p

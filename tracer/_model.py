@@ -209,6 +209,10 @@ class StepTrace:
         return [n.id for n in sorted(ran, key=lambda n: n.order or 0)]
 
     def param_node(self, name: str) -> NodeTrace | None:
+        param_ids = getattr(self.nodes, "param_ids", None)  # lazily made nodes: their parameter column
+        if param_ids is not None:
+            k = param_ids().get(name)
+            return None if k is None else self.nodes[k]
         for n in self.nodes:
             if n.param == name:
                 return n

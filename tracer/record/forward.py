@@ -119,6 +119,8 @@ class ForwardRecorder:
     _src: list[str | None] = field(default_factory=list)
     _src_mod: list[str | None] = field(default_factory=list)  # the module whose forward ran the op, when seen
     _mode: Any = None
+    seq0: int = 0  # the creation counter when the step began
+    with_mode: bool = True  # the step started with the mode (`start`)
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
     _leaf_lo: int = 0  # the sequence number when that call started
@@ -131,8 +133,13 @@ class ForwardRecorder:
     def __post_init__(self) -> None:
         self._frames = ForwardFrames(self.module_names)
 
-    def start(self) -> None:
+    def start(self, moded: bool = True) -> None:
+        """The module hooks, and the mode unless `moded` is False (NOTE [Carried source lines] in
+        tracer/record/carry.py: then the lines come from an earlier step)."""
         global_hooks.add(self)
+        self.seq0, self.with_mode = _seqnr(), moded
+        if not moded:
+            return
         self._mode = _StepMode(self)
         self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)

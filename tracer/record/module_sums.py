@@ -12,7 +12,7 @@ import torch
 from gradscape.tracer._model import ModuleCall, ModuleTrace, StepTrace, TensorTrace
 from gradscape.tracer.record.forward import ForwardRecorder, ModuleCallRecord
 from gradscape.tracer.record.model_index import ModelIndex
-from gradscape.tracer.record.tables import grads_of
+from gradscape.tracer.record.tables import grad_of
 from gradscape.tracer.summary.stats import grad_off
 from gradscape.tracer.summary.summariser import Summariser
 
@@ -85,8 +85,7 @@ class ModuleSums:
             prods = self.senders[(ci, k)] if self.calls else self._senders(call, edge)  # planned, or not
             if len(prods) == 1:
                 pid, j = prods[0]
-                g = grads_of(st.nodes, pid, True)
-                gi.append(g[j] if g is not None and j < len(g) else None)
+                gi.append(grad_of(st.nodes, pid, True, j))
             else:
                 gi.append(sums.get((ci, k)))
         go: list[TensorTrace | None] = []
@@ -94,8 +93,7 @@ class ModuleSums:
         for edge in call.outputs:
             nid = None if edge is None else id_of(edge[0])
             out_nodes.append(nid)
-            gos = grads_of(st.nodes, nid, False) if nid is not None else None
-            go.append(gos[edge[1]] if gos is not None and edge is not None and edge[1] < len(gos) else None)
+            go.append(None if nid is None or edge is None else grad_of(st.nodes, nid, False, edge[1]))
         return ModuleCall(gi, go, in_nodes, out_nodes, out_nodes[0] if out_nodes else None)
 
     def release(self) -> None:

@@ -12,7 +12,6 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, TensorTrace
-from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.labels import SlotInfo
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names
@@ -83,20 +82,20 @@ class NativeStep:
         return out
 
     # ---- the end of the step
-    def assemble(self, forward: ForwardRecorder, cache: StructureCache) -> tuple[LazyNodes, list[Any], list[Any]]:
-        """The step's nodes (made when read), edges and execution order, from the tables. Call after the
-        hooks are removed and the summariser's `finalize`."""
+    def assemble(self, attributed: tuple[list[str | None], list[str | None]],
+                 cache: StructureCache) -> tuple[LazyNodes, list[Any], list[Any]]:
+        """The step's nodes (made when read), edges and execution order, from the tables; `attributed`:
+        every node's module and source line (`carry.attribution`). Call after the hooks are removed and
+        the summariser's `finalize`."""
         g = self.graph
         runs_b, slots_b, summs_b, chunks, py, _failures = g.rec.records()
         runs = np.frombuffer(runs_b, RUN_DTYPE)
         slots = np.frombuffer(slots_b, np.int32)
         tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py)
-        seqs = g.seq.tolist()
-        mods = forward.modules_of(seqs)
+        mods, sources = attributed
         kinds = _kinds(g)
         nm = names()
         statics = _statics(g, nm, kinds, mods, cache)
-        sources = forward.sources_of(g.seq)
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
                             g.child_id, g.child_nr, runs, slots, tensors)
         self.tables = tables

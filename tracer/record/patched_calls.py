@@ -47,6 +47,12 @@ _wrapped: dict[Any, Any] = {}  # wrapper -> the original it calls (kept: a mode 
 _handling = threading.local()  # a call of this thread is being handled (nested calls pass through)
 
 
+def handling() -> bool:
+    """A wrapped backward call of this thread is being handled now (the recorder asks, to know that the
+    wrappers see this step's backward calls: NOTE [Carried source lines] in tracer/record/carry.py)."""
+    return bool(getattr(_handling, "on", False))
+
+
 def original_of(func: Any) -> Any:
     """The function behind one of the wrappers, or `func` itself."""
     return _wrapped.get(func, func)

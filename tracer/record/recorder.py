@@ -40,7 +40,9 @@ from gradscape.tracer._model import BackwardPass, StepTrace
 from gradscape.tracer.collector import CollectorPause
 from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
+from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.assemble import edges_of, node_traces
+from gradscape.tracer.record.carry import NO_LINES, SourceCarry, attribution
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -75,8 +77,11 @@ class StepRecorder:
     plain `StepTrace` and lets go of them."""
 
     def __init__(self, run: str, step: int, model: Any, summariser: Summariser,
-                 statics: StructureCache | None = None, warned: set[str] | None = None) -> None:
+                 statics: StructureCache | None = None, warned: set[str] | None = None,
+                 carry: SourceCarry | None = None) -> None:
         self.run, self.step = run, step
+        self.carry = carry  # NOTE [Carried source lines] in tracer/record/carry.py (None: always the mode)
+        self.unwrapped = False  # a backward reached the recorder through the mode only, not the wrappers
         self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
@@ -107,7 +112,8 @@ class StepRecorder:
         """Install the forward's hooks and mode (removed with the step's other handles)."""
         self.handles.add(CallOnRemove(self.forward.stop))
         self.collector.pause()  # NOTE [Garbage collector] in tracer/collector.py; resumed by the step's end
-        self.forward.start()
+        carry = self.carry
+        self.forward.start(moded=carry is None or not carry.ready or not self._native_ok())
 
     def finish(self, error: BaseException | None = None) -> StepTrace:
         """Remove every hook, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
@@ -119,12 +125,17 @@ class StepRecorder:
         self.summ.finalize()
         st = StepTrace(run=self.run, step=self.step)
         if native is not None:
-            st.nodes, st.edges, st.execution = native.assemble(self.forward, self.statics)  # type: ignore[assignment]
+            attributed = attribution(self.carry, native.graph, self.forward, self.unwrapped, self.notes)
+            st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
             self.params.resolve(native)
             tensors = native.tables.tensors  # type: ignore[union-attr]
             self.summ.thumb_cells += int(tensors.thumb_cells().sum())
             self.summ.nonfinite = self.summ.nonfinite or tensors.nonfinite()
         else:
+            if self.carry is not None:  # no key without the native graph: the next step runs with the mode
+                self.carry.reset()
+                if self.passes and not self.forward.with_mode:
+                    self.notes.append(NO_LINES)
             records, execution = self.walk.records, self.hooks.execution
             for pos, (rid, k) in enumerate(execution):
                 records[rid].runs[k].order = pos
@@ -148,6 +159,8 @@ class StepRecorder:
         if error is not None:
             st.error = f"{type(error).__name__}: {error}"
         st.problems = self.problems.finish(st, self.view)  # the problem finder (tracer/debug/problems.py)
+        if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
+            self.carry.reset()  # its reason may name the line of a detach: only the mode sees those
         self._release()
         return st
 
@@ -169,6 +182,7 @@ class StepRecorder:
                             "its tensors are the transform's wrappers, whose memory cannot be read")
             return func(*args, **kwargs)
         roots, retain, create = backward_roots(api, args, kwargs)
+        self.unwrapped = self.unwrapped or not patched_calls.handling()
         self.collector.pause()  # (again: a no-op unless the user switched it on inside the block)
         try:
             bp = self._start_pass(api, roots, retain, create, root_values(api, args, kwargs))

@@ -17,6 +17,7 @@ import torch
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
+from gradscape.tracer.record.carry import SourceCarry
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
@@ -78,6 +79,9 @@ class Tracer:
         self._statics = StructureCache()
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
         self._monitor = Monitor(self, triggers) if monitor else None  # the every-step monitor (tracer/monitor/)
+        # source lines carried between steps of one forward (NOTE [Carried source lines] in tracer/record/carry.py):
+        # only with the monitor, whose wrapped backward calls see a backward without the mode
+        self._carry = SourceCarry() if monitor else None
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
@@ -176,7 +180,7 @@ class _TracedStep:
         self.tracer = tracer
         self.st = StepTrace(run=tracer.run, step=i)
         self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"),
-                                tracer._statics, tracer._warned)
+                                tracer._statics, tracer._warned, tracer._carry)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
 
     def __enter__(self) -> StepTrace:

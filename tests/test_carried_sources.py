@@ -1,0 +1,141 @@
+"""Source lines carried between the steps of a repeated forward (NOTE [Carried source lines] in
+gradscape.tracer.record.carry): which steps run without the tracer's function mode, that they get the very
+lines and modules a step with the mode gets (checked against this file's lines), that their gradients are
+untouched, and the cases that never carry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.autograd import backward as backward_by_name  # taken before any block: the wrappers never see it
+
+import gradscape
+from gradscape.tracer.record.carry import NO_LINES
+
+_mode_stack_len = torch._C._len_torch_function_stack
+
+
+def _line(marker: str) -> str:
+    """`test_carried_sources.py:N` of the line of this file that ends with `# marker`."""
+    lines = Path(__file__).read_text().splitlines()
+    (n,) = [i + 1 for i, text in enumerate(lines) if text.rstrip().endswith(f"# {marker}")]
+    return f"{Path(__file__).name}:{n}"
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, extra: bool = False) -> torch.Tensor:
+        h = torch.tanh(self.fc(x)) * 2  # @fc
+        if extra:
+            h = h + h.sin()  # @extra
+        return self.out(h)  # @out
+
+
+def _want() -> list[tuple[str | None, str, str]]:
+    fc, out, loss = _line("@fc"), _line("@out"), _line("@loss")
+    return sorted([("fc", "AddmmBackward0", fc), ("fc", "TBackward0", fc), ("<root>", "TanhBackward0", fc),
+                   ("<root>", "MulBackward0", fc), ("out", "AddmmBackward0", out), ("out", "TBackward0", out),
+                   (None, "PowBackward0", loss), (None, "MeanBackward0", loss)], key=repr)
+
+
+def _ops(st: gradscape.StepTrace) -> list[tuple[str | None, str, str | None]]:
+    return sorted(((n.module, n.name, n.source) for n in st.nodes if n.kind == "op"), key=repr)
+
+
+def _step(tr: gradscape.Tracer, model: nn.Module, x: torch.Tensor, i: int, extra: bool = False,
+          by_name: bool = False) -> tuple[gradscape.StepTrace, bool]:
+    """One traced step; also whether a function mode was on inside its block."""
+    with tr.step(i) as st:
+        moded = _mode_stack_len() > 0
+        loss = model(x, extra).pow(2).mean()  # @loss
+        if by_name:
+            backward_by_name(loss)
+        else:
+            loss.backward()
+    assert st is not None
+    return st, moded
+
+
+def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradients() -> None:
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(5, 3)
+    want_grads = torch.autograd.grad(model(x).pow(2).mean(), list(model.parameters()))
+    tr = gradscape.Tracer(model)
+    moded = []
+    for i in range(5):
+        st, on = _step(tr, model, x, i)
+        moded.append(on)
+        assert _ops(st) == _want(), i  # the very lines and modules, with the mode or carried
+        assert "notes" not in st.meta, i
+        for (name, p), want in zip(model.named_parameters(), want_grads):
+            assert torch.equal(p.grad, want), (i, name)  # the backward handed over by the wrappers: untouched
+            assert st.params[name].stats["norm"] == pytest.approx(want.norm().item(), rel=1e-6), (i, name)
+            p.grad = None
+    assert moded == [True, True, False, False, False]  # two steps with the mode agreed: then carried
+
+
+def test_a_forward_that_changes_loses_only_its_own_lines_and_the_mode_comes_back() -> None:
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(5, 3)
+    tr = gradscape.Tracer(model)
+    moded, steps = [], []
+    for i, extra in enumerate([False, False, False, True, False, False, False]):
+        st, on = _step(tr, model, x, i, extra)
+        moded.append(on)
+        steps.append(st)
+        model.zero_grad()
+    assert moded == [True, True, False, False, True, True, False]
+    changed = steps[3]  # ran without the mode, and its forward was not the kept one
+    assert changed.meta["notes"] == [NO_LINES]
+    ops = [(n.module, n.name, n.source) for n in changed.nodes if n.kind == "op"]
+    assert {m for m, name, _ in ops if name == "AddmmBackward0"} == {"fc", "out"}  # modules: from the hooks
+    assert [n for n in ops if n[2] is not None] == []
+    assert _ops(steps[4]) == _ops(steps[6]) == _want()
+
+
+@pytest.mark.parametrize("how", ["monitor off", "full tensors", "backward by name"])
+def test_never_carried(how: str) -> None:
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(5, 3)
+    opts = {"monitor off": {"monitor": False}, "full tensors": {"tensors": "full"}}.get(how, {})
+    tr = gradscape.Tracer(model, **opts)  # type: ignore[arg-type]
+    for i in range(4):
+        st, on = _step(tr, model, x, i, by_name=how == "backward by name")
+        assert on, (how, i)
+        assert _ops(st) == _want() and len(st.passes) == 1, (how, i)
+        model.zero_grad()
+
+
+class _Cut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x).detach()  # @detach
+        return self.out(h)
+
+
+def test_a_parameter_without_a_gradient_keeps_the_mode_on_to_name_the_cut() -> None:
+    """The `no_grad` problem names the line of the `.detach()` that cut `fc` off, which only the mode sees:
+    such a forward is never carried."""
+    torch.manual_seed(0)
+    model, x = _Cut(), torch.randn(5, 3)
+    tr = gradscape.Tracer(model)
+    for i in range(4):
+        with tr.step(i) as st:
+            assert _mode_stack_len() > 0, i
+            model(x).sum().backward()
+        assert st is not None
+        cut = {p.param: p for p in st.problems if p.kind == "no_grad"}
+        assert set(cut) == {"fc.weight", "fc.bias"}, i
+        assert _line("@detach") in cut["fc.weight"].message, (i, cut["fc.weight"].message)
+        model.zero_grad()
