@@ -208,3 +208,26 @@ def test_a_failed_build_says_what_the_compiler_said(tmp_path: Any, monkeypatch: 
         native_build.build()
     assert not native_build.target().exists()
     assert [p.name for p in tmp_path.iterdir()] == []  # no half-written file left behind
+
+
+def test_strided_gradients_are_summarised_in_the_hook_from_a_copy() -> None:
+    """An expanded gradient (SumBackward0's, every stride 0) and a permuted one (PermuteBackward0's) are
+    summarised by the kernel in the C++ hook from a contiguous copy, as the Python summariser does, and not
+    through Python: the statistics are torch's, and the step has no Python-made summary."""
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3)
+    x, other = torch.randn(2, 5, 6), torch.randn(3, 2, 5)
+    tr = gradscape.Tracer(model, monitor=False)
+    with tr.step(0) as st:
+        (model(x).permute(2, 0, 1) * other).sum().backward()
+    assert st.meta.get("recorder") == "native", st.meta
+    assert st.nodes.tables.tensors.py == []  # type: ignore[attr-defined]
+    by_name = {n.name: n for n in st.nodes}
+    ones = by_name["SumBackward0"].grad_inputs[0]  # torch.ones(()).expand(3, 2, 5)
+    assert ones.shape == (3, 2, 5) and (ones.stats["min"], ones.stats["max"], ones.stats["mean"]) == (1.0, 1.0, 1.0)
+    assert ones.stats["norm"] == pytest.approx(30 ** 0.5, rel=1e-6)
+    permuted = by_name["PermuteBackward0"].grad_inputs[0]
+    want = other.permute(1, 2, 0)
+    assert permuted.shape == (2, 5, 3)
+    assert (permuted.stats["min"], permuted.stats["max"]) == (want.min().item(), want.max().item())
+    assert permuted.stats["norm"] == pytest.approx(want.norm().item(), rel=1e-6)

@@ -101,22 +101,27 @@ int32_t Recorder::python_summary(const at::Tensor& t) {
 
 int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
   if (!t.defined()) return -1;
-  if (t.layout() != c10::kStrided || !t.device().is_cpu() || t.is_nested() || t.is_conj() ||
+  if (t.unsafeGetTensorImpl()->is_python_dispatch() || t.layout() != c10::kStrided || !t.device().is_cpu() ||
+      t.is_nested() || t.is_conj() ||
       t.is_neg() || dtype_code(t.scalar_type()) < 0 || t.numel() == 0) {
     return python_summary(t);
   }
   bool transposed = false;
+  at::Tensor copy;  // another strided view (an expanded gradient, a permutation): summarised from a
+  // contiguous copy, as the Python summariser does, rather than through Python
   if (!t.is_contiguous()) {
     if (t.dim() == 2 && t.stride(0) == 1 && t.stride(1) == t.size(0)) {
       transposed = true;
     } else {
-      return python_summary(t);
+      copy = t.contiguous();
     }
   }
-  const Plan* plan = plan_for(t, transposed);
+  const at::Tensor& src = copy.defined() ? copy : t;
+  const Plan* plan = plan_for(src, transposed);
   if (plan == nullptr) return python_summary(t);
-  const void* ptr = t.const_data_ptr();
-  if (stats_of >= 0 && summ_ptr[stats_of] == ptr) {
+  const void* data = src.const_data_ptr();
+  const void* ptr = copy.defined() ? nullptr : data;  // a copy's memory is no gradient's: never shared
+  if (stats_of >= 0 && ptr != nullptr && summ_ptr[stats_of] == ptr) {
     // NOTE [Views share a buffer] in tracer/summary/summariser.py: the very same kernel call on the very
     // same memory (a plan and its transposed twin share their geometry) gives the very same buffer
     const Plan* q = summ_plan[stats_of];
@@ -133,7 +138,7 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
   int64_t off;
   double* out = reserve(plan->words, &chunk, &off);
   if (out == nullptr) return python_summary(t);
-  if (plan->fn(ptr, plan->geom, out) != 0) {
+  if (plan->fn(data, plan->geom, out) != 0) {
     chunk_used -= plan->words;  // a float32 partial sum overflowed: torch recomputes in float64
     return python_summary(t);
   }
