@@ -1,4 +1,4 @@
-"""Source lines carried between the steps of a repeated forward (NOTE [Carried source lines] in
+"""Source lines carried between the steps of a repeated forward (NOTE [Carried forwards] in
 gradscape.tracer.record.carry): which steps run without the tracer's function mode, that they get the very
 lines and modules a step with the mode gets (checked against this file's lines), that their gradients are
 untouched, and the cases that never carry."""
@@ -13,7 +13,7 @@ import torch.nn as nn
 from torch.autograd import backward as backward_by_name  # taken before any block: the wrappers never see it
 
 import gradscape
-from gradscape.tracer.record.carry import NO_LINES
+from gradscape.tracer.record.carry import NOT_CARRIED
 
 _mode_stack_len = torch._C._len_torch_function_stack
 
@@ -25,23 +25,31 @@ def _line(marker: str) -> str:
     return f"{Path(__file__).name}:{n}"
 
 
+class _Swish(nn.Module):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h * torch.sigmoid(h)  # @swish (its input goes to two ops: its grad_input is their sum)
+
+
 class _Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(3, 4)
+        self.act = _Swish()
         self.out = nn.Linear(4, 2)
 
     def forward(self, x: torch.Tensor, extra: bool = False) -> torch.Tensor:
         h = torch.tanh(self.fc(x)) * 2  # @fc
         if extra:
             h = h + h.sin()  # @extra
-        return self.out(h)  # @out
+        return self.out(self.act(h))  # @out
 
 
 def _want() -> list[tuple[str | None, str, str]]:
-    fc, out, loss = _line("@fc"), _line("@out"), _line("@loss")
+    fc, out, loss, swish = _line("@fc"), _line("@out"), _line("@loss"), _line("@swish (its input goes to two "
+                                                                            "ops: its grad_input is their sum)")
     return sorted([("fc", "AddmmBackward0", fc), ("fc", "TBackward0", fc), ("<root>", "TanhBackward0", fc),
-                   ("<root>", "MulBackward0", fc), ("out", "AddmmBackward0", out), ("out", "TBackward0", out),
+                   ("<root>", "MulBackward0", fc), ("act", "SigmoidBackward0", swish), ("act", "MulBackward0", swish),
+                   ("out", "AddmmBackward0", out), ("out", "TBackward0", out),
                    (None, "PowBackward0", loss), (None, "MeanBackward0", loss)], key=repr)
 
 
@@ -66,7 +74,12 @@ def _step(tr: gradscape.Tracer, model: nn.Module, x: torch.Tensor, i: int, extra
 def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradients() -> None:
     torch.manual_seed(0)
     model, x = _Net(), torch.randn(5, 3)
+    seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module → (grad_input[0], grad_output[0]), torch's
+    hooks = [getattr(model, m).register_full_backward_hook(
+        lambda mod, gi, go, m=m: seen.__setitem__(m, (gi[0], go[0]))) for m in ("act", "out")]
     want_grads = torch.autograd.grad(model(x).pow(2).mean(), list(model.parameters()))
+    for h in hooks:
+        h.remove()
     tr = gradscape.Tracer(model)
     moded = []
     for i in range(5):
@@ -74,6 +87,10 @@ def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradie
         moded.append(on)
         assert _ops(st) == _want(), i  # the very lines and modules, with the mode or carried
         assert "notes" not in st.meta, i
+        for m, (gi, go) in seen.items():  # module calls, carried too: torch's full backward hook's gradients
+            (call,) = st.modules[m].calls
+            assert call.grad_input[0].stats["norm"] == pytest.approx(gi.norm().item(), rel=1e-6), (i, m)
+            assert call.grad_output[0].stats["norm"] == pytest.approx(go.norm().item(), rel=1e-6), (i, m)
         for (name, p), want in zip(model.named_parameters(), want_grads):
             assert torch.equal(p.grad, want), (i, name)  # the backward handed over by the wrappers: untouched
             assert st.params[name].stats["norm"] == pytest.approx(want.norm().item(), rel=1e-6), (i, name)
@@ -81,7 +98,7 @@ def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradie
     assert moded == [True, True, False, False, False]  # two steps with the mode agreed: then carried
 
 
-def test_a_forward_that_changes_loses_only_its_own_lines_and_the_mode_comes_back() -> None:
+def test_a_forward_that_changes_loses_only_its_own_attribution_and_the_mode_comes_back() -> None:
     torch.manual_seed(0)
     model, x = _Net(), torch.randn(5, 3)
     tr = gradscape.Tracer(model)
@@ -92,11 +109,11 @@ def test_a_forward_that_changes_loses_only_its_own_lines_and_the_mode_comes_back
         steps.append(st)
         model.zero_grad()
     assert moded == [True, True, False, False, True, True, False]
-    changed = steps[3]  # ran without the mode, and its forward was not the kept one
-    assert changed.meta["notes"] == [NO_LINES]
-    ops = [(n.module, n.name, n.source) for n in changed.nodes if n.kind == "op"]
-    assert {m for m, name, _ in ops if name == "AddmmBackward0"} == {"fc", "out"}  # modules: from the hooks
-    assert [n for n in ops if n[2] is not None] == []
+    changed = steps[3]  # ran without the hooks and the mode, and its forward was not the kept one
+    assert changed.meta["notes"] == [NOT_CARRIED]
+    assert [n for n in changed.nodes if n.source is not None or n.module is not None] == []
+    assert all(not m.calls for m in changed.modules.values())
+    assert changed.params.keys() == {n for n, _ in model.named_parameters()}  # its gradients are all there
     assert _ops(steps[4]) == _ops(steps[6]) == _want()
 
 

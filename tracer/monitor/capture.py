@@ -110,9 +110,9 @@ class StepCapture:
         except Exception as exc:  # the monitor never breaks a backward
             log.warning("gradscape: the monitor could not read a backward's roots: %s", exc)
         # the recorder is handed the backward here when no mode of its own sees it: a trace a loss started in
-        # this backward, or a step run without the mode (NOTE [Carried source lines] in tracer/record/carry.py)
+        # this backward, or a step run without the mode (NOTE [Carried forwards] in tracer/record/carry.py)
         traced = self.traced
-        rec = traced.rec if traced is not None and (self.by_trigger or not traced.rec.forward.with_mode) else None
+        rec = traced.rec if traced is not None and (self.by_trigger or traced.rec.forward.carried) else None
         out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
         if api != "autograd.grad":
             with _compat.DisableTorchFunction():

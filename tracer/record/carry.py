@@ -1,35 +1,41 @@
-"""Source lines carried from one step to the next when the forward repeats itself.
+"""A repeated forward's attribution, carried from one traced step to the next.
 
-NOTE [Carried source lines]
-    The tracer's torch-function mode (NOTE [Source lines] in tracer/record/forward.py) finds the user's
-    line of every op outside a library leaf, and the module of a direct forward call. It costs a Python
-    call per torch call of the forward: about 5 µs each in the actor-critic program of bench/ (W7), whose
-    forward makes ~500 torch calls, half of what tracing its step cost. A training loop makes the same
-    forward every step, so the lines are work done once per forward shape.
+NOTE [Carried forwards]
+    What a traced step learns in its forward is its attribution: the module of every node and its module
+    calls, from the global module hooks (NOTE [Attribution by sequence window] in forward.py), and the
+    user's line of every op, from the torch-function mode (NOTE [Source lines]). The mode costs a Python
+    call per torch call of the forward (about 5 µs each in the actor-critic program of bench/, W7, whose
+    forward makes ~500 torch calls: half of what tracing its step cost), and every module hook sends
+    every module call through torch's slow path. A training loop makes the same forward every step, so
+    this is work done once per forward shape.
 
-    A step's forward is known by its `forward_key`: every walked node's name, kind, edges and creation
-    number counted from the step's start, the parameters and leaves, and the module calls' sequence
-    windows counted the same way (the module hooks record those with or without the mode). Two forwards
-    with one key made the same nodes, in the same order, inside the same module calls.
+    A step's forward is known by its `forward_key`: every walked node's name, kind and edges, its creation
+    number counted from the step's start, the parameters and leaves. Two forwards with one key made the
+    same nodes, in the same order, from the same parameters.
 
-    `SourceCarry` (one per Tracer with the monitor on) keeps the last key recorded with the mode, with
-    the sources and modules it gave every node. Once two steps recorded with the mode in a row had the
-    same key (`ready`), the Tracer's next steps run without the mode (the monitor's wrapped backward calls
-    hand the backward to the recorder: NOTE [Patched backward] in tracer/record/patched_calls.py), and a
-    natively recorded step whose key is the kept one takes its sources and modules from it: the same
-    lists the mode would have given. A step whose key differs keeps what the module hooks give (modules,
-    not lines outside library leaves), says so in `st.meta["notes"]`, and the next step runs with the mode
-    again. Never carried: a step the Python recorder records (full tensors, an armed breakpoint); after
-    a step whose backward reached the recorder only through the mode (a backward function taken by name
-    before the block opened, which the wrappers cannot see); and a forward with a compiled region (dynamo
-    keeps a graph per function-mode stack: without the mode a traced step would run the graph compiled
-    for untraced steps, which may differ, in donated buffers for one).
+    `ForwardCarry` (one per Tracer with the monitor on) keeps the last forward recorded with the hooks
+    and the mode: its key, every node's source line and module, and its module calls by node ids
+    (`CallPlan`, tracer/record/module_sums.py). Once two such steps in a row had the same key (`ready`),
+    the Tracer's next steps run without the hooks and the mode (the monitor's wrapped backward calls hand
+    the backward to the recorder: NOTE [Patched backward] in tracer/record/patched_calls.py). When the
+    backward starts, a carried step whose key is the kept one takes the kept module calls (its module sums
+    are planned from them), and at its end the kept lines and modules: what the hooks and the mode would
+    have given, had the same code made the same nodes. A carried step whose key differs has no lines,
+    modules or module calls, says so in `st.meta["notes"]`, and the next step runs with the hooks and the
+    mode again; so does a second backward in a carried step (its nodes get none).
 
-    What the mode also gave and a carried step lacks: the problem finder's record of `.detach()` and
-    `torch.no_grad()` calls, which it reads only to say why a parameter got no gradient (a `no_grad`
-    problem). A step with such a problem resets the carry: while a parameter goes without a gradient
-    every step runs with the mode, and a carried step that finds one (with the generic reason) is followed
-    by steps with the mode, which say which line cut the graph.
+    Never carried: a step the Python recorder records (full tensors, an armed breakpoint); FSDP2 (its
+    module hook names the unsharded parameters); after a step with more than one backward, one whose
+    backward reached the recorder only through the mode (a backward function taken by name before the
+    block opened, which the wrappers cannot see), or one with a compiled region (dynamo keeps a graph per
+    function-mode stack: without the mode a traced step would run the graph compiled for untraced steps,
+    which may differ, in donated buffers for one). A step whose problems include a parameter without a
+    gradient resets the carry too: the reason names the line of the `.detach()` or `torch.no_grad()` that
+    cut it, which only the mode sees, so while that lasts every step runs with the mode.
+
+    What carrying cannot tell apart: two code paths that make the very same nodes from different lines or
+    module calls (a branch whose two arms are the same ops; `self.fc(x)` in one step, `F.linear(x,
+    self.fc.weight, self.fc.bias)` in the next). A carried step shows the kept step's lines and modules.
 """
 
 from __future__ import annotations
@@ -41,73 +47,79 @@ import numpy as np
 
 from gradscape.tracer.record.native import KINDS
 
-__all__ = ["NO_LINES", "SourceCarry", "attribution", "forward_key"]
+__all__ = ["NOT_CARRIED", "SECOND_PASS", "ForwardCarry", "attribution", "forward_key"]
 
 _ACC_SEQ = (1 << 64) - 1  # an AccumulateGrad node's creation number
 _COMPILED = KINDS.index("compiled")
 
+NOT_CARRIED = ("this step ran without the forward's hooks and function mode, to take its source lines, modules and "
+               "module calls from the steps before it (NOTE [Carried forwards]), but its graph differed from "
+               "theirs: its nodes have none of them; the next step records them")
 
-def forward_key(g: Any, seq0: int, calls: list[Any]) -> tuple[Any, ...]:
-    """The key of a step's forward (see the NOTE): `g`, the native recorder's graph; `seq0`, the creation
-    counter when the step began; `calls`, the forward's `ModuleCallRecord`s."""
+
+SECOND_PASS = ("a second backward in a step that ran without the forward's hooks and function mode (NOTE [Carried "
+               "forwards]): the nodes it added have no source line, module or module call; the next step records "
+               "them")
+
+
+def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
+    """The key of a step's forward (see the NOTE): `g`, the native recorder's graph as walked so far;
+    `seq0`, the creation counter when the step began."""
     seq = g.seq.astype(np.int64)  # AccumulateGrad's all-ones wraps to -1 and stays itself
     rel = np.where(g.seq == np.uint64(_ACC_SEQ), np.int64(-1), seq - np.int64(seq0))
     h = hashlib.blake2b(digest_size=16)
     for a in (g.name, g.kind, g.child_off, g.child_id, g.child_nr, rel):
         h.update(np.ascontiguousarray(a).tobytes())
-    windows = tuple((c.name, c.lo - seq0, c.hi - seq0) for c in calls)
-    return h.digest(), windows, tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items()))
+    return h.digest(), tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items()))
 
 
-class SourceCarry:
-    """The last forward recorded with the mode, and whether the next step may run without it."""
+class ForwardCarry:
+    """The last forward recorded with the hooks and the mode, and whether the next step may go without."""
 
-    __slots__ = ("key", "sources", "modules", "ready")
+    __slots__ = ("key", "sources", "modules", "plans", "ready")
 
     def __init__(self) -> None:
         self.key: tuple[Any, ...] | None = None
         self.sources: list[str | None] = []
         self.modules: list[str | None] = []
-        self.ready = False  # two steps in a row recorded with the mode had the same key
+        self.plans: list[Any] = []
+        self.ready = False
 
-    def recorded(self, key: tuple[Any, ...], sources: list[str | None], modules: list[str | None]) -> None:
-        """A step recorded with the mode: its key, sources and modules."""
+    def recorded(self, key: tuple[Any, ...], sources: list[str | None], modules: list[str | None],
+                 plans: list[Any]) -> None:
+        """A step recorded with the hooks and the mode: its key, lines, modules and module calls."""
         self.ready = key == self.key
-        self.key, self.sources, self.modules = key, sources, modules
+        self.key, self.sources, self.modules, self.plans = key, sources, modules, plans
 
-    def carried(self, key: tuple[Any, ...]) -> tuple[list[str | None], list[str | None]] | None:
-        """A step recorded without the mode: the kept sources and modules when its key is the kept one;
-        else None, and the next step runs with the mode."""
+    def carried(self, key: tuple[Any, ...]) -> list[Any] | None:
+        """A carried step's key, as its backward starts: the kept module calls when it is the kept key;
+        else None, and the next step runs with the hooks and the mode."""
         if self.ready and key == self.key:
-            return self.sources, self.modules
+            return self.plans
         self.reset()
         return None
 
     def reset(self) -> None:
-        """The next step runs with the mode, and two such steps must agree before the carry resumes."""
-        self.key, self.sources, self.modules, self.ready = None, [], [], False
+        """The next step runs with the hooks and the mode, and two such steps must agree again."""
+        self.key, self.sources, self.modules, self.plans, self.ready = None, [], [], [], False
 
 
-NO_LINES = ("this step's forward differed from the steps before it, which it was to take its source lines from "
-            "(NOTE [Carried source lines]): its ops outside library modules have no source line; the next step "
-            "records them")
-
-
-def attribution(carry: SourceCarry | None, g: Any, forward: Any, unwrapped: bool,
-                notes: list[str]) -> tuple[list[str | None], list[str | None]]:
-    """Every node's module and source line for a natively recorded step: from its own forward (`forward`,
-    the `ForwardRecorder`), or carried (see the NOTE). `unwrapped`: a backward of the step reached the
-    recorder only through the mode. A step that could not be carried adds `NO_LINES` to `notes`."""
-    key = None if carry is None else forward_key(g, forward.seq0, forward.calls)
-    if carry is not None and key is not None and not forward.with_mode:
-        got = carry.carried(key)
-        if got is not None:
-            return got[1], got[0]
-        notes.append(NO_LINES)
+def attribution(carry: ForwardCarry | None, g: Any, forward: Any, matched: bool,
+                plans: list[Any] | None) -> tuple[list[str | None], list[str | None]]:
+    """Every node's module and source line for a natively recorded step (`g`, its graph): its forward's
+    own (`forward`, the `ForwardRecorder`), or, for a carried step whose key `matched` the kept one, the
+    kept ones (nodes past the kept step's, from a second backward, get None). A recorded step's are kept
+    in `carry` with its module calls `plans`; None: not to be kept (see the NOTE for when)."""
+    n = g.size
+    if forward.carried:
+        if not matched or carry is None:
+            return [None] * n, [None] * n
+        pad: list[str | None] = [None] * max(0, n - len(carry.modules))
+        return (carry.modules + pad)[:n], (carry.sources + pad)[:n]
     mods, sources = forward.modules_of(g.seq.tolist()), forward.sources_of(g.seq)
-    if carry is not None and key is not None and forward.with_mode:
-        if unwrapped or bool((g.kind == _COMPILED).any()):
-            carry.reset()
+    if carry is not None and forward.recorded:
+        if plans is not None and not bool((g.kind == _COMPILED).any()):
+            carry.recorded(forward_key(g, forward.seq0), sources, mods, plans)
         else:
-            carry.recorded(key, sources, mods)
+            carry.reset()
     return mods, sources

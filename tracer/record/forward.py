@@ -120,7 +120,8 @@ class ForwardRecorder:
     _src_mod: list[str | None] = field(default_factory=list)  # the module whose forward ran the op, when seen
     _mode: Any = None
     seq0: int = 0  # the creation counter when the step began
-    with_mode: bool = True  # the step started with the mode (`start`)
+    recorded: bool = False  # `start` ran with the hooks and the mode: this forward's attribution is its own
+    carried: bool = False  # `start` ran without them (NOTE [Carried forwards] in tracer/record/carry.py)
     _paused: bool = False  # the mode is off the stack (NOTE [Optimizer steps], NOTE [Library leaves])
     _leaf: Any = None  # the library leaf module whose call took the mode off the stack
     _leaf_lo: int = 0  # the sequence number when that call started
@@ -133,13 +134,14 @@ class ForwardRecorder:
     def __post_init__(self) -> None:
         self._frames = ForwardFrames(self.module_names)
 
-    def start(self, moded: bool = True) -> None:
-        """The module hooks, and the mode unless `moded` is False (NOTE [Carried source lines] in
-        tracer/record/carry.py: then the lines come from an earlier step)."""
-        global_hooks.add(self)
-        self.seq0, self.with_mode = _seqnr(), moded
-        if not moded:
+    def start(self, carried: bool = False) -> None:
+        """The module hooks and the mode; none of them for a `carried` step, whose forward's attribution
+        comes from an earlier step (NOTE [Carried forwards] in tracer/record/carry.py)."""
+        self.seq0 = _seqnr()
+        self.recorded, self.carried = not carried, carried
+        if carried:
             return
+        global_hooks.add(self)
         self._mode = _StepMode(self)
         self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)

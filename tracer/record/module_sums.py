@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,33 +18,50 @@ from gradscape.tracer.summary.stats import grad_off
 from gradscape.tracer.summary.summariser import Summariser
 
 
+@dataclass(slots=True)
+class CallPlan:
+    """One module call, by node ids (no torch object: a carried step reuses it, NOTE [Carried forwards] in
+    tracer/record/carry.py): its name, each input's gradient edge (node id, input nr) and the (node, slot)
+    pairs inside the call that send to it, and each output's edge."""
+
+    name: str
+    inputs: list[tuple[int, int] | None]
+    senders: list[list[tuple[int, int]]]
+    outputs: list[tuple[int, int] | None]
+
+
 class ModuleSums:
-    """The module calls of one step (`calls`, in forward-start order) and, for each module input that
+    """The module calls of one step (`plans`, in forward-start order) and, for each module input that
     several ops inside the call used, the running sum of what they sent to it (`plan`, `add`)."""
 
     def __init__(self, graph: Any, forward: ForwardRecorder) -> None:
         self.graph, self.forward = graph, forward  # a GraphWalk, or the native recorder's NativeGraph
-        self.calls: list[ModuleCallRecord] = []
+        self.plans: list[CallPlan] | None = None  # by `plan` (each backward's start) or `use`
         self.sums: dict[tuple[int, int], torch.Tensor] = {}  # (call, input) → the sum so far, on the device
-        self.senders: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (call, input) → `_senders`, by `plan`
 
-    def _senders(self, call: ModuleCallRecord, edge: tuple[Any, int]) -> list[tuple[int, int]]:
-        """The (node, slot) pairs inside this module call that send a gradient to `edge`."""
+    def _edge(self, edge: tuple[Any, int] | None) -> tuple[int, int] | None:
+        nid = None if edge is None else self.graph.id_of(edge[0])
+        return None if nid is None or edge is None else (nid, edge[1])
+
+    def _plan_of(self, call: ModuleCallRecord) -> CallPlan:
         g = self.graph
-        target = g.id_of(edge[0])
-        if target is None:
-            return []
-        return [(rid, j) for rid, j in g.senders_of(target, edge[1]) if call.lo <= g.seq_of(rid) < call.hi]
+        inputs = [self._edge(e) for e in call.inputs]
+        senders = [[] if e is None else [(rid, j) for rid, j in g.senders_of(e[0], e[1])
+                                         if call.lo <= g.seq_of(rid) < call.hi] for e in inputs]
+        return CallPlan(call.name, inputs, senders, [self._edge(e) for e in call.outputs])
 
     def plan(self) -> None:
-        """A module input used by several ops inside the module: its grad_input (through this module)
-        is the sum of those slots. Mark them, so the post-hooks add them up on the device."""
-        self.calls = sorted(self.forward.calls, key=lambda c: c.lo)
-        for ci, call in enumerate(self.calls):
-            for k, edge in enumerate(call.inputs):
-                if edge is None:
-                    continue
-                prods = self.senders[(ci, k)] = self._senders(call, edge)
+        """The module calls by node ids, as far as the graph is walked. A module input used by several ops
+        inside the module: its grad_input (through this module) is the sum of those slots. Mark them, so
+        the hooks add them up on the device."""
+        self.use([self._plan_of(c) for c in sorted(self.forward.calls, key=lambda c: c.lo)])
+
+    def use(self, plans: list[CallPlan]) -> None:
+        """Take `plans` as this step's module calls (a carried step takes the kept step's) and mark the slots
+        to add up."""
+        self.plans = plans
+        for ci, p in enumerate(plans):
+            for k, prods in enumerate(p.senders):
                 if len(prods) > 1:
                     for rid, j in prods:
                         self.graph.set_sum(rid, j, (ci, k))
@@ -64,39 +82,25 @@ class ModuleSums:
         for qual, typ in model.module_types.items():
             mods[qual] = ModuleTrace(qual, typ, [], params.get(qual, []))
         # forward post-hooks run innermost first; present calls in forward-start order
-        calls = self.calls or sorted(self.forward.calls, key=lambda c: c.lo)
-        for ci, call in enumerate(calls):
-            mc = self._call_trace(st, ci, call, sums)
-            if call.name in mods:
-                mods[call.name].calls.append(mc)
+        plans = self.plans if self.plans is not None else \
+            [self._plan_of(c) for c in sorted(self.forward.calls, key=lambda c: c.lo)]
+        nodes = st.nodes
+        for ci, p in enumerate(plans):
+            gi: list[TensorTrace | None] = []
+            for k, (edge, prods) in enumerate(zip(p.inputs, p.senders)):
+                if edge is None:
+                    gi.append(None)
+                elif len(prods) == 1:
+                    gi.append(grad_of(nodes, prods[0][0], True, prods[0][1]))
+                else:
+                    gi.append(sums.get((ci, k)))
+            go = [None if e is None else grad_of(nodes, e[0], False, e[1]) for e in p.outputs]
+            out_nodes = [None if e is None else e[0] for e in p.outputs]
+            if p.name in mods:
+                mods[p.name].calls.append(ModuleCall(gi, go, [None if e is None else e[0] for e in p.inputs],
+                                                     out_nodes, out_nodes[0] if out_nodes else None))
         return mods
-
-    def _call_trace(self, st: StepTrace, ci: int, call: ModuleCallRecord,
-                    sums: dict[tuple[int, int], TensorTrace]) -> ModuleCall:
-        id_of = self.graph.id_of
-        gi: list[TensorTrace | None] = []
-        in_nodes: list[int | None] = []
-        for k, edge in enumerate(call.inputs):
-            if edge is None:
-                gi.append(None)
-                in_nodes.append(None)
-                continue
-            in_nodes.append(id_of(edge[0]))
-            prods = self.senders[(ci, k)] if self.calls else self._senders(call, edge)  # planned, or not
-            if len(prods) == 1:
-                pid, j = prods[0]
-                gi.append(grad_of(st.nodes, pid, True, j))
-            else:
-                gi.append(sums.get((ci, k)))
-        go: list[TensorTrace | None] = []
-        out_nodes: list[int | None] = []
-        for edge in call.outputs:
-            nid = None if edge is None else id_of(edge[0])
-            out_nodes.append(nid)
-            go.append(None if nid is None or edge is None else grad_of(st.nodes, nid, False, edge[1]))
-        return ModuleCall(gi, go, in_nodes, out_nodes, out_nodes[0] if out_nodes else None)
 
     def release(self) -> None:
         self.sums = {}
-        self.senders = {}
-        self.calls = []
+        self.plans = None

@@ -49,7 +49,7 @@ _handling = threading.local()  # a call of this thread is being handled (nested 
 
 def handling() -> bool:
     """A wrapped backward call of this thread is being handled now (the recorder asks, to know that the
-    wrappers see this step's backward calls: NOTE [Carried source lines] in tracer/record/carry.py)."""
+    wrappers see this step's backward calls: NOTE [Carried forwards] in tracer/record/carry.py)."""
     return bool(getattr(_handling, "on", False))
 
 

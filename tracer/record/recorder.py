@@ -42,7 +42,7 @@ from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.assemble import edges_of, node_traces
-from gradscape.tracer.record.carry import NO_LINES, SourceCarry, attribution
+from gradscape.tracer.record.carry import NOT_CARRIED, SECOND_PASS, ForwardCarry, attribution, forward_key
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -78,10 +78,11 @@ class StepRecorder:
 
     def __init__(self, run: str, step: int, model: Any, summariser: Summariser,
                  statics: StructureCache | None = None, warned: set[str] | None = None,
-                 carry: SourceCarry | None = None) -> None:
+                 carry: ForwardCarry | None = None) -> None:
         self.run, self.step = run, step
-        self.carry = carry  # NOTE [Carried source lines] in tracer/record/carry.py (None: always the mode)
+        self.carry = carry  # NOTE [Carried forwards] in tracer/record/carry.py (None: never carried)
         self.unwrapped = False  # a backward reached the recorder through the mode only, not the wrappers
+        self.matched = False  # carried, and its graph's key was the kept one when its backward started
         self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
@@ -113,7 +114,8 @@ class StepRecorder:
         self.handles.add(CallOnRemove(self.forward.stop))
         self.collector.pause()  # NOTE [Garbage collector] in tracer/collector.py; resumed by the step's end
         carry = self.carry
-        self.forward.start(moded=carry is None or not carry.ready or not self._native_ok())
+        self.forward.start(carried=carry is not None and carry.ready and self._native_ok()
+                           and self.params.dtensor is None)
 
     def finish(self, error: BaseException | None = None) -> StepTrace:
         """Remove every hook, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
@@ -125,7 +127,8 @@ class StepRecorder:
         self.summ.finalize()
         st = StepTrace(run=self.run, step=self.step)
         if native is not None:
-            attributed = attribution(self.carry, native.graph, self.forward, self.unwrapped, self.notes)
+            keep = None if self.unwrapped or len(self.passes) != 1 else self.module_sums.plans
+            attributed = attribution(self.carry, native.graph, self.forward, self.matched, keep)
             st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
             self.params.resolve(native)
             tensors = native.tables.tensors  # type: ignore[union-attr]
@@ -134,8 +137,8 @@ class StepRecorder:
         else:
             if self.carry is not None:  # no key without the native graph: the next step runs with the mode
                 self.carry.reset()
-                if self.passes and not self.forward.with_mode:
-                    self.notes.append(NO_LINES)
+                if self.passes and self.forward.carried:
+                    self._note(NOT_CARRIED)
             records, execution = self.walk.records, self.hooks.execution
             for pos, (rid, k) in enumerate(execution):
                 records[rid].runs[k].order = pos
@@ -236,10 +239,32 @@ class StepRecorder:
         bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
                           retain_graph=bool(retain), create_graph=bool(create), start=start)
         self.passes.append(bp)
-        self.module_sums.plan()
+        if self.forward.carried:
+            self._carried_calls(index, native)
+        else:
+            self.module_sums.plan()
         self.hooks.watch_hidden_params(graph, self.model, self.handles)
         self.problems.at_backward(records, root_ids, values, index)  # problem finder
         return bp
+
+    def _carried_calls(self, index: int, native: NativeStep | None) -> None:
+        """A carried step's module calls, as a backward starts: the kept step's when the graph's key is the kept
+        one (NOTE [Carried forwards] in tracer/record/carry.py); a second backward's new nodes get none."""
+        carry = self.carry
+        assert carry is not None
+        plans = carry.carried(forward_key(native.graph, self.forward.seq0)) if index == 0 and native else None
+        if index > 0:
+            carry.reset()
+            self._note(SECOND_PASS)
+        elif plans is None:
+            self._note(NOT_CARRIED)
+        else:
+            self.matched = True
+            self.module_sums.use(plans)
+
+    def _note(self, why: str) -> None:
+        if why not in self.notes:
+            self.notes.append(why)
 
     def _native_ok(self) -> bool:
         """The native recorder records this step (NOTE [Native recorder] in native.py)."""

@@ -17,7 +17,7 @@ import torch
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
-from gradscape.tracer.record.carry import SourceCarry
+from gradscape.tracer.record.carry import ForwardCarry
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
@@ -79,9 +79,9 @@ class Tracer:
         self._statics = StructureCache()
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
         self._monitor = Monitor(self, triggers) if monitor else None  # the every-step monitor (tracer/monitor/)
-        # source lines carried between steps of one forward (NOTE [Carried source lines] in tracer/record/carry.py):
+        # a repeated forward's attribution, carried between steps (NOTE [Carried forwards] in tracer/record/carry.py):
         # only with the monitor, whose wrapped backward calls see a backward without the mode
-        self._carry = SourceCarry() if monitor else None
+        self._carry = ForwardCarry() if monitor else None
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
