@@ -156,3 +156,35 @@ def test_a_parameter_without_a_gradient_keeps_the_mode_on_to_name_the_cut() -> N
         assert set(cut) == {"fc.weight", "fc.bias"}, i
         assert _line("@detach") in cut["fc.weight"].message, (i, cut["fc.weight"].message)
         model.zero_grad()
+
+
+def test_a_second_backward_in_a_carried_step_keeps_the_first_ones_attribution() -> None:
+    """Steps 0-2 make one backward each (2 is carried); step 3, carried too, makes a second backward from a
+    new loss: the first graph's nodes keep the kept lines and modules, the nodes the second one added have
+    none, the step says so, and the next step runs with the hooks and the mode."""
+    from gradscape.tracer.record.carry import SECOND_PASS
+
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(5, 3)
+    tr = gradscape.Tracer(model)
+    moded, size = [], 0
+    for i in range(5):
+        with tr.step(i) as st:
+            moded.append(_mode_stack_len() > 0)
+            loss = model(x).pow(2).mean()  # @loss2
+            loss.backward(retain_graph=i == 3)
+            if i == 3:
+                (model.out.weight.sum() * 3).backward()
+        assert st is not None
+        model.zero_grad()
+        if i == 2:
+            size = len(st.nodes)  # a one-backward step's graph, walked first in step 3 too
+        if i == 3:
+            assert st.meta["notes"] == [SECOND_PASS] and len(st.passes) == 2
+            want = sorted([(m, name, _line("@loss2") if src == _line("@loss") else src) for m, name, src in _want()],
+                          key=repr)
+            first = [n for n in st.nodes if n.id < size]
+            assert sorted(((n.module, n.name, n.source) for n in first if n.kind == "op"), key=repr) == want
+            added = [n for n in st.nodes if n.name in ("SumBackward0",) and n.kind == "op"]
+            assert added and all(n.source is None and n.module is None for n in added)
+    assert moded == [True, True, False, False, True]

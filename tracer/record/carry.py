@@ -104,18 +104,19 @@ class ForwardCarry:
         self.key, self.sources, self.modules, self.plans, self.ready = None, [], [], [], False
 
 
-def attribution(carry: ForwardCarry | None, g: Any, forward: Any, matched: bool,
+def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[list[Any], list[Any]] | None,
                 plans: list[Any] | None) -> tuple[list[str | None], list[str | None]]:
     """Every node's module and source line for a natively recorded step (`g`, its graph): its forward's
-    own (`forward`, the `ForwardRecorder`), or, for a carried step whose key `matched` the kept one, the
-    kept ones (nodes past the kept step's, from a second backward, get None). A recorded step's are kept
-    in `carry` with its module calls `plans`; None: not to be kept (see the NOTE for when)."""
+    own (`forward`, the `ForwardRecorder`), or, for a carried step whose key matched the kept one, the
+    kept (modules, sources) `kept` (nodes past the kept step's, from a second backward, get None). A
+    recorded step's are kept in `carry` with its module calls `plans`; None: not to be kept (see the NOTE
+    for when)."""
     n = g.size
     if forward.carried:
-        if not matched or carry is None:
+        if kept is None:
             return [None] * n, [None] * n
-        pad: list[str | None] = [None] * max(0, n - len(carry.modules))
-        return (carry.modules + pad)[:n], (carry.sources + pad)[:n]
+        pad: list[str | None] = [None] * max(0, n - len(kept[0]))
+        return (kept[0] + pad)[:n], (kept[1] + pad)[:n]
     mods, sources = forward.modules_of(g.seq.tolist()), forward.sources_of(g.seq)
     if carry is not None and forward.recorded:
         if plans is not None and not bool((g.kind == _COMPILED).any()):

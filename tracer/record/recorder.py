@@ -82,7 +82,7 @@ class StepRecorder:
         self.run, self.step = run, step
         self.carry = carry  # NOTE [Carried forwards] in tracer/record/carry.py (None: never carried)
         self.unwrapped = False  # a backward reached the recorder through the mode only, not the wrappers
-        self.matched = False  # carried, and its graph's key was the kept one when its backward started
+        self.kept: tuple[list[Any], list[Any]] | None = None  # carried and matched: the kept modules, sources
         self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
@@ -128,7 +128,7 @@ class StepRecorder:
         st = StepTrace(run=self.run, step=self.step)
         if native is not None:
             keep = None if self.unwrapped or len(self.passes) != 1 else self.module_sums.plans
-            attributed = attribution(self.carry, native.graph, self.forward, self.matched, keep)
+            attributed = attribution(self.carry, native.graph, self.forward, self.kept, keep)
             st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
             self.params.resolve(native)
             tensors = native.tables.tensors  # type: ignore[union-attr]
@@ -259,7 +259,7 @@ class StepRecorder:
         elif plans is None:
             self._note(NOT_CARRIED)
         else:
-            self.matched = True
+            self.kept = (carry.modules, carry.sources)  # the carry may be reset before the step ends
             self.module_sums.use(plans)
 
     def _note(self, why: str) -> None:
