@@ -16,6 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from distributed_runs import run_ranks
 from playwright.sync_api import Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 import gradscape
 from gradscape.app import view
@@ -39,8 +40,18 @@ GRAPH_VALUES = "Object.fromEntries(window.cy.nodes().filter(n => /^n[0-9]+$/.tes
 
 
 def _choose_rank(page: Page, rank: int) -> None:
-    page.click("#rank-select")
-    page.click(f"text=rank {rank}")
+    """Open the rank select and pick `rank`. The select's options come from a callback of the step just
+    opened: a click that lands while they are replaced opens a menu that the new options close again (CI
+    once saw "rank 1" found but never visible for 45 s), so the menu is opened again until the option shows."""
+    option = page.locator("#rank-field").get_by_text(f"rank {rank}", exact=True)
+    for _ in range(5):
+        page.click("#rank-select")
+        try:
+            option.wait_for(state="visible", timeout=5_000)
+        except PlaywrightTimeout:
+            continue
+        option.click()
+        break
     page.wait_for_function(RANK_SHOWN, arg=rank)
 
 
