@@ -73,6 +73,22 @@ class _Checkpointed(nn.Module):
         return self.b(checkpoint(lambda t: torch.relu(self.a(t)), x, use_reentrant=self.reentrant))
 
 
+class _Swish(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)  # x used by two ops: its gradient through the module is their sum
+
+
+class ModuleCalls(nn.Module):
+    """Modules called twice, one of them summing its input's gradient over two ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.act, self.out = nn.Linear(4, 4), _Swish(), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.fc(self.act(self.fc(x)))))
+
+
 def _program(name: str, device: str = "cpu") -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
     """A model and a loss of it, the same each time it is built (`device`: the zoo's programs only)."""
     if name in ZOO:
@@ -91,13 +107,17 @@ def _program(name: str, device: str = "cpu") -> tuple[nn.Module, Callable[[nn.Mo
     if name == "sparse_embedding":  # a sparse gradient: summarised in Python from the C++ hook
         emb = nn.Embedding(10, 3, sparse=True)
         return emb, lambda m: m(torch.tensor([[1, 2, 2], [7, 1, 0]])).sum()
+    if name == "module_calls":
+        xg = torch.randn(3, 4, requires_grad=True)
+        return ModuleCalls(), lambda m: m(xg).sum()
     if name == "half":
         lin = nn.Linear(5, 3).to(torch.float16)
         return lin, lambda m: F.mse_loss(m(x.half()).float(), torch.ones(4, 3))
     raise KeyError(name)
 
 
-PROGRAMS = [*ZOO, "lstm", "checkpoint", "checkpoint_reentrant", "float64_strided", "sparse_embedding", "half"]
+PROGRAMS = [*ZOO, "lstm", "checkpoint", "checkpoint_reentrant", "float64_strided", "sparse_embedding", "half",
+            "module_calls"]
 
 
 def _trace(name: str, python: bool, use: Callable[[bool], None], device: str = "cpu",

@@ -12,8 +12,9 @@ import torch
 
 from gradscape.tracer._model import ModuleCall, ModuleTrace, StepTrace, TensorTrace
 from gradscape.tracer.record.forward import ForwardRecorder, ModuleCallRecord
+from gradscape.tracer.record.lazy_modules import LazyModules
 from gradscape.tracer.record.model_index import ModelIndex
-from gradscape.tracer.record.tables import grad_of
+from gradscape.tracer.record.tables import LazyNodes
 from gradscape.tracer.summary.stats import grad_off
 from gradscape.tracer.summary.summariser import Summariser
 
@@ -75,26 +76,29 @@ class ModuleSums:
         return {key: summariser.summarise(t) for key, t in self.sums.items()}
 
     def module_traces(self, st: StepTrace, sums: dict[tuple[int, int], TensorTrace],
-                      model: ModelIndex) -> dict[str, ModuleTrace]:
-        """Every module of the model with its calls; `sums`: the summaries of `self.sums`."""
-        mods: dict[str, ModuleTrace] = {}
-        params = model.module_params
-        for qual, typ in model.module_types.items():
-            mods[qual] = ModuleTrace(qual, typ, [], params.get(qual, []))
+                      model: ModelIndex) -> dict[str, ModuleTrace] | LazyModules:
+        """Every module of the model with its calls; `sums`: the summaries of `self.sums`. A natively recorded
+        step's are made when first read (NOTE [Lazy module calls] in tracer/record/lazy_modules.py)."""
         # forward post-hooks run innermost first; present calls in forward-start order
         plans = self.plans if self.plans is not None else \
             [self._plan_of(c) for c in sorted(self.forward.calls, key=lambda c: c.lo)]
         nodes = st.nodes
+        if isinstance(nodes, LazyNodes):
+            return LazyModules(nodes.tables, plans, sums, model.module_types, model.module_params)
+        mods: dict[str, ModuleTrace] = {}
+        params = model.module_params
+        for qual, typ in model.module_types.items():
+            mods[qual] = ModuleTrace(qual, typ, [], params.get(qual, []))
         for ci, p in enumerate(plans):
             gi: list[TensorTrace | None] = []
             for k, (edge, prods) in enumerate(zip(p.inputs, p.senders)):
                 if edge is None:
                     gi.append(None)
                 elif len(prods) == 1:
-                    gi.append(grad_of(nodes, prods[0][0], True, prods[0][1]))
+                    gi.append(_slot(nodes[prods[0][0]].grad_inputs, prods[0][1]))
                 else:
                     gi.append(sums.get((ci, k)))
-            go = [None if e is None else grad_of(nodes, e[0], False, e[1]) for e in p.outputs]
+            go = [None if e is None else _slot(nodes[e[0]].grad_outputs, e[1]) for e in p.outputs]
             out_nodes = [None if e is None else e[0] for e in p.outputs]
             if p.name in mods:
                 mods[p.name].calls.append(ModuleCall(gi, go, [None if e is None else e[0] for e in p.inputs],
@@ -104,3 +108,8 @@ class ModuleSums:
     def release(self) -> None:
         self.sums = {}
         self.plans = None
+
+
+def _slot(grads: list[TensorTrace | None] | None, j: int) -> TensorTrace | None:
+    """Slot `j` of a node's `grad_inputs` or `grad_outputs`, None past its end."""
+    return grads[j] if grads is not None and 0 <= j < len(grads) else None

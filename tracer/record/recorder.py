@@ -147,7 +147,7 @@ class StepRecorder:
             st.execution = list(execution)
         st.passes = self.passes
         st.params = dict(self.params.traces)
-        st.modules = self.module_sums.module_traces(st, module_grad_sums, self.model)
+        st.modules = self.module_sums.module_traces(st, module_grad_sums, self.model)  # type: ignore[assignment]
         if not self.passes and not self.notes and error is None:
             self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
                             "or torch.autograd.grad() inside the `with tr.step(i)` block)")

@@ -316,24 +316,6 @@ def grads_of(nodes: Sequence[NodeTrace], k: int, sent: bool) -> list[TensorTrace
     return n.grad_inputs if sent else n.grad_outputs
 
 
-def grad_of(nodes: Sequence[NodeTrace], k: int, sent: bool, j: int) -> TensorTrace | None:
-    """Slot `j` of `grads_of(nodes, k, sent)`, None past its end; of a `LazyNodes`, only that slot's
-    `TensorTrace` is made (the module calls of a step each read one or two slots of a node)."""
-    if isinstance(nodes, LazyNodes) and nodes._made[k] is None:
-        t = nodes.tables
-        start = t.run_start[k]
-        if start == t.run_start[k + 1]:
-            return None
-        r = t.runs[t.run_rows[start]]
-        off, n = (r["gi_off"], r["gi_n"]) if sent else (r["go_off"], r["go_n"])
-        if not 0 <= j < n:
-            return None
-        s = int(t.slots[off + j])
-        return None if s < 0 else t.tensors.get(s)
-    g = grads_of(nodes, k, sent)
-    return g[j] if g is not None and 0 <= j < len(g) else None
-
-
 def ids_named(nodes: Sequence[NodeTrace], names: set[str] | frozenset[str]) -> list[int]:
     """The ids of the nodes whose name is one of `names` (from the name column of a `LazyNodes`)."""
     if isinstance(nodes, LazyNodes):

@@ -137,6 +137,7 @@ def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | No
     objects = _object_rows(tt)
     tab = WireTensors(apart=True, base=len(order),
                       known={id(o): int(at[k]) for k, o in objects.items() if at[k] >= 0})
+    tab.row_ref = lambda k: int(at[k]) if at[k] >= 0 else tab.ref(tt.get(k))  # NOTE [Lazy module calls]
     fields = step_fields(st, tab)  # after the rows: what only the modules, parameters and passes name
     del fields["execution"]  # the runs' order, which the columns hold
     tensors, arrays = _tensor_columns(tt, order, objects)

@@ -57,6 +57,7 @@ def wire_nodes(lazy: LazyNodes, tab: Any) -> list[WireNode]:
     c = t.lists()
     refs = _SummaryRefs(lazy, tab)
     ref, slots = refs.of, c.slots
+    tab.row_ref = ref  # the module calls' rows, written after the nodes (NOTE [Lazy module calls])
 
     def slot_refs(off: int, n: int) -> list[int | None]:
         return [None if s < 0 else ref(s) for s in slots[off:off + n]]

@@ -46,10 +46,14 @@ def _tensors(st: StepTrace, table: Any = None) -> list[TensorTrace]:
             for r in n.runs:
                 add(r.grad_inputs)
                 add(r.grad_outputs)
-    for m in st.modules.values():
-        for c in m.calls:
-            add(c.grad_input)
-            add(c.grad_output)
+    outside = getattr(st.modules, "outside_table", None)  # calls not made yet: their sums (NOTE [Lazy module calls])
+    if table is not None and outside is not None:
+        add(outside())
+    else:
+        for m in st.modules.values():
+            for c in m.calls:
+                add(c.grad_input)
+                add(c.grad_output)
     add(list(st.params.values()))
     for p in st.passes:
         add(p.root_grads)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import msgpack
@@ -37,6 +38,9 @@ class TensorTable:
         self._index: dict[int, int] = known or {}
         self.arrays: list[TensorNumpy] | None = [] if apart else None
         self.base = base
+        # a natively recorded step's writer sets it: the index of a row of the step's tensor table (NOTE [Lazy
+        # module calls] in tracer/record/lazy_modules.py)
+        self.row_ref: Callable[[int], int | None] | None = None
 
     def ref(self, t: TensorTrace | None) -> int | None:
         if t is None:
@@ -124,11 +128,14 @@ def _to_wire(st: StepTrace, tab: TensorTable) -> WireStep:
 
 def step_fields(st: StepTrace, tab: TensorTable) -> dict[str, Any]:
     """The step's wire fields but its `nodes`, `edges` and `tensors` (entered in `tab`)."""
-    modules: dict[str, WireModule] = {name: {"type": m.type, "params": list(m.params),
-                      "calls": [{"gi": tab.refs_all(c.grad_input), "go": tab.refs_all(c.grad_output),
-                                 "in": list(c.input_nodes), "out": list(c.output_nodes), "last": c.last_op}
-                                for c in m.calls]}
-               for name, m in st.modules.items()}
+    from_rows = getattr(st.modules, "wire_modules", None)  # NOTE [Lazy module calls]
+    modules: dict[str, WireModule] | None = None if from_rows is None else from_rows(tab)
+    if modules is None:
+        modules = {name: {"type": m.type, "params": list(m.params),
+                          "calls": [{"gi": tab.refs_all(c.grad_input), "go": tab.refs_all(c.grad_output),
+                                     "in": list(c.input_nodes), "out": list(c.output_nodes), "last": c.last_op}
+                                    for c in m.calls]}
+                   for name, m in st.modules.items()}
     passes: list[WirePass] = [{"index": p.index, "api": p.api, "roots": list(p.roots),
                "root_grads": tab.refs_all(p.root_grads),
                "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}

@@ -1,0 +1,84 @@
+"""A natively recorded step's module calls are made when first read (NOTE [Lazy module calls] in
+tracer/record/lazy_modules.py): the tracer makes none, a call read holds its nodes' very tensors, the sum of an
+input several ops used is what `register_full_backward_hook` sees, and the wire form (maps and columns) is the
+same, byte for byte, whether the calls were read before writing or not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_native_recorder import PROGRAMS, ModuleCalls, _program
+
+import gradscape
+from gradscape.tracer.record import native
+from gradscape.tracer.record.lazy_modules import LazyModules
+from gradscape.tracer.record.wire_columns import step_columns
+from gradscape.tracer.wire.codec import pack, step_to_wire
+
+pytestmark = pytest.mark.skipif(not native.status()[0], reason="module calls are lazy when natively recorded")
+
+
+def _written(st: Any) -> tuple[bytes, bytes, list[Any]]:
+    made = step_columns(st)
+    assert made is not None
+    doc, arrays = made
+    return pack(step_to_wire(st)), pack(doc), arrays
+
+
+def _same_arrays(a: list[Any], b: list[Any]) -> None:
+    assert len(a) == len(b)
+    for (ta, va), (tb, vb) in zip(a, b):
+        assert (ta is None) == (tb is None) and (va is None) == (vb is None)
+        if ta is not None:
+            np.testing.assert_array_equal(ta, tb)
+
+
+def _read_all(st: Any) -> None:
+    for m in st.modules.values():
+        for c in m.calls:
+            list(c.grad_input), list(c.grad_output)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_the_wire_is_the_same_whether_the_calls_were_read_or_not(name: str) -> None:
+    model, loss_of = _program(name)
+    tr = gradscape.Tracer(model)
+    with tr.step(0) as st:
+        loss_of(model).backward()
+    assert st.meta.get("recorder") == "native", st.meta
+    assert isinstance(st.modules, LazyModules) and st.modules._made is None, "the tracer made the module calls"
+    maps, cols, arrays = _written(st)
+    assert st.modules._made is None, "writing the step made the module calls"
+    _read_all(st)
+    maps2, cols2, arrays2 = _written(st)
+    assert maps == maps2
+    assert cols == cols2
+    _same_arrays(arrays, arrays2)
+
+
+def test_a_call_read_holds_its_nodes_tensors_and_the_hooks_sums() -> None:
+    torch.manual_seed(0)
+    model = ModuleCalls()
+    x = torch.randn(3, 4, requires_grad=True)
+    seen: dict[str, list[Any]] = {"fc": [], "act": []}
+    hooks = [getattr(model, q).register_full_backward_hook(
+        lambda _m, gi, go, q=q: seen[q].append((gi[0].clone(), go[0].clone()))) for q in seen]
+    tr = gradscape.Tracer(model)
+    with tr.step(0) as st:
+        model(x).sum().backward()
+    for h in hooks:
+        h.remove()
+    assert list(st.modules) == ["<root>"] + [q for q, _ in model.named_modules() if q]
+    for q in seen:
+        calls = st.modules[q].calls
+        assert len(calls) == 2
+        # the hooks run in backward order: the call made last in the forward first
+        for call, (gi, go) in zip(calls, reversed(seen[q])):
+            assert call.grad_input[0] is not None and call.grad_output[0] is not None
+            np.testing.assert_allclose(call.grad_input[0].stats["norm"], float(gi.norm()), rtol=1e-6)
+            np.testing.assert_allclose(call.grad_output[0].stats["norm"], float(go.norm()), rtol=1e-6)
+            out = call.output_nodes[0]
+            assert out is not None and any(call.grad_output[0] is t for t in st.nodes[out].grad_outputs)
