@@ -24,6 +24,7 @@ from serving import Server, free_port
 from zoo import ZOO, build
 
 import gradscape
+from gradscape.tracer.record import native
 
 NONFINITE = ("nonfinite_forward", "nonfinite_loss", "nonfinite_backward")
 
@@ -147,14 +148,16 @@ def test_problems_are_listed_root_cause_first() -> None:
     assert kinds == sorted(kinds, key=order.__getitem__)
 
 
-def test_a_relu_that_passes_back_only_zeros_is_dead() -> None:
+@pytest.mark.parametrize("recorder", ["native", "python"])
+def test_a_relu_that_passes_back_only_zeros_is_dead(recorder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "enabled", recorder == "native")
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
     with torch.no_grad():
         model[0].bias.fill_(-100.0)  # every unit inactive for any input of this size
     tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         model(torch.rand(8, 4)).sum().backward()
-    assert st is not None
+    assert st is not None and st.meta["recorder"] == recorder
     (dead,) = [p for p in st.problems if p.kind == "dead"]
     assert dead.node is not None and st.nodes[dead.node].name in ("ReluBackward0", "ThresholdBackward0")
     assert model[0].weight.grad is not None and bool((model[0].weight.grad == 0).all())

@@ -11,10 +11,11 @@ from collections import deque
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
-from gradscape.tracer.record.tables import grads_of, ids_named
+from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named, slot_rows
 from gradscape.tracer.record.view import StepView
 
 RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
@@ -215,17 +216,35 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]],
 
 def dead(st: StepTrace) -> list[Problem]:
     out: list[Problem] = []
-    for k in ids_named(st.nodes, RELU_LIKE):
-        gi, go = grads_of(st.nodes, k, True), grads_of(st.nodes, k, False)  # no NodeTrace made for the look
-        if not gi or not go:
+    for k, (zeros, numel), (came, came_numel) in _relu_zeros(st.nodes):
+        if not numel:
             continue
-        sent, came = gi[0], go[0]
-        if sent is None or came is None or not sent.numel:
-            continue
-        zeros = sent.stats.get("zeros", 0.0) / sent.numel
-        if zeros >= DEAD_ZEROS and came.stats.get("zeros", 0.0) / max(came.numel, 1) < DEAD_ZEROS:
+        frac = zeros / numel
+        if frac >= DEAD_ZEROS and came / max(came_numel, 1) < DEAD_ZEROS:
             n = st.nodes[k]
-            out.append(Problem("dead", f"{op_name(n.name)}{where(n)} passed back zero for {zeros:.1%} of its "
+            out.append(Problem("dead", f"{op_name(n.name)}{where(n)} passed back zero for {frac:.1%} of its "
                                        "elements: its units were inactive for the whole batch.",
                                n.id, None, n.source))
+    return out
+
+
+def _relu_zeros(nodes: Any) -> list[tuple[int, tuple[float, int], tuple[float, int]]]:
+    """Each ReLU-like node that sent and got a gradient (slot 0 of its first run): (id, (zeros, numel) of
+    what it sent, the same of what came). A natively recorded step's are read from its tables, making no
+    `TensorTrace` (NOTE [Step tables])."""
+    ids = ids_named(nodes, RELU_LIKE)
+    if isinstance(nodes, LazyNodes):
+        t = nodes.tables
+        arr = np.array(ids, np.int64)
+        zero = np.zeros(len(ids), np.int64)
+        sent = slot_rows(t, arr, np.ones(len(ids), bool), zero).tolist()
+        came = slot_rows(t, arr, np.zeros(len(ids), bool), zero).tolist()
+        z = t.tensors.zeros_of
+        return [(k, z(s), z(c)) for k, s, c in zip(ids, sent, came) if s >= 0 and c >= 0]
+    out = []
+    for k in ids:
+        gi, go = grads_of(nodes, k, True), grads_of(nodes, k, False)
+        s, c = (gi[0] if gi else None), (go[0] if go else None)
+        if s is not None and c is not None:
+            out.append((k, (s.stats.get("zeros", 0.0), s.numel), (c.stats.get("zeros", 0.0), c.numel)))
     return out

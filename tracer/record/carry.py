@@ -67,10 +67,8 @@ def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
     `seq0`, the creation counter when the step began."""
     seq = g.seq.astype(np.int64)  # AccumulateGrad's all-ones wraps to -1 and stays itself
     rel = np.where(g.seq == np.uint64(_ACC_SEQ), np.int64(-1), seq - np.int64(seq0))
-    h = hashlib.blake2b(digest_size=16)
-    for a in (g.name, g.kind, g.child_off, g.child_id, g.child_nr, rel):
-        h.update(np.ascontiguousarray(a).tobytes())
-    return h.digest(), tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items()))
+    return (g.digest(), hashlib.blake2b(rel.tobytes(), digest_size=16).digest(), tuple(sorted(g.params.items())),
+            tuple(sorted(g.leaves.items())))
 
 
 class ForwardCarry:

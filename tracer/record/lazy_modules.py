@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gradscape.tracer._model import ModuleCall, ModuleTrace, TensorTrace
-from gradscape.tracer.record.tables import StepTables
+from gradscape.tracer.record.tables import StepTables, slot_rows
 
 _NONE = -1  # a slot code: no gradient (an input that needs none, an output without a node)
 
@@ -78,25 +78,6 @@ def _layout(plans: list[Any]) -> _Layout:
             _LAYOUTS.pop(next(iter(_LAYOUTS)))
         lay = _LAYOUTS[id(plans)] = _Layout(plans)
     return lay
-
-
-def slot_rows(t: StepTables, nodes: np.ndarray, sent: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """The tensor-table row of slot `j` of each node's `grad_inputs` (`sent`) or `grad_outputs` in its first
-    run, as `tables.grad_of` finds one at a time; -1 where it gives None."""
-    rows = np.full(len(nodes), -1, np.int64)
-    n_nodes = len(t.run_start) - 1
-    ok = (nodes >= 0) & (nodes < n_nodes)
-    safe = np.where(ok, nodes, 0)
-    if not len(t.run_rows) or not len(nodes):
-        return rows
-    start = t.run_start[safe]
-    ok &= start < t.run_start[safe + 1]
-    r = t.runs[t.run_rows[np.where(ok, start, 0)]]
-    off = np.where(sent, r["gi_off"], r["go_off"]).astype(np.int64)
-    n = np.where(sent, r["gi_n"], r["go_n"]).astype(np.int64)
-    ok &= (j >= 0) & (j < n)
-    rows[ok] = t.slots[off[ok] + j[ok]]
-    return rows
 
 
 class LazyModules(Mapping[str, ModuleTrace]):

@@ -27,6 +27,7 @@ NOTE [Native recorder]
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.util
 import os
 from functools import lru_cache
@@ -136,6 +137,7 @@ class NativeGraph:
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
         self._senders: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `senders_of`
+        self._digest: bytes | None = None  # `digest`
         self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
 
     # ---- the walk
@@ -167,7 +169,17 @@ class NativeGraph:
             else:
                 self.leaves[nid] = shape
         self._senders = None
+        self._digest = None
         return rid
+
+    def digest(self) -> bytes:
+        """A hash of the graph's structure as walked so far: every node's name, kind and edges."""
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            for a in (self.name, self.kind, self.child_off, self.child_id, self.child_nr):
+                h.update(np.ascontiguousarray(a).tobytes())
+            self._digest = h.digest()
+        return self._digest
 
     def install(self, first: int) -> None:
         self.rec.install(first)

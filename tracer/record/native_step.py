@@ -4,7 +4,6 @@ start and end, and the step's `NodeTrace`s, edges and execution order made from 
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
@@ -102,7 +101,7 @@ class NativeStep:
         nodes = LazyNodes(tables)
         for bp, rid, nr in self._roots:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
-        return nodes, _edges(g), _execution(runs)
+        return nodes, _edges(g, cache), _execution(runs)
 
     def param_trace(self, pos: int) -> TensorTrace | None:
         """What arrived at a parameter's node in run `pos` (once `assemble` made the tables)."""
@@ -127,11 +126,8 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
              cache: StructureCache) -> list[NodeStatics]:
     """Every node's slot arguments, labels and schema, from the Tracer's `StructureCache`, keyed by the
     graph's structure as the Python walk keys it (tracer/record/structure.py)."""
-    h = hashlib.blake2b(digest_size=16)
-    for a in (g.name, g.kind, g.child_off, g.child_id, g.child_nr):
-        h.update(np.ascontiguousarray(a).tobytes())
     custom = [i for i, k in enumerate(kinds) if k == "custom"]
-    key = ("native", h.digest(), tuple(nm[c] for c in np.unique(g.name).tolist()), tuple(mods),
+    key = ("native", g.digest(), tuple(nm[c] for c in np.unique(g.name).tolist()), tuple(mods),
            tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items())),
            tuple(type(g.node(i)) for i in custom))
     statics = cache.get(key)
@@ -176,12 +172,16 @@ class _Outputs:
         return made
 
 
-def _edges(g: NativeGraph) -> list[tuple[int, int, int]]:
-    """(node, child, slot) of every edge between walked nodes."""
-    src = np.repeat(np.arange(g.size, dtype=np.int64), np.diff(g.child_off))
-    slot = np.arange(len(g.child_id), dtype=np.int64) - g.child_off[src]
-    ok = g.child_id >= 0
-    return list(zip(src[ok].tolist(), g.child_id[ok].tolist(), slot[ok].tolist()))
+def _edges(g: NativeGraph, cache: StructureCache) -> list[tuple[int, int, int]]:
+    """(node, child, slot) of every edge between walked nodes (made once per graph structure)."""
+    key = ("edges", g.digest())
+    edges = cache.get(key)
+    if edges is None:
+        src = np.repeat(np.arange(g.size, dtype=np.int64), np.diff(g.child_off))
+        slot = np.arange(len(g.child_id), dtype=np.int64) - g.child_off[src]
+        ok = g.child_id >= 0
+        edges = cache.put(key, tuple(zip(src[ok].tolist(), g.child_id[ok].tolist(), slot[ok].tolist())))
+    return list(edges)
 
 
 def _execution(runs: np.ndarray) -> list[tuple[int, int]]:

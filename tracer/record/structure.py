@@ -33,14 +33,14 @@ class StructureCache:
     more object for Python's cyclic garbage collector to re-scan.
     """
 
-    def __init__(self, size: int = 4) -> None:
+    def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._entries: dict[Any, list[NodeStatics]] = {}
+        self._entries: dict[Any, Any] = {}  # a key → its statics list (or, keyed ("edges", ...), a graph's edges)
 
-    def get(self, key: Any) -> list[NodeStatics] | None:
+    def get(self, key: Any) -> Any:
         return self._entries.get(key)
 
-    def put(self, key: Any, value: list[NodeStatics]) -> list[NodeStatics]:
+    def put(self, key: Any, value: Any) -> Any:
         if len(self._entries) >= self.size:
             self._entries.pop(next(iter(self._entries)))
         self._entries[key] = value

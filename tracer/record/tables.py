@@ -76,6 +76,19 @@ class TensorTable:
         th = np.ndarray(plan.th_shape, _F32, arr, 8 * (int(self.off[k]) + 8))  # a view of the arena
         return np.ascontiguousarray(th.T) if plan.transposed else th
 
+    def zeros_of(self, k: int) -> tuple[float, int]:
+        """Summary `k`'s `stats["zeros"]` and `numel`, without making its `TensorTrace`."""
+        p = int(self.plan[k])
+        made = self._made[k]
+        if p < 0 or made is not None:
+            t = self.get(k) if made is None else made
+            return t.stats.get("zeros", 0.0), t.numel
+        _mn, _mx, _s, _ss, nz, _nan, _inf, n = self.raw[k].tolist()
+        numel = 1
+        for d in KERNEL_PLANS[p].shape:
+            numel *= d
+        return (0.0 if n <= 0 else n - nz), numel
+
     def stats_rows(self) -> list[list[float]]:
         """`stats_array` as lists."""
         return self.stats_array().tolist()
@@ -242,8 +255,8 @@ class LazyNodes(Sequence[NodeTrace]):
 
     def ids_named(self, names: set[str] | frozenset[str]) -> list[int]:
         t = self.tables
-        codes = [c for c, nm in enumerate(t.names) if nm in names]
-        return np.nonzero(np.isin(t.name_code, codes))[0].tolist() if codes else []
+        wanted = np.array([nm in names for nm in t.names], bool)  # by name code (np.isin cost more)
+        return np.flatnonzero(wanted[t.name_code]).tolist() if wanted.any() else []
 
     def param_ids(self) -> dict[str, int]:
         """Parameter name → the id of its AccumulateGrad node (the first, as `StepTrace.param_node`)."""
@@ -314,6 +327,25 @@ def grads_of(nodes: Sequence[NodeTrace], k: int, sent: bool) -> list[TensorTrace
         return t.slot_traces(int(r["go_off"]), int(r["go_n"]))
     n = nodes[k]
     return n.grad_inputs if sent else n.grad_outputs
+
+
+def slot_rows(t: StepTables, nodes: np.ndarray, sent: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The tensor-table row of slot `j` of each node's `grad_inputs` (`sent`) or `grad_outputs` in its first
+    run, as `tables.grad_of` finds one at a time; -1 where it gives None."""
+    rows = np.full(len(nodes), -1, np.int64)
+    n_nodes = len(t.run_start) - 1
+    ok = (nodes >= 0) & (nodes < n_nodes)
+    safe = np.where(ok, nodes, 0)
+    if not len(t.run_rows) or not len(nodes):
+        return rows
+    start = t.run_start[safe]
+    ok &= start < t.run_start[safe + 1]
+    r = t.runs[t.run_rows[np.where(ok, start, 0)]]
+    off = np.where(sent, r["gi_off"], r["go_off"]).astype(np.int64)
+    n = np.where(sent, r["gi_n"], r["go_n"]).astype(np.int64)
+    ok &= (j >= 0) & (j < n)
+    rows[ok] = t.slots[off[ok] + j[ok]]
+    return rows
 
 
 def ids_named(nodes: Sequence[NodeTrace], names: set[str] | frozenset[str]) -> list[int]:
