@@ -75,13 +75,14 @@ class ForwardCarry:
     """The last forward recorded with the hooks and the mode, and whether the next step may go without."""
 
     __slots__ = ("key", "sources", "modules", "plans", "ready")
+    key: tuple[Any, ...] | None
+    sources: list[str | None]
+    modules: list[str | None]
+    plans: list[Any]
+    ready: bool
 
     def __init__(self) -> None:
-        self.key: tuple[Any, ...] | None = None
-        self.sources: list[str | None] = []
-        self.modules: list[str | None] = []
-        self.plans: list[Any] = []
-        self.ready = False
+        self.reset()
 
     def recorded(self, key: tuple[Any, ...], sources: list[str | None], modules: list[str | None],
                  plans: list[Any]) -> None:
@@ -113,6 +114,8 @@ def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[li
     if forward.carried:
         if kept is None:
             return [None] * n, [None] * n
+        if len(kept[0]) == n:  # the steps share the kept lists (read them, do not mutate them)
+            return kept
         pad: list[str | None] = [None] * max(0, n - len(kept[0]))
         return (kept[0] + pad)[:n], (kept[1] + pad)[:n]
     mods, sources = forward.modules_of(g.seq.tolist()), forward.sources_of(g.seq)

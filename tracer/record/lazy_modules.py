@@ -4,16 +4,16 @@ NOTE [Lazy module calls]
     A module call's `grad_input` and `grad_output` are gradients the step's nodes already hold: slots of
     its tables (NOTE [Step tables] in tables.py), but for an input that several ops inside the call used,
     whose gradient through the call is their sum (`ModuleSums`, summarised apart). Making a `TensorTrace`
-    for every slot of every call when the step ended cost 400 µs of the actor-critic step of bench/ (W7:
-    40 module calls, 70 slots), a sixth of what tracing it cost, for objects most steps never show.
+    for every slot of every call when the step ended was the largest part of assembling a step with many
+    small module calls (the actor-critic program of bench/, W7), for objects most steps never show.
 
-    So a step keeps its calls' plans (`CallPlan`, by node ids) and, per call slot, the row of the tensor
-    table that holds it, found for every slot at once with numpy (`slot_rows`); the plans are laid out
-    once per plans list (`_layout`), and a carried step (NOTE [Carried forwards] in carry.py) reuses its
-    kept step's list. The `ModuleTrace`s are made when `StepTrace.modules` is first read, from the same
-    rows, so a call holds the very `TensorTrace` objects its nodes do, as before. The wire codec writes
-    unread calls from the rows (`wire_modules`), numbering each tensor as it numbers the object made of
-    that row, so the wire form is the same either way (tests/test_lazy_modules.py).
+    So a step keeps its calls' plans (`CallPlan`, by node ids) and, when first asked, the tensor-table row
+    of every call slot, found for all of them at once with numpy (`slot_rows`). The plans are laid out
+    once per plans list (`_layout`); a carried step (NOTE [Carried forwards] in carry.py) reuses its kept
+    step's list. The `ModuleTrace`s are made when `StepTrace.modules` is first read, from the same rows,
+    so a call holds the very `TensorTrace` objects its nodes do. The wire codec writes unread calls from
+    the rows (`wire_modules`), numbering each tensor as it numbers the object made of that row, so the
+    wire form is the same either way (tests/test_lazy_modules.py).
 """
 
 from __future__ import annotations
@@ -87,11 +87,19 @@ class LazyModules(Mapping[str, ModuleTrace]):
     def __init__(self, tables: StepTables, plans: list[Any], sums: dict[tuple[int, int], TensorTrace],
                  types: dict[str, str], params: dict[str, list[str]]) -> None:
         self.tables = tables
-        self.layout = lay = _layout(plans)
-        self.rows = slot_rows(tables, lay.q_node, lay.q_sent, lay.q_j).tolist()
+        self.layout = _layout(plans)
+        self._rows: list[int] | None = None  # `rows`
         self.sums = sums
         self.types, self.params = types, params
         self._made: dict[str, ModuleTrace] | None = None
+
+    @property
+    def rows(self) -> list[int]:
+        """The table row of each query of the layout (-1: no gradient), found when first asked."""
+        if self._rows is None:
+            lay = self.layout
+            self._rows = slot_rows(self.tables, lay.q_node, lay.q_sent, lay.q_j).tolist()
+        return self._rows
 
     def _slot(self, code: int) -> TensorTrace | None:
         if code >= 0:
