@@ -113,6 +113,17 @@ def dtype_names() -> dict[int, str]:
     return out
 
 
+def _extend(old: np.ndarray, data: bytes, dtype: Any, base: Any = None) -> np.ndarray:
+    """`old` followed by the extension's array `data` (of `dtype`, plus `base` when given), in `old`'s dtype;
+    the first walk of a step, with nothing before it, takes the array as it is (read-only)."""
+    new = np.frombuffer(data, dtype)
+    if base is not None:
+        new = new + base
+    if not len(old):
+        return new if new.dtype == old.dtype else new.astype(old.dtype)
+    return np.concatenate([old, new])
+
+
 class NativeGraph:
     """The graph of one traced step as the extension walked it, in flat arrays (ids are positions), and
     the extension's recorder, which holds the nodes and their hooks for the step."""
@@ -147,16 +158,16 @@ class NativeGraph:
         rid = int(self.rec.walk(root))
         g = self.rec.graph(first)
         name, kind, seq, coff, cid, cnr, ooff, ondim, odtype, odims = g
-        self.name = np.concatenate([self.name, np.frombuffer(name, np.int32)])
-        self.kind = np.concatenate([self.kind, np.frombuffer(kind, np.int8)])
-        self.seq = np.concatenate([self.seq, np.frombuffer(seq, np.uint64)])
-        self.child_off = np.concatenate([self.child_off[:-1], np.frombuffer(coff, np.int32) + self.child_off[-1]])
-        self.child_id = np.concatenate([self.child_id, np.frombuffer(cid, np.int32)])
-        self.child_nr = np.concatenate([self.child_nr, np.frombuffer(cnr, np.int32)])
-        self.out_off = np.concatenate([self.out_off[:-1], np.frombuffer(ooff, np.int32) + self.out_off[-1]])
-        self.out_ndim = np.concatenate([self.out_ndim, np.frombuffer(ondim, np.int32)])
-        self.out_dtype = np.concatenate([self.out_dtype, np.frombuffer(odtype, np.int8)])
-        self.out_dims = np.concatenate([self.out_dims, np.frombuffer(odims, np.int64)])
+        self.name = _extend(self.name, name, np.int32)
+        self.kind = _extend(self.kind, kind, np.int8)
+        self.seq = _extend(self.seq, seq, np.uint64)
+        self.child_off = _extend(self.child_off[:-1], coff, np.int32, self.child_off[-1])
+        self.child_id = _extend(self.child_id, cid, np.int32)
+        self.child_nr = _extend(self.child_nr, cnr, np.int32)
+        self.out_off = _extend(self.out_off[:-1], ooff, np.int32, self.out_off[-1])
+        self.out_ndim = _extend(self.out_ndim, ondim, np.int32)
+        self.out_dtype = _extend(self.out_dtype, odtype, np.int8)
+        self.out_dims = _extend(self.out_dims, odims, np.int64)
         self.size = len(self.name)
         param_of = self.model.param_of
         for nid, var in self.rec.acc_variables(first):

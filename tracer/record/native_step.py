@@ -92,7 +92,7 @@ class NativeStep:
         slots = np.frombuffer(slots_b, np.int32)
         tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py)
         mods, sources = attributed
-        kinds = _kinds(g)
+        kinds = _kinds(g, cache)
         nm = names()
         statics = _statics(g, nm, kinds, mods, cache)
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
@@ -114,12 +114,17 @@ class NativeStep:
         self.graph.release()
 
 
-def _kinds(g: NativeGraph) -> list[str]:
-    """Each node's kind, as `NodeTrace.kind` says it (an AccumulateGrad node is "param" or "leaf")."""
-    table = np.array(KINDS, dtype=object)[g.kind.astype(np.int64)]
-    for i in np.nonzero(g.kind == KINDS.index("acc"))[0].tolist():
-        table[i] = "param" if i in g.params else "leaf"
-    return table.tolist()
+def _kinds(g: NativeGraph, cache: StructureCache) -> list[str]:
+    """Each node's kind, as `NodeTrace.kind` says it (an AccumulateGrad node is "param" or "leaf"); made once
+    per graph structure and set of parameter nodes, the list shared by the steps (read it, do not mutate it)."""
+    key = ("kinds", g.digest(), tuple(g.params))
+    kinds = cache.get(key)
+    if kinds is None:
+        table = np.array(KINDS, dtype=object)[g.kind.astype(np.int64)]
+        for i in np.nonzero(g.kind == KINDS.index("acc"))[0].tolist():
+            table[i] = "param" if i in g.params else "leaf"
+        kinds = cache.put(key, table.tolist())
+    return kinds
 
 
 def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | None],

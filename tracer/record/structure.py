@@ -33,7 +33,7 @@ class StructureCache:
     more object for Python's cyclic garbage collector to re-scan.
     """
 
-    def __init__(self, size: int = 8) -> None:
+    def __init__(self, size: int = 12) -> None:  # statics, edges and kinds of four graph structures
         self.size = size
         self._entries: dict[Any, Any] = {}  # a key → its statics list (or, keyed ("edges", ...), a graph's edges)
 
