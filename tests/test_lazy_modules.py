@@ -15,6 +15,7 @@ from test_native_recorder import PROGRAMS, ModuleCalls, _program
 import gradscape
 from gradscape.tracer.record import native
 from gradscape.tracer.record.lazy_modules import LazyModules
+from gradscape.tracer.record.tables import slot_rows
 from gradscape.tracer.record.wire_columns import step_columns
 from gradscape.tracer.wire.codec import pack, step_to_wire
 
@@ -82,3 +83,24 @@ def test_a_call_read_holds_its_nodes_tensors_and_the_hooks_sums() -> None:
             np.testing.assert_allclose(call.grad_output[0].stats["norm"], float(go.norm()), rtol=1e-6)
             out = call.output_nodes[0]
             assert out is not None and any(call.grad_output[0] is t for t in st.nodes[out].grad_outputs)
+
+
+@pytest.mark.parametrize("name", ["lstm", "module_calls"])
+def test_slot_rows_name_the_tensors_the_nodes_hold(name: str) -> None:
+    """Looked up one by one or all at once, a slot's row is the one whose `TensorTrace` the node holds there."""
+    model, loss_of = _program(name)
+    tr = gradscape.Tracer(model)
+    with tr.step(0) as st:
+        loss_of(model).backward()
+    t = st.nodes.tables
+    queries = [(k, sent, j) for k in range(len(st.nodes)) for sent in (True, False) for j in range(-1, 3)]
+    queries.append((len(st.nodes), False, 0))  # past the last node: none
+    nodes, sents, js = (list(q) for q in zip(*queries))
+    assert len(queries) > 16  # the path for many
+    many = slot_rows(t, nodes, sents, js)
+    few = [slot_rows(t, [k], [s], [j])[0] for k, s, j in queries]
+    assert many == few
+    for (k, sent, j), row in zip(queries, many):
+        grads = None if k >= len(st.nodes) else st.nodes[k].grad_inputs if sent else st.nodes[k].grad_outputs
+        want = grads[j] if grads is not None and 0 <= j < len(grads) else None
+        assert (None if row < 0 else t.tensors.get(row)) is want, (k, sent, j)

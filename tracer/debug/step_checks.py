@@ -11,7 +11,6 @@ from collections import deque
 from typing import Any
 
 import networkx as nx
-import numpy as np
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
@@ -235,12 +234,9 @@ def _relu_zeros(nodes: Any) -> list[tuple[int, tuple[float, int], tuple[float, i
     ids = ids_named(nodes, RELU_LIKE)
     if isinstance(nodes, LazyNodes):
         t = nodes.tables
-        arr = np.array(ids, np.int64)
-        zero = np.zeros(len(ids), np.int64)
-        sent = slot_rows(t, arr, np.ones(len(ids), bool), zero).tolist()
-        came = slot_rows(t, arr, np.zeros(len(ids), bool), zero).tolist()
+        rows = slot_rows(t, ids + ids, [True] * len(ids) + [False] * len(ids), [0] * (2 * len(ids)))
         z = t.tensors.zeros_of
-        return [(k, z(s), z(c)) for k, s, c in zip(ids, sent, came) if s >= 0 and c >= 0]
+        return [(k, z(s), z(c)) for k, s, c in zip(ids, rows[:len(ids)], rows[len(ids):]) if s >= 0 and c >= 0]
     out = []
     for k in ids:
         gi, go = grads_of(nodes, k, True), grads_of(nodes, k, False)

@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
 from gradscape.tracer._model import ModuleCall, ModuleTrace, TensorTrace
 from gradscape.tracer.record.tables import StepTables, slot_rows
 
@@ -63,9 +61,7 @@ class _Layout:
             go = [_NONE if e is None else query(e[0], False, e[1]) for e in p.outputs]
             self.calls.append((p.name, gi, go, [None if e is None else e[0] for e in p.inputs],
                                [None if e is None else e[0] for e in p.outputs]))
-        self.q_node = np.array(node, np.int64)
-        self.q_sent = np.array(sent, bool)
-        self.q_j = np.array(slot, np.int64)
+        self.q_node, self.q_sent, self.q_j = node, sent, slot
 
 
 _LAYOUTS: dict[int, _Layout] = {}  # id of a plans list -> its layout (the list is held by the layout)
@@ -98,7 +94,7 @@ class LazyModules(Mapping[str, ModuleTrace]):
         """The table row of each query of the layout (-1: no gradient), found when first asked."""
         if self._rows is None:
             lay = self.layout
-            self._rows = slot_rows(self.tables, lay.q_node, lay.q_sent, lay.q_j).tolist()
+            self._rows = slot_rows(self.tables, lay.q_node, lay.q_sent, lay.q_j)
         return self._rows
 
     def _slot(self, code: int) -> TensorTrace | None:

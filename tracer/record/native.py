@@ -251,7 +251,14 @@ class NativeGraph:
         self.rec.release()
 
 
-def names() -> list[str]:
-    """Every node name the extension has seen, by code."""
-    mod = _loaded()[0]
-    return list(mod.names()) if mod is not None else []
+_names: list[str] = []  # `names()` as last read
+
+
+def names(codes: np.ndarray | None = None) -> list[str]:
+    """Every node name the extension has seen, by code. The extension only adds names: when every code of
+    `codes` is known, the list last read is returned (shared: read it, do not mutate it)."""
+    global _names
+    if codes is None or not len(codes) or int(codes.max()) >= len(_names):
+        mod = _loaded()[0]
+        _names = list(mod.names()) if mod is not None else []
+    return _names

@@ -93,7 +93,7 @@ class NativeStep:
         tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py)
         mods, sources = attributed
         kinds = _kinds(g, cache)
-        nm = names()
+        nm = names(g.name)
         statics = _statics(g, nm, kinds, mods, cache)
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
                             g.child_id, g.child_nr, runs, slots, tensors)
@@ -114,6 +114,9 @@ class NativeStep:
         self.graph.release()
 
 
+_KIND_CUSTOM = KINDS.index("custom")
+
+
 def _kinds(g: NativeGraph, cache: StructureCache) -> list[str]:
     """Each node's kind, as `NodeTrace.kind` says it (an AccumulateGrad node is "param" or "leaf"); made once
     per graph structure and set of parameter nodes, the list shared by the steps (read it, do not mutate it)."""
@@ -131,9 +134,9 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
              cache: StructureCache) -> list[NodeStatics]:
     """Every node's slot arguments, labels and schema, from the Tracer's `StructureCache`, keyed by the
     graph's structure as the Python walk keys it (tracer/record/structure.py)."""
-    custom = [i for i, k in enumerate(kinds) if k == "custom"]
-    key = ("native", g.digest(), tuple(nm[c] for c in np.unique(g.name).tolist()), tuple(mods),
-           tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items())),
+    # the digest holds the name codes, which name the same names for the whole process (`names`)
+    custom = np.flatnonzero(g.kind == _KIND_CUSTOM).tolist()
+    key = ("native", g.digest(), tuple(mods), tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items())),
            tuple(type(g.node(i)) for i in custom))
     statics = cache.get(key)
     if statics is None:

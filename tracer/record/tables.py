@@ -155,6 +155,21 @@ class TensorTable:
                 t.thumb = None
 
 
+_NAME_MASKS: dict[tuple[int, frozenset[str]], tuple[list[str], np.ndarray]] = {}
+
+
+def _name_mask(names: list[str], wanted: frozenset[str]) -> np.ndarray:
+    """By name code (`names`, the extension's list), whether the name is one of `wanted`; made once per list."""
+    hit = _NAME_MASKS.get((id(names), wanted))
+    if hit is not None and hit[0] is names:
+        return hit[1]
+    if len(_NAME_MASKS) >= 16:
+        _NAME_MASKS.clear()
+    mask = np.array([nm in wanted for nm in names], bool)
+    _NAME_MASKS[(id(names), wanted)] = (names, mask)
+    return mask
+
+
 def _max0(x: np.ndarray) -> np.ndarray:
     """Python's `max(x, 0.0)` elementwise: x itself unless x < 0.0 (so NaN and -0.0 stay as they are)."""
     return np.where(x < 0.0, 0.0, x)
@@ -255,7 +270,7 @@ class LazyNodes(Sequence[NodeTrace]):
 
     def ids_named(self, names: set[str] | frozenset[str]) -> list[int]:
         t = self.tables
-        wanted = np.array([nm in names for nm in t.names], bool)  # by name code (np.isin cost more)
+        wanted = _name_mask(t.names, frozenset(names))
         return np.flatnonzero(wanted[t.name_code]).tolist() if wanted.any() else []
 
     def param_ids(self) -> dict[str, int]:
@@ -329,23 +344,41 @@ def grads_of(nodes: Sequence[NodeTrace], k: int, sent: bool) -> list[TensorTrace
     return n.grad_inputs if sent else n.grad_outputs
 
 
-def slot_rows(t: StepTables, nodes: np.ndarray, sent: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """The tensor-table row of slot `j` of each node's `grad_inputs` (`sent`) or `grad_outputs` in its first
-    run, as `tables.grad_of` finds one at a time; -1 where it gives None."""
-    rows = np.full(len(nodes), -1, np.int64)
-    n_nodes = len(t.run_start) - 1
-    ok = (nodes >= 0) & (nodes < n_nodes)
-    safe = np.where(ok, nodes, 0)
-    if not len(t.run_rows) or not len(nodes):
-        return rows
+def slot_rows(t: StepTables, nodes: list[int], sent: list[bool], j: list[int]) -> list[int]:
+    """The tensor-table row of slot `j[i]` of node `nodes[i]`'s `grad_inputs` (`sent[i]`) or `grad_outputs` in
+    its first run (what its `NodeTrace` holds there); -1 for none. A few are looked up one by one (numpy's
+    set-up costs more than they do), many at once."""
+    if len(nodes) <= _FEW_SLOTS:
+        return [_slot_row(t, k, s, i) for k, s, i in zip(nodes, sent, j)]
+    nd, sd, jd = np.asarray(nodes, np.int64), np.asarray(sent, bool), np.asarray(j, np.int64)
+    rows = np.full(len(nd), -1, np.int64)
+    ok = (nd >= 0) & (nd < len(t.run_start) - 1)
+    safe = np.where(ok, nd, 0)
+    if not len(t.run_rows):
+        return rows.tolist()
     start = t.run_start[safe]
     ok &= start < t.run_start[safe + 1]
     r = t.runs[t.run_rows[np.where(ok, start, 0)]]
-    off = np.where(sent, r["gi_off"], r["go_off"]).astype(np.int64)
-    n = np.where(sent, r["gi_n"], r["go_n"]).astype(np.int64)
-    ok &= (j >= 0) & (j < n)
-    rows[ok] = t.slots[off[ok] + j[ok]]
-    return rows
+    off = np.where(sd, r["gi_off"], r["go_off"]).astype(np.int64)
+    n = np.where(sd, r["gi_n"], r["go_n"]).astype(np.int64)
+    ok &= (jd >= 0) & (jd < n)
+    rows[ok] = t.slots[off[ok] + jd[ok]]
+    return rows.tolist()
+
+
+_FEW_SLOTS = 16
+
+
+def _slot_row(t: StepTables, k: int, sent: bool, j: int) -> int:
+    """`slot_rows` of one slot."""
+    if not 0 <= k < len(t.run_start) - 1:
+        return -1
+    start = t.run_start[k]
+    if start == t.run_start[k + 1]:
+        return -1
+    r = t.runs[t.run_rows[start]]
+    off, n = (r["gi_off"], r["gi_n"]) if sent else (r["go_off"], r["go_n"])
+    return int(t.slots[off + j]) if 0 <= j < n else -1
 
 
 def ids_named(nodes: Sequence[NodeTrace], names: set[str] | frozenset[str]) -> list[int]:
