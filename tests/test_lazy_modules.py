@@ -15,7 +15,7 @@ from test_native_recorder import PROGRAMS, ModuleCalls, _program
 import gradscape
 from gradscape.tracer.record import native
 from gradscape.tracer.record.lazy_modules import LazyModules
-from gradscape.tracer.record.tables import slot_rows
+from gradscape.tracer.record.slot_rows import slot_rows
 from gradscape.tracer.record.wire_columns import step_columns
 from gradscape.tracer.wire.codec import pack, step_to_wire
 

@@ -14,7 +14,8 @@ import networkx as nx
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
-from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named, slot_rows
+from gradscape.tracer.record.slot_rows import slot_rows
+from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named
 from gradscape.tracer.record.view import StepView
 
 RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})

@@ -22,7 +22,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gradscape.tracer._model import ModuleCall, ModuleTrace, TensorTrace
-from gradscape.tracer.record.tables import StepTables, slot_rows
+from gradscape.tracer.record.slot_rows import slot_rows
+from gradscape.tracer.record.tables import StepTables
 
 _NONE = -1  # a slot code: no gradient (an input that needs none, an output without a node)
 

@@ -116,9 +116,7 @@ class TensorTable:
 
     def thumb_cells(self) -> np.ndarray:
         """Cells of each summary's thumbnail (0 for none)."""
-        per_plan = np.array([0 if p.th_shape is None else p.th_shape[0] * p.th_shape[1] for p in KERNEL_PLANS]
-                            + [0], np.int64)  # the last: summaries made in Python (plan -1), filled below
-        cells = np.where(self.no_thumb, 0, per_plan[self.plan])
+        cells = np.where(self.no_thumb, 0, _plan_cells()[self.plan])
         for k in np.nonzero(self.plan < 0)[0]:
             t = self.py[int(self.py_index[k])]
             cells[k] = 0 if t.thumb is None else t.thumb.size
@@ -153,6 +151,19 @@ class TensorTable:
         for k in ks[self.plan[ks] >= 0].tolist():
             if (t := made[k]) is not None:
                 t.thumb = None
+
+
+_PLAN_CELLS = np.zeros(1, np.int64)  # `_plan_cells`
+
+
+def _plan_cells() -> np.ndarray:
+    """Thumbnail cells of each kernel plan's summaries, by plan id; the last entry, for summaries made in
+    Python (plan -1), is 0. `KERNEL_PLANS` only grows: remade when it has."""
+    global _PLAN_CELLS
+    if len(_PLAN_CELLS) != len(KERNEL_PLANS) + 1:
+        _PLAN_CELLS = np.array([0 if p.th_shape is None else p.th_shape[0] * p.th_shape[1] for p in KERNEL_PLANS]
+                               + [0], np.int64)
+    return _PLAN_CELLS
 
 
 _NAME_MASKS: dict[tuple[int, frozenset[str]], tuple[list[str], np.ndarray]] = {}
@@ -342,43 +353,6 @@ def grads_of(nodes: Sequence[NodeTrace], k: int, sent: bool) -> list[TensorTrace
         return t.slot_traces(int(r["go_off"]), int(r["go_n"]))
     n = nodes[k]
     return n.grad_inputs if sent else n.grad_outputs
-
-
-def slot_rows(t: StepTables, nodes: list[int], sent: list[bool], j: list[int]) -> list[int]:
-    """The tensor-table row of slot `j[i]` of node `nodes[i]`'s `grad_inputs` (`sent[i]`) or `grad_outputs` in
-    its first run (what its `NodeTrace` holds there); -1 for none. A few are looked up one by one (numpy's
-    set-up costs more than they do), many at once."""
-    if len(nodes) <= _FEW_SLOTS:
-        return [_slot_row(t, k, s, i) for k, s, i in zip(nodes, sent, j)]
-    nd, sd, jd = np.asarray(nodes, np.int64), np.asarray(sent, bool), np.asarray(j, np.int64)
-    rows = np.full(len(nd), -1, np.int64)
-    ok = (nd >= 0) & (nd < len(t.run_start) - 1)
-    safe = np.where(ok, nd, 0)
-    if not len(t.run_rows):
-        return rows.tolist()
-    start = t.run_start[safe]
-    ok &= start < t.run_start[safe + 1]
-    r = t.runs[t.run_rows[np.where(ok, start, 0)]]
-    off = np.where(sd, r["gi_off"], r["go_off"]).astype(np.int64)
-    n = np.where(sd, r["gi_n"], r["go_n"]).astype(np.int64)
-    ok &= (jd >= 0) & (jd < n)
-    rows[ok] = t.slots[off[ok] + jd[ok]]
-    return rows.tolist()
-
-
-_FEW_SLOTS = 16
-
-
-def _slot_row(t: StepTables, k: int, sent: bool, j: int) -> int:
-    """`slot_rows` of one slot."""
-    if not 0 <= k < len(t.run_start) - 1:
-        return -1
-    start = t.run_start[k]
-    if start == t.run_start[k + 1]:
-        return -1
-    r = t.runs[t.run_rows[start]]
-    off, n = (r["gi_off"], r["gi_n"]) if sent else (r["go_off"], r["go_n"])
-    return int(t.slots[off + j]) if 0 <= j < n else -1
 
 
 def ids_named(nodes: Sequence[NodeTrace], names: set[str] | frozenset[str]) -> list[int]:
