@@ -14,6 +14,7 @@ from test_native_recorder import PROGRAMS, ModuleCalls, _program
 
 import gradscape
 from gradscape.tracer.record import native
+from gradscape.tracer.record import slot_rows as slot_rows_module
 from gradscape.tracer.record.lazy_modules import LazyModules
 from gradscape.tracer.record.slot_rows import slot_rows
 from gradscape.tracer.record.wire_columns import step_columns
@@ -85,9 +86,12 @@ def test_a_call_read_holds_its_nodes_tensors_and_the_hooks_sums() -> None:
             assert out is not None and any(call.grad_output[0] is t for t in st.nodes[out].grad_outputs)
 
 
+@pytest.mark.parametrize("read", ["lists", "numpy"])
 @pytest.mark.parametrize("name", ["lstm", "module_calls"])
-def test_slot_rows_name_the_tensors_the_nodes_hold(name: str) -> None:
-    """Looked up one by one or all at once, a slot's row is the one whose `TensorTrace` the node holds there."""
+def test_slot_rows_name_the_tensors_the_nodes_hold(name: str, read: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looked up one by one (from the columns as lists, as a small graph's are, or as numpy scalars) or all at
+    once, a slot's row is the one whose `TensorTrace` the node holds there."""
+    monkeypatch.setattr(slot_rows_module, "_SMALL_GRAPH", 10**9 if read == "lists" else 0)
     model, loss_of = _program(name)
     tr = gradscape.Tracer(model)
     with tr.step(0) as st:
