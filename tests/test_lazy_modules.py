@@ -74,6 +74,7 @@ def test_a_call_read_holds_its_nodes_tensors_and_the_hooks_sums() -> None:
     for h in hooks:
         h.remove()
     assert list(st.modules) == ["<root>"] + [q for q, _ in model.named_modules() if q]
+    assert "fc" in st.modules and "nope" not in st.modules and st.modules._made is None  # names: nothing made
     for q in seen:
         calls = st.modules[q].calls
         assert len(calls) == 2

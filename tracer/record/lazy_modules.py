@@ -120,7 +120,10 @@ class LazyModules(Mapping[str, ModuleTrace]):
         return self._modules()[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._modules())
+        return iter(self.types)  # the same names, in the same order, as the calls once made
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.types
 
     def __len__(self) -> int:
         return len(self.types)
