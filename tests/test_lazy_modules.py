@@ -90,8 +90,8 @@ def test_a_call_read_holds_its_nodes_tensors_and_the_hooks_sums() -> None:
 @pytest.mark.parametrize("read", ["lists", "numpy"])
 @pytest.mark.parametrize("name", ["lstm", "module_calls"])
 def test_slot_rows_name_the_tensors_the_nodes_hold(name: str, read: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Looked up one by one (from the columns as lists, as a small graph's are, or as numpy scalars) or all at
-    once, a slot's row is the one whose `TensorTrace` the node holds there."""
+    """Looked up one by one (from the columns as lists, as a small graph's are) or all at once with numpy, a
+    slot's row is the one whose `TensorTrace` the node holds there."""
     monkeypatch.setattr(slot_rows_module, "_SMALL_GRAPH", 10**9 if read == "lists" else 0)
     model, loss_of = _program(name)
     tr = gradscape.Tracer(model)

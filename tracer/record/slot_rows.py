@@ -13,12 +13,10 @@ from gradscape.tracer.record.tables import StepTables
 def slot_rows(t: StepTables, nodes: list[int], sent: list[bool], j: list[int]) -> list[int]:
     """The tensor-table row of slot `j[i]` of node `nodes[i]`'s `grad_inputs` (`sent[i]`) or `grad_outputs` in
     its first run (what its `NodeTrace` holds there); -1 for none. A few are looked up one by one (numpy's
-    set-up costs more than they do), many at once."""
-    if len(nodes) <= _FEW_SLOTS:
-        if len(t.name_code) <= _SMALL_GRAPH:  # its columns as lists cost less than a numpy scalar read each
-            c = t.lists()
-            return [_listed_row(c, k, s, i) for k, s, i in zip(nodes, sent, j)]
-        return [_slot_row(t, k, s, i) for k, s, i in zip(nodes, sent, j)]
+    set-up costs more than they do, and a small graph's columns as lists cost less), else all at once."""
+    if len(nodes) <= _FEW_SLOTS and len(t.name_code) <= _SMALL_GRAPH:
+        c = t.lists()
+        return [_listed_row(c, k, s, i) for k, s, i in zip(nodes, sent, j)]
     nd, sd, jd = np.asarray(nodes, np.int64), np.asarray(sent, bool), np.asarray(j, np.int64)
     rows = np.full(len(nd), -1, np.int64)
     ok = (nd >= 0) & (nd < len(t.run_start) - 1)
@@ -39,20 +37,8 @@ _FEW_SLOTS = 16
 _SMALL_GRAPH = 4096
 
 
-def _slot_row(t: StepTables, k: int, sent: bool, j: int) -> int:
-    """`slot_rows` of one slot."""
-    if not 0 <= k < len(t.run_start) - 1:
-        return -1
-    start = t.run_start[k]
-    if start == t.run_start[k + 1]:
-        return -1
-    r = t.runs[t.run_rows[start]]
-    off, n = (r["gi_off"], r["gi_n"]) if sent else (r["go_off"], r["go_n"])
-    return int(t.slots[off + j]) if 0 <= j < n else -1
-
-
 def _listed_row(c: Any, k: int, sent: bool, j: int) -> int:
-    """`_slot_row` from the tables' columns as lists (`StepTables.lists()`)."""
+    """`slot_rows` of one slot, from the tables' columns as lists (`StepTables.lists()`)."""
     if not 0 <= k < len(c.run_start) - 1:
         return -1
     start = c.run_start[k]

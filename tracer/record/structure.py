@@ -35,7 +35,8 @@ class StructureCache:
 
     def __init__(self, size: int = 12) -> None:  # statics, edges and kinds of four graph structures
         self.size = size
-        self._entries: dict[Any, Any] = {}  # a key → its statics list (or, keyed ("edges", ...), a graph's edges)
+        # a key → its statics list; keyed ("edges", ...) or ("kinds", ...): a graph's edges or node kinds
+        self._entries: dict[Any, Any] = {}
 
     def get(self, key: Any) -> Any:
         return self._entries.get(key)

@@ -84,10 +84,7 @@ class TensorTable:
             t = self.get(k) if made is None else made
             return t.stats.get("zeros", 0.0), t.numel
         _mn, _mx, _s, _ss, nz, _nan, _inf, n = self.raw[k].tolist()
-        numel = 1
-        for d in KERNEL_PLANS[p].shape:
-            numel *= d
-        return (0.0 if n <= 0 else n - nz), numel
+        return (0.0 if n <= 0 else n - nz), math.prod(KERNEL_PLANS[p].shape)
 
     def stats_rows(self) -> list[list[float]]:
         """`stats_array` as lists."""
