@@ -76,6 +76,16 @@ class TensorTable:
         th = np.ndarray(plan.th_shape, _F32, arr, 8 * (int(self.off[k]) + 8))  # a view of the arena
         return np.ascontiguousarray(th.T) if plan.transposed else th
 
+    def arena_bytes(self) -> int:
+        """The bytes of the arena the kernel's summaries use (to the last row's statistics; its thumbnail
+        is not counted), read from the offsets alone."""
+        ok = self.plan >= 0
+        if not ok.any():
+            return 0
+        ends = np.zeros(len(self.chunks), np.int64)
+        np.maximum.at(ends, self.chunk[ok], self.off[ok].astype(np.int64) + 8)
+        return 8 * int(ends.sum())
+
     def zeros_of(self, k: int) -> tuple[float, int]:
         """Summary `k`'s `stats["zeros"]` and `numel`, without making its `TensorTrace`."""
         p = int(self.plan[k])

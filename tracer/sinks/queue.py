@@ -7,14 +7,21 @@ import threading
 import time
 from collections import deque
 
-from gradscape.tracer._model import StepTrace
+from gradscape.tracer._model import StepTrace, TensorTrace
 from gradscape.tracer.wire.history import WireHistory
 
 Queued = StepTrace | WireHistory  # what the queues hold: a step, or a batch of history rows
 
 
 def estimate_bytes(st: StepTrace) -> int:
-    """Cheap size estimate for the queue bound (the exact size is known only once encoded)."""
+    """Cheap size estimate for the queue bound (the exact size is known only once encoded). A natively
+    recorded step is sized from its tensor table (NOTE [Step tables] in tracer/record/tables.py): the
+    training loop's write makes no `NodeTrace`."""
+    tables = getattr(st.nodes, "tables", None)
+    if tables is not None:
+        tab = tables.tensors
+        return (600 * len(st.nodes) + 120 * len(tab) + tab.arena_bytes()
+                + sum(_tensor_bytes(t) for t in tab.py))
     n = 600 * len(st.nodes)
     seen: set[int] = set()
     for node in st.nodes:
@@ -22,8 +29,12 @@ def estimate_bytes(st: StepTrace) -> int:
             if t is None or id(t) in seen:
                 continue
             seen.add(id(t))
-            n += 120 + (t.thumb.nbytes if t.thumb is not None else 0) + (t.values.nbytes if t.values is not None else 0)
+            n += 120 + _tensor_bytes(t)
     return n
+
+
+def _tensor_bytes(t: TensorTrace) -> int:
+    return (t.thumb.nbytes if t.thumb is not None else 0) + (t.values.nbytes if t.values is not None else 0)
 
 
 class ByteQueue:

@@ -96,13 +96,13 @@ class _Sender:
 
     # ------------------------------------------------------------------ training-loop side
     def write(self, st: StepTrace) -> None:
-        if not self._started:
-            self._start()
         t0 = time.perf_counter()
         size = estimate_bytes(st)
         if not self._net.offer(st, size):
             self._to_spill(st, size, "the send queue is full")
-        self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)
+        self.max_write_ms = max(self.max_write_ms, (time.perf_counter() - t0) * 1e3)  # queueing, not the start
+        if not self._started:  # after the step is queued: the new threads' imports do not slow its queueing
+            self._start()
 
     def write_history(self, batch: WireHistory) -> None:
         """A batch of the monitor's history rows (`tracer.wire.history`): queued like a step, sent as
