@@ -201,11 +201,11 @@ class StepCapture:
         with grad_off():
             rec.total_after = torch.linalg.vector_norm(after)
             rec.total_before = torch.linalg.vector_norm(before)
+            if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
+                summarise, names, stepped = self.traced.rec.summ.summarise_no_grad, self.mon.names, self.params_stepped
+                for i, g in pairs:
+                    stepped[names[i]] = summarise(g, None)
         rec.before = before
-        if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
-            summ = self.traced.rec.summ
-            for i, g in pairs:
-                self.params_stepped[self.mon.names[i]] = summ.summarise(g)
 
     def _before_of(self, idx: list[int], fallback: torch.Tensor) -> torch.Tensor:
         """The optimizer's per-parameter norms as the backward left them, from the snapshots."""

@@ -153,13 +153,7 @@ class _Outputs:
     per node when asked (`(shapes, dtypes)`)."""
 
     def __init__(self, g: NativeGraph) -> None:
-        self.off = g.out_off
-        self.ndim = g.out_ndim
-        self.dtype = g.out_dtype
-        ranks = np.maximum(g.out_ndim, 0).astype(np.int64)
-        self.dim_off = np.concatenate([[0], np.cumsum(ranks)])
-        self.dims = g.out_dims
-        self.dtype_names = dtype_names()
+        self.off, self.ndim, self.dtype, self.dims = g.out_off, g.out_ndim, g.out_dtype, g.out_dims
         self._made: dict[int, tuple[list[Any], list[str | None]]] = {}
         self._lists: tuple[list[int], ...] | None = None  # the columns as lists, once a node is asked for
 
@@ -167,9 +161,10 @@ class _Outputs:
         made = self._made.get(k)
         if made is None:
             if self._lists is None:
-                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, self.dim_off, self.dims, self.dtype))
+                dim_off = np.concatenate([[0], np.cumsum(np.maximum(self.ndim, 0).astype(np.int64))])
+                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, dim_off, self.dims, self.dtype))
             off, ndim, dim_off, dims, dtype = self._lists
-            names = self.dtype_names
+            names = dtype_names()
             shapes: list[Any] = []
             dtypes: list[str | None] = []
             for o in range(off[k], off[k + 1]):

@@ -41,11 +41,7 @@ class TensorTable:
         self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)
-        self.raw = np.full((n, 8), np.nan)  # the kernel's 8 raw statistics per summary (`stats_from_raw`)
-        for c, arr in enumerate(self.chunks):
-            rows = np.nonzero((self.plan >= 0) & (self.chunk == c))[0]
-            if len(rows):
-                self.raw[rows] = arr[self.off[rows, None] + np.arange(8)]
+        self.raw = _raw_stats(self.plan, self.chunk, self.off, self.chunks)
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
 
@@ -158,6 +154,22 @@ class TensorTable:
         for k in ks[self.plan[ks] >= 0].tolist():
             if (t := made[k]) is not None:
                 t.thumb = None
+
+
+_EIGHT = np.arange(8)
+
+
+def _raw_stats(plan: np.ndarray, chunk: np.ndarray, off: np.ndarray, chunks: list[np.ndarray]) -> np.ndarray:
+    """The kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's: one gather per
+    arena chunk, and one in all for the usual step, whose summaries are all the kernel's in one chunk."""
+    if len(chunks) == 1 and len(plan) and plan.min() >= 0:
+        return chunks[0][off[:, None] + _EIGHT]
+    raw = np.full((len(plan), 8), np.nan)
+    for c, arr in enumerate(chunks):
+        rows = np.nonzero((plan >= 0) & (chunk == c))[0]
+        if len(rows):
+            raw[rows] = arr[off[rows, None] + _EIGHT]
+    return raw
 
 
 _PLAN_CELLS = np.zeros(1, np.int64)  # `_plan_cells`

@@ -20,6 +20,7 @@ import numpy as np
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.record.native import dtype_names
 from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.wire.arrays import encode_array
@@ -73,7 +74,7 @@ def _node_columns(t: StepTables, slots: np.ndarray) -> dict[str, Any]:
               "gi_n": r["gi_n"], "slots": slots}
     return {"n": len(t.name_code), "name": list(t.names), "kind": kinds, "module": modules, "source": sources,
             "static": statics, "params": [[k, p] for k, p in sorted(t.params.items())],
-            "dtypes": [[c, nm] for c, nm in sorted(out.dtype_names.items())],
+            "dtypes": [[c, nm] for c, nm in sorted(dtype_names().items())],
             **{k: np.ascontiguousarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
 
 
