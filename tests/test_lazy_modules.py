@@ -87,17 +87,20 @@ def test_a_call_read_holds_its_nodes_tensors_and_the_hooks_sums() -> None:
             assert out is not None and any(call.grad_output[0] is t for t in st.nodes[out].grad_outputs)
 
 
-@pytest.mark.parametrize("read", ["lists", "numpy"])
+@pytest.mark.parametrize("read", ["lists", "arrays", "numpy"])
 @pytest.mark.parametrize("name", ["lstm", "module_calls"])
 def test_slot_rows_name_the_tensors_the_nodes_hold(name: str, read: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Looked up one by one (from the columns as lists, as a small graph's are) or all at once with numpy, a
-    slot's row is the one whose `TensorTrace` the node holds there."""
-    monkeypatch.setattr(slot_rows_module, "_SMALL_GRAPH", 10**9 if read == "lists" else 0)
+    """Looked up one by one (from the columns as lists, as a small graph's are once made, or from the arrays)
+    or all at once with numpy, a slot's row is the one whose `TensorTrace` the node holds there."""
+    monkeypatch.setattr(slot_rows_module, "_SMALL_GRAPH", 0 if read == "numpy" else 10**9)
     model, loss_of = _program(name)
     tr = gradscape.Tracer(model)
     with tr.step(0) as st:
         loss_of(model).backward()
     t = st.nodes.tables
+    if read == "lists":
+        t.lists()
+    made = t._lists
     queries = [(k, sent, j) for k in range(len(st.nodes)) for sent in (True, False) for j in range(-1, 3)]
     queries.append((len(st.nodes), False, 0))  # past the last node: none
     nodes, sents, js = (list(q) for q in zip(*queries))
@@ -105,6 +108,7 @@ def test_slot_rows_name_the_tensors_the_nodes_hold(name: str, read: str, monkeyp
     many = slot_rows(t, nodes, sents, js)
     few = [slot_rows(t, [k], [s], [j])[0] for k, s, j in queries]
     assert many == few
+    assert t._lists is made  # the arrays were read as they were (the lists made only when asked)
     for (k, sent, j), row in zip(queries, many):
         grads = None if k >= len(st.nodes) else st.nodes[k].grad_inputs if sent else st.nodes[k].grad_outputs
         want = grads[j] if grads is not None and 0 <= j < len(grads) else None

@@ -101,7 +101,7 @@ class NativeStep:
         nodes = LazyNodes(tables)
         for bp, rid, nr in self._roots:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
-        return nodes, _edges(g, cache), _execution(runs)
+        return nodes, _edges(g, cache), _execution(tables)
 
     def param_trace(self, pos: int) -> TensorTrace | None:
         """What arrived at a parameter's node in run `pos` (once `assemble` made the tables)."""
@@ -161,8 +161,8 @@ class _Outputs:
         made = self._made.get(k)
         if made is None:
             if self._lists is None:
-                dim_off = np.concatenate([[0], np.cumsum(np.maximum(self.ndim, 0).astype(np.int64))])
-                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, dim_off, self.dims, self.dtype))
+                starts = np.concatenate([[0], np.cumsum(np.maximum(self.ndim, 0).astype(np.int64))])
+                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, starts, self.dims, self.dtype))
             off, ndim, dim_off, dims, dtype = self._lists
             names = dtype_names()
             shapes: list[Any] = []
@@ -187,24 +187,26 @@ def _edges(g: NativeGraph, cache: StructureCache) -> list[tuple[int, int, int]]:
     return list(edges)
 
 
-def _execution(runs: np.ndarray) -> list[tuple[int, int]]:
-    """(node id, run index) of every run, in the order they ran."""
-    nodes = runs["node"].astype(np.int64)
+def _execution(tables: StepTables) -> list[tuple[int, int]]:
+    """(node id, run index) of every run, in the order they ran (the tables have each node's runs in order)."""
+    nodes = tables.runs["node"]
     if not len(nodes):
         return []
-    by_node = np.argsort(nodes, kind="stable")
-    ordered = nodes[by_node]
-    starts = np.searchsorted(ordered, ordered)  # the first position of each run's node in `ordered`
+    by_node = tables.run_rows
     k = np.empty(len(nodes), np.int64)
-    k[by_node] = np.arange(len(nodes)) - starts
+    k[by_node] = np.arange(len(nodes)) - tables.run_start[nodes[by_node]]
     return list(zip(nodes.tolist(), k.tolist()))
 
 
 def _root_grad(tables: StepTables, rid: int, nr: int, pass_index: int) -> TensorTrace | None:
+    """The gradient root `rid`'s output `nr` got in pass `pass_index` (its run's slot: no other made)."""
+    runs = tables.runs
     for pos in tables.node_runs(rid).tolist():
-        r = tables.runs[pos]
+        r = runs[pos]
         if int(r["pass"]) == pass_index:
-            go = tables.slot_traces(int(r["go_off"]), int(r["go_n"]))
-            return go[nr] if nr < len(go) else None
+            if nr >= int(r["go_n"]):
+                return None
+            s = int(tables.slots[int(r["go_off"]) + nr])
+            return None if s < 0 else tables.tensors.get(s)
     return None
 

@@ -13,8 +13,11 @@ from gradscape.tracer.record.tables import StepTables
 def slot_rows(t: StepTables, nodes: list[int], sent: list[bool], j: list[int]) -> list[int]:
     """The tensor-table row of slot `j[i]` of node `nodes[i]`'s `grad_inputs` (`sent[i]`) or `grad_outputs` in
     its first run (what its `NodeTrace` holds there); -1 for none. A few are looked up one by one (numpy's
-    set-up costs more than they do, and a small graph's columns as lists cost less), else all at once."""
+    set-up costs more than they do), from a small graph's columns as lists when those were made, else from
+    the arrays; many are looked up all at once."""
     if len(nodes) <= _FEW_SLOTS and len(t.name_code) <= _SMALL_GRAPH:
+        if t._lists is None:  # not worth making the lists for a few: read the arrays
+            return [_array_row(t, k, s, i) for k, s, i in zip(nodes, sent, j)]
         c = t.lists()
         return [_listed_row(c, k, s, i) for k, s, i in zip(nodes, sent, j)]
     nd, sd, jd = np.asarray(nodes, np.int64), np.asarray(sent, bool), np.asarray(j, np.int64)
@@ -47,3 +50,15 @@ def _listed_row(c: Any, k: int, sent: bool, j: int) -> int:
     pos = c.run_rows[start]
     off, n = (c.gi_off[pos], c.gi_n[pos]) if sent else (c.go_off[pos], c.go_n[pos])
     return c.slots[off + j] if 0 <= j < n else -1
+
+
+def _array_row(t: StepTables, k: int, sent: bool, j: int) -> int:
+    """`_listed_row` from the tables' arrays, element by element."""
+    if not 0 <= k < len(t.run_start) - 1:
+        return -1
+    start = int(t.run_start[k])
+    if start == int(t.run_start[k + 1]):
+        return -1
+    r = t.runs[int(t.run_rows[start])]
+    off, n = (int(r["gi_off"]), int(r["gi_n"])) if sent else (int(r["go_off"]), int(r["go_n"]))
+    return int(t.slots[off + j]) if 0 <= j < n else -1

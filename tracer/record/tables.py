@@ -113,7 +113,7 @@ class TensorTable:
 
     def nonfinite(self) -> bool:
         """True when a summary counted a NaN or an Inf."""
-        if bool(np.any(self.raw[:, 5] + self.raw[:, 6] > 0)):
+        if bool((self.raw[:, 5:7] > 0).any()):
             return True
         return any(t.stats.get("nan") or t.stats.get("inf") for t in self.py)
 
@@ -124,6 +124,13 @@ class TensorTable:
             t = self.py[int(self.py_index[k])]
             cells[k] = 0 if t.thumb is None else t.thumb.size
         return cells
+
+    def thumb_cells_total(self) -> int:
+        """`thumb_cells().sum()`, before the budget left any out (the step's end asks; no per-row array)."""
+        assert not self.no_thumb.any()
+        py = self.py
+        extra = sum(0 if (t := py[k]).thumb is None else t.thumb.size for k in self.py_index[self.plan < 0].tolist())
+        return int(_plan_cells()[self.plan].sum()) + extra
 
     def norms(self) -> np.ndarray:
         """Each summary's L2 norm (-1 for NaN), as `stats["norm"]` gives it."""
