@@ -179,11 +179,11 @@ class TraceStore:
     @collector_paused()  # the step's forms are made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
         """Store a step, in one transaction; its arrays go to their rows without becoming wire arrays."""
-        from gradscape.tracer.record.wire_columns import step_columns  # torch's side: readers never import it
+        from gradscape.tracer.record.wire_columns import column_parts  # torch's side: readers never import it
 
         self._writable()
-        graph, arrays = step_columns(st) or step_to_graph(st)  # a native step's as columns (step_doc)
-        thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays])
+        graph, arrays, stacked = column_parts(st) or (*step_to_graph(st), None)  # a native step's as columns
+        thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays], stacked)
         self._write(graph, thumbs, [None if v is None else encode_array(v) for _, v in arrays])
 
     @collector_paused()

@@ -22,6 +22,7 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.record.native import dtype_names
 from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
+from gradscape.tracer.record.thumb_stacks import Stacks, thumb_stacks
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.codec import TensorTable as WireTensors
@@ -105,26 +106,47 @@ def _object_rows(tt: TensorTable) -> dict[int, Any]:
 
 
 def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any]) -> tuple[dict[str, Any],
-                                                                                       list[TensorNumpy]]:
-    """The tensor columns of table rows `order`, in that order."""
+                                                                                       list[TensorNumpy], Stacks]:
+    """The tensor columns of table rows `order`, in that order; each position's (thumbnail, values) from its
+    `TensorTrace` where one was made, and the kernel's thumbnails of the others stacked by shape (NOTE
+    [Thumbnail stacks])."""
     plan = tt.plan[order].astype(np.int64)
     used = np.unique(plan[plan >= 0])
     code = np.where(plan >= 0, np.searchsorted(used, np.maximum(plan, 0)), -1)
     plans = [[list(p.shape), p.dtype, p.view, "cpu"] for p in (KERNEL_PLANS[i] for i in used.tolist())]
-    thumb_of, get = tt.thumb_of, objects.get
-    arrays: list[TensorNumpy] = [(thumb_of(k), None) if (o := get(k)) is None else (o.thumb, o.values)
-                                 for k in order.tolist()]
+    get = objects.get
+    arrays: list[TensorNumpy] = [_NONE if (o := get(k)) is None else (o.thumb, o.values) for k in order.tolist()]
+    skip = np.zeros(len(order), bool)
+    if objects:
+        skip[np.isin(order, np.fromiter(objects, np.int64, len(objects)))] = True
+    stacks = thumb_stacks(tt, order, skip)
     maps = [[i, tensor_summary(objects[int(order[i])])] for i in np.flatnonzero(code < 0).tolist()]
     cols = {"n": len(order), "plans": plans, "maps": maps,
             "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
             "stats": np.ascontiguousarray(tt.stats_array()[order], TENSOR_ARRAYS["stats"]).tobytes()}
-    return cols, arrays
+    return cols, arrays, stacks
+
+
+_NONE: TensorNumpy = (None, None)
+
+
+def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
+    """`column_parts` with every thumbnail in its tensor's place."""
+    made = column_parts(st)
+    if made is None:
+        return None
+    doc, arrays, stacks = made
+    for at, stack in stacks.values():
+        for i, p in enumerate(at.tolist()):
+            arrays[p] = (stack[i], None)
+    return doc, arrays
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
-    """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, and every
-    tensor's (thumbnail, values) by position; None for a step not recorded natively (written as maps).
+def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stacks] | None:
+    """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
+    (thumbnail, values) by position but the kernel's thumbnails, which come stacked by shape (NOTE [Thumbnail
+    stacks] in thumb_stacks.py); None for a step not recorded natively (written as maps).
     Tensors are numbered as the codec numbers them (`step_to_wire`): the rows the nodes name, as it first
     meets them, then what only the other fields name, as maps (`extra`)."""
     lazy = st.nodes
@@ -141,10 +163,10 @@ def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | No
     tab.row_ref = lambda k: int(at[k]) if at[k] >= 0 else tab.ref(tt.get(k))  # NOTE [Lazy module calls]
     fields = step_fields(st, tab)  # after the rows: what only the modules, parameters and passes name
     del fields["execution"]  # the runs' order, which the columns hold
-    tensors, arrays = _tensor_columns(tt, order, objects)
+    tensors, arrays, stacks = _tensor_columns(tt, order, objects)
     columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t, at[t.slots]),
                "tensors": {**tensors, "extra": tab.items}}
-    return {**fields, "columns": columns}, arrays + (tab.arrays or [])
+    return {**fields, "columns": columns}, arrays + (tab.arrays or []), stacks
 
 
 def step_message(st: StepTrace) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ NOTE [Compact thumbnails]
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -88,10 +89,14 @@ class ThumbTable:
         return self.keep_arrays([None if t is None else decode_array(t, f"tensors[{i}].thumb")
                                  for i, t in enumerate(thumbs)])
 
-    def keep_arrays(self, pictures: list[np.ndarray | None]) -> list[dict[str, Any] | WireArray | None]:
-        """What each tensor's row keeps of its thumbnail (tensor `i`'s is `pictures[i]`): C, a reference
-        to an earlier tensor's (`repeats`), or the wire array of a thumbnail that is not 2-D (none are,
-        today). The new pictures are quantised together, shape by shape."""
+    def keep_arrays(self, pictures: list[np.ndarray | None],
+                    stacked: Mapping[tuple[int, ...], tuple[np.ndarray, np.ndarray]] | None = None,
+                    ) -> list[dict[str, Any] | WireArray | None]:
+        """What each tensor's row keeps of its thumbnail (tensor `i`'s is `pictures[i]`, or is in `stacked`:
+        shape -> (tensor indices ascending, their pictures as one stack), NOTE [Thumbnail stacks] in
+        tracer/record/thumb_stacks.py): C, a reference to an earlier tensor's (`repeats`), or the wire array
+        of a thumbnail that is not 2-D (none are, today). The new pictures are quantised together, shape by
+        shape."""
         kept: list[dict[str, Any] | WireArray | None] = [None] * len(pictures)
         by_shape: dict[tuple[int, int], list[int]] = {}
         for idx, a in enumerate(pictures):
@@ -102,18 +107,34 @@ class ThumbTable:
             else:
                 by_shape.setdefault(a.shape, []).append(idx)
         stacks = {shape: np.stack([pictures[i] for i in ix]) for shape, ix in by_shape.items()}  # type: ignore[misc]
-        new: dict[tuple[int, int], list[int]] = {}
-        for idx, same in repeats(by_shape, stacks).items():
-            if same is None:
-                shape = pictures[idx].shape  # type: ignore[union-attr]
-                new.setdefault(shape, []).append(idx)
-            else:
-                kept[idx] = {"same": same[0], "T": same[1]}
-        for shape, ix in new.items():
-            pos = np.searchsorted(by_shape[shape], ix)
-            for idx, c in zip(ix, quantise_same_shape(stacks[shape][pos].astype(np.float64))):
+        for shape, (at, stack) in (stacked or {}).items():
+            _merge(by_shape, stacks, shape, at, stack)  # type: ignore[arg-type]
+        same_as = repeats(by_shape, stacks)
+        for shape, ix in by_shape.items():
+            new: list[int] = []
+            for idx in ix:
+                if (same := same_as[idx]) is None:
+                    new.append(idx)
+                else:
+                    kept[idx] = {"same": same[0], "T": same[1]}
+            if not new:
+                continue
+            pos = np.searchsorted(ix, new)
+            for idx, c in zip(new, quantise_same_shape(stacks[shape][pos].astype(np.float64))):
                 kept[idx] = c
         return kept
+
+
+def _merge(by_shape: dict[tuple[int, int], list[int]], stacks: dict[tuple[int, int], np.ndarray],
+           shape: tuple[int, int], at: np.ndarray, stack: np.ndarray) -> None:
+    """Add pictures `stack` of tensors `at` to the pictures of `shape`, keeping them in tensor order."""
+    if shape not in by_shape:
+        by_shape[shape], stacks[shape] = at.tolist(), stack
+        return
+    idx = np.concatenate([np.asarray(by_shape[shape], np.int64), at])
+    both = np.concatenate([stacks[shape], stack])
+    order = np.argsort(idx, kind="stable")
+    by_shape[shape], stacks[shape] = idx[order].tolist(), both[order]
 
 
 def repeats(by_shape: dict[tuple[int, int], list[int]],
