@@ -99,3 +99,31 @@ def test_steps_with_the_same_graph_share_their_static_lists() -> None:
     for na, nb in zip(a.nodes, b.nodes):
         assert na.input_labels is nb.input_labels and na.output_shapes is nb.output_shapes
         assert na.grad_outputs is not nb.grad_outputs
+
+
+@pytest.mark.parametrize("module_of", ["by_module", "none"])
+def test_a_graphs_destinations_are_worded_once_and_alike(module_of: str) -> None:
+    """`Destinations` (each child's chain followed once, each wording made once) words every slot as
+    `destination` does on its own: parameters through pass-through chains, leaves inside and outside a
+    module, outputs of other modules, and slots with no gradient."""
+    from gradscape.tracer.record.labels import ACCUMULATE, Destinations, SlotInfo, destination
+
+    mod = (lambda m: m) if module_of == "by_module" else (lambda m: None)
+    nodes = [
+        SlotInfo(ACCUMULATE, "param", None, "fc.weight", (3, 4), []),  # 0
+        SlotInfo("TBackward0", "op", mod("fc"), None, None, [0]),  # 1: fc.weight (transposed)
+        SlotInfo(ACCUMULATE, "leaf", None, None, (2, 4), []),  # 2: a leaf
+        SlotInfo("AddmmBackward0", "op", mod("fc"), None, None, [None, 2, 1]),  # 3
+        SlotInfo("ReluBackward0", "op", mod("act"), None, None, [3]),  # 4: output of fc
+        SlotInfo("ViewBackward0", "op", mod("act"), None, None, [1]),  # 5: a chain of two pass-throughs
+        SlotInfo("MulBackward0", "op", mod("head.inner"), None, None, [4, 2, 5, 3]),  # 6
+        SlotInfo("SumBackward0", "op", mod("head"), None, None, [6]),  # 7: inside its own module
+    ]
+    where = Destinations(nodes)
+    for _ in range(2):  # the second time from its memo
+        for owner in nodes:
+            for child in owner.children:
+                assert where(owner, child) == destination(nodes, owner, child)
+    words = {destination(nodes, o, c) for o in nodes for c in o.children}
+    assert {"no gradient needed", "fc.weight (transposed)"} <= words
+    assert len(words) >= 5

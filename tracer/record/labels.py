@@ -97,11 +97,16 @@ def _forward_arg_names(cls: object) -> list[str]:
 
 def destination(nodes: Sequence[SlotInfo], owner: SlotInfo, child: int | None) -> str:
     """Where the gradient in a slot of `owner` goes, in words."""
-    if child is None:
-        return "no gradient needed"
+    return "no gradient needed" if child is None else _words(owner.module, _child_key(nodes, child))
+
+
+def _child_key(nodes: Sequence[SlotInfo], child: int) -> tuple[object, ...]:
+    """All `destination` reads of a slot's child: following a short chain of pass-through nodes towards a
+    parameter, ("acc", its parameter, its leaf's shape, the hops) when it ends at one, else ("op", the child's
+    module, its name)."""
     hops: list[str] = []
     c = nodes[child]
-    for _ in range(4):  # follow a short chain of pass-through nodes towards a parameter
+    for _ in range(4):
         if c.name in _THROUGH and len(c.children) == 1 and c.children[0] is not None:
             nxt = nodes[c.children[0]]
             if nxt.name in _THROUGH or nxt.name == ACCUMULATE:
@@ -110,18 +115,48 @@ def destination(nodes: Sequence[SlotInfo], owner: SlotInfo, child: int | None) -
                 c = nxt
                 continue
         break
-    how = f" ({', '.join(hops)})" if hops else ""
     if c.name == ACCUMULATE:
-        if c.param:
-            return f"{c.param}{how}"
-        leaf = f"leaf tensor [{'×'.join(map(str, c.leaf_shape or ()))}]{how}"
-        return f"input of {owner.module} ({leaf})" if owner.module else leaf
+        return ("acc", c.param, c.leaf_shape, tuple(hops))
     direct = nodes[child]
-    if owner.module and direct.module != owner.module and not _inside(direct.module, owner.module):
-        return f"input of {owner.module}"
-    if direct.module and direct.module != owner.module and not _inside(owner.module, direct.module):
-        return f"output of {direct.module} ({direct.name})"
-    return direct.name
+    return ("op", direct.module, direct.name)
+
+
+def _words(owner_module: str | None, key: tuple[object, ...]) -> str:
+    """`destination` from the owner's module and the child's `_child_key`."""
+    if key[0] == "acc":
+        _, param, leaf_shape, hops = key
+        how = f" ({', '.join(hops)})" if hops else ""  # type: ignore[arg-type]
+        if param:
+            return f"{param}{how}"
+        leaf = f"leaf tensor [{'×'.join(map(str, leaf_shape or ()))}]{how}"  # type: ignore[call-overload]
+        return f"input of {owner_module} ({leaf})" if owner_module else leaf
+    _, module, name = key
+    if owner_module and module != owner_module and not _inside(module, owner_module):  # type: ignore[arg-type]
+        return f"input of {owner_module}"
+    if module and module != owner_module and not _inside(owner_module, module):  # type: ignore[arg-type]
+        return f"output of {module} ({name})"
+    return str(name)
+
+
+class Destinations:
+    """`destination` for every slot of one graph, each child's chain followed once and each (owner's module,
+    child key) worded once: a 100k-node unrolled loop has a few dozen of those."""
+
+    def __init__(self, nodes: Sequence[SlotInfo]) -> None:
+        self.nodes = nodes
+        self._keys: dict[int, tuple[object, ...]] = {}
+        self._words: dict[tuple[str | None, tuple[object, ...]], str] = {}
+
+    def __call__(self, owner: SlotInfo, child: int | None) -> str:
+        if child is None:
+            return "no gradient needed"
+        key = self._keys.get(child)
+        if key is None:
+            key = self._keys[child] = _child_key(self.nodes, child)
+        words = self._words.get((owner.module, key))
+        if words is None:
+            words = self._words[(owner.module, key)] = _words(owner.module, key)
+        return words
 
 
 def _inside(inner: str | None, outer: str | None) -> bool:
@@ -130,6 +165,9 @@ def _inside(inner: str | None, outer: str | None) -> bool:
     return outer == "<root>" or inner.startswith(outer + ".")
 
 
-def label_slots(nodes: Sequence[SlotInfo], index: int, args: list[str]) -> list[str]:
+def label_slots(nodes: Sequence[SlotInfo], index: int, args: list[str], where: Destinations | None = None) -> list[str]:
+    """Each slot's label, "argument → destination"; `where`: the graph's `Destinations`, when labelling all."""
     owner = nodes[index]
-    return [f"{a} → {destination(nodes, owner, ch)}" for a, ch in zip(args, owner.children)]
+    if where is None:
+        return [f"{a} → {destination(nodes, owner, ch)}" for a, ch in zip(args, owner.children)]
+    return [f"{a} → {where(owner, ch)}" for a, ch in zip(args, owner.children)]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gradscape.tracer import _compat
-from gradscape.tracer.record.labels import ACCUMULATE, SlotInfo, label_slots, schema_of, slot_args
+from gradscape.tracer.record.labels import ACCUMULATE, Destinations, SlotInfo, label_slots, schema_of, slot_args
 from gradscape.tracer.record.walk import NodeRecord
 
 
@@ -76,6 +76,7 @@ def compute_statics(infos: list[SlotInfo], forward_class: Callable[[int], Any]) 
     depend on its name, kind and slot count alone, but for custom and compiled nodes: those are made once
     per (name, kind, count) (a 100k-node step has a few dozen)."""
     statics = []
+    where = Destinations(infos)
     args_of: dict[tuple[str, str, int], list[str]] = {}
     schemas: dict[str, str | None] = {}
     for i, info in enumerate(infos):
@@ -89,7 +90,7 @@ def compute_statics(infos: list[SlotInfo], forward_class: Callable[[int], Any]) 
             args = args_of.get(key)  # type: ignore[assignment]
             if args is None:
                 args = args_of[key] = slot_args(name, kind, len(info.children))
-        labels = label_slots(infos, i, args)
+        labels = label_slots(infos, i, args, where)
         if kind == "compiled" and info.module:
             labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in labels]
         if kind == "op" and name not in schemas:
