@@ -141,7 +141,7 @@ def test_the_columns_hold_each_gradient_as_torch_gives_it(tmp_path: Path) -> Non
         assert t["stats"][4] == pytest.approx(float(p.grad.double().norm()), rel=1e-5)  # the norm
 
 
-@pytest.mark.parametrize("damage", ["slots", "plan_code", "version"])
+@pytest.mark.parametrize("damage", ["slots", "plan_code", "version", "tables"])
 def test_a_damaged_column_document_is_named(tmp_path: Path, damage: str) -> None:
     case = build("mlp")
     path = tmp_path / "t.sqlite"
@@ -155,12 +155,19 @@ def test_a_damaged_column_document_is_named(tmp_path: Path, damage: str) -> None
         cols["nodes"]["slots"] = np.full(len(cols["nodes"]["slots"]) // 4, 10**6, "<i4").tobytes()
     elif damage == "plan_code":
         cols["tensors"]["plan_code"] = cols["tensors"]["plan_code"][:-4]
+    elif damage == "tables":  # a name that is not a string: what only reading the step whole checks
+        cols["nodes"]["name"][0] = 7
     else:
         cols["version"] = 99
     with db:
         db.execute("UPDATE steps SET graph = ?", (compress(pack(doc)),))
     db.close()
     with TraceStore(path, readonly=True) as store:
+        where = r"columns.nodes.name\[0\]" if damage == "tables" else "columns"
+        with pytest.raises(StoreError, match=f"step 0 of run 'd' in .* is malformed: {where}"):  # gradscape.load
+            store.read_step("d", 0)
+        if damage == "tables":
+            return
         with pytest.raises(StoreError, match="step 0 of run 'd'.*columns"):
             store.read_indexed("d", 0)
         with pytest.raises(gradscape.tracer.wire.TraceFormatError, match="columns"):

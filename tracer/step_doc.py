@@ -13,13 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.wire import pack, unpack
 from gradscape.tracer.wire.column_index import index_from_columns
+from gradscape.tracer.wire.column_read import step_from_columns
 from gradscape.tracer.wire.columns import StepColumns
 from gradscape.tracer.wire.lazy import IndexedWire, LazyItems, pack_step, read_lazily
 from gradscape.tracer.wire.step_index import StepIndex, index_from_wire, index_to_wire
-from gradscape.tracer.wire.types import TraceFormatError, WireStep
+from gradscape.tracer.wire.types import TensorNumpy, TraceFormatError, WireStep
+from gradscape.tracer.wire.validation import step_from_wire
 from gradscape.tracer.wire.versions import with_defaults
 
 
@@ -53,10 +56,24 @@ def _expanded(doc: dict[str, Any], lazily: bool) -> WireStep:
 
 def read_whole(blob: bytes) -> WireStep:
     """The stored step's wire form, every map made."""
+    doc = read_doc(blob)
+    return _expanded(doc, lazily=False) if "columns" in doc else with_defaults(doc)
+
+
+def read_doc(blob: bytes) -> dict[str, Any]:
+    """The stored step's document, unpacked (`read_trace` reads it)."""
     doc = unpack(decompress(blob))
     if not isinstance(doc, dict):
         raise TraceFormatError("the step's document is not a map")
-    return _expanded(doc, lazily=False) if "columns" in doc else with_defaults(doc)
+    return doc
+
+
+def read_trace(doc: dict[str, Any], arrays: dict[int, TensorNumpy]) -> StepTrace:
+    """The stored step (`read_doc`) as a `StepTrace`, its tensors' (thumbnail, values) from `arrays`: a column
+    document's nodes and tensors made from its columns (NOTE [Column read]), a map document's from its maps."""
+    if "columns" in doc:
+        return step_from_columns(doc, arrays)
+    return step_from_wire(with_defaults(doc), arrays)
 
 
 def read_indexed(blob: bytes, index: StepIndex, spans: Any) -> WireStep:

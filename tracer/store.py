@@ -48,16 +48,7 @@ from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.history_store import create_history_tables, read_history, write_history
 from gradscape.tracer.index_store import create_index_table, delete_index, read_index, write_index
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
-from gradscape.tracer.wire import (
-    TensorArrays,
-    TraceFormatError,
-    WireStep,
-    decode_array,
-    encode_array,
-    pack,
-    step_from_wire,
-    unpack,
-)
+from gradscape.tracer.wire import TensorArrays, TraceFormatError, WireStep, decode_array, encode_array, pack, unpack
 from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
@@ -296,13 +287,16 @@ class TraceStore:
         """The step's wire form without arrays (tensors carry stats, shape and dtype only). Not checked again:
         what is stored was written in the schema's own form, checked on the server; fields an earlier release
         did not write get their defaults (`with_defaults`)."""
+        return step_doc.read_whole(self._graph_blob(run, step, rank))
+
+    def _graph_blob(self, run: str, step: int, rank: int) -> bytes:
         with self._lock:
             row = self._db.execute("SELECT graph FROM steps WHERE run=? AND rank=? AND step=?",
                                    (run, int(rank), int(step))).fetchone()
         if row is None:
             where = f" on rank {rank}" if rank else ""
             raise StoreError(f"no step {step} of run {run!r}{where} in {self.path}")
-        return step_doc.read_whole(row[0])
+        return bytes(row[0])
 
     @collector_paused()  # the step's fields are decoded inside (NOTE [Collector paused])
     def read_indexed(self, run: str, step: int, rank: int = 0) -> WireStep:
@@ -361,11 +355,11 @@ class TraceStore:
     def read_step(self, run: str, step: int, rank: int = 0) -> StepTrace:
         """The whole step as a `StepTrace`. Its thumbnails go from the rows to arrays directly, not through
         wire arrays: at 100k nodes, encoding 50k of them to be decoded again took 0.4 s."""
-        graph = self.read_graph(run, step, rank)
+        doc = step_doc.read_doc(self._graph_blob(run, step, rank))
         rows, thumbs = self._thumbs(run, step, None, rank, expand_pictures)
         try:
             arrays = {i: (thumb, _values(rows[i].get("values"), i)) for i, thumb in thumbs.items()}
-            return step_from_wire(graph, arrays)
+            return step_doc.read_trace(doc, arrays)
         except TraceFormatError as exc:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
 

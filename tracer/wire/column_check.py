@@ -36,7 +36,7 @@ def _strs(v: Any, where: str, none: bool = False) -> list[Any]:
     return items
 
 
-def _tables(d: Any) -> None:
+def check_tables(d: Any) -> None:
     """The types of a sent column document's tables (`StepColumns` checks its arrays against them)."""
     if not isinstance(d, dict) or not isinstance(d.get("nodes"), dict) or not isinstance(d.get("tensors"), dict):
         raise TraceFormatError("columns: expected a map with the maps `nodes` and `tensors`")
@@ -111,7 +111,7 @@ def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[np.ndar
     is wrong. The nodes' maps are made of the checked tables and arrays: they need no check of their own."""
     if not isinstance(doc, dict):
         raise TraceFormatError(f"step: expected a map, got {type(doc).__name__}")
-    _tables(doc.get("columns"))
+    check_tables(doc.get("columns"))
     cols = StepColumns(doc["columns"])
     arrays = _arrays(doc, cols.n_tensors)
     maps = {r: tensor_from_wire(m, f"columns.tensors.maps[{r}]") for r, m in cols.maps.items()}

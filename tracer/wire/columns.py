@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscape.tracer._model import STAT_NAMES
+from gradscape.tracer._model import STAT_NAMES, NodeRun, NodeTrace, TensorTrace
 from gradscape.tracer.wire.types import TraceFormatError
 
 COLUMNS_VERSION = 1
@@ -215,6 +215,65 @@ class StepColumns:
         if self._slots_all is None:
             self._slots_all = self._slot_shapes(0, len(self.a["child_id"]))
         return [self.node(k) for k in range(self.n_nodes)]
+
+    def node_traces(self, tensors: list[TensorTrace]) -> list[NodeTrace]:
+        """Every node as `step_from_wire` makes it of `node(k)`, made from the columns directly (NOTE [Column
+        read] in tracer/wire/column_read.py); `tensors`: the step's, by number. The tables' types were checked
+        (`column_check.check_tables`), the arrays and offsets here."""
+        c, tab, dtypes, params = self.lists(), self.tables, self.dtypes, self.params
+        if self._slots_all is None:
+            self._slots_all = self._slot_shapes(0, len(self.a["child_id"]))
+        slots, by_node, run_start, child_off = c["slots"], c["by_node"], c["run_start"], c["child_off"]
+        dims, dim_off, ndim = c["out_dims"], c["dim_off"], c["out_ndim"]
+        out_off, out_dtype = c["out_off"], c["out_dtype"]
+        names, kinds, modules, sources, statics = (tab[k] for k in ("name", "kind", "module", "source", "static"))
+        in_all = [None if s is None else tuple(s) for s in self._slots_all]
+
+        def refs(off: int, n: int) -> list[TensorTrace | None]:
+            return [None if s < 0 else tensors[s] for s in slots[off:off + n]]
+
+        out: list[NodeTrace] = []
+        for k in range(self.n_nodes):
+            runs = []
+            for pos in by_node[run_start[k]:run_start[k + 1]]:
+                gi_n, t = c["gi_n"][pos], c["run_time"][pos]
+                runs.append(NodeRun(c["run_pass"][pos], pos, refs(c["go_off"][pos], c["go_n"][pos]),
+                                    None if gi_n < 0 else refs(c["gi_off"][pos], gi_n), None if t != t else t))
+            first = runs[0] if runs else None
+            schema, labels, args = statics[c["static_code"][k]]
+            outs = range(out_off[k], out_off[k + 1])
+            out.append(NodeTrace(
+                id=k, name=names[c["name_code"][k]], kind=kinds[c["kind_code"][k]], module=modules[c["module_code"][k]],
+                param=params.get(k), source=sources[c["source_code"][k]], schema=schema,
+                order=None if first is None else first.order, input_labels=list(labels), input_args=list(args),
+                input_shapes=in_all[child_off[k]:child_off[k + 1]],
+                output_shapes=[None if ndim[o] < 0 else tuple(dims[dim_off[o]:dim_off[o] + ndim[o]]) for o in outs],
+                output_dtypes=[dtypes.get(out_dtype[o]) for o in outs],
+                grad_inputs=None if first is None or first.grad_inputs is None else list(first.grad_inputs),
+                grad_outputs=None if first is None else list(first.grad_outputs),
+                time_us=None if first is None else first.time_us, runs=runs))
+        return out
+
+    def tensor_traces(self) -> list[TensorTrace]:
+        """Every tensor, its arrays left out: a row of a plan made here, the maps read by `fast_read` or, not in
+        its common form, by the checked reader (`tensor_from_wire`), which names what is wrong."""
+        from gradscape.tracer.wire import fast_read
+        from gradscape.tracer.wire.validation import tensor_from_wire
+
+        stats = self.t["stats"].reshape(-1, len(STAT_NAMES)).tolist()
+        plans = [(tuple(shape), dtype, view, device) for shape, dtype, view, device in self.plans]
+        out: list[TensorTrace] = []
+        for i, p in enumerate(self.t["plan_code"].tolist()):
+            if i in self.maps or p < 0:
+                m = self.maps[i]
+                out.append(fast_read.tensor(m) or tensor_from_wire(m, f"columns.tensors.maps[{i}]"))
+            else:
+                shape, dtype, view, device = plans[p]
+                out.append(TensorTrace(shape=shape, dtype=dtype, stats=dict(zip(STAT_NAMES, stats[i])), thumb=None,
+                                       thumb_view=view, device=device, values=None))
+        for j, m in enumerate(self.extra):
+            out.append(fast_read.tensor(m) or tensor_from_wire(m, f"columns.tensors.extra[{j}]"))
+        return out
 
     def execution(self) -> list[list[int]]:
         """[node, run] of every run, in the order they ran (run: the node's how-manieth)."""
