@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from find_box import type_in_find_box
 from playwright.sync_api import Page
 
 import gradscape
@@ -203,8 +204,7 @@ def test_ten_thousand_nodes_folded_readable_expand_fit_and_zoom(live_server: Any
       return p.x > e.x1 && p.x < e.x2 && p.y > e.y1 && p.y < e.y2 && px >= 10; }""")
     # the search box holds a few options of so big a step; what is typed is searched on the server
     assert page.evaluate("document.querySelectorAll('#search').length") == 1
-    page.click("#search")
-    page.keyboard.type("37.12.lin.weight")
+    type_in_find_box(page, "37.12.lin.weight")
     page.get_by_text("AccumulateGrad · 37.12.lin.weight", exact=False).first.wait_for()
     _no_errors(page)
 

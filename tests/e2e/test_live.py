@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from find_box import type_in_find_box
 from playwright.sync_api import Page
 from serving import Server, get_json, worker
 
@@ -211,8 +212,7 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     with TraceStore(streaming.store_path, readonly=True) as store:
         wire = store.read_graph(RUN, store.steps(RUN)[0]["step"])
     weight = next(i for i, n in enumerate(wire["nodes"]) if n.get("param") == "fc2.weight")
-    page.click("#search")
-    page.keyboard.type("fc2.weight")
+    type_in_find_box(page, "fc2.weight")
     page.get_by_text("AccumulateGrad · fc2.weight", exact=False).first.click()
     page.wait_for_function(f"window.cy.$(':selected').id() === 'n{weight}'")
     page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{weight},')")
@@ -282,8 +282,7 @@ def test_a_step_streamed_as_columns_shows_its_stored_gradients(tmp_path: Path, p
         for got, ref in zip(z, want):
             assert np.allclose(np.array(got, dtype=float), np.atleast_2d(ref), atol=1e-6)
         weight = next(n.id for n in st.nodes if n.param == "fc2.weight")
-        page.click("#search")
-        page.keyboard.type("fc2.weight")
+        type_in_find_box(page, "fc2.weight")
         page.get_by_text("AccumulateGrad · fc2.weight", exact=False).first.click()
         page.wait_for_function(f"window.cy.$(':selected').id() === 'n{weight}'")
         page.wait_for_function(INSPECTOR_HAS, arg=f"(node n{weight},")

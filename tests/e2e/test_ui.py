@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
+from find_box import type_in_find_box
 from playwright.sync_api import Page
 from zoo import build
 
@@ -365,8 +366,7 @@ def test_keys_step_play_fit_and_clear_but_not_while_typing(live_server: Any, pag
     # typing in the find box moves nothing
     current = page.evaluate("window.cy.$('.current').id()")
     zoom = page.evaluate("window.cy.zoom()")
-    page.click("#search")
-    page.keyboard.type("f")
+    type_in_find_box(page, "f")
     page.keyboard.press("ArrowLeft")
     page.keyboard.press(" ")
     assert page.evaluate("window.cy.$('.current').id()") == current
