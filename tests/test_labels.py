@@ -122,8 +122,9 @@ def test_a_graphs_destinations_are_worded_once_and_alike(module_of: str) -> None
     where = Destinations(nodes)
     for _ in range(2):  # the second time from its memo
         for owner in nodes:
-            for child in owner.children:
-                assert where(owner, child) == destination(nodes, owner, child)
+            args = [f"arg{j}" for j in range(len(owner.children))]
+            assert where.labels(owner, args) == [f"{a} → {destination(nodes, owner, c)}"
+                                                 for a, c in zip(args, owner.children)]
     words = {destination(nodes, o, c) for o in nodes for c in o.children}
     assert {"no gradient needed", "fc.weight (transposed)"} <= words
     assert len(words) >= 5

@@ -147,16 +147,22 @@ class Destinations:
         self._keys: dict[int, tuple[object, ...]] = {}
         self._words: dict[tuple[str | None, tuple[object, ...]], str] = {}
 
-    def __call__(self, owner: SlotInfo, child: int | None) -> str:
-        if child is None:
-            return "no gradient needed"
-        key = self._keys.get(child)
-        if key is None:
-            key = self._keys[child] = _child_key(self.nodes, child)
-        words = self._words.get((owner.module, key))
-        if words is None:
-            words = self._words[(owner.module, key)] = _words(owner.module, key)
-        return words
+    def labels(self, owner: SlotInfo, args: list[str]) -> list[str]:
+        """`label_slots` of `owner`: each slot's "argument → destination" (one loop, no call a slot)."""
+        keys, known, module = self._keys, self._words, owner.module
+        out = []
+        for a, child in zip(args, owner.children):
+            if child is None:
+                words = "no gradient needed"
+            else:
+                key = keys.get(child)
+                if key is None:
+                    key = keys[child] = _child_key(self.nodes, child)
+                words = known.get((module, key))  # type: ignore[assignment]
+                if words is None:
+                    words = known[(module, key)] = _words(module, key)
+            out.append(f"{a} → {words}")
+        return out
 
 
 def _inside(inner: str | None, outer: str | None) -> bool:
@@ -170,4 +176,4 @@ def label_slots(nodes: Sequence[SlotInfo], index: int, args: list[str], where: D
     owner = nodes[index]
     if where is None:
         return [f"{a} → {destination(nodes, owner, ch)}" for a, ch in zip(args, owner.children)]
-    return [f"{a} → {where(owner, ch)}" for a, ch in zip(args, owner.children)]
+    return where.labels(owner, args)
