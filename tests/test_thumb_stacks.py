@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_native_recorder import _program
+from test_wire_nodes import _traced
 
-import gradscape
 from gradscape.tracer.record import native
 from gradscape.tracer.record.thumb_stacks import thumb_stacks
 from gradscape.tracer.wire.compact import ThumbTable
@@ -19,12 +18,7 @@ pytestmark = pytest.mark.skipif(not native.status()[0], reason="the arena holds 
 
 
 def _table(name: str, **opts: Any) -> Any:
-    model, loss_of = _program(name)
-    tr = gradscape.Tracer(model, **opts)
-    with tr.step(0) as st:
-        loss_of(model).backward()
-    assert st.meta.get("recorder") == "native", st.meta
-    return st.nodes.tables.tensors
+    return _traced(name, **opts).nodes.tables.tensors
 
 
 @pytest.mark.parametrize(("name", "opts"), [("transformer", {}), ("lstm", {}), ("cnn", {"thumb_budget": 300}),
