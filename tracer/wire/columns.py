@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from gradscape.tracer._model import STAT_NAMES, NodeRun, NodeTrace, TensorTrace
+from gradscape.tracer.wire import fast_read
 from gradscape.tracer.wire.types import TraceFormatError
+from gradscape.tracer.wire.validation import tensor_from_wire
 
 COLUMNS_VERSION = 1
 _I4: np.dtype[Any] = np.dtype("<i4")
@@ -257,9 +259,6 @@ class StepColumns:
     def tensor_traces(self) -> list[TensorTrace]:
         """Every tensor, its arrays left out: a row of a plan made here, the maps read by `fast_read` or, not in
         its common form, by the checked reader (`tensor_from_wire`), which names what is wrong."""
-        from gradscape.tracer.wire import fast_read
-        from gradscape.tracer.wire.validation import tensor_from_wire
-
         stats = self.t["stats"].reshape(-1, len(STAT_NAMES)).tolist()
         plans = [(tuple(shape), dtype, view, device) for shape, dtype, view, device in self.plans]
         out: list[TensorTrace] = []
