@@ -177,6 +177,33 @@ def test_a_traced_step_leaves_no_cyclic_garbage(name: str) -> None:
             gc.enable()
 
 
+@pytest.mark.parametrize("closed", [True, False])
+def test_a_dropped_tracer_frees_its_model_at_once(closed: bool) -> None:
+    """Nothing but reference counting is needed to free a Tracer and the model it traced (a DDP model holds
+    its process group: freed at the interpreter's exit instead, gloo's teardown aborted the process), also
+    after a traced step, a monitored one, and `with Tracer(model).step(i)` with no other reference to it."""
+    case = build("mlp")
+    model = weakref.ref(case.model)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        tr = gradscape.Tracer(case.model, every=2)
+        for i in range(3):
+            with tr.step(i):
+                case.loss(case.model, case.batch).backward()
+        with gradscape.Tracer(case.model).step(0) as st:  # the block alone holds this one
+            case.loss(case.model, case.batch).backward()
+        assert st is not None and len(st.nodes) > 5
+        if closed:
+            tr.close()
+        tracer = weakref.ref(tr)
+        del tr, case, st
+        assert tracer() is None and model() is None
+    finally:
+        if was:
+            gc.enable()
+
+
 class _StepFails(torch.optim.SGD):
     def step(self, closure: object = None) -> None:  # type: ignore[override]
         raise RuntimeError("optimizer failed")

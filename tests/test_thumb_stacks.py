@@ -54,6 +54,8 @@ def test_the_file_keeps_the_same_rows_from_pictures_or_stacks() -> None:
     pool += [np.ascontiguousarray(p.T) for p in pool[:3]]
     pictures: list[np.ndarray | None] = [None if k % 7 == 0 else pool[int(rng.integers(len(pool)))].copy()
                                          for k in range(300)]
+    for k, empty in ((3, (0, 0)), (11, (0, 5)), (12, (4, 0))):  # a gradient with no element: an empty picture
+        pictures[k] = np.zeros(empty, np.float32)
     want = ThumbTable().keep_arrays(pictures)
     moved = [k for k, p in enumerate(pictures) if p is not None and rng.random() < 0.6]
     stacked: dict[tuple[int, ...], Any] = {}
@@ -63,4 +65,5 @@ def test_the_file_keeps_the_same_rows_from_pictures_or_stacks() -> None:
     rest = [None if k in set(moved) else p for k, p in enumerate(pictures)]
     assert any(p is not None for p in rest) and stacked  # both ways, a shape in both among them
     assert ThumbTable().keep_arrays(rest, stacked) == want
+    assert want[3] is None and want[11] is None and want[12] is None  # an empty picture keeps nothing
     assert sum(isinstance(c, dict) and "same" in c for c in want) > 50  # repeats across the two ways were found

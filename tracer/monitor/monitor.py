@@ -30,7 +30,10 @@ FLUSH_SECONDS = 1.0
 
 class Monitor:
     def __init__(self, tracer: Any, triggers: Any) -> None:
-        self.tracer = tracer
+        # the Tracer owns its monitor: a proxy back, so that a Tracer dropped is freed at once with its model (a
+        # cycle would keep a DDP model, and its process group, until the garbage collector or the interpreter's
+        # exit, where gloo's teardown aborted the process: tests/test_distributed.py)
+        self.tracer: Any = weakref.proxy(tracer)
         self.triggers = TriggerState(Triggers.resolve(triggers))
         self.params: list[Any] = []
         self.names: list[str] = []
@@ -72,22 +75,24 @@ class Monitor:
         return name
 
     # ------------------------------------------------------------------ steps
-    def step(self, i: int) -> Any:
+    def step(self, i: int, owner: Any) -> Any:
+        """Step `i`'s block; `owner`, the Tracer itself, which the block holds while it is open (`tracer` is a
+        proxy: `with Tracer(model).step(0)` leaves no other reference to it)."""
         from gradscape.tracer.record.tracer import _TracedStep
 
         self.resolve_ready()
-        scheduled = i % self.tracer.every == 0
+        scheduled = i % owner.every == 0
         trig = self.triggers.pending
         self.triggers.pending = None
         traced = None
         if scheduled:
-            traced = _TracedStep(self.tracer, i)
+            traced = _TracedStep(owner, i)
         elif trig is not None and self.triggers.allow(trig[0], i):
             self.triggers.fire(trig[0], i)
             traced = self.start_trace(i, trig[0], trig[2])
         if traced is not None and trig is not None:
             self.trace_of.setdefault(i, (trig[0], trig[2]))
-        return MonitoredStep(self, i, traced)
+        return MonitoredStep(self, i, traced, owner)
 
     def start_trace(self, i: int, kind: str, details: dict[str, Any]) -> Any:
         from gradscape.tracer.record.tracer import _TracedStep
@@ -226,14 +231,15 @@ def _rank() -> int | None:
 class MonitoredStep:
     """The context of every step while the monitor is on: the capture, and the trace when there is one."""
 
-    def __init__(self, monitor: Monitor, i: int, traced: Any) -> None:
+    def __init__(self, monitor: Monitor, i: int, traced: Any, owner: Any) -> None:
         self.mon = monitor
+        self.owner = owner  # the Tracer, held while the block is open (the monitor holds a proxy of it)
         self.i = i
         self.traced = traced
         self.cap: StepCapture | None = None
 
     def __enter__(self) -> Any:
-        tr = self.mon.tracer
+        tr = self.owner
         tr._active = True
         cap = self.cap = StepCapture(self.mon, self.i, self.traced)
         cap.installed.install()
@@ -254,7 +260,7 @@ class MonitoredStep:
             self.mon.end_step(cap, (exc_type, exc, tb))
         finally:
             cap.installed.remove()
-            self.mon.tracer._active = False
+            self.owner._active = False
             cap.release()  # no reference cycle left to the cyclic collector
-            self.cap = self.traced = None
+            self.cap = self.traced = self.owner = None
         return None

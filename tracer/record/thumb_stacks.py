@@ -42,7 +42,7 @@ def thumb_stacks(tt: TensorTable, order: np.ndarray, skip: np.ndarray) -> Stacks
         sel = keys == key
         h, w = KERNEL_PLANS[p].th_shape  # type: ignore[misc]
         start = 2 * (tt.off[rows[sel]].astype(np.int64) + 8)  # float32 cells: after the 8 statistics (doubles)
-        stack = tt.chunks[c].view(np.float32)[start[:, None] + np.arange(h * w)].reshape(-1, h, w)
+        stack = tt.chunks[c].view(np.float32)[start[:, None] + np.arange(h * w)].reshape(len(start), h, w)
         if KERNEL_PLANS[p].transposed:
             stack = np.ascontiguousarray(stack.transpose(0, 2, 1))
         parts.setdefault(stack.shape[1:], []).append((pos[sel], stack))

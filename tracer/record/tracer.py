@@ -98,7 +98,7 @@ class Tracer:
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
-            return self._monitor.step(i)
+            return self._monitor.step(i, self)
         if i % self.every != 0:
             return _UNTRACED
         return _TracedStep(self, i)

@@ -100,7 +100,7 @@ class ThumbTable:
         kept: list[dict[str, Any] | WireArray | None] = [None] * len(pictures)
         by_shape: dict[tuple[int, int], list[int]] = {}
         for idx, a in enumerate(pictures):
-            if a is None:
+            if a is None or not a.size:  # an empty picture shows nothing: none is kept
                 continue
             if a.ndim != 2:
                 kept[idx] = encode_array(a)
@@ -108,7 +108,8 @@ class ThumbTable:
                 by_shape.setdefault(a.shape, []).append(idx)
         stacks = {shape: np.stack([pictures[i] for i in ix]) for shape, ix in by_shape.items()}  # type: ignore[misc]
         for shape, (at, stack) in (stacked or {}).items():
-            _merge(by_shape, stacks, shape, at, stack)  # type: ignore[arg-type]
+            if stack.size:
+                _merge(by_shape, stacks, shape, at, stack)  # type: ignore[arg-type]
         same_as = repeats(by_shape, stacks)
         for shape, ix in by_shape.items():
             new: list[int] = []
