@@ -163,6 +163,32 @@ def test_a_relu_that_passes_back_only_zeros_is_dead(recorder: str, monkeypatch: 
     assert model[0].weight.grad is not None and bool((model[0].weight.grad == 0).all())
 
 
+def test_dead_units_among_many_relus_are_the_same_on_both_recorders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twelve ReLUs, every third one dead (its input always negative), one with a gradient all zeros coming in
+    (a dead unit is one that turns a live gradient into zeros): the native recorder's tables, read with numpy
+    for so many, name the very nodes, with the same words, as the Python recorder's traces."""
+    found = {}
+    for recorder in ("native", "python"):
+        monkeypatch.setattr(native, "enabled", recorder == "native")
+        torch.manual_seed(0)
+        layers: list[nn.Module] = []
+        for k in range(12):
+            lin = nn.Linear(6, 6)
+            if k % 3 == 1:
+                with torch.no_grad():
+                    lin.bias.fill_(-100.0)
+            layers += [lin, nn.ReLU()]
+        model = nn.Sequential(*layers, nn.Linear(6, 1))
+        tr = gradscape.Tracer(model)
+        with tr.step(0) as st:
+            model(torch.rand(8, 6)).sum().backward()
+        assert st is not None and st.meta["recorder"] == recorder
+        found[recorder] = [(p.node, p.message) for p in st.problems if p.kind == "dead"]
+    assert found["native"] == found["python"]
+    # the dead ReLUs after the last one: what reaches the earlier ones is all zeros, so they are not named
+    assert len(found["native"]) == 1 and "100.0% of its elements" in found["native"][0][1]
+
+
 def test_a_layer_whose_gradient_jumps_far_above_its_history_is_exploding() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
