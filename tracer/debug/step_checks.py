@@ -11,11 +11,10 @@ from collections import deque
 from typing import Any
 
 import networkx as nx
-import numpy as np
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
-from gradscape.tracer.record.slot_rows import slot_rows, zeros_numel
+from gradscape.tracer.record.slot_rows import slot_rows
 from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named
 from gradscape.tracer.record.view import StepView
 
@@ -217,38 +216,32 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]],
 
 def dead(st: StepTrace) -> list[Problem]:
     out: list[Problem] = []
-    for k, frac in _dead_units(st.nodes):
-        n = st.nodes[k]
-        out.append(Problem("dead", f"{op_name(n.name)}{where(n)} passed back zero for {frac:.1%} of its "
-                                   "elements: its units were inactive for the whole batch.", n.id, None, n.source))
+    for k, (zeros, numel), (came, came_numel) in _relu_zeros(st.nodes):
+        if not numel:
+            continue
+        frac = zeros / numel
+        if frac >= DEAD_ZEROS and came / max(came_numel, 1) < DEAD_ZEROS:
+            n = st.nodes[k]
+            out.append(Problem("dead", f"{op_name(n.name)}{where(n)} passed back zero for {frac:.1%} of its "
+                                       "elements: its units were inactive for the whole batch.",
+                               n.id, None, n.source))
     return out
 
 
-def _dead_units(nodes: Any) -> list[tuple[int, float]]:
-    """(id, fraction of zeros sent) of each ReLU-like node that sent back at least `DEAD_ZEROS` zeros (slot 0 of
-    its first run) of a gradient that came with fewer. A natively recorded step's are read from its tables with
-    numpy, making no `TensorTrace` (NOTE [Step tables])."""
+def _relu_zeros(nodes: Any) -> list[tuple[int, tuple[float, int], tuple[float, int]]]:
+    """Each ReLU-like node that sent and got a gradient (slot 0 of its first run): (id, (zeros, numel) of
+    what it sent, the same of what came). A natively recorded step's are read from its tables, making no
+    `TensorTrace` (NOTE [Step tables])."""
     ids = ids_named(nodes, RELU_LIKE)
-    if not ids:
-        return []
     if isinstance(nodes, LazyNodes):
         t = nodes.tables
-        rows = np.array(slot_rows(t, ids + ids, [True] * len(ids) + [False] * len(ids), [0] * (2 * len(ids))))
-        sent, came = rows[:len(ids)], rows[len(ids):]
-        ok = (sent >= 0) & (came >= 0)
-        zs, ns = zeros_numel(t, sent[ok])
-        zc, nc = zeros_numel(t, came[ok])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = zs / ns
-            hit = (ns > 0) & (frac >= DEAD_ZEROS) & (zc / np.maximum(nc, 1) < DEAD_ZEROS)
-        return list(zip(np.array(ids)[ok][hit].tolist(), frac[hit].tolist()))
+        rows = slot_rows(t, ids + ids, [True] * len(ids) + [False] * len(ids), [0] * (2 * len(ids)))
+        z = t.tensors.zeros_of
+        return [(k, z(s), z(c)) for k, s, c in zip(ids, rows[:len(ids)], rows[len(ids):]) if s >= 0 and c >= 0]
     out = []
     for k in ids:
         gi, go = grads_of(nodes, k, True), grads_of(nodes, k, False)
         s, c = (gi[0] if gi else None), (go[0] if go else None)
-        if s is None or c is None or not s.numel:
-            continue
-        frac = s.stats.get("zeros", 0.0) / s.numel
-        if frac >= DEAD_ZEROS and c.stats.get("zeros", 0.0) / max(c.numel, 1) < DEAD_ZEROS:
-            out.append((k, frac))
+        if s is not None and c is not None:
+            out.append((k, (s.stats.get("zeros", 0.0), s.numel), (c.stats.get("zeros", 0.0), c.numel)))
     return out

@@ -3,13 +3,11 @@ tables.py), looked up for many slots without making a `NodeTrace` or a `TensorTr
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from gradscape.tracer.record.tables import StepTables
-from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 
 
 def slot_rows(t: StepTables, nodes: list[int], sent: list[bool], j: list[int]) -> list[int]:
@@ -64,29 +62,3 @@ def _array_row(t: StepTables, k: int, sent: bool, j: int) -> int:
     r = t.runs[int(t.run_rows[start])]
     off, n = (int(r["gi_off"]), int(r["gi_n"])) if sent else (int(r["go_off"]), int(r["go_n"]))
     return int(t.slots[off + j]) if 0 <= j < n else -1
-
-
-def zeros_numel(t: StepTables, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`TensorTable.zeros_of` of tensor-table rows `rows` (each >= 0) at once: each summary's zero count
-    and element count, the kernel's read from its raw statistics, Python's from its `TensorTrace`."""
-    tt = t.tensors
-    plan = tt.plan[rows]
-    raw = tt.raw[rows]
-    n = raw[:, 7]
-    zeros = np.where(n <= 0, 0.0, n - raw[:, 4])
-    numel = _plan_numel()[plan]
-    for i in np.flatnonzero(plan < 0).tolist():
-        zeros[i], numel[i] = tt.zeros_of(int(rows[i]))
-    return zeros, numel
-
-
-_PLAN_NUMEL = np.zeros(1, np.int64)
-
-
-def _plan_numel() -> np.ndarray:
-    """Elements of each kernel plan's tensors, by plan id; the last entry (plan -1) is 0. Remade when
-    `KERNEL_PLANS` has grown."""
-    global _PLAN_NUMEL
-    if len(_PLAN_NUMEL) != len(KERNEL_PLANS) + 1:
-        _PLAN_NUMEL = np.array([math.prod(p.shape) for p in KERNEL_PLANS] + [0], np.int64)
-    return _PLAN_NUMEL
