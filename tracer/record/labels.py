@@ -148,7 +148,7 @@ class Destinations:
         self._words: dict[tuple[str | None, tuple[object, ...]], str] = {}
 
     def labels(self, owner: SlotInfo, args: list[str]) -> list[str]:
-        """`label_slots` of `owner`: each slot's "argument → destination" (one loop, no call a slot)."""
+        """Each slot's label of `owner`, "argument → destination" (one loop, no call a slot)."""
         keys, known, module = self._keys, self._words, owner.module
         out = []
         for a, child in zip(args, owner.children):
@@ -169,11 +169,3 @@ def _inside(inner: str | None, outer: str | None) -> bool:
     if inner is None or outer is None:
         return False
     return outer == "<root>" or inner.startswith(outer + ".")
-
-
-def label_slots(nodes: Sequence[SlotInfo], index: int, args: list[str], where: Destinations | None = None) -> list[str]:
-    """Each slot's label, "argument → destination"; `where`: the graph's `Destinations`, when labelling all."""
-    owner = nodes[index]
-    if where is None:
-        return [f"{a} → {destination(nodes, owner, ch)}" for a, ch in zip(args, owner.children)]
-    return where.labels(owner, args)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gradscape.tracer import _compat
-from gradscape.tracer.record.labels import ACCUMULATE, Destinations, SlotInfo, label_slots, schema_of, slot_args
+from gradscape.tracer.record.labels import ACCUMULATE, Destinations, SlotInfo, schema_of, slot_args
 from gradscape.tracer.record.walk import NodeRecord
 
 
@@ -90,7 +90,7 @@ def compute_statics(infos: list[SlotInfo], forward_class: Callable[[int], Any]) 
             args = args_of.get(key)  # type: ignore[assignment]
             if args is None:
                 args = args_of[key] = slot_args(name, kind, len(info.children))
-        labels = label_slots(infos, i, args, where)
+        labels = where.labels(info, args)
         if kind == "compiled" and info.module:
             labels = [lab.replace("graph input", f"compiled {info.module}: input") for lab in labels]
         if kind == "op" and name not in schemas:
