@@ -128,3 +128,59 @@ def test_a_graphs_destinations_are_worded_once_and_alike(module_of: str) -> None
     words = {destination(nodes, o, c) for o in nodes for c in o.children}
     assert {"no gradient needed", "fc.weight (transposed)"} <= words
     assert len(words) >= 5
+
+
+def test_grouped_statics_equal_the_node_by_node_ones() -> None:
+    """NOTE [Grouped statics]: an unrolled loop of repeated cells (ops, pass-through chains to parameters,
+    leaves, custom and compiled nodes) gets from `grouped_statics` the very arguments, labels and schemas
+    `compute_statics` gives node by node; equal nodes share their lists, nodes that differ in a
+    destination do not."""
+    import numpy as np
+
+    from gradscape.tracer.record.labels import ACCUMULATE, SlotInfo
+    from gradscape.tracer.record.structure import ArrayGraph, compute_statics, grouped_statics
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+            return x * factor
+
+    nodes = [SlotInfo(ACCUMULATE, "param", None, "cell.weight", (4, 4), []),
+             SlotInfo(ACCUMULATE, "leaf", None, None, (2, 4), [])]
+    prev = 1
+    for t in range(6):  # six cells; the last three in another module
+        mod = "cell" if t < 3 else "head"
+        base = len(nodes)
+        nodes += [SlotInfo("TBackward0", "op", mod, None, None, [0]),  # base: cell.weight (transposed)
+                  SlotInfo("MmBackward0", "op", mod, None, None, [prev, base]),  # base + 1
+                  SlotInfo("TanhBackward0", "op", mod, None, None, [base + 1]),  # base + 2
+                  SlotInfo("CppFunction", "custom", mod, None, None, [base + 2, None]),  # base + 3
+                  SlotInfo("CompiledFunctionBackward", "compiled", mod, None, None, [base + 3, 0])]
+        prev = base + 4
+    last = len(nodes)  # chains: two pass-throughs to a parameter, one to a leaf, one to an op, five hops
+    nodes += [SlotInfo("ViewBackward0", "op", "head", None, None, [2]),  # last: → TBackward0 → cell.weight
+              SlotInfo("ExpandBackward0", "op", "head", None, None, [1]),  # last + 1: → the leaf
+              SlotInfo("ReshapeAliasBackward0", "op", "head", None, None, [prev]),  # last + 2: → an op
+              SlotInfo("UnsqueezeBackward0", "op", "head", None, None, [last]),
+              SlotInfo("SqueezeBackward0", "op", "head", None, None, [last + 3]),
+              SlotInfo("PermuteBackward0", "op", "head", None, None, [last + 4]),
+              SlotInfo("TBackward0", "op", "head", None, None, [last + 5]),  # last + 6: past CHAIN_HOPS to the acc
+              SlotInfo("CatBackward0", "op", "head", None, None, [last, last + 1, last + 2, last + 6, None])]
+    nodes.append(SlotInfo("SumBackward0", "op", None, None, None, [last + 7]))
+    forward_class = lambda i: Scale if nodes[i].kind == "custom" else None  # noqa: E731
+    codes = {name: k for k, name in enumerate(sorted({n.name for n in nodes}))}
+    off = np.cumsum([0] + [len(n.children) for n in nodes]).astype(np.int64)
+    cid = np.array([-1 if c is None else c for n in nodes for c in n.children], np.int32)
+    graph = ArrayGraph([n.name for n in nodes], [codes[n.name] for n in nodes], [n.kind for n in nodes],
+                       [n.module for n in nodes], {0: "cell.weight"}, {0: (4, 4), 1: (2, 4)}, off, cid)
+    want = compute_statics(nodes, forward_class)
+    got = grouped_statics(graph, forward_class)
+    assert [(s.args, s.labels, s.schema) for s in got] == [(s.args, s.labels, s.schema) for s in want]
+    assert got[8].labels is got[13].labels  # the Mm of cells 1 and 2 of "cell": one key
+    assert got[18].labels != got[13].labels  # cell 3's is in "head": its input is another module's output
+    assert got[3].labels != got[8].labels  # cell 0's Mm takes the leaf, cell 1's the last cell's output
+    assert got[3].args == ["self", "mat2"] and got[5].args == ["x", "factor"]
+    assert "compiled cell: input 1 (cell.weight) → cell.weight" in got[6].labels
+    assert got[last + 7].labels == [
+        "tensors[0] → cell.weight (reshaped, transposed)", "tensors[1] → input of head (leaf tensor [2×4] (broadcast, "
+        "summed))", "tensors[2] → ReshapeAliasBackward0", "tensors[3] → TBackward0", "tensors[4] → no gradient needed"]

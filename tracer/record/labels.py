@@ -29,12 +29,14 @@ VIEW_NODES = frozenset({
 })
 
 # Pass-through nodes followed when describing where a slot's gradient ends up.
-_THROUGH = {
+THROUGH = {
     "TBackward0": "transposed", "TransposeBackward0": "transposed", "PermuteBackward0": "permuted",
     "ToCopyBackward0": "cast", "ViewBackward0": "reshaped", "UnsafeViewBackward0": "reshaped",
     "ReshapeAliasBackward0": "reshaped", "ExpandBackward0": "broadcast, summed",
     "UnsqueezeBackward0": "reshaped", "SqueezeBackward0": "reshaped", "SqueezeBackward1": "reshaped",
 }
+
+CHAIN_HOPS = 4  # the longest chain of pass-through nodes `child_key` follows
 
 
 @dataclass
@@ -97,21 +99,21 @@ def _forward_arg_names(cls: object) -> list[str]:
 
 def destination(nodes: Sequence[SlotInfo], owner: SlotInfo, child: int | None) -> str:
     """Where the gradient in a slot of `owner` goes, in words."""
-    return "no gradient needed" if child is None else _words(owner.module, _child_key(nodes, child))
+    return "no gradient needed" if child is None else _words(owner.module, child_key(nodes, child))
 
 
-def _child_key(nodes: Sequence[SlotInfo], child: int) -> tuple[object, ...]:
+def child_key(nodes: Sequence[SlotInfo], child: int) -> tuple[object, ...]:
     """All `destination` reads of a slot's child: following a short chain of pass-through nodes towards a
     parameter, ("acc", its parameter, its leaf's shape, the hops) when it ends at one, else ("op", the child's
     module, its name)."""
     hops: list[str] = []
     c = nodes[child]
-    for _ in range(4):
-        if c.name in _THROUGH and len(c.children) == 1 and c.children[0] is not None:
+    for _ in range(CHAIN_HOPS):
+        if c.name in THROUGH and len(c.children) == 1 and c.children[0] is not None:
             nxt = nodes[c.children[0]]
-            if nxt.name in _THROUGH or nxt.name == ACCUMULATE:
-                if _THROUGH[c.name] not in hops:
-                    hops.append(_THROUGH[c.name])
+            if nxt.name in THROUGH or nxt.name == ACCUMULATE:
+                if THROUGH[c.name] not in hops:
+                    hops.append(THROUGH[c.name])
                 c = nxt
                 continue
         break
@@ -122,7 +124,7 @@ def _child_key(nodes: Sequence[SlotInfo], child: int) -> tuple[object, ...]:
 
 
 def _words(owner_module: str | None, key: tuple[object, ...]) -> str:
-    """`destination` from the owner's module and the child's `_child_key`."""
+    """`destination` from the owner's module and the child's `child_key`."""
     if key[0] == "acc":
         _, param, leaf_shape, hops = key
         how = f" ({', '.join(hops)})" if hops else ""  # type: ignore[arg-type]
@@ -157,7 +159,7 @@ class Destinations:
             else:
                 key = keys.get(child)
                 if key is None:
-                    key = keys[child] = _child_key(self.nodes, child)
+                    key = keys[child] = child_key(self.nodes, child)
                 words = known.get((module, key))  # type: ignore[assignment]
                 if words is None:
                     words = known[(module, key)] = _words(module, key)

@@ -11,10 +11,9 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, TensorTrace
-from gradscape.tracer.record.labels import SlotInfo
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names
-from gradscape.tracer.record.structure import NodeStatics, StructureCache, compute_statics
+from gradscape.tracer.record.structure import ArrayGraph, NodeStatics, StructureCache, grouped_statics
 from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
@@ -57,10 +56,12 @@ class NativeStep:
         first = self.pass_runs[-1] if self.pass_runs else 0
         params = self.graph.params
         self.arrivals = {}
-        for pos, nid in enumerate(runs["node"][first:].tolist(), start=first):
-            p = params.get(nid)
-            if p is not None:
-                self.arrivals[p] = pos
+        if not params:
+            return
+        nodes = runs["node"][first:]
+        hit = np.flatnonzero(self.graph.param_mask()[nodes])  # the runs of parameter nodes only, in order
+        for pos, nid in zip((hit + first).tolist(), nodes[hit].tolist()):
+            self.arrivals[params[nid]] = pos  # a later run of the same node overwrites: the last arrival
 
     def same_as_arrival(self, name: str, g: torch.Tensor) -> int | None:
         """The run of the arrival at parameter `name` in the last pass, when `g` (its `.grad`) is that very
@@ -140,11 +141,10 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
            tuple(type(g.node(i)) for i in custom))
     statics = cache.get(key)
     if statics is None:
-        off, cid, names_of = g.child_off.tolist(), g.child_id.tolist(), g.name.tolist()
-        params, acc = g.params, g.acc_shapes
-        infos = [SlotInfo(nm[names_of[i]], kinds[i], mods[i], params.get(i), acc.get(i),
-                          [None if c < 0 else c for c in cid[off[i]:off[i + 1]]]) for i in range(g.size)]
-        statics = cache.put(key, compute_statics(infos, lambda i: _compat.forward_class(g.node(i))))
+        codes = g.name.tolist()
+        graph = ArrayGraph([nm[c] for c in codes], codes, kinds, mods, g.params, g.acc_shapes, g.child_off,
+                           g.child_id)
+        statics = cache.put(key, grouped_statics(graph, lambda i: _compat.forward_class(g.node(i))))
     return statics
 
 

@@ -51,8 +51,17 @@ def _static_codes(statics: list[Any]) -> tuple[np.ndarray, list[list[Any]]]:
         hit = _STATIC_CODES.get(id(statics))
     if hit is not None and hit[0] is statics:
         return hit[1], hit[2]
-    keys, code = _codes([(s.schema, tuple(s.labels), tuple(s.args)) for s in statics])
-    table = [[schema, list(labels), list(args)] for schema, labels, args in keys]
+    seen: dict[Any, int] = {}
+    by_list: dict[tuple[int, int, Any], int] = {}  # nodes share their lists (NOTE [Grouped statics]): one read each
+    codes = []
+    for s in statics:
+        k = by_list.get((id(s.labels), id(s.args), s.schema))
+        if k is None:
+            k = by_list[(id(s.labels), id(s.args), s.schema)] = seen.setdefault(
+                (s.schema, tuple(s.labels), tuple(s.args)), len(seen))
+        codes.append(k)
+    code = np.array(codes, np.int32)
+    table = [[schema, list(labels), list(args)] for schema, labels, args in seen]
     with _STATIC_LOCK:
         if len(_STATIC_CODES) >= 4:
             _STATIC_CODES.pop(next(iter(_STATIC_CODES)))
