@@ -97,7 +97,7 @@ class SpikeRule:
         if self._cached is None or self._stale >= REFRESH:
             s = sorted(self.values)
             med = _median(s)
-            mad = _median(sorted(abs(v - med) for v in s))
+            mad = _median(sorted(map(abs, map(med.__rsub__, s))))  # |v - med| of each, in C (no Python frame a value)
             self._cached = (med, max(self.k * _MAD_SIGMA * mad, self.ratio * abs(med)))
             self._stale = 0
         med, limit = self._cached

@@ -149,7 +149,6 @@ class NativeGraph:
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
         self._senders: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `senders_of`
         self._digest: bytes | None = None  # `digest`
-        self._param_mask: tuple[tuple[int, int], np.ndarray] | None = None  # `param_mask`
         self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
 
     # ---- the walk
@@ -183,15 +182,6 @@ class NativeGraph:
         self._senders = None
         self._digest = None
         return rid
-
-    def param_mask(self) -> np.ndarray:
-        """True at each parameter's AccumulateGrad node (remade when a walk added nodes or parameters)."""
-        key = (self.size, len(self.params))
-        if self._param_mask is None or self._param_mask[0] != key:
-            mask = np.zeros(self.size, bool)
-            mask[list(self.params)] = True
-            self._param_mask = (key, mask)
-        return self._param_mask[1]
 
     def digest(self) -> bytes:
         """A hash of the graph's structure as walked so far: every node's name, kind and edges."""

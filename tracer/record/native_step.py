@@ -51,17 +51,16 @@ class NativeStep:
         """Note the pass's roots (their gradients are read at the end) and what arrived at each parameter."""
         for (_node, nr), rid in zip(roots, bp.roots):
             self._roots.append((bp, rid, nr))
-        runs = np.frombuffer(self.graph.rec.records()[0], RUN_DTYPE)
-        bp.end = len(runs)
+        bp.end = int(self.graph.rec.run_count())
         first = self.pass_runs[-1] if self.pass_runs else 0
         params = self.graph.params
         self.arrivals = {}
         if not params:
             return
-        nodes = runs["node"][first:]
-        hit = np.flatnonzero(self.graph.param_mask()[nodes])  # the runs of parameter nodes only, in order
-        for pos, nid in zip((hit + first).tolist(), nodes[hit].tolist()):
-            self.arrivals[params[nid]] = pos  # a later run of the same node overwrites: the last arrival
+        for nid, pos in self.graph.rec.acc_runs(first):  # in the order they ran
+            p = params.get(nid)
+            if p is not None:
+                self.arrivals[p] = pos  # a later run of the same node overwrites: the last arrival
 
     def same_as_arrival(self, name: str, g: torch.Tensor) -> int | None:
         """The run of the arrival at parameter `name` in the last pass, when `g` (its `.grad`) is that very

@@ -202,6 +202,22 @@ PyObject* rec_sums(PyObject* self, PyObject*) {
   return out;
 }
 
+// acc_runs(first run) -> [(node id, run)] of the AccumulateGrad runs from `first` on, in the order they ran
+PyObject* rec_acc_runs(PyObject* self, PyObject* arg) {
+  long first = PyLong_AsLong(arg);
+  if (first == -1 && PyErr_Occurred()) return nullptr;
+  Recorder* r = R(self);
+  std::lock_guard<std::mutex> g(r->mu);
+  PyObject* out = PyList_New(0);
+  for (size_t i = first < 0 ? 0 : static_cast<size_t>(first); i < r->runs.size(); i++) {
+    if (r->runs[i].gi_n != -1) continue;
+    PyObject* item = Py_BuildValue("(ii)", r->runs[i].node, static_cast<int>(i));
+    PyList_Append(out, item);
+    Py_DECREF(item);
+  }
+  return out;
+}
+
 // arrival_is(run index, tensor) -> True when `tensor` is the very gradient that arrived at that
 // AccumulateGrad run (its address and layout): `.grad` is then what the arrival's summary shows
 PyObject* rec_arrival_is(PyObject* self, PyObject* args) {
@@ -229,6 +245,12 @@ PyObject* rec_release(PyObject* self, PyObject*) {
 
 PyObject* rec_len(PyObject* self, PyObject*) { return PyLong_FromSize_t(R(self)->name.size()); }
 
+PyObject* rec_run_count(PyObject* self, PyObject*) {
+  Recorder* r = R(self);
+  std::lock_guard<std::mutex> g(r->mu);
+  return PyLong_FromSize_t(r->runs.size());
+}
+
 PyMethodDef rec_methods[] = {
     {"configure", rec_configure, METH_VARARGS, "configure(fallback, view name flags, keep values)"},
     {"walk", rec_walk, METH_O, "walk(grad_fn) -> the root's id; new nodes get the next ids"},
@@ -242,9 +264,11 @@ PyMethodDef rec_methods[] = {
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
+    {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
     {"release", rec_release, METH_NOARGS, "remove the hooks and let go of the graph"},
     {"size", rec_len, METH_NOARGS, "size() -> nodes walked"},
+    {"run_count", rec_run_count, METH_NOARGS, "run_count() -> runs recorded"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject RecorderType = {PyVarObject_HEAD_INIT(nullptr, 0)};
