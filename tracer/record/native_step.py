@@ -88,20 +88,23 @@ class NativeStep:
         the summariser's `finalize`."""
         g = self.graph
         runs_b, slots_b, summs_b, chunks, py, _failures = g.rec.records()
+        rows_b, start_b, ks_b, raw_b = g.rec.tables()  # the counting sort and the arena's gather, in C++
         runs = np.frombuffer(runs_b, RUN_DTYPE)
         slots = np.frombuffer(slots_b, np.int32)
-        tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py)
+        tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py,
+                              np.frombuffer(raw_b, np.float64).reshape(-1, 8))
         mods, sources = attributed
         kinds = _kinds(g, cache)
         nm = names(g.name)
         statics = _statics(g, nm, kinds, mods, cache)
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
-                            g.child_id, g.child_nr, runs, slots, tensors)
+                            g.child_id, g.child_nr, runs, slots, tensors,
+                            (np.frombuffer(rows_b, np.int64), np.frombuffer(start_b, np.int64)))
         self.tables = tables
         nodes = LazyNodes(tables)
         for bp, rid, nr in self._roots:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
-        return nodes, _edges(g, cache), _execution(tables)
+        return nodes, _edges(g, cache), list(zip(runs["node"].tolist(), np.frombuffer(ks_b, np.int64).tolist()))
 
     def param_trace(self, pos: int) -> TensorTrace | None:
         """What arrived at a parameter's node in run `pos` (once `assemble` made the tables)."""
@@ -184,17 +187,6 @@ def _edges(g: NativeGraph, cache: StructureCache) -> list[tuple[int, int, int]]:
         ok = g.child_id >= 0
         edges = cache.put(key, tuple(zip(src[ok].tolist(), g.child_id[ok].tolist(), slot[ok].tolist())))
     return list(edges)
-
-
-def _execution(tables: StepTables) -> list[tuple[int, int]]:
-    """(node id, run index) of every run, in the order they ran (the tables have each node's runs in order)."""
-    nodes = tables.runs["node"]
-    if not len(nodes):
-        return []
-    by_node = tables.run_rows
-    k = np.empty(len(nodes), np.int64)
-    k[by_node] = np.arange(len(nodes)) - tables.run_start[nodes[by_node]]
-    return list(zip(nodes.tolist(), k.tolist()))
 
 
 def _root_grad(tables: StepTables, rid: int, nr: int, pass_index: int) -> TensorTrace | None:

@@ -33,7 +33,7 @@ class TensorTable:
     """Every summary of a step the native recorder made: the kernel's (statistics and thumbnail in the
     arena, read when the `TensorTrace` is made) and Python's (`py`, complete `TensorTrace`s)."""
 
-    def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace]) -> None:
+    def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace], raw: np.ndarray) -> None:
         self.plan = summs["plan"]
         self.chunk = summs["chunk"]
         self.off = summs["off"]
@@ -41,7 +41,7 @@ class TensorTable:
         self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)
-        self.raw = _raw_stats(self.plan, self.chunk, self.off, self.chunks)
+        self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
 
@@ -163,22 +163,6 @@ class TensorTable:
                 t.thumb = None
 
 
-_EIGHT = np.arange(8)
-
-
-def _raw_stats(plan: np.ndarray, chunk: np.ndarray, off: np.ndarray, chunks: list[np.ndarray]) -> np.ndarray:
-    """The kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's: one gather per
-    arena chunk, and one in all for the usual step, whose summaries are all the kernel's in one chunk."""
-    if len(chunks) == 1 and len(plan) and plan.min() >= 0:
-        return chunks[0][off[:, None] + _EIGHT]
-    raw = np.full((len(plan), 8), np.nan)
-    for c, arr in enumerate(chunks):
-        rows = np.nonzero((plan >= 0) & (chunk == c))[0]
-        if len(rows):
-            raw[rows] = arr[off[rows, None] + _EIGHT]
-    return raw
-
-
 _PLAN_CELLS = np.zeros(1, np.int64)  # `_plan_cells`
 
 
@@ -219,16 +203,14 @@ class StepTables:
     def __init__(self, names: list[str], name_code: np.ndarray, kinds: list[str], modules: list[str | None],
                  params: dict[int, str], sources: list[str | None], statics: list[Any], outputs: Any,
                  child_off: np.ndarray, child_id: np.ndarray, child_nr: np.ndarray, runs: np.ndarray,
-                 slots: np.ndarray, tensors: TensorTable) -> None:
+                 slots: np.ndarray, tensors: TensorTable, by_node: tuple[np.ndarray, np.ndarray]) -> None:
         self.names, self.name_code, self.kinds, self.modules = names, name_code, kinds, modules
         self.params, self.sources, self.statics, self.outputs = params, sources, statics, outputs
         self.child_off, self.child_id, self.child_nr = child_off, child_id, child_nr
         self.runs, self.slots, self.tensors = runs, slots, tensors
-        n = len(name_code)
-        # each node's runs, in the order they ran (a run's order is its position in `runs`)
-        by_node = np.argsort(runs["node"], kind="stable")
-        self.run_rows = by_node
-        self.run_start = np.searchsorted(runs["node"][by_node], np.arange(n + 1))
+        # each node's runs, in the order they ran (a run's order is its position in `runs`): `run_rows`, the runs'
+        # positions by node; `run_start`, where each node's begin in it (one more than the nodes)
+        self.run_rows, self.run_start = by_node
         self._lists: _Lists | None = None
 
     def lists(self) -> _Lists:

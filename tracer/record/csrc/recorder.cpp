@@ -191,6 +191,39 @@ PyObject* rec_records(PyObject* self, PyObject*) {
                        static_cast<long long>(r->failures));
 }
 
+// tables() -> (run rows, run starts, run ks, raw statistics), bytes: the runs' positions by node in the order they
+// ran (int64), where each node's begin (int64, one more than the nodes), each run's index among its node's runs
+// (int64), and the kernel's 8 raw statistics of every summary (float64; NaN for Python's): NOTE [Step tables]
+PyObject* rec_tables(PyObject* self, PyObject*) {
+  Recorder* r = R(self);
+  std::lock_guard<std::mutex> g(r->mu);
+  size_t n = r->name.size(), m = r->runs.size();
+  std::vector<int64_t> start(n + 1, 0), rows(m), k(m);
+  for (const auto& run : r->runs) {
+    if (run.node < 0 || static_cast<size_t>(run.node) >= n) {
+      PyErr_SetString(PyExc_RuntimeError, "tables(): a run of a node that was not walked");
+      return nullptr;
+    }
+    start[run.node + 1]++;
+  }
+  for (size_t i = 0; i < n; i++) start[i + 1] += start[i];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < m; i++) {
+    int32_t node = r->runs[i].node;
+    k[i] = fill[node] - start[node];
+    rows[fill[node]++] = static_cast<int64_t>(i);
+  }
+  std::vector<double> raw(8 * r->summs.size(), std::numeric_limits<double>::quiet_NaN());
+  for (size_t i = 0; i < r->summs.size(); i++) {
+    const Summ& s = r->summs[i];
+    if (s.plan < 0 || s.chunk < 0 || static_cast<size_t>(s.chunk) >= r->chunks.size()) continue;
+    const double* arena = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk]));
+    std::memcpy(raw.data() + 8 * i, arena + s.off, 8 * sizeof(double));
+  }
+  return Py_BuildValue("(NNNN)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),
+                       bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()));
+}
+
 // sums() -> [tensor or None] the module sums added up in the hooks
 PyObject* rec_sums(PyObject* self, PyObject*) {
   Recorder* r = R(self);
@@ -262,6 +295,7 @@ PyMethodDef rec_methods[] = {
     {"graph", rec_graph, METH_O, "graph(first) -> the nodes' structure, as bytes"},
     {"acc_variables", rec_acc_variables, METH_O, "acc_variables(first) -> [(id, tensor)]"},
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
+    {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
     {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
