@@ -43,13 +43,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import numpy as np
-
 from gradscape.tracer.record.native import KINDS
 
 __all__ = ["NOT_CARRIED", "SECOND_PASS", "ForwardCarry", "attribution", "forward_key"]
 
-_ACC_SEQ = (1 << 64) - 1  # an AccumulateGrad node's creation number
 _COMPILED = KINDS.index("compiled")
 
 NOT_CARRIED = ("this step ran without the forward's hooks and function mode, to take its source lines, modules and "
@@ -65,9 +62,8 @@ SECOND_PASS = ("a second backward in a step that ran without the forward's hooks
 def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
     """The key of a step's forward (see the NOTE): `g`, the native recorder's graph as walked so far;
     `seq0`, the creation counter when the step began."""
-    seq = g.seq.astype(np.int64)  # AccumulateGrad's all-ones wraps to -1 and stays itself
-    rel = np.where(g.seq == np.uint64(_ACC_SEQ), np.int64(-1), seq - np.int64(seq0))
-    return (g.digest(), hashlib.blake2b(rel.tobytes(), digest_size=16).digest(), tuple(sorted(g.params.items())),
+    rel = g.rec.rel_seq(seq0)  # int64 bytes: the creation numbers from seq0, -1 for AccumulateGrad's
+    return (g.digest(), hashlib.blake2b(rel, digest_size=16).digest(), tuple(sorted(g.params.items())),
             tuple(sorted(g.leaves.items())))
 
 

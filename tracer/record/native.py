@@ -113,11 +113,17 @@ def dtype_names() -> dict[int, str]:
     return out
 
 
+_EMPTY = {t: np.zeros(0, t) for t in (np.int8, np.int32, np.int64, np.uint64)}
+_NO_OFFSETS = np.zeros(1, np.int64)
+for _a in (*_EMPTY.values(), _NO_OFFSETS):
+    _a.flags.writeable = False
+
+
 def _extend(old: np.ndarray, data: bytes, dtype: Any, base: Any = None) -> np.ndarray:
     """`old` followed by the extension's array `data` (of `dtype`, plus `base` when given), in `old`'s dtype;
     the first walk of a step, with nothing before it, takes the array as it is (read-only)."""
     new = np.frombuffer(data, dtype)
-    if base is not None:
+    if base is not None and base:
         new = new + base
     if not len(old):
         return new if new.dtype == old.dtype else new.astype(old.dtype)
@@ -134,16 +140,17 @@ class NativeGraph:
         self.rec.configure(summariser.fallback, thumb)
         self.model = model
         self.size = 0
-        self.name = np.zeros(0, np.int32)  # name code per node (`names()`)
-        self.kind = np.zeros(0, np.int8)  # KINDS code
-        self.seq = np.zeros(0, np.uint64)  # creation number
-        self.child_off = np.zeros(1, np.int64)  # CSR of each node's slots: child id (-1: None), input_nr
-        self.child_id = np.zeros(0, np.int32)
-        self.child_nr = np.zeros(0, np.int32)
-        self.out_off = np.zeros(1, np.int64)  # CSR of each node's forward outputs: rank (-1: no shape), dtype
-        self.out_ndim = np.zeros(0, np.int32)
-        self.out_dtype = np.zeros(0, np.int8)
-        self.out_dims = np.zeros(0, np.int64)
+        # (read-only until the first walk: shared empty arrays, made once)
+        self.name = _EMPTY[np.int32]  # name code per node (`names()`)
+        self.kind = _EMPTY[np.int8]  # KINDS code
+        self.seq = _EMPTY[np.uint64]  # creation number
+        self.child_off = _NO_OFFSETS  # CSR of each node's slots: child id (-1: None), input_nr
+        self.child_id = _EMPTY[np.int32]
+        self.child_nr = _EMPTY[np.int32]
+        self.out_off = _NO_OFFSETS  # CSR of each node's forward outputs: rank (-1: no shape), dtype
+        self.out_ndim = _EMPTY[np.int32]
+        self.out_dtype = _EMPTY[np.int8]
+        self.out_dims = _EMPTY[np.int64]
         self.params: dict[int, str] = {}  # AccumulateGrad node → its parameter's name
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
@@ -186,10 +193,7 @@ class NativeGraph:
     def digest(self) -> bytes:
         """A hash of the graph's structure as walked so far: every node's name, kind and edges."""
         if self._digest is None:
-            h = hashlib.blake2b(digest_size=16)
-            for a in (self.name, self.kind, self.child_off, self.child_id, self.child_nr):
-                h.update(np.ascontiguousarray(a).tobytes())
-            self._digest = h.digest()
+            self._digest = hashlib.blake2b(self.rec.structure(), digest_size=16).digest()
         return self._digest
 
     def install(self, first: int) -> None:

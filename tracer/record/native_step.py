@@ -18,8 +18,6 @@ from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 
-_ACC_SEQ = (1 << 64) - 1
-
 
 class NativeStep:
     """The native recorder's part of one traced step: `graph` (the walk, the hooks, the records)."""

@@ -154,6 +154,35 @@ PyObject* rec_graph(PyObject* self, PyObject* arg) {
                        bytes_of(r->out_dtype.data() + o0, o1 - o0), bytes_of(r->out_dims.data() + d0, 8 * (d1 - d0)));
 }
 
+// structure() -> bytes: the node and slot counts, then every node's name code, kind and slot offsets, and every
+// slot's child and input number, as walked (what a graph's structure hash is made of)
+PyObject* rec_structure(PyObject* self, PyObject*) {
+  Recorder* r = R(self);
+  int64_t counts[2] = {static_cast<int64_t>(r->name.size()), static_cast<int64_t>(r->child_id.size())};
+  std::string out(reinterpret_cast<const char*>(counts), sizeof(counts));
+  auto add = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  add(r->name.data(), 4 * r->name.size());
+  add(r->kind.data(), r->kind.size());
+  add(r->child_off.data(), 4 * r->child_off.size());
+  add(r->child_id.data(), 4 * r->child_id.size());
+  add(r->child_nr.data(), 4 * r->child_nr.size());
+  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+}
+
+// rel_seq(seq0) -> int64 bytes: each node's creation number counted from `seq0`; -1 for an AccumulateGrad node
+// (whose creation number is the all-ones maximum)
+PyObject* rec_rel_seq(PyObject* self, PyObject* arg) {
+  unsigned long long seq0 = PyLong_AsUnsignedLongLong(arg);
+  if (seq0 == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  Recorder* r = R(self);
+  std::vector<int64_t> rel(r->seq.size());
+  for (size_t i = 0; i < rel.size(); i++) {
+    uint64_t s = r->seq[i];
+    rel[i] = s == std::numeric_limits<uint64_t>::max() ? -1 : static_cast<int64_t>(s - seq0);
+  }
+  return bytes_of(rel.data(), 8 * rel.size());
+}
+
 // acc_variables(first) -> [(id, tensor)] of the AccumulateGrad nodes from `first` on
 PyObject* rec_acc_variables(PyObject* self, PyObject* arg) {
   long first = PyLong_AsLong(arg);
@@ -295,6 +324,8 @@ PyMethodDef rec_methods[] = {
     {"graph", rec_graph, METH_O, "graph(first) -> the nodes' structure, as bytes"},
     {"acc_variables", rec_acc_variables, METH_O, "acc_variables(first) -> [(id, tensor)]"},
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
+    {"structure", rec_structure, METH_NOARGS, "structure() -> the walked graph's structure, as bytes"},
+    {"rel_seq", rec_rel_seq, METH_O, "rel_seq(seq0) -> creation numbers from seq0, int64 bytes"},
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
