@@ -24,6 +24,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -175,6 +176,15 @@ class Recorder {
   uint64_t generation;
   int32_t thumb = 64;
   int64_t failures = 0;
+  // this step's plans by layout (dtype, transposed, rank, sizes; rank <= 4): found without the global lock
+  struct LayoutHash {
+    size_t operator()(const std::array<int64_t, 5>& k) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  std::unordered_map<std::array<int64_t, 5>, const Plan*, LayoutHash> step_plans;
 
   Recorder() {
     static std::atomic<uint64_t> gen{1};
@@ -199,6 +209,7 @@ class Recorder {
   int32_t arrived(int32_t id, size_t i, const at::Tensor& g);
   int32_t python_summary(const at::Tensor& t);
   const Plan* plan_for(const at::Tensor& t, bool transposed);
+  const Plan* shared_plan_for(const at::Tensor& t, bool transposed);
   double* reserve(int64_t words, int32_t* chunk, int64_t* off);
   double time_since_last(int64_t t1);
   void mark_end();

@@ -6,7 +6,23 @@ namespace {
 
 // ---- summaries
 
-const Plan* Recorder::plan_for(const at::Tensor& t, bool transposed) {
+const Plan* Recorder::plan_for(const at::Tensor& t, bool transposed) {  // mu held
+  int dim = static_cast<int>(t.dim());
+  if (dim <= 4) {
+    std::array<int64_t, 5> layout{static_cast<int64_t>(t.scalar_type()) | (transposed ? 256 : 0) | (dim << 9), 0, 0, 0,
+                                  0};
+    for (int d = 0; d < dim; d++) layout[d + 1] = t.size(d);
+    auto it = step_plans.find(layout);
+    if (it != step_plans.end()) return it->second;
+    const Plan* plan = shared_plan_for(t, transposed);
+    step_plans.emplace(layout, plan);
+    return plan;
+  }
+  return shared_plan_for(t, transposed);
+}
+
+// The plan of a layout from the process's plans (made by the planner, in Python, the first time it is met)
+const Plan* Recorder::shared_plan_for(const at::Tensor& t, bool transposed) {
   char key[7 + 8 * 16];
   int dim = static_cast<int>(t.dim());
   if (dim > 16) return nullptr;
