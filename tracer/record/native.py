@@ -11,8 +11,11 @@ NOTE [Native recorder]
     Python recorder does per node in a hook is done there, with the same rules: NOTE [Dedupe] (a
     gradient handed from a single sender to its child is summarised once), NOTE [Views share a buffer],
     the module sums (tracer/record/module_sums.py), what arrived at each parameter (for `st.params`).
-    After the backward, Python reads the records once (`records`) and the step's `NodeTrace`s are made
-    from them only when someone reads one (tracer/record/tables.py).
+    After the backward, Python reads the records once (`records`, and `tables`: the runs ordered by node
+    and each summary's raw statistics, sorted and gathered in C++, where numpy's set-up on a small step's
+    arrays cost more than the work) and the step's `NodeTrace`s are made from them only when someone
+    reads one (tracer/record/tables.py). The graph's structure hash (`structure`) and the forward key's
+    creation numbers (`rel_seq`) are read from the extension too.
 
     What the kernel cannot summarise (another device, a sparse or strided layout other than a matrix's
     transpose, a dtype other than float32/bfloat16/float16/float64, a float32 sum that overflowed) is
@@ -113,7 +116,7 @@ def dtype_names() -> dict[int, str]:
     return out
 
 
-_EMPTY = {t: np.zeros(0, t) for t in (np.int8, np.int32, np.int64, np.uint64)}
+_EMPTY: dict[Any, np.ndarray] = {t: np.zeros(0, t) for t in (np.int8, np.int32, np.int64, np.uint64)}
 _NO_OFFSETS = np.zeros(1, np.int64)
 for _a in (*_EMPTY.values(), _NO_OFFSETS):
     _a.flags.writeable = False
