@@ -14,11 +14,9 @@ import networkx as nx
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
-from gradscape.tracer.record.slot_rows import slot_rows
+from gradscape.tracer.record.labels import RELU_LIKE
 from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named
 from gradscape.tracer.record.view import StepView
-
-RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
 
 DEAD_ZEROS = 0.99  # a ReLU-like node sending back at least this fraction of zeros is dead
 LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of all layers'
@@ -231,14 +229,12 @@ def dead(st: StepTrace) -> list[Problem]:
 def _relu_zeros(nodes: Any) -> list[tuple[int, tuple[float, int], tuple[float, int]]]:
     """Each ReLU-like node that sent and got a gradient (slot 0 of its first run): (id, (zeros, numel) of
     what it sent, the same of what came). A natively recorded step's are read from its tables, making no
-    `TensorTrace` (NOTE [Step tables])."""
-    ids = ids_named(nodes, RELU_LIKE)
+    `TensorTrace` (NOTE [Step tables]): the extension found their slots (`StepTables.relu_slots`)."""
     if isinstance(nodes, LazyNodes):
-        t = nodes.tables
-        rows = slot_rows(t, ids + ids, [True] * len(ids) + [False] * len(ids), [0] * (2 * len(ids)))
-        z = t.tensors.zeros_of
-        return [(k, z(s), z(c)) for k, s, c in zip(ids, rows[:len(ids)], rows[len(ids):]) if s >= 0 and c >= 0]
+        z = nodes.tables.tensors.zeros_of
+        return [(k, z(s), z(c)) for k, s, c in nodes.tables.relu_slots]
     out = []
+    ids = ids_named(nodes, RELU_LIKE)
     for k in ids:
         gi, go = grads_of(nodes, k, True), grads_of(nodes, k, False)
         s, c = (gi[0] if gi else None), (go[0] if go else None)

@@ -20,6 +20,9 @@ from gradscape.tracer.record.derivatives import derivatives_table
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 
+# Nodes that pass back zero wherever their unit was off: a dead unit passes back only zeros (debug/step_checks.py).
+RELU_LIKE = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0"})
+
 # Nodes whose grad_inputs[0] holds exactly the elements of grad_outputs[0] in another shape.
 VIEW_NODES = frozenset({
     "ViewBackward0", "TBackward0", "TransposeBackward0", "TransposeBackward1", "PermuteBackward0",

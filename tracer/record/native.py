@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from gradscape.tracer.record import native_build
-from gradscape.tracer.record.labels import VIEW_NODES
+from gradscape.tracer.record.labels import RELU_LIKE, VIEW_NODES
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.summary.fastpath import kernel_plan
 from gradscape.tracer.summary.kernel import native
@@ -103,6 +103,13 @@ def status() -> tuple[bool, str]:
         return False, "switched off (gradscape.tracer.record.native.enabled = False)"
     mod, why = _loaded()
     return mod is not None, why
+
+
+@lru_cache(maxsize=1)
+def relu_codes() -> tuple[int, ...]:
+    """The extension's name codes of the ReLU-like nodes (`labels.RELU_LIKE`): a name has one code for the process."""
+    mod = _loaded()[0]
+    return tuple(sorted(int(mod.code(name)) for name in RELU_LIKE))
 
 
 @lru_cache(maxsize=1)

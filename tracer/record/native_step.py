@@ -12,7 +12,7 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, TensorTrace
 from gradscape.tracer.record.model_index import ModelIndex
-from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names
+from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names, relu_codes
 from gradscape.tracer.record.structure import ArrayGraph, NodeStatics, StructureCache, grouped_statics
 from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
@@ -98,6 +98,7 @@ class NativeStep:
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
                             g.child_id, g.child_nr, runs, slots, tensors,
                             (np.frombuffer(rows_b, np.int64), np.frombuffer(start_b, np.int64)))
+        tables.relu_slots = g.rec.first_slots(relu_codes())
         self.tables = tables
         nodes = LazyNodes(tables)
         for bp, rid, nr in self._roots:

@@ -212,6 +212,9 @@ class StepTables:
         # positions by node; `run_start`, where each node's begin in it (one more than the nodes)
         self.run_rows, self.run_start = by_node
         self._lists: _Lists | None = None
+        # (node, sent row, came row) of every ReLU-like node that ran (`labels.RELU_LIKE`), in id order: the tensor
+        # rows of its first run's grad_inputs[0] and grad_outputs[0] (the dead-unit check's), when it has both
+        self.relu_slots: list[tuple[int, int, int]] = []
 
     def lists(self) -> _Lists:
         """The columns `LazyNodes` reads node by node, as Python lists (made once, when first asked)."""

@@ -2,15 +2,12 @@
 #include "recorder.h"
 #include "summaries.h"
 #include "walk.h"
+#include "readout.h"
 
 namespace {
 
 // ---------------------------------------------------------------------------------------------------
 // The Python type
-
-struct PyRecorder {
-  PyObject_HEAD Recorder* rec;
-};
 
 PyObject* rec_new(PyTypeObject* type, PyObject*, PyObject*) {
   PyRecorder* self = reinterpret_cast<PyRecorder*>(type->tp_alloc(type, 0));
@@ -31,8 +28,6 @@ void rec_dealloc(PyObject* obj) {
   }
   Py_TYPE(obj)->tp_free(obj);
 }
-
-Recorder* R(PyObject* self) { return reinterpret_cast<PyRecorder*>(self)->rec; }
 
 bool node_of(PyObject* obj, NodePtr* out) {
   if (torch::autograd::THPCppFunction_Check(obj)) {
@@ -121,165 +116,6 @@ PyObject* rec_set_sum(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-PyObject* bytes_of(const void* p, size_t n) {
-  return PyBytes_FromStringAndSize(static_cast<const char*>(p), static_cast<Py_ssize_t>(n));
-}
-
-// graph(first) -> (name codes int32, kinds int8, seq uint64, child_off int32, child_id int32, child_nr int32)
-// of the nodes from `first` on (child_off relative to the first of them)
-PyObject* rec_graph(PyObject* self, PyObject* arg) {
-  long first = PyLong_AsLong(arg);
-  if (first == -1 && PyErr_Occurred()) return nullptr;
-  Recorder* r = R(self);
-  size_t n = r->name.size();
-  if (first < 0 || static_cast<size_t>(first) > n) {
-    PyErr_SetString(PyExc_IndexError, "graph: bad first node");
-    return nullptr;
-  }
-  size_t c0 = r->child_off[first], c1 = r->child_off[n];
-  std::vector<int32_t> off(r->child_off.begin() + first, r->child_off.end());
-  for (auto& o : off) o -= static_cast<int32_t>(c0);
-  size_t o0 = r->in_off[first], o1 = r->in_off[n];
-  std::vector<int32_t> ooff(r->in_off.begin() + first, r->in_off.end());
-  for (auto& o : ooff) o -= static_cast<int32_t>(o0);
-  size_t d0 = 0, d1 = 0;  // the dims of outputs [o0, o1)
-  for (size_t i = 0; i < o0; i++) d0 += r->out_ndim[i] > 0 ? r->out_ndim[i] : 0;
-  d1 = d0;
-  for (size_t i = o0; i < o1; i++) d1 += r->out_ndim[i] > 0 ? r->out_ndim[i] : 0;
-  return Py_BuildValue("(NNNNNNNNNN)", bytes_of(r->name.data() + first, 4 * (n - first)),
-                       bytes_of(r->kind.data() + first, n - first), bytes_of(r->seq.data() + first, 8 * (n - first)),
-                       bytes_of(off.data(), 4 * off.size()), bytes_of(r->child_id.data() + c0, 4 * (c1 - c0)),
-                       bytes_of(r->child_nr.data() + c0, 4 * (c1 - c0)), bytes_of(ooff.data(), 4 * ooff.size()),
-                       bytes_of(r->out_ndim.data() + o0, 4 * (o1 - o0)),
-                       bytes_of(r->out_dtype.data() + o0, o1 - o0), bytes_of(r->out_dims.data() + d0, 8 * (d1 - d0)));
-}
-
-// structure() -> bytes: the node and slot counts, then every node's name code, kind and slot offsets, and every
-// slot's child and input number, as walked (what a graph's structure hash is made of)
-PyObject* rec_structure(PyObject* self, PyObject*) {
-  Recorder* r = R(self);
-  int64_t counts[2] = {static_cast<int64_t>(r->name.size()), static_cast<int64_t>(r->child_id.size())};
-  std::string out(reinterpret_cast<const char*>(counts), sizeof(counts));
-  auto add = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
-  add(r->name.data(), 4 * r->name.size());
-  add(r->kind.data(), r->kind.size());
-  add(r->child_off.data(), 4 * r->child_off.size());
-  add(r->child_id.data(), 4 * r->child_id.size());
-  add(r->child_nr.data(), 4 * r->child_nr.size());
-  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
-}
-
-// rel_seq(seq0) -> int64 bytes: each node's creation number counted from `seq0`; -1 for an AccumulateGrad node
-// (whose creation number is the all-ones maximum)
-PyObject* rec_rel_seq(PyObject* self, PyObject* arg) {
-  unsigned long long seq0 = PyLong_AsUnsignedLongLong(arg);
-  if (seq0 == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-  Recorder* r = R(self);
-  std::vector<int64_t> rel(r->seq.size());
-  for (size_t i = 0; i < rel.size(); i++) {
-    uint64_t s = r->seq[i];
-    rel[i] = s == std::numeric_limits<uint64_t>::max() ? -1 : static_cast<int64_t>(s - seq0);
-  }
-  return bytes_of(rel.data(), 8 * rel.size());
-}
-
-// acc_variables(first) -> [(id, tensor)] of the AccumulateGrad nodes from `first` on
-PyObject* rec_acc_variables(PyObject* self, PyObject* arg) {
-  long first = PyLong_AsLong(arg);
-  if (first == -1 && PyErr_Occurred()) return nullptr;
-  Recorder* r = R(self);
-  PyObject* out = PyList_New(0);
-  for (size_t i = first; i < r->nodes.size(); i++) {
-    if (r->kind[i] != KIND_ACC || !r->nodes[i]) continue;
-    auto* acc = static_cast<torch::autograd::AccumulateGrad*>(r->nodes[i].get());  // by its name (kind_of)
-    PyObject* t = acc == nullptr ? (Py_INCREF(Py_None), Py_None) : THPVariable_Wrap(acc->variable);
-    PyObject* item = Py_BuildValue("(lN)", static_cast<long>(i), t);
-    PyList_Append(out, item);
-    Py_DECREF(item);
-  }
-  return out;
-}
-
-// records() -> (runs bytes, slots bytes, summaries bytes, chunks list, python summaries list, failures)
-PyObject* rec_records(PyObject* self, PyObject*) {
-  Recorder* r = R(self);
-  std::lock_guard<std::mutex> g(r->mu);
-  PyObject* chunks = PyList_New(static_cast<Py_ssize_t>(r->chunks.size()));
-  for (size_t i = 0; i < r->chunks.size(); i++) {
-    Py_INCREF(r->chunks[i]);
-    PyList_SET_ITEM(chunks, i, r->chunks[i]);
-  }
-  PyObject* py = PyList_New(static_cast<Py_ssize_t>(r->py.size()));
-  for (size_t i = 0; i < r->py.size(); i++) {
-    Py_INCREF(r->py[i]);
-    PyList_SET_ITEM(py, i, r->py[i]);
-  }
-  return Py_BuildValue("(NNNNNL)", bytes_of(r->runs.data(), sizeof(RunRec) * r->runs.size()),
-                       bytes_of(r->slots.data(), 4 * r->slots.size()),
-                       bytes_of(r->summs.data(), sizeof(Summ) * r->summs.size()), chunks, py,
-                       static_cast<long long>(r->failures));
-}
-
-// tables() -> (run rows, run starts, run ks, raw statistics), bytes: the runs' positions by node in the order they
-// ran (int64), where each node's begin (int64, one more than the nodes), each run's index among its node's runs
-// (int64), and the kernel's 8 raw statistics of every summary (float64; NaN for Python's): NOTE [Step tables]
-PyObject* rec_tables(PyObject* self, PyObject*) {
-  Recorder* r = R(self);
-  std::lock_guard<std::mutex> g(r->mu);
-  size_t n = r->name.size(), m = r->runs.size();
-  std::vector<int64_t> start(n + 1, 0), rows(m), k(m);
-  for (const auto& run : r->runs) {
-    if (run.node < 0 || static_cast<size_t>(run.node) >= n) {
-      PyErr_SetString(PyExc_RuntimeError, "tables(): a run of a node that was not walked");
-      return nullptr;
-    }
-    start[run.node + 1]++;
-  }
-  for (size_t i = 0; i < n; i++) start[i + 1] += start[i];
-  std::vector<int64_t> fill(start.begin(), start.end() - 1);
-  for (size_t i = 0; i < m; i++) {
-    int32_t node = r->runs[i].node;
-    k[i] = fill[node] - start[node];
-    rows[fill[node]++] = static_cast<int64_t>(i);
-  }
-  std::vector<double> raw(8 * r->summs.size(), std::numeric_limits<double>::quiet_NaN());
-  for (size_t i = 0; i < r->summs.size(); i++) {
-    const Summ& s = r->summs[i];
-    if (s.plan < 0 || s.chunk < 0 || static_cast<size_t>(s.chunk) >= r->chunks.size()) continue;
-    const double* arena = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk]));
-    std::memcpy(raw.data() + 8 * i, arena + s.off, 8 * sizeof(double));
-  }
-  return Py_BuildValue("(NNNN)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),
-                       bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()));
-}
-
-// sums() -> [tensor or None] the module sums added up in the hooks
-PyObject* rec_sums(PyObject* self, PyObject*) {
-  Recorder* r = R(self);
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(r->sums.size()));
-  for (size_t i = 0; i < r->sums.size(); i++) {
-    PyObject* t = r->sums[i].defined() ? THPVariable_Wrap(r->sums[i]) : (Py_INCREF(Py_None), Py_None);
-    PyList_SET_ITEM(out, i, t);
-  }
-  return out;
-}
-
-// acc_runs(first run) -> [(node id, run)] of the AccumulateGrad runs from `first` on, in the order they ran
-PyObject* rec_acc_runs(PyObject* self, PyObject* arg) {
-  long first = PyLong_AsLong(arg);
-  if (first == -1 && PyErr_Occurred()) return nullptr;
-  Recorder* r = R(self);
-  std::lock_guard<std::mutex> g(r->mu);
-  PyObject* out = PyList_New(0);
-  for (size_t i = first < 0 ? 0 : static_cast<size_t>(first); i < r->runs.size(); i++) {
-    if (r->runs[i].gi_n != -1) continue;
-    PyObject* item = Py_BuildValue("(ii)", r->runs[i].node, static_cast<int>(i));
-    PyList_Append(out, item);
-    Py_DECREF(item);
-  }
-  return out;
-}
-
 // arrival_is(run index, tensor) -> True when `tensor` is the very gradient that arrived at that
 // AccumulateGrad run (its address and layout): `.grad` is then what the arrival's summary shows
 PyObject* rec_arrival_is(PyObject* self, PyObject* args) {
@@ -326,6 +162,7 @@ PyMethodDef rec_methods[] = {
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
     {"structure", rec_structure, METH_NOARGS, "structure() -> the walked graph's structure, as bytes"},
     {"rel_seq", rec_rel_seq, METH_O, "rel_seq(seq0) -> creation numbers from seq0, int64 bytes"},
+    {"first_slots", rec_first_slots, METH_O, "first_slots(name codes) -> [(node, sent row, came row)]"},
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
