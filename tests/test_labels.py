@@ -171,7 +171,7 @@ def test_grouped_statics_equal_the_node_by_node_ones() -> None:
     codes = {name: k for k, name in enumerate(sorted({n.name for n in nodes}))}
     off = np.cumsum([0] + [len(n.children) for n in nodes]).astype(np.int64)
     cid = np.array([-1 if c is None else c for n in nodes for c in n.children], np.int32)
-    graph = ArrayGraph([n.name for n in nodes], [codes[n.name] for n in nodes], [n.kind for n in nodes],
+    graph = ArrayGraph(sorted(codes, key=codes.__getitem__), [codes[n.name] for n in nodes], [n.kind for n in nodes],
                        [n.module for n in nodes], {0: "cell.weight"}, {0: (4, 4), 1: (2, 4)}, off, cid)
     want = compute_statics(nodes, forward_class)
     got = grouped_statics(graph, forward_class)

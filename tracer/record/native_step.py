@@ -142,9 +142,7 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
            tuple(type(g.node(i)) for i in custom))
     statics = cache.get(key)
     if statics is None:
-        codes = g.name.tolist()
-        graph = ArrayGraph([nm[c] for c in codes], codes, kinds, mods, g.params, g.acc_shapes, g.child_off,
-                           g.child_id)
+        graph = ArrayGraph(nm, g.name.tolist(), kinds, mods, g.params, g.acc_shapes, g.child_off, g.child_id)
         statics = cache.put(key, grouped_statics(graph, lambda i: _compat.forward_class(g.node(i))))
     return statics
 

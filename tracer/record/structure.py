@@ -128,7 +128,7 @@ def grouped_statics(graph: ArrayGraph, forward_class: Callable[[int], Any]) -> l
         `compute_statics`; the others share its lists. An unrolled loop of 100k nodes has a few dozen
         keys. tests/test_labels.py holds the two equal.
     """
-    n = len(graph.names)
+    n = len(graph.name_codes)
     infos = _LazyInfos(graph)
     made = _Statics(infos, forward_class)
     dest = _destination_ids(graph)
@@ -152,11 +152,11 @@ def grouped_statics(graph: ArrayGraph, forward_class: Callable[[int], Any]) -> l
 
 
 class ArrayGraph(NamedTuple):
-    """A walked graph as `grouped_statics` reads it: per node (in id order) its name and name code, kind (as
-    `NodeTrace.kind` says it) and module; parameters and leaf shapes by AccumulateGrad node; the slots' child ids
-    (-1: None) in CSR form."""
+    """A walked graph as `grouped_statics` reads it: the name of each name code (`name_table`); per node (in id
+    order) its name code, kind (as `NodeTrace.kind` says it) and module; parameters and leaf shapes by
+    AccumulateGrad node; the slots' child ids (-1: None) in CSR form."""
 
-    names: list[str]
+    name_table: list[str]
     name_codes: list[int]
     kinds: list[str]
     modules: list[str | None]
@@ -174,14 +174,14 @@ class _LazyInfos(Sequence[SlotInfo]):
         self._made: dict[int, SlotInfo] = {}
 
     def __len__(self) -> int:
-        return len(self.g.names)
+        return len(self.g.name_codes)
 
     def __getitem__(self, i: Any) -> Any:
         info = self._made.get(i)
         if info is None:
             g = self.g
             children = [None if c < 0 else c for c in g.child_id[g.child_off[i]:g.child_off[i + 1]].tolist()]
-            info = self._made[i] = SlotInfo(g.names[i], g.kinds[i], g.modules[i], g.params.get(i),
+            info = self._made[i] = SlotInfo(g.name_table[g.name_codes[i]], g.kinds[i], g.modules[i], g.params.get(i),
                                             g.acc_shapes.get(i), children)
         return info
 
@@ -216,15 +216,13 @@ _HOP_WORDS = sorted(set(THROUGH.values()))
 def _chains(graph: ArrayGraph, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the AccumulateGrad node each node's pass-through chain ends at, else -1; the word of each hop, by
     `_HOP_WORDS` index, else -1): `child_key`'s walk, one step for every node at once."""
-    n, top = len(codes), int(codes.max()) + 1
+    n, top = len(codes), len(graph.name_table)
     word = np.full(top, -1, np.int64)  # name code → hop word (pass-through nodes)
     is_acc = np.zeros(top, bool)
-    first = np.unique(codes, return_index=True)[1]
-    for k in first.tolist():
-        name = graph.names[k]
+    for code, name in enumerate(graph.name_table):
         if name in THROUGH:
-            word[codes[k]] = _HOP_WORDS.index(THROUGH[name])
-        is_acc[codes[k]] = name == ACCUMULATE
+            word[code] = _HOP_WORDS.index(THROUGH[name])
+        is_acc[code] = name == ACCUMULATE
     off, cid = graph.child_off, graph.child_id
     one = np.flatnonzero(np.diff(off) == 1)
     only = np.full(n, -1, np.int64)  # the child of a node with one slot (-1: none, or more slots)
