@@ -137,7 +137,7 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
     """Every node's slot arguments, labels and schema, from the Tracer's `StructureCache`, keyed by the
     graph's structure as the Python walk keys it (tracer/record/structure.py)."""
     # the digest holds the name codes, which name the same names for the whole process (`names`)
-    custom = np.flatnonzero(g.kind == _KIND_CUSTOM).tolist()
+    custom = np.flatnonzero(g.kind == _KIND_CUSTOM).tolist() if g.has_kinds("custom") else []
     key = ("native", g.digest(), tuple(mods), tuple(sorted(g.params.items())), tuple(sorted(g.leaves.items())),
            tuple(type(g.node(i)) for i in custom))
     statics = cache.get(key)
