@@ -46,6 +46,7 @@ for p in (str(BENCH_DIR), str(REPO_ROOT)):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
+from memory import page_faults, steady_malloc  # noqa: E402
 from workloads import WORKLOADS, Workload, build  # noqa: E402
 
 import gradscape  # noqa: E402
@@ -71,6 +72,7 @@ class Result:
     ratios: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES[1:]})
     finder_us: float = 0.0  # time inside the problem finder per traced step (--finder)
     peak: dict[str, int] = field(default_factory=dict)  # CUDA: bytes allocated at the peak of one step, per mode
+    faults: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in FINDER_MODES})  # a step's, per round
 
     def median(self, mode: str) -> float:
         return statistics.median(self.times[mode])
@@ -101,11 +103,8 @@ class Runner:
         self.trm = gradscape.Tracer(self.model, run=f"bench-{wl.name}-monitor", every=10 ** 9)
         cfg = gradscape.Triggers(cap=10 ** 9, cooldown=0)
         self.trt = gradscape.Tracer(self.model, run=f"bench-{wl.name}-triggered", every=10 ** 9, triggers=cfg)
-        self.monitor_i = 0
-        self.triggered_i = 0
-        self.traced_i = 0
-        self.untraced_i = 0
-        self.last_nodes = 0
+        self.monitor_i = self.triggered_i = self.traced_i = self.untraced_i = self.last_nodes = 0
+        self.faults = 0.0  # of the last `time`
 
     def close(self) -> None:
         for tr in (self.tr, self.tr10, self.trm, self.trt):
@@ -177,15 +176,15 @@ class Runner:
         if reps > 1:
             fn()
         self._sync()
-        t0 = time.perf_counter()
+        f0, t0 = page_faults(), time.perf_counter()
         for _ in range(reps):
             fn()
         self._sync()
+        self.faults = (page_faults() - f0) / reps  # minor page faults a step (bench/memory.py)
         return (time.perf_counter() - t0) / reps
 
     def peak_bytes(self, mode: str) -> int:
-        """CUDA memory allocated at the peak of one step of `mode`, above what was allocated before it
-        (the model, its gradients and the optimizer's state are there before every mode's step)."""
+        """CUDA memory allocated at the peak of one step of `mode`, above what was there before it."""
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -244,7 +243,10 @@ def run_workload(key: str, rounds: int, device: str, modes: tuple[str, ...] = MO
         for r in range(rounds):
             k = r % len(modes)
             order = modes[k:] + modes[:k]
-            t = {mode: runner.time(mode, reps) for mode in order}
+            t = {}
+            for mode in order:
+                t[mode] = runner.time(mode, reps)
+                res.faults[mode].append(runner.faults)
             for mode in modes:
                 res.times[mode].append(t[mode])
                 if mode != "plain":
@@ -320,6 +322,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--profile", action="store_true",
                     help="instead of timing, print a cProfile of traced steps of each workload")
     ap.add_argument("--top", type=int, default=30, help="rows of each --profile table (default 30)")
+    ap.add_argument("--steady-malloc", action="store_true",
+                    help="fix glibc's mmap and trim thresholds first (bench/memory.py)")
     ap.add_argument("--quick", action="store_true",
                     help=f"{QUICK_ROUNDS} rounds of {QUICK_WORKLOADS} unless given explicitly")
     args = ap.parse_args(argv)
@@ -346,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     # A tracer that cannot assemble a step only warns; in a benchmark that must be loud.
     warnings.filterwarnings("error", message="gradscape", category=RuntimeWarning)
-
-    for line in context_lines(args.device, args.threads, args.rounds, args.keys):
+    heap = steady_malloc() if args.steady_malloc else "the allocator's defaults (--steady-malloc to hold glibc's heap)"
+    for line in [*context_lines(args.device, args.threads, args.rounds, args.keys), f"malloc: {heap}"]:
         print(line)
     print()
     if args.profile:
@@ -374,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
               f"every10-untraced/plain {res.ratio('untraced'):.2f}x (rounds {res.spread('untraced')})  "
               f"monitor-only/plain {res.ratio('monitor'):.3f}x (rounds {res.spread('monitor')})  "
               f"triggered/plain {res.ratio('triggered'):.2f}x (rounds {res.spread('triggered')})")
+        print(f"{res.key} {res.name}: minor page faults a step (median of the rounds): " + ", ".join(
+            f"{mode} {statistics.median(f):.0f}" for mode, f in res.faults.items() if f))
         if res.ratios["nofinder"]:
             print(f"{res.key} {res.name}: traced, problem finder off/plain {res.ratio('nofinder'):.2f}x "
                   f"(rounds {res.spread('nofinder')}); finder on/off "

@@ -43,6 +43,7 @@ for p in (str(BENCH_DIR), str(REPO_ROOT)):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
+from memory import page_faults, page_size  # noqa: E402
 from workloads import lstm_loop  # noqa: E402
 
 import gradscape  # noqa: E402
@@ -164,16 +165,16 @@ def file_round_trip(n: int, rounds: int) -> None:
         loop = Loop(n, sink=path)
         loop.plain()
         plains = [loop.plain()[0]]
-        f0 = _page_faults()
+        f0 = page_faults()
         first = loop.traced()[0]
-        faults = [_page_faults() - f0]
+        faults = [page_faults() - f0]
         size = os.path.getsize(path) / 1e6
         later = []
         for _ in range(rounds):
             plains.append(loop.plain()[0])
-            f0 = _page_faults()
+            f0 = page_faults()
             later.append(loop.traced()[0])
-            faults.append(_page_faults() - f0)
+            faults.append(page_faults() - f0)
         loop.tr.close()
         plains.append(loop.plain()[0])
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
@@ -193,20 +194,9 @@ def file_round_trip(n: int, rounds: int) -> None:
               f"{float(load_s) * 1e3:.0f} ms ({wall:.1f} s with start-up) = {float(load_s) / plain:.2f}x plain, "
               f"{nodes} nodes and {edges} edges")
         if faults[0] >= 0:  # where a VM backs a page on its first touch, each costs a few µs: the first step's spread
-            print(f"page faults of the traced steps: the first {faults[0]} ({faults[0] * _PAGE / 1e6:.0f} MB), "
+            print(f"page faults of the traced steps: the first {faults[0]} ({faults[0] * page_size() / 1e6:.0f} MB), "
                   f"the {rounds} after it median {statistics.median(faults[1:]):.0f}")
 
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _page_faults() -> int:
-    """Minor page faults of this process so far (-1 where `resource` is missing: Windows)."""
-    try:
-        import resource
-    except ImportError:
-        return -1
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def main(argv: list[str] | None = None) -> int:
