@@ -41,6 +41,7 @@ def test_a_held_step_keeps_its_gradients_while_later_steps_reuse_the_arena(ext: 
     with tr.step(0) as held:
         loss(xs[0]).backward()
     model.zero_grad()
+    assert held is not None
     first = _chunk_addresses(held)
 
     addresses = []
@@ -61,7 +62,7 @@ def test_a_held_step_keeps_its_gradients_while_later_steps_reuse_the_arena(ext: 
         assert got.thumb is not None and got.thumb.size == want.numel()  # small: the thumbnail is the gradient
         np.testing.assert_array_equal(got.thumb, want.reshape(got.thumb.shape).numpy())
         node = held.param_node(name)
-        assert node is not None and node.grad_outputs is not None
+        assert node is not None and node.grad_outputs is not None and node.grad_outputs[0] is not None
         np.testing.assert_array_equal(node.grad_outputs[0].thumb, got.thumb)
     tr.close()
 
