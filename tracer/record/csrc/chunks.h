@@ -16,6 +16,7 @@
 #include <Python.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -91,11 +92,11 @@ int chunk_type_ready() {
 // no memory could be had. The GIL must be held.
 PyObject* new_chunk(size_t n) {
   char* data = nullptr;
-  for (auto it = g_pool.begin(); it != g_pool.end(); ++it) {
-    if (it->first == n) {
-      data = it->second;
+  for (size_t i = g_pool.size(); i-- > 0;) {  // the most recently freed first: its pages are the warmest
+    if (g_pool[i].first == n) {
+      data = g_pool[i].second;
       g_pool_bytes -= n;
-      g_pool.erase(it);
+      g_pool.erase(g_pool.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
   }
