@@ -135,7 +135,7 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
   for (size_t i = 0; i < r->summs.size(); i++) {
     const Summ& s = r->summs[i];
     if (s.plan < 0 || s.chunk < 0 || static_cast<size_t>(s.chunk) >= r->chunks.size()) continue;
-    const double* arena = reinterpret_cast<const double*>(chunk_data(r->chunks[s.chunk]));
+    const double* arena = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk]));
     std::memcpy(raw.data() + 8 * i, arena + s.off, 8 * sizeof(double));
   }
   return Py_BuildValue("(NNNN)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),

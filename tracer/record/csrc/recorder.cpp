@@ -1,6 +1,5 @@
 // gradscape native recorder: the Python module (see recorder.h for what it records and how).
 #include "recorder.h"
-#include "chunks.h"
 #include "summaries.h"
 #include "walk.h"
 #include "readout.h"
@@ -234,8 +233,6 @@ PyMethodDef mod_methods[] = {
     {"scalar_code", mod_scalar_code, METH_O, "scalar_code(tensor) -> its dtype's code, as `graph` gives them"},
     {"names", mod_names, METH_NOARGS, "names() -> every node name seen, by code"},
     {"code", mod_code, METH_O, "code(name) -> its code"},
-    {"chunk", mod_chunk, METH_O, "chunk(nbytes) -> a writable buffer from the arena's pool"},
-    {"pool", mod_pool, METH_NOARGS, "pool() -> (arena chunks waiting for reuse, their bytes)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_recorder", "gradscape's native step recorder", -1, mod_methods};
@@ -249,7 +246,7 @@ PyMODINIT_FUNC PyInit__recorder(void) {
   RecorderType.tp_new = rec_new;
   RecorderType.tp_dealloc = rec_dealloc;
   RecorderType.tp_methods = rec_methods;
-  if (PyType_Ready(&RecorderType) < 0 || chunk_type_ready() < 0) return nullptr;
+  if (PyType_Ready(&RecorderType) < 0) return nullptr;
   PyObject* m = PyModule_Create(&module_def);
   if (m == nullptr) return nullptr;
   Py_INCREF(&RecorderType);

@@ -80,12 +80,11 @@ double* Recorder::reserve(int64_t words, int32_t* chunk, int64_t* off) {
     int64_t cap = chunk_ptr == nullptr ? FIRST_CHUNK : std::min<int64_t>(2 * chunk_cap, MAX_CHUNK);
     cap = std::max(cap, words);
     PyGILState_STATE st = PyGILState_Ensure();
-    PyObject* buf = new_chunk(static_cast<size_t>(cap) * 8);  // NOTE [Arena chunks] in chunks.h
-    if (buf == nullptr) PyErr_Clear();  // no memory: the Python summariser makes this summary instead
+    PyObject* buf = PyByteArray_FromStringAndSize(nullptr, cap * 8);
     PyGILState_Release(st);
     if (buf == nullptr) return nullptr;
     chunks.push_back(buf);
-    chunk_ptr = reinterpret_cast<double*>(chunk_data(buf));
+    chunk_ptr = reinterpret_cast<double*>(PyByteArray_AS_STRING(buf));
     chunk_cap = cap;
     chunk_used = 0;
   }
