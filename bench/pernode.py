@@ -198,7 +198,6 @@ def file_round_trip(n: int, rounds: int) -> None:
                   f"the {rounds} after it median {statistics.median(faults[1:]):.0f}")
 
 
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", default=DEFAULT_NODES, help=f"comma-separated graph sizes (default {DEFAULT_NODES})")

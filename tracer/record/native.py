@@ -17,15 +17,6 @@ NOTE [Native recorder]
     reads one (tracer/record/tables.py). The graph's structure hash (`structure`) and the forward key's
     creation numbers (`rel_seq`) are read from the extension too.
 
-NOTE [Cold steps]
-    Inside a traced step, small Python and numpy work costs 3-5 times what it costs timed alone: the
-    user's forward and backward, and the step's own recording, evict the interpreter's and numpy's code
-    and data from the caches (measured on a 2-core machine: `TensorTable(...)` 3 µs alone, 18 µs at a
-    step's end; a numpy call on a few elements 0.5-1 µs alone, 2-3 µs there; the first forward after a
-    traced step 63 µs against 30 µs for a second one). What makes a small step's fixed cost is how much
-    code and memory it touches, so a step's bookkeeping belongs in the extension (one call that does a
-    dozen numpy calls' work) or in plain bytes operations, and a microbenchmark of a piece is not its cost.
-
     What the kernel cannot summarise (another device, a sparse or strided layout other than a matrix's
     transpose, a dtype other than float32/bfloat16/float16/float64, a float32 sum that overflowed) is
     handed to the Python summariser from the hook, which takes the GIL for it, as a Python hook would.
@@ -34,6 +25,16 @@ NOTE [Cold steps]
     for the torch that is imported (`gradscape build-recorder` builds it: tracer/record/native_build.py;
     `gradscape doctor` says whether it is in use, and why not), with `tensors="full"`, when a breakpoint
     is set (the debugger pauses inside a Python hook), and with GRADSCAPE_NATIVE=0.
+
+NOTE [Cold steps]
+    Inside a traced step, small Python and numpy work costs 3-5 times what it costs timed alone: the
+    user's forward and backward, and the step's own recording, evict the interpreter's and numpy's code
+    and data from the caches (measured on a 2-core machine: `TensorTable(...)` 3 µs alone, 18 µs at a
+    step's end; a numpy call on a few elements 0.5-1 µs alone, 2-3 µs there; the first forward after a
+    traced step 63 µs against 30 µs for a second one; the monitor's same code 0.15 ms a step after an MLP's step,
+    about 0.5 ms after a LeNet's). What makes a small step's fixed cost is how much
+    code and memory it touches, so a step's bookkeeping belongs in the extension (one call that does a
+    dozen numpy calls' work) or in plain bytes operations, and a microbenchmark of a piece is not its cost.
 """
 
 from __future__ import annotations
