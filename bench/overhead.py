@@ -378,8 +378,9 @@ def main(argv: list[str] | None = None) -> int:
               f"every10-untraced/plain {res.ratio('untraced'):.2f}x (rounds {res.spread('untraced')})  "
               f"monitor-only/plain {res.ratio('monitor'):.3f}x (rounds {res.spread('monitor')})  "
               f"triggered/plain {res.ratio('triggered'):.2f}x (rounds {res.spread('triggered')})")
-        print(f"{res.key} {res.name}: minor page faults a step (median of the rounds): " + ", ".join(
-            f"{mode} {statistics.median(f):.0f}" for mode, f in res.faults.items() if f))
+        if page_faults() >= 0:  # counted here (not on Windows)
+            print(f"{res.key} {res.name}: minor page faults a step (median of the rounds): " + ", ".join(
+                f"{mode} {statistics.median(f):.0f}" for mode, f in res.faults.items() if f))
         if res.ratios["nofinder"]:
             print(f"{res.key} {res.name}: traced, problem finder off/plain {res.ratio('nofinder'):.2f}x "
                   f"(rounds {res.spread('nofinder')}); finder on/off "

@@ -193,7 +193,7 @@ def file_round_trip(n: int, rounds: int) -> None:
               f"(range {min(ratios):.2f}–{max(ratios):.2f}); {size:.0f} MB a step; read back in a fresh process "
               f"{float(load_s) * 1e3:.0f} ms ({wall:.1f} s with start-up) = {float(load_s) / plain:.2f}x plain, "
               f"{nodes} nodes and {edges} edges")
-        if faults[0] >= 0:  # where a VM backs a page on its first touch, each costs a few µs: the first step's spread
+        if page_faults() >= 0:  # counted here (not on Windows); a VM's first touch of a page costs a few µs
             print(f"page faults of the traced steps: the first {faults[0]} ({faults[0] * page_size() / 1e6:.0f} MB), "
                   f"the {rounds} after it median {statistics.median(faults[1:]):.0f}")
 

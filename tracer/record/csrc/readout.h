@@ -14,8 +14,9 @@ PyObject* bytes_of(const void* p, size_t n) {
   return PyBytes_FromStringAndSize(static_cast<const char*>(p), static_cast<Py_ssize_t>(n));
 }
 
-// graph(first) -> (name codes int32, kinds int8, seq uint64, child_off int32, child_id int32, child_nr int32)
-// of the nodes from `first` on (child_off relative to the first of them)
+// graph(first) -> (name codes int32, kinds int8, seq uint64, child_off int32, child_id int32, child_nr int32,
+// out_off int32, out_ndim int32, out_dtype int8, out_dims int64) of the nodes from `first` on (the offsets
+// relative to the first of them)
 PyObject* rec_graph(PyObject* self, PyObject* arg) {
   long first = PyLong_AsLong(arg);
   if (first == -1 && PyErr_Occurred()) return nullptr;
