@@ -64,6 +64,37 @@ def test_clip_grad_norm_before_and_after() -> None:
     assert row["lr"] == {"SGD": [0.1]}
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_summary_mode_params_are_the_clipped_gradients_in_every_float_dtype(dtype: torch.dtype) -> None:
+    """In summary mode the native recorder summarises what each optimizer stepped with (one call into the
+    extension): statistics and thumbnail are those of the clipped gradient, not of what arrived."""
+    model = _mlp().to(dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    names = {p: n for n, p in model.named_parameters()}
+    seen, handle = _seen_by(opt, names)
+    tr = gradscape.Tracer(model, monitor=True)
+    x, y = torch.randn(32, 6, dtype=dtype) * 10, torch.randn(32, 3, dtype=dtype)
+    for i in range(2):
+        with tr.step(i) as st:
+            (model(x) - y).pow(2).mean().backward()
+            arrived = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+            opt.step()
+            opt.zero_grad()
+    handle.remove()
+    assert st is not None and st.meta.get("recorder") == "native"
+    assert set(st.params) == set(seen) == set(names.values())
+    for name, g in seen.items():
+        t, want = st.params[name], g.double()
+        assert not torch.equal(g, arrived[name])  # the loop did clip
+        assert t.dtype == str(dtype).replace("torch.", "") and t.shape == tuple(g.shape)
+        assert t.stats["norm"] == pytest.approx(torch.linalg.vector_norm(want).item(), rel=1e-6)
+        assert (t.stats["min"], t.stats["max"]) == (want.min().item(), want.max().item())
+        # float32 partial sums in the kernel: the mean to within float32's rounding of the values it adds
+        assert t.stats["mean"] == pytest.approx(want.mean().item(), rel=1e-5, abs=1e-6 * want.abs().max().item())
+        assert t.thumb is not None and np.array_equal(t.thumb.reshape(g.shape), g.float().numpy()), name
+
+
 def test_two_models_two_optimizers_one_block_as_dcgan() -> None:
     """netD steps, then the generator's backward adds to netD's .grad: netD's record must still be
     what optimizerD stepped with."""

@@ -91,9 +91,12 @@ class StepCapture:
         self.traced = traced  # the _TracedStep when the step is traced (scheduled, by trigger, or later by loss)
         self.by_trigger = False  # a loss trigger started the trace inside this block
         self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
-        self.before: dict[int, tuple[torch.Tensor, int]] = {}  # param index → (norm vector, position)
+        # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
+        # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
+        self.snaps: list[tuple[list[int], torch.Tensor]] = []
         self.records: list[OptRecord] = []
-        self.params_stepped: dict[str, Any] = {}  # traced steps: name → summary of what its optimizer used
+        # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables)
+        self.params_stepped: dict[str, Any] = {}
         self.trigger: tuple[str, dict[str, Any]] | None = None  # what the losses set off in this block
         self.checked = 0  # losses already read and given to the loss rules (on the CPU, as they come)
         self.installed = Installed(self)
@@ -134,14 +137,25 @@ class StepCapture:
             self.traced = self.mon.start_trace(self.step, hit[0], hit[1])
             self.by_trigger = True
 
-    def _snapshot(self, grads_params: list[tuple[int, torch.Tensor]] | None = None) -> None:
-        if grads_params is None:
-            grads_params = [(i, p.grad) for i, p in enumerate(self.mon.params) if p.grad is not None]
-        if not grads_params:
-            return
-        vec = _norms([g for _, g in grads_params])
-        for k, (i, _) in enumerate(grads_params):
-            self.before[i] = (vec, k)
+    def _snapshot(self, idx: list[int] | None = None, grads: list[torch.Tensor] | None = None) -> None:
+        """The norms of the gradients `grads` of parameters `idx` (default: every known parameter's `.grad`)."""
+        if idx is None or grads is None:
+            idx, grads = [], []
+            for i, p in enumerate(self.mon.params):
+                g = p.grad
+                if g is not None:
+                    idx.append(i)
+                    grads.append(g)
+        if idx:
+            self.snaps.append((idx, _norms(grads)))
+
+    def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
+        """Parameter index → (the norm vector of its last snapshot, its position there)."""
+        out: dict[int, tuple[torch.Tensor, int]] = {}
+        for idx, vec in self.snaps:
+            for k, i in enumerate(idx):
+                out[i] = (vec, k)
+        return out
 
     # ------------------------------------------------------------------ GradScaler
     def on_unscale(self, args: tuple[Any, ...], frame: Any) -> None:
@@ -153,8 +167,8 @@ class StepCapture:
                 rec.inv_scale = inv_scale
                 rec.found_inf.append(found_inf)
             by_grad = {id(p.grad): i for i, p in enumerate(self.mon.params) if p.grad is not None}
-            pairs = [(by_grad[id(g)], g) for g in grads if id(g) in by_grad]
-            self._snapshot(pairs)
+            known = [g for g in grads if id(g) in by_grad]
+            self._snapshot([by_grad[id(g)] for g in known], known)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read GradScaler's unscale: %s", exc)
 
@@ -191,25 +205,59 @@ class StepCapture:
         rec = self._open_record(opt)
         rec.stepped = True
         rec.lr = [g.get("lr") for g in opt.param_groups]
-        pairs = [(self.mon.index_of(p, opt, gi, k), p.grad) for gi, g in enumerate(opt.param_groups)
-                 for k, p in enumerate(g["params"]) if p.grad is not None]
-        rec.idx = [i for i, _ in pairs]
-        if not pairs:
+        rec.idx, grads = self._stepped(opt)
+        if not grads:
             return
-        after = _norms([g for _, g in pairs])
+        after = _norms(grads)
         before = self._before_of(rec.idx, after)
         with grad_off():
             rec.total_after = torch.linalg.vector_norm(after)
             rec.total_before = torch.linalg.vector_norm(before)
             if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
-                summarise, names, stepped = self.traced.rec.summ.summarise_no_grad, self.mon.names, self.params_stepped
-                for i, g in pairs:
-                    stepped[names[i]] = summarise(g, None)
+                self._summarise_stepped(rec.idx, grads)
         rec.before = before
+
+    def _summarise_stepped(self, idx: list[int], grads: list[torch.Tensor]) -> None:
+        """`params_stepped`: by the native recorder in one call where it records the step (a row of the step's
+        tensor table, made a `TensorTrace` by `stepped_traces`), else by the summariser one by one."""
+        rec, names, stepped = self.traced.rec, self.mon.names, self.params_stepped
+        rows = rec.native.summarise(grads) if rec.native is not None else [-1] * len(grads)
+        summarise = rec.summ.summarise_no_grad
+        for i, g, k in zip(idx, grads, rows):
+            stepped[names[i]] = k if k >= 0 else summarise(g, None)
+
+    def stepped_traces(self) -> dict[str, Any]:
+        """`params_stepped` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`)."""
+        native = self.traced.rec.native if self.traced is not None else None
+        table = native.tables.tensors if native is not None and native.tables is not None else None
+        out: dict[str, Any] = {}
+        for name, v in self.params_stepped.items():
+            if not isinstance(v, int):
+                out[name] = v
+            elif table is not None:
+                out[name] = table.get(v)
+        return out
+
+    def _stepped(self, opt: Any) -> tuple[list[int], list[torch.Tensor]]:
+        """The indices and gradients of the optimizer's parameters that have one, in its order."""
+        mon, index = self.mon, self.mon._index
+        idx: list[int] = []
+        grads: list[torch.Tensor] = []
+        for gi, group in enumerate(opt.param_groups):
+            for k, p in enumerate(group["params"]):
+                g = p.grad
+                if g is not None:
+                    i = index.get(id(p))
+                    idx.append(mon.index_of(p, opt, gi, k) if i is None else i)
+                    grads.append(g)
+        return idx, grads
 
     def _before_of(self, idx: list[int], fallback: torch.Tensor) -> torch.Tensor:
         """The optimizer's per-parameter norms as the backward left them, from the snapshots."""
-        snaps = [self.before.get(i) for i in idx]
+        if len(self.snaps) == 1 and self.snaps[0][0] == idx:  # one snapshot of exactly its parameters
+            return self.snaps[0][1]
+        before = self.before_map()
+        snaps = [before.get(i) for i in idx]
         found = [snap for snap in snaps if snap is not None]
         if found and len(found) == len(snaps):
             vec = found[0][0]
@@ -227,7 +275,7 @@ class StepCapture:
         self.installed.capture = None
         self.traced = None
         self.records = []
-        self.before = {}
+        self.snaps = []
         self.params_stepped = {}
 
     def finish(self) -> None:
@@ -241,9 +289,9 @@ class StepCapture:
                     continue
                 opt = r.opt
                 r.lr = [g.get("lr") for g in opt.param_groups]
-                r.idx = [self.mon.index_of(p, opt, gi, k) for gi, g in enumerate(opt.param_groups)
-                         for k, p in enumerate(g["params"]) if p.grad is not None]
-                if r.idx and all(i in self.before for i in r.idx):
+                r.idx = self._stepped(opt)[0]
+                before = self.before_map()
+                if r.idx and all(i in before for i in r.idx):
                     r.before = self._before_of(r.idx, torch.empty(0))
                     with torch.no_grad():
                         r.total_before = torch.linalg.vector_norm(r.before)

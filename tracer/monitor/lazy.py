@@ -35,7 +35,7 @@ class LazyNumbers:
         values: list[Any] = list(self.items)
         for k, x in enumerate(self.items):
             if isinstance(x, torch.Tensor):
-                if x.device.type == "cpu":
+                if x.is_cpu:
                     values[k] = x.tolist()
                 else:
                     remote.setdefault(x.device, []).append(k)

@@ -37,7 +37,7 @@ class Monitor:
         self.triggers = TriggerState(Triggers.resolve(triggers))
         self.params: list[Any] = []
         self.names: list[str] = []
-        self._index: dict[Any, int] = {}
+        self._index: dict[int, int] = {}  # id of a parameter (held in `params`) → its index
         if tracer.model is not None:
             for n, p in tracer.model.named_parameters():
                 self._add(p, n)
@@ -54,14 +54,14 @@ class Monitor:
 
     # ------------------------------------------------------------------ names
     def _add(self, p: Any, name: str) -> int:
-        self._index[p] = len(self.params)
+        self._index[id(p)] = len(self.params)
         self.params.append(p)
         self.names.append(name)
         return len(self.params) - 1
 
     def index_of(self, p: Any, opt: Any, group: int, k: int) -> int:
         """The parameter's index; one that no model named gets its optimizer's name and place."""
-        i = self._index.get(p)
+        i = self._index.get(id(p))
         return i if i is not None else self._add(p, f"{self.optimizer_name(opt)}.param_groups.{group}.{k}")
 
     def optimizer_name(self, opt: Any) -> str:
@@ -127,7 +127,7 @@ class Monitor:
         if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers
             meta.setdefault("step", st.step)
             st.meta["trigger"] = meta
-        st.params.update(cap.params_stepped)  # NOTE [Parameter gradients]: what each optimizer stepped with
+        st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
         found = list(self.found.pop(st.step, []))
         behind = self.trace_of.pop(st.step, None)
         if behind is not None and behind[1].get("step", st.step) != st.step:

@@ -40,20 +40,7 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     row = PendingRow(cap.step, tr is not None, None if tr is None else tr.st.trigger, cap.checked, n_params=n_params)
     nums = row.nums
     row.loss_slots = [nums.add(t) for t in cap.losses]
-    # each parameter's norm before clipping: as its optimizer saw it, else the last snapshot
-    per: dict[int, tuple[torch.Tensor, int]] = dict(cap.before)
-    for r in cap.records:
-        if r.before is not None:
-            for k, i in enumerate(r.idx):
-                per[i] = (r.before, k)
-    groups: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
-    for i, (vec, k) in per.items():
-        g = groups.setdefault(id(vec), (vec, [], []))
-        g[1].append(i)
-        g[2].append(k)
-    for vec, idx, pos in groups.values():
-        sel = vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)]
-        row.norm_slots.append((idx, nums.add(sel)))
+    row.norm_slots = [(idx, nums.add(vec)) for idx, vec in _norm_vectors(cap)]
     inv = None
     for r in cap.records:
         o = OptimizerStep(optimizer=r.name, params=[names[i] for i in r.idx], skipped=not r.stepped)
@@ -69,6 +56,26 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     row.scale_slot = None if inv is None else nums.add(inv)
     nums.launch()
     return row
+
+
+def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:
+    """Each parameter's norm before clipping, as (param indices, their norms): as its optimizer saw it, else
+    the last snapshot."""
+    snaps = cap.snaps
+    if len(snaps) == 1 and all(r.before is None or r.before is snaps[0][1] for r in cap.records):
+        return snaps  # the usual step: one backward's snapshot, which every optimizer stepped with
+    per = cap.before_map()
+    for r in cap.records:
+        if r.before is not None:
+            for k, i in enumerate(r.idx):
+                per[i] = (r.before, k)
+    groups: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
+    for i, (vec, k) in per.items():
+        g = groups.setdefault(id(vec), (vec, [], []))
+        g[1].append(i)
+        g[2].append(k)
+    return [(idx, vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)])
+            for vec, idx, pos in groups.values()]
 
 
 def _f(v: Any) -> float | None:

@@ -11,6 +11,8 @@ NOTE [Native recorder]
     Python recorder does per node in a hook is done there, with the same rules: NOTE [Dedupe] (a
     gradient handed from a single sender to its child is summarised once), NOTE [Views share a buffer],
     the module sums (tracer/record/module_sums.py), what arrived at each parameter (for `st.params`).
+    What an optimizer stepped with in a traced step is summarised there too, all of it in one call
+    (`NativeStep.summarise`, from the monitor's optimizer post-hook).
     After the backward, Python reads the records once (`records`, and `tables`: the runs ordered by node
     and each summary's raw statistics, sorted and gathered in C++, where numpy's set-up on a small step's
     arrays cost more than the work) and the step's `NodeTrace`s are made from them only when someone

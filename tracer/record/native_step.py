@@ -112,6 +112,11 @@ class NativeStep:
         go = self.tables.slot_traces(int(r["go_off"]), int(r["go_n"]))
         return go[0] if go else None
 
+    def summarise(self, grads: list[torch.Tensor]) -> list[int]:
+        """Summarise `grads` into the step's summaries, as a hook would: each one's row of the tensor table
+        (`tables.tensors`, made at `assemble`), or -1 where none was made."""
+        return self.graph.rec.summarise(grads)  # type: ignore[no-any-return]
+
     def release(self) -> None:
         self.graph.release()
 

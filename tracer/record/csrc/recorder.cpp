@@ -131,6 +131,32 @@ PyObject* rec_arrival_is(PyObject* self, PyObject* args) {
   Py_RETURN_FALSE;
 }
 
+// summarise(tensors) -> [summary index, or -1 where none was made]: each tensor summarised as a hook summarises
+// a gradient, into the step's summaries (the gradients an optimizer stepped with: NOTE [Parameter gradients] in
+// tracer/record/params.py)
+PyObject* rec_summarise(PyObject* self, PyObject* arg) {
+  PyObject* seq = PySequence_Fast(arg, "summarise: expected a sequence of tensors");
+  if (seq == nullptr) return nullptr;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<at::Tensor> ts;
+  ts.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    if (!THPVariable_Check(o)) {
+      PyErr_Format(PyExc_TypeError, "summarise: item %zd is a %s, not a tensor", i, Py_TYPE(o)->tp_name);
+      Py_DECREF(seq);
+      return nullptr;
+    }
+    ts.push_back(THPVariable_Unpack(o));
+  }
+  Py_DECREF(seq);
+  std::vector<int32_t> out = R(self)->summarise_each(ts);
+  PyObject* res = PyList_New(n);
+  if (res == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(res, i, PyLong_FromLong(out[static_cast<size_t>(i)]));
+  return res;
+}
+
 PyObject* rec_remove_hooks(PyObject* self, PyObject*) {
   R(self)->remove_hooks();
   Py_RETURN_NONE;
@@ -166,6 +192,7 @@ PyMethodDef rec_methods[] = {
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
+    {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
     {"release", rec_release, METH_NOARGS, "remove the hooks and let go of the graph"},

@@ -204,6 +204,8 @@ class Recorder {
   // ---- the hooks (no GIL)
   void on_post(int32_t id, const variable_list& gi, const variable_list& go);
   void on_pre(int32_t id, const variable_list& go);
+  // ---- between passes (GIL held): gradients summarised as a hook would, into the step's summaries
+  std::vector<int32_t> summarise_each(const std::vector<at::Tensor>& ts);
 
  private:
   int32_t summarise(const at::Tensor& t, int32_t stats_of);

@@ -165,6 +165,20 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
   return idx;
 }
 
+std::vector<int32_t> Recorder::summarise_each(const std::vector<at::Tensor>& ts) {
+  std::vector<int32_t> out(ts.size(), -1);
+  at::NoGradGuard no_grad;
+  std::lock_guard<std::mutex> g(mu);
+  for (size_t i = 0; i < ts.size(); i++) {
+    try {
+      out[i] = summarise(ts[i], -1);
+    } catch (...) {
+      out[i] = -1;  // the caller summarises it in Python
+    }
+  }
+  return out;
+}
+
 int32_t Recorder::arrived(int32_t id, size_t i, const at::Tensor& g) {  // mu held
   if (!g.defined()) return -1;
   size_t slot = static_cast<size_t>(in_off[id]) + i;
