@@ -205,6 +205,34 @@ def test_a_layer_whose_gradient_jumps_far_above_its_history_is_exploding() -> No
     assert exploding == {"0.weight", "2.weight"}
 
 
+@pytest.mark.parametrize("tensors", ["summary", "full"])
+def test_a_layer_that_explodes_before_clipping_is_named_while_params_show_what_was_stepped(tensors: str) -> None:
+    """The finder reads the gradients as the backward left them (before `clip_grad_norm_`), while `st.params`
+    holds what the optimizer stepped with: the monitor's summaries replace the arrivals', which a natively
+    recorded step then never makes (`ParamGradients.unmade`)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every step sees the same model
+    x = torch.randn(16, 4)
+    tr = gradscape.Tracer(model, tensors=tensors)
+    for i in range(8):
+        with tr.step(i) as st:
+            (model(x).pow(2).mean() * (1e5 if i == 7 else 1.0)).backward()
+            before = {n: float(p.grad.norm()) for n, p in model.named_parameters()}  # type: ignore[union-attr]
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+            after = {n: float(p.grad.norm()) for n, p in model.named_parameters()}  # type: ignore[union-attr]
+            opt.step()
+            opt.zero_grad()
+        assert st is not None and st.meta["recorder"] == ("native" if tensors == "summary" else "python")
+        assert [p.kind for p in st.problems if p.kind not in ("exploding", "vanishing")] == []  # no "no_grad"
+        if i < 7:
+            assert [p for p in st.problems if p.kind in ("exploding", "vanishing")] == []
+    assert {p.param for p in st.problems if p.kind == "exploding"} == {"0.weight", "2.weight"}
+    assert set(st.params) == set(after)
+    for name, norm in after.items():  # clipped: far below what arrived
+        assert st.params[name].stats["norm"] == pytest.approx(norm, rel=1e-5) and norm < before[name] / 1e3
+
+
 def test_the_finder_does_not_change_what_autograd_computes() -> None:
     x = torch.tensor([1.0, 3.0], requires_grad=True)
     y = torch.sqrt(torch.sqrt(x - 2)).sum()

@@ -123,18 +123,21 @@ class StepProblems:
             log.warning("gradscape: the problem finder could not look at this backward's start: %s", exc)
 
     # ------------------------------------------------------------------ step end
-    def finish(self, st: StepTrace, view: StepView) -> list[Problem]:
+    def finish(self, st: StepTrace, view: StepView,
+               unmade: dict[str, tuple[float, bool]] | None = None) -> list[Problem]:
         """Every problem of the step, root cause first; sets `st.not_in_step` (the parameters without a
-        gradient that are no problem, `step_checks.no_grad`). Never raises (the step is kept without them)."""
+        gradient that are no problem, `step_checks.no_grad`). `unmade`: the parameters whose gradient is not in
+        `st.params` yet, with its (norm, counted a NaN or an Inf) (`ParamGradients.unmade`). Never raises (the
+        step is kept without them)."""
         if not enabled:
             return []
         try:
-            return self._find(st, view)
+            return self._find(st, view, unmade or {})
         except Exception as exc:
             log.warning("gradscape: the problem finder failed on step %s: %s", st.step, exc)
             return []
 
-    def _find(self, st: StepTrace, view: StepView) -> list[Problem]:
+    def _find(self, st: StepTrace, view: StepView, unmade: dict[str, tuple[float, bool]]) -> list[Problem]:
         out: list[Problem] = []
         nodes = st.nodes
         for o in self.origins[:MAX_FORWARD]:
@@ -148,10 +151,10 @@ class StepProblems:
                                   not any_nonfinite_gradient(st) else "."), rid, None, n.source))
         if view.summ.nonfinite:  # a step whose every gradient is finite has no such node: not scanned
             out.extend(backward_born(st, self.bad_forward))
-        missing, st.not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses)
+        missing, st.not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses, unmade)
         out.extend(missing)
         self.detaches, self.no_grad_uses = [], {}
-        out.extend(layer_norms(st, view.model.module_params, self.history))
+        out.extend(layer_norms(st, view.model.module_params, self.history, unmade))
         out.extend(dead(st))
         return out
 

@@ -103,17 +103,19 @@ def _cut_at(node: Any, detaches: list[tuple[Any, str | None]]) -> str | None:
 
 
 def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]],
-            no_grad_uses: dict[Any, str | None] | None = None) -> tuple[list[Problem], list[str]]:
+            no_grad_uses: dict[Any, str | None] | None = None,
+            unmade: dict[str, tuple[float, bool]] | None = None) -> tuple[list[Problem], list[str]]:
     """Parameters that need a gradient and got none, in the model's order: a `no_grad` problem with the
     reason when known, except those whose module took no part in the step's forward (no call through
     `__call__`, no node made in its forward): no gradient was expected of them, and they are listed
-    apart, as not in this step (the second list)."""
+    apart, as not in this step (the second list). `unmade`: parameters that got one not in `st.params` yet."""
     if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
         return [], []  # autograd.grad fills no .grad: no parameter is expected to get one
-    if len(st.params) >= len(view.model.param_names):
+    unmade = unmade or {}
+    if len(st.params) + len(unmade) >= len(view.model.param_names):
         return [], []  # every parameter got one (the usual step: no need to look at each)
     wanted = [name for p, name in view.model.param_names.items() if p.requires_grad]
-    missing = [name for name in wanted if name not in st.params]
+    missing = [name for name in wanted if name not in st.params and name not in unmade]
     if not missing:
         return [], []
     in_graph = {n.param: n.id for n in st.nodes if n.param}
@@ -163,20 +165,24 @@ def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]
     return out, absent
 
 
-def layer_norms(st: StepTrace, module_params: dict[str, list[str]],
-                 history: dict[str, deque[float]]) -> list[Problem]:
+def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dict[str, deque[float]],
+                unmade: dict[str, tuple[float, bool]] | None = None) -> list[Problem]:
     """Exploding / vanishing layers: a layer's parameter-gradient norm against the median of all layers
-    and against its own recent history (docs/problems.md has the thresholds)."""
+    and against its own recent history (docs/problems.md has the thresholds). `unmade`: (norm, counted a NaN
+    or an Inf) of gradients not in `st.params` yet."""
     norms: dict[str, float] = {}
-    params = st.params
+    params, unmade = st.params, unmade or {}
     for mod, plist in module_params.items():
         sq, seen = 0.0, False
         for p in plist:
             t = params.get(p)
-            if t is None:
+            if t is not None:
+                v, bad = t.stats.get("norm", math.nan), has_nonfinite(t)
+            elif p in unmade:
+                v, bad = unmade[p]
+            else:
                 continue
-            v = t.stats.get("norm", math.nan)
-            if v == v and v != math.inf and not has_nonfinite(t):  # a finite norm of a finite gradient
+            if v == v and v != math.inf and not bad:  # a finite norm of a finite gradient
                 sq += v * v
                 seen = True
         if seen:

@@ -114,6 +114,7 @@ class Monitor:
             self.resolve_ready()
             return
         steps = self.resolve_ready(force=True)
+        ts.rec.params.replaced = cap.params_stepped.keys()  # (NOTE [Parameter gradients]): not made twice
         ts.before_emit = lambda st: self._fill_trace(st, cap, steps.get(cap.step, []))
         try:
             ts.__exit__(*exc_info)
@@ -122,12 +123,12 @@ class Monitor:
         self.flush(force=True)
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
+        st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
         st.optimizer_steps = steps
         meta = self.trigger_meta.pop(st.step, None)
         if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers
             meta.setdefault("step", st.step)
             st.meta["trigger"] = meta
-        st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
         found = list(self.found.pop(st.step, []))
         behind = self.trace_of.pop(st.step, None)
         if behind is not None and behind[1].get("step", st.step) != st.step:

@@ -105,12 +105,12 @@ class NativeStep:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
         return nodes, _edges(g, cache), list(zip(runs["node"].tolist(), np.frombuffer(ks_b, np.int64).tolist()))
 
-    def param_trace(self, pos: int) -> TensorTrace | None:
-        """What arrived at a parameter's node in run `pos` (once `assemble` made the tables)."""
+    def param_row(self, pos: int) -> int:
+        """The tensor-table row of what arrived at a parameter's node in run `pos` (once `assemble` made the
+        tables), or -1."""
         assert self.tables is not None
         r = self.tables.runs[pos]
-        go = self.tables.slot_traces(int(r["go_off"]), int(r["go_n"]))
-        return go[0] if go else None
+        return int(self.tables.slots[int(r["go_off"])]) if int(r["go_n"]) > 0 else -1
 
     def summarise(self, grads: list[torch.Tensor]) -> list[int]:
         """Summarise `grads` into the step's summaries, as a hook would: each one's row of the tensor table

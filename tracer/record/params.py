@@ -14,6 +14,7 @@ NOTE [Parameter gradients]
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -58,6 +59,12 @@ class ParamGradients:
         self.traces: dict[str, Any] = {}  # TensorTrace, or an `_Arrival` until `resolve`
         # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
         self.arrived: dict[str, Arrival] = {}
+        # the parameters whose `st.params` entry the monitor replaces with what their optimizer stepped with
+        # (tracer/monitor/capture.py): an arrival of theirs is not made a `TensorTrace` (`resolve`)
+        self.replaced: Collection[str] = ()
+        # those arrivals' (norm, counted a NaN or an Inf), for the problem finder, which reads the gradients
+        # as the backward left them (tracer/debug/step_checks.py)
+        self.unmade: dict[str, tuple[float, bool]] = {}
         self.distributed = _dist_initialized()
         # FSDP2 (`fully_shard`): the parameters are DTensor shards (NOTE [Unsharded parameters]); the
         # DTensor class then, else None
@@ -104,9 +111,17 @@ class ParamGradients:
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
         resolved: dict[str, Any] = {}
+        table = native.tables.tensors
+        replaced = self.replaced
         for name, tr in self.traces.items():
-            if isinstance(tr, _Arrival) and (tr := native.param_trace(tr.pos)) is None:
-                continue  # no summary was made of it: the parameter is left out, as on the Python path
+            if isinstance(tr, _Arrival):
+                row = native.param_row(tr.pos)
+                if row < 0:
+                    continue  # no summary was made of it: the parameter is left out, as on the Python path
+                if name in replaced:
+                    self.unmade[name] = table.norm_of(row)
+                    continue
+                tr = table.get(row)
             resolved[name] = tr
         self.traces = resolved
 

@@ -161,7 +161,7 @@ class StepRecorder:
             st.rank, st.world_size = dist.get_rank(), dist.get_world_size()
         if error is not None:
             st.error = f"{type(error).__name__}: {error}"
-        st.problems = self.problems.finish(st, self.view)  # the problem finder (tracer/debug/problems.py)
+        st.problems = self.problems.finish(st, self.view, self.params.unmade)  # the problem finder (tracer/debug/)
         if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
             self.carry.reset()  # its reason may name the line of a detach: only the mode sees those
         self._release()

@@ -82,6 +82,16 @@ class TensorTable:
         np.maximum.at(ends, self.chunk[ok], self.off[ok].astype(np.int64) + 8)
         return 8 * int(ends.sum())
 
+    def norm_of(self, k: int) -> tuple[float, bool]:
+        """Summary `k`'s `stats["norm"]` and whether it counted a NaN or an Inf, without making its `TensorTrace`."""
+        p = int(self.plan[k])
+        made = self._made[k]
+        if p < 0 or made is not None:
+            st = (self.get(k) if made is None else made).stats
+            return st.get("norm", math.nan), bool(st.get("nan") or st.get("inf"))
+        _mn, _mx, _s, ss, _nz, nan, inf, n = self.raw[k].tolist()
+        return (math.sqrt(max(ss, 0.0)) if n > 0 else 0.0), bool(nan or inf)  # as `stats_from_raw`
+
     def zeros_of(self, k: int) -> tuple[float, int]:
         """Summary `k`'s `stats["zeros"]` and `numel`, without making its `TensorTrace`."""
         p = int(self.plan[k])
