@@ -132,7 +132,7 @@ class StepRecorder:
             st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
             self.params.resolve(native)
             tensors = native.tables.tensors  # type: ignore[union-attr]
-            self.summ.thumb_cells += tensors.thumb_cells_total()
+            self.summ.thumb_cells += tensors.cells_bound  # a bound: the budget counts exactly past it
             self.summ.nonfinite = self.summ.nonfinite or tensors.nonfinite()
         else:
             if self.carry is not None:  # no key without the native graph: the next step runs with the mode

@@ -33,7 +33,8 @@ class TensorTable:
     """Every summary of a step the native recorder made: the kernel's (statistics and thumbnail in the
     arena, read when the `TensorTrace` is made) and Python's (`py`, complete `TensorTrace`s)."""
 
-    def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace], raw: np.ndarray) -> None:
+    def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace], raw: np.ndarray,
+                 kernel_nonfinite: bool | None = None) -> None:
         self.plan = summs["plan"]
         self.chunk = summs["chunk"]
         self.off = summs["off"]
@@ -42,6 +43,9 @@ class TensorTable:
         self.py = py
         n = len(summs)
         self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
+        self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (None: not known yet)
+        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is a float32 of the arena
+        self.cells_bound = sum(map(len, chunks)) // 4
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
 
@@ -123,7 +127,8 @@ class TensorTable:
 
     def nonfinite(self) -> bool:
         """True when a summary counted a NaN or an Inf."""
-        if bool((self.raw[:, 5:7] > 0).any()):
+        kernel = self._kernel_nonfinite
+        if kernel if kernel is not None else bool((self.raw[:, 5:7] > 0).any()):
             return True
         return any(t.stats.get("nan") or t.stats.get("inf") for t in self.py)
 
@@ -134,13 +139,6 @@ class TensorTable:
             t = self.py[int(self.py_index[k])]
             cells[k] = 0 if t.thumb is None else t.thumb.size
         return cells
-
-    def thumb_cells_total(self) -> int:
-        """`thumb_cells().sum()`, before the budget left any out (the step's end asks; no per-row array)."""
-        assert not self.no_thumb.any()
-        py = self.py
-        extra = sum(0 if (t := py[k]).thumb is None else t.thumb.size for k in self.py_index[self.plan < 0].tolist())
-        return int(_plan_cells()[self.plan].sum()) + extra
 
     def norms(self) -> np.ndarray:
         """Each summary's L2 norm (-1 for NaN), as `stats["norm"]` gives it."""

@@ -110,9 +110,10 @@ PyObject* rec_records(PyObject* self, PyObject*) {
                        static_cast<long long>(r->failures));
 }
 
-// tables() -> (run rows, run starts, run ks, raw statistics), bytes: the runs' positions by node in the order they
-// ran (int64), where each node's begin (int64, one more than the nodes), each run's index among its node's runs
-// (int64), and the kernel's 8 raw statistics of every summary (float64; NaN for Python's): NOTE [Step tables]
+// tables() -> (run rows, run starts, run ks, raw statistics, nonfinite): the runs' positions by node in the order
+// they ran (int64 bytes), where each node's begin (int64, one more than the nodes), each run's index among its node's
+// runs (int64), the kernel's 8 raw statistics of every summary (float64; NaN for Python's), and whether one of the
+// kernel's summaries counted a NaN or an Inf: NOTE [Step tables]
 PyObject* rec_tables(PyObject* self, PyObject*) {
   Recorder* r = R(self);
   std::lock_guard<std::mutex> g(r->mu);
@@ -133,14 +134,16 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
     rows[fill[node]++] = static_cast<int64_t>(i);
   }
   std::vector<double> raw(8 * r->summs.size(), std::numeric_limits<double>::quiet_NaN());
+  bool nonfinite = false;
   for (size_t i = 0; i < r->summs.size(); i++) {
     const Summ& s = r->summs[i];
     if (s.plan < 0 || s.chunk < 0 || static_cast<size_t>(s.chunk) >= r->chunks.size()) continue;
     const double* arena = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk]));
     std::memcpy(raw.data() + 8 * i, arena + s.off, 8 * sizeof(double));
+    nonfinite = nonfinite || arena[s.off + 5] > 0 || arena[s.off + 6] > 0;  // (min, max, sum, sumsq, nonzero, nan, inf, n)
   }
-  return Py_BuildValue("(NNNN)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),
-                       bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()));
+  return Py_BuildValue("(NNNNN)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),
+                       bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()), PyBool_FromLong(nonfinite));
 }
 
 // first_slots(name codes) -> [(node, sent row, came row)]: for each node that ran whose name code is one of
