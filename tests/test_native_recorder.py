@@ -251,3 +251,44 @@ def test_strided_gradients_are_summarised_in_the_hook_from_a_copy() -> None:
     assert permuted.shape == (2, 5, 3)
     assert (permuted.stats["min"], permuted.stats["max"]) == (want.min().item(), want.max().item())
     assert permuted.stats["norm"] == pytest.approx(want.norm().item(), rel=1e-6)
+
+
+def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an optimizer in the block, `st.params` holds what it stepped with and the arrivals are not made
+    into `TensorTrace`s: the problem finder gets each arrival's norm and whether it counted a NaN or an Inf
+    from the extension (`arrival_rows`), checked here against torch on what arrived."""
+    from gradscape.tracer.debug import problems
+
+    seen: list[dict[str, tuple[float, bool]]] = []
+    layer_norms = problems.layer_norms
+
+    def spy(st: Any, module_params: Any, history: Any, unmade: Any = None) -> Any:
+        seen.append(dict(unmade or {}))
+        return layer_norms(st, module_params, history, unmade)
+
+    monkeypatch.setattr(problems, "layer_norms", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    tr = gradscape.Tracer(model)
+    weights = torch.ones(16, 3)
+    weights[0, 1] = float("nan")  # one output's gradient is NaN: so are row 1 of 2.weight and 2.bias[1]
+    arrived: list[dict[str, torch.Tensor]] = []
+    start = copy.deepcopy(model.state_dict())
+    for i, w in enumerate((weights, torch.ones(16, 3))):  # a step with a NaN, then a finite one
+        with tr.step(i) as st:
+            (model(torch.randn(16, 4)) * w).sum().backward()
+            arrived.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+            opt.step()  # (a NaN gradient makes NaN weights even at lr 0: put them back)
+            opt.zero_grad()
+        model.load_state_dict(start)
+        assert st is not None and st.meta["recorder"] == "native"
+    assert len(seen) == 2
+    for unmade, grads in zip(seen, arrived):
+        assert set(unmade) == set(grads)
+        for name, g in grads.items():
+            norm, bad = unmade[name]
+            assert bad == (not bool(torch.isfinite(g).all())), name
+            finite = g[torch.isfinite(g)].double()  # the statistics are those of the finite values
+            assert norm == pytest.approx(torch.linalg.vector_norm(finite).item(), rel=1e-6), name
+    assert seen[0]["2.bias"][1] and not any(bad for _, bad in seen[1].values())

@@ -284,10 +284,13 @@ _names: list[str] = []  # `names()` as last read
 
 
 def names(codes: np.ndarray | None = None) -> list[str]:
-    """Every node name the extension has seen, by code. The extension only adds names: when every code of
-    `codes` is known, the list last read is returned (shared: read it, do not mutate it)."""
+    """Every node name the extension has seen, by code (`codes`: the codes the caller will look up; None reads
+    the list again). The extension only adds names: while it has no name the list last read lacks, that list
+    is returned (shared: read it, do not mutate it)."""
     global _names
-    if codes is None or not len(codes) or int(codes.max()) >= len(_names):
-        mod = _loaded()[0]
-        _names = list(mod.names()) if mod is not None else []
+    mod = _loaded()[0]
+    if mod is None:
+        _names = []
+    elif codes is None or mod.name_count() != len(_names):  # (a count, not `codes.max()`: NOTE [Cold steps])
+        _names = list(mod.names())
     return _names

@@ -105,12 +105,10 @@ class NativeStep:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
         return nodes, _edges(g, cache), list(zip(runs["node"].tolist(), np.frombuffer(ks_b, np.int64).tolist()))
 
-    def param_row(self, pos: int) -> int:
-        """The tensor-table row of what arrived at a parameter's node in run `pos` (once `assemble` made the
-        tables), or -1."""
-        assert self.tables is not None
-        r = self.tables.runs[pos]
-        return int(self.tables.slots[int(r["go_off"])]) if int(r["go_n"]) > 0 else -1
+    def arrival_rows(self, positions: list[int]) -> list[tuple[int, float | None]]:
+        """For each AccumulateGrad run of `positions`: the tensor-table row of what arrived (-1: none) and its
+        norm, NaN when it counted a NaN or an Inf (None where Python summarised it): one extension call."""
+        return self.graph.rec.arrival_rows(positions)  # type: ignore[no-any-return]
 
     def summarise(self, grads: list[torch.Tensor]) -> list[int]:
         """Summarise `grads` into the step's summaries, as a hook would: each one's row of the tensor table

@@ -110,16 +110,19 @@ class ParamGradients:
 
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
+        waiting = [(name, tr.pos) for name, tr in self.traces.items() if isinstance(tr, _Arrival)]
+        if not waiting:
+            return
+        found = dict(zip([name for name, _ in waiting], native.arrival_rows([pos for _, pos in waiting])))
+        table, replaced = native.tables.tensors, self.replaced
         resolved: dict[str, Any] = {}
-        table = native.tables.tensors
-        replaced = self.replaced
         for name, tr in self.traces.items():
             if isinstance(tr, _Arrival):
-                row = native.param_row(tr.pos)
+                row, norm = found[name]
                 if row < 0:
                     continue  # no summary was made of it: the parameter is left out, as on the Python path
                 if name in replaced:
-                    self.unmade[name] = table.norm_of(row)
+                    self.unmade[name] = (norm, False) if norm is not None and norm == norm else table.norm_of(row)
                     continue
                 tr = table.get(row)
             resolved[name] = tr

@@ -146,6 +146,54 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
                        bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()), PyBool_FromLong(nonfinite));
 }
 
+// arrival_rows(runs) -> [(row, norm)]: for each run position, the summary row of what arrived in its slot 0 (-1:
+// none) and that summary's L2 norm as `stats_from_raw` makes it, or NaN when it counted a NaN or an Inf (None for a
+// summary Python made, or no row): what the problem finder reads of a parameter's arrival (NOTE [Parameter gradients])
+PyObject* rec_arrival_rows(PyObject* self, PyObject* arg) {
+  PyObject* seq = PySequence_Fast(arg, "arrival_rows: expected a sequence of run positions");
+  if (seq == nullptr) return nullptr;
+  Recorder* r = R(self);
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) {
+    Py_DECREF(seq);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(r->mu);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long pos = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (pos == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    int32_t row = -1;
+    if (pos >= 0 && static_cast<size_t>(pos) < r->runs.size()) {
+      const RunRec& run = r->runs[pos];
+      if (run.go_n > 0 && static_cast<size_t>(run.go_off) < r->slots.size()) row = r->slots[run.go_off];
+    }
+    PyObject* norm = nullptr;
+    if (row >= 0 && static_cast<size_t>(row) < r->summs.size()) {
+      const Summ& s = r->summs[row];
+      if (s.plan >= 0 && s.chunk >= 0 && static_cast<size_t>(s.chunk) < r->chunks.size()) {
+        const double* a = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk])) + s.off;
+        // (min, max, sum, sumsq, nonzero, nan, inf, n)
+        double v = a[5] > 0 || a[6] > 0 ? std::numeric_limits<double>::quiet_NaN()
+                   : a[7] <= 0          ? 0.0
+                                        : std::sqrt(std::max(a[3], 0.0));
+        norm = PyFloat_FromDouble(v);
+      }
+    }
+    if (norm == nullptr) {
+      Py_INCREF(Py_None);
+      norm = Py_None;
+    }
+    PyList_SET_ITEM(out, i, Py_BuildValue("(iN)", row, norm));
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
 // first_slots(name codes) -> [(node, sent row, came row)]: for each node that ran whose name code is one of
 // `codes`, in id order, the summary rows of its first run's grad_inputs[0] and grad_outputs[0], when it has both
 PyObject* rec_first_slots(PyObject* self, PyObject* arg) {

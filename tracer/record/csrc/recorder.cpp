@@ -192,6 +192,7 @@ PyMethodDef rec_methods[] = {
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
+    {"arrival_rows", rec_arrival_rows, METH_O, "arrival_rows(runs) -> [(row, norm or None)]"},
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
@@ -248,6 +249,11 @@ PyObject* mod_names(PyObject*, PyObject*) {
   return out;
 }
 
+PyObject* mod_name_count(PyObject*, PyObject*) {
+  std::lock_guard<std::mutex> g(g_mu);
+  return PyLong_FromSize_t(g_names.size());
+}
+
 PyObject* mod_code(PyObject*, PyObject* arg) {
   const char* s = PyUnicode_AsUTF8(arg);
   if (s == nullptr) return nullptr;
@@ -259,6 +265,7 @@ PyMethodDef mod_methods[] = {
     {"setup", mod_setup, METH_VARARGS, "setup(planner, (k_f32, k_bf16, k_f16, k_f64), view names)"},
     {"scalar_code", mod_scalar_code, METH_O, "scalar_code(tensor) -> its dtype's code, as `graph` gives them"},
     {"names", mod_names, METH_NOARGS, "names() -> every node name seen, by code"},
+    {"name_count", mod_name_count, METH_NOARGS, "name_count() -> how many node names have codes"},
     {"code", mod_code, METH_O, "code(name) -> its code"},
     {nullptr, nullptr, 0, nullptr}};
 
