@@ -33,13 +33,14 @@ NOTE [Cold steps]
     user's forward and backward, and the step's own recording, evict the interpreter's and numpy's code
     and data from the caches (measured on a 2-core machine: `TensorTable(...)` 3 µs alone, 18 µs at a
     step's end; a numpy call on a few elements 0.5-1 µs alone, 2-3 µs there; the first forward after a
-    traced step 63 µs against 30 µs for a second one; the monitor's same code 0.15 ms a step after an MLP's step,
-    about 0.5 ms after a LeNet's). A numpy reduction is the worst of it: one `max` over the step's name
-    codes cost the MLP's traced step about 25 µs (4.17x to 3.97x when the extension's count of names
-    replaced it); an `any` over the summaries' NaN/Inf counts and a per-plan sum of thumbnail cells, about
-    as much together (4.40x to 4.17x when `tables()` and the arena's size answered them). What makes a small step's fixed cost is how much code and memory it
-    touches, so a step's bookkeeping belongs in the extension (one call that does a dozen numpy calls'
-    work) or in plain bytes operations, and a microbenchmark of a piece is not its cost.
+    traced step 63 µs against 30 µs for a second one; the monitor's same code 0.15 ms a step after an
+    MLP's step, about 0.5 ms after a LeNet's). A numpy reduction is the worst of it: one `max` over the
+    step's name codes cost the MLP's traced step about 25 µs (4.17x to 3.97x when the extension's count
+    of names replaced it); an `any` over the summaries' NaN/Inf counts and a per-plan sum of thumbnail
+    cells, about as much together (4.40x to 4.17x when `tables()` and the arena's size answered them).
+    What makes a small step's fixed cost is how much code and memory it touches, so a step's bookkeeping
+    belongs in the extension (one call that does a dozen numpy calls' work) or in plain bytes
+    operations, and a microbenchmark of a piece is not its cost.
 """
 
 from __future__ import annotations
