@@ -44,7 +44,7 @@ class Monitor:
         self._opt_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._opt_counts: dict[str, int] = {}
         self.pending: deque[PendingRow] = deque()
-        self.rows: deque[dict[str, Any]] = deque(maxlen=KEEP_ROWS)
+        self.rows: deque[WireHistoryRow] = deque(maxlen=KEEP_ROWS)  # as `history()` gives them, once read
         self.unsent: list[WireHistoryRow] = []
         self._last_flush = time.monotonic()
         self.window: deque[tuple[int, list[float | None]]] = deque(maxlen=self.triggers.cfg.window)
@@ -189,8 +189,12 @@ class Monitor:
             self.found[row.step] = found + later
         elif later and trig.pending is None:
             trig.pending = (later[0][0], row.step, later[0][1])
-        self.rows.append(row_as_dict(wire, self.names))
+        self.rows.append(wire)
         self.unsent.append(wire)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The rows kept, as `TraceStore.history` gives them (each parameter's norm by name)."""
+        return [row_as_dict(r, self.names) for r in self.rows]
 
     def flush(self, force: bool = False) -> None:
         """Write the rows not yet written to every sink that takes history (`write_history`)."""
@@ -198,19 +202,20 @@ class Monitor:
             return
         rows, self.unsent = self.unsent, []
         self._last_flush = time.monotonic()
+        writers = [(type(sink).__name__, w) for sink in self.tracer.sinks
+                   if (w := getattr(sink, "write_history", None)) is not None]
+        if not writers:  # (the memory sink: `Tracer.history` reads the monitor's own rows)
+            return
         n = len(self.names)
         for r in rows:
             if len(r["param_norms"]) < n:
                 r["param_norms"] = r["param_norms"] + [None] * (n - len(r["param_norms"]))
         batch = history_to_wire(self.tracer.run, _rank(), list(self.names), rows)
-        for sink in self.tracer.sinks:
-            write = getattr(sink, "write_history", None)
-            if write is None:
-                continue
+        for name, write in writers:
             try:
                 write(batch)
             except Exception as exc:  # a sink must never break training
-                log.warning("gradscape: sink %s could not take the history: %s", type(sink).__name__, exc)
+                log.warning("gradscape: sink %s could not take the history: %s", name, exc)
 
     def close(self) -> None:
         self.resolve_ready(force=True)

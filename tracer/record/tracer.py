@@ -146,7 +146,7 @@ class Tracer:
     def history(self) -> list[dict[str, Any]]:
         """The monitor's rows of the recent steps (the last 10,000), as `TraceStore.history` gives them;
         rows still being read from the device (NOTE [No sync on CUDA]) come once they arrive."""
-        return [] if self._monitor is None else list(self._monitor.rows)
+        return [] if self._monitor is None else self._monitor.history()
 
     @property
     def steps(self) -> Sequence[StepTrace]:
