@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Iterable
 from typing import Any
 
 import networkx as nx
@@ -17,6 +16,7 @@ from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
 from gradscape.tracer.record.labels import RELU_LIKE
 from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named
 from gradscape.tracer.record.view import StepView
+from gradscape.tracer.summary.stats import median
 
 DEAD_ZEROS = 0.99  # a ReLU-like node sending back at least this fraction of zeros is dead
 LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of all layers'
@@ -188,7 +188,7 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dic
         if seen:
             norms[mod] = math.sqrt(sq)
     out: list[Problem] = []
-    med_all = _median(norms.values()) if len(norms) >= MIN_LAYERS else 0.0
+    med_all = median(norms.values()) if len(norms) >= MIN_LAYERS else 0.0
     for mod, v in norms.items():
         kind, why = None, ""
         if med_all > 0 and v > LAYER_FACTOR * med_all:
@@ -199,7 +199,7 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dic
         # the median only when the bounds do not settle it (v within 100x of every past norm)
         if kind is None and past is not None and len(past) >= HISTORY_MIN and \
                 (v > HISTORY_FACTOR * min(past) or v < max(past) / HISTORY_FACTOR):
-            med = _median(past)
+            med = median(past)
             if med > 0 and v > HISTORY_FACTOR * med:
                 kind, why = "exploding", f"{v:.3g}, over {HISTORY_FACTOR:g}× its median over the last " \
                                          f"{len(past)} traced steps ({med:.3g})"
@@ -216,13 +216,6 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dic
             past = history[mod] = deque(maxlen=HISTORY_LEN)
         past.append(v)
     return out
-
-
-def _median(values: Iterable[float]) -> float:
-    """`statistics.median`, the same arithmetic without its type checks (it runs at every traced step)."""
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def dead(st: StepTrace) -> list[Problem]:

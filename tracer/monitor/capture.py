@@ -47,6 +47,11 @@ def _norms(grads: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
 
 
+def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:
+    """`vec[pos]` in one op; `vec` itself when `pos` is all of it, in order."""
+    return vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)]
+
+
 def _dense(g: torch.Tensor) -> torch.Tensor:
     if g.layout != torch.strided:
         return g.coalesce().values() if g.is_sparse else g.to_dense()
@@ -263,10 +268,7 @@ class StepCapture:
             vec = found[0][0]
             if all(snap[0] is vec for snap in found):
                 # one snapshot holds them all: one gather, not one op per parameter
-                pos = [snap[1] for snap in found]
-                if pos == list(range(len(vec))):
-                    return vec
-                return vec[torch.tensor(pos, device=vec.device)]
+                return gather(vec, [snap[1] for snap in found])
         return torch.stack([fallback[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(snaps)])
 
     # ------------------------------------------------------------------ the end

@@ -8,15 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gradscape.tracer._model import Problem, StepTrace
+from gradscape.tracer.summary.stats import median
 
 RISE = 3.0  # a layer "has risen" once its gradient norm is this many times its own median
 LOOKBACK = 5  # steps before the spike in which an earlier rise is looked for
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 def rising_layer(window: Sequence[tuple[int, list[float | None]]], now_step: int,
@@ -33,7 +28,7 @@ def rising_layer(window: Sequence[tuple[int, list[float | None]]], now_step: int
                 hist.append(float(v))
         if x is None or len(hist) < 3:
             continue
-        med = _median(hist)
+        med = median(hist)
         if med <= 0:
             continue
         ratio = x / med if math.isfinite(x) else math.inf

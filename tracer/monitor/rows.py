@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from gradscape.tracer._model import OptimizerStep
-from gradscape.tracer.monitor.capture import StepCapture
+from gradscape.tracer.monitor.capture import StepCapture, gather
 from gradscape.tracer.monitor.lazy import LazyNumbers
 from gradscape.tracer.wire.history import WireHistoryRow
 
@@ -74,8 +74,7 @@ def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:
         g = groups.setdefault(id(vec), (vec, [], []))
         g[1].append(i)
         g[2].append(k)
-    return [(idx, vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)])
-            for vec, idx, pos in groups.values()]
+    return [(idx, gather(vec, pos)) for vec, idx, pos in groups.values()]
 
 
 def _f(v: Any) -> float | None:

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradscape.tracer.summary.stats import median_sorted
+
 TRIGGERS = ("nonfinite", "loss_spike", "grad_spike", "amp_skipped")
 _MAD_SIGMA = 1.4826  # MAD → standard deviation of a normal distribution
 REFRESH = 4  # the median and MAD are recomputed after this many new values (they move slowly)
@@ -96,8 +98,9 @@ class SpikeRule:
             return None
         if self._cached is None or self._stale >= REFRESH:
             s = sorted(self.values)
-            med = _median(s)
-            mad = _median(sorted(map(abs, map(med.__rsub__, s))))  # |v - med| of each, in C (no Python frame a value)
+            med = median_sorted(s)
+            # |v - med| of each, in C (no Python frame a value)
+            mad = median_sorted(sorted(map(abs, map(med.__rsub__, s))))
             self._cached = (med, max(self.k * _MAD_SIGMA * mad, self.ratio * abs(med)))
             self._stale = 0
         med, limit = self._cached
@@ -109,11 +112,6 @@ class SpikeRule:
             self._stale += 1
             if len(self.values) > self.window:
                 self.values.popleft()
-
-
-def _median(s: list[float]) -> float:
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
 class TriggerState:

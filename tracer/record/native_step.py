@@ -105,9 +105,9 @@ class NativeStep:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
         return nodes, _edges(g, cache), list(zip(runs["node"].tolist(), np.frombuffer(ks_b, np.int64).tolist()))
 
-    def arrival_rows(self, positions: list[int]) -> list[tuple[int, float | None]]:
-        """For each AccumulateGrad run of `positions`: the tensor-table row of what arrived (-1: none) and its
-        norm, NaN when it counted a NaN or an Inf (None where Python summarised it): one extension call."""
+    def arrival_rows(self, positions: list[int]) -> list[tuple[int, float | None, bool]]:
+        """For each AccumulateGrad run of `positions`: the tensor-table row of what arrived (-1: none), its norm
+        and whether it counted a NaN or an Inf (None and False where Python summarised it): one extension call."""
         return self.graph.rec.arrival_rows(positions)  # type: ignore[no-any-return]
 
     def summarise(self, grads: list[torch.Tensor]) -> list[int]:

@@ -124,13 +124,13 @@ class ParamGradients:
         resolved: dict[str, Any] = {}
         for name, tr in self.traces.items():
             if isinstance(tr, _Arrival):
-                row, norm = found[name]
+                row, norm, bad = found[name]
                 if row < 0:
                     continue  # no summary was made of it: the parameter is left out, as on the Python path
-                if name in replaced:
-                    self.unmade[name] = (norm, False) if norm is not None and norm == norm else table.norm_of(row)
+                if norm is not None and name in replaced:  # the kernel's: its numbers, without a TensorTrace
+                    self.unmade[name] = (norm, bad)
                     continue
-                tr = table.get(row)
+                tr = table.get(row)  # (a summary Python made is a TensorTrace already)
             resolved[name] = tr
         self.traces = resolved
 

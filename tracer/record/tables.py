@@ -34,7 +34,7 @@ class TensorTable:
     arena, read when the `TensorTrace` is made) and Python's (`py`, complete `TensorTrace`s)."""
 
     def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace], raw: np.ndarray,
-                 kernel_nonfinite: bool | None = None) -> None:
+                 kernel_nonfinite: bool) -> None:
         self.plan = summs["plan"]
         self.chunk = summs["chunk"]
         self.off = summs["off"]
@@ -43,7 +43,7 @@ class TensorTable:
         self.py = py
         n = len(summs)
         self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
-        self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (None: not known yet)
+        self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (the extension's `tables`)
         # an upper bound on the thumbnail cells of the kernel's summaries: a cell is a float32 of the arena
         self.cells_bound = sum(map(len, chunks)) // 4
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
@@ -86,16 +86,6 @@ class TensorTable:
         np.maximum.at(ends, self.chunk[ok], self.off[ok].astype(np.int64) + 8)
         return 8 * int(ends.sum())
 
-    def norm_of(self, k: int) -> tuple[float, bool]:
-        """Summary `k`'s `stats["norm"]` and whether it counted a NaN or an Inf, without making its `TensorTrace`."""
-        p = int(self.plan[k])
-        made = self._made[k]
-        if p < 0 or made is not None:
-            st = (self.get(k) if made is None else made).stats
-            return st.get("norm", math.nan), bool(st.get("nan") or st.get("inf"))
-        _mn, _mx, _s, ss, _nz, nan, inf, n = self.raw[k].tolist()
-        return (math.sqrt(max(ss, 0.0)) if n > 0 else 0.0), bool(nan or inf)  # as `stats_from_raw`
-
     def zeros_of(self, k: int) -> tuple[float, int]:
         """Summary `k`'s `stats["zeros"]` and `numel`, without making its `TensorTrace`."""
         p = int(self.plan[k])
@@ -127,8 +117,7 @@ class TensorTable:
 
     def nonfinite(self) -> bool:
         """True when a summary counted a NaN or an Inf."""
-        kernel = self._kernel_nonfinite
-        if kernel if kernel is not None else bool((self.raw[:, 5:7] > 0).any()):
+        if self._kernel_nonfinite:
             return True
         return any(t.stats.get("nan") or t.stats.get("inf") for t in self.py)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,17 @@ def raw_stats(t: torch.Tensor) -> torch.Tensor | tuple[float, ...]:
     if dev.type == "cpu":
         return tuple(out.tolist())
     return out
+
+
+def median_sorted(s: Sequence[float]) -> float:
+    """The median of a sorted sequence, as `statistics.median` computes it (without its type checks: the
+    monitor's triggers and the problem finder take medians at every step)."""
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def median(values: Iterable[float]) -> float:
+    return median_sorted(sorted(values))
 
 
 def stats_from_raw(raw: Any) -> dict[str, float]:

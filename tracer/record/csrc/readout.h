@@ -146,9 +146,10 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
                        bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()), PyBool_FromLong(nonfinite));
 }
 
-// arrival_rows(runs) -> [(row, norm)]: for each run position, the summary row of what arrived in its slot 0 (-1:
-// none) and that summary's L2 norm as `stats_from_raw` makes it, or NaN when it counted a NaN or an Inf (None for a
-// summary Python made, or no row): what the problem finder reads of a parameter's arrival (NOTE [Parameter gradients])
+// arrival_rows(runs) -> [(row, norm, nonfinite)]: for each run position, the summary row of what arrived in its slot 0
+// (-1: none), that summary's L2 norm as `stats_from_raw` makes it and whether it counted a NaN or an Inf (None and
+// False for a summary Python made, or no row): what the problem finder reads of a parameter's arrival (NOTE
+// [Parameter gradients] in tracer/record/params.py)
 PyObject* rec_arrival_rows(PyObject* self, PyObject* arg) {
   PyObject* seq = PySequence_Fast(arg, "arrival_rows: expected a sequence of run positions");
   if (seq == nullptr) return nullptr;
@@ -173,22 +174,21 @@ PyObject* rec_arrival_rows(PyObject* self, PyObject* arg) {
       if (run.go_n > 0 && static_cast<size_t>(run.go_off) < r->slots.size()) row = r->slots[run.go_off];
     }
     PyObject* norm = nullptr;
+    bool nonfinite = false;
     if (row >= 0 && static_cast<size_t>(row) < r->summs.size()) {
       const Summ& s = r->summs[row];
       if (s.plan >= 0 && s.chunk >= 0 && static_cast<size_t>(s.chunk) < r->chunks.size()) {
         const double* a = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk])) + s.off;
         // (min, max, sum, sumsq, nonzero, nan, inf, n)
-        double v = a[5] > 0 || a[6] > 0 ? std::numeric_limits<double>::quiet_NaN()
-                   : a[7] <= 0          ? 0.0
-                                        : std::sqrt(std::max(a[3], 0.0));
-        norm = PyFloat_FromDouble(v);
+        norm = PyFloat_FromDouble(a[7] <= 0 ? 0.0 : std::sqrt(std::max(a[3], 0.0)));
+        nonfinite = a[5] > 0 || a[6] > 0;
       }
     }
     if (norm == nullptr) {
       Py_INCREF(Py_None);
       norm = Py_None;
     }
-    PyList_SET_ITEM(out, i, Py_BuildValue("(iN)", row, norm));
+    PyList_SET_ITEM(out, i, Py_BuildValue("(iNN)", row, norm, PyBool_FromLong(nonfinite)));
   }
   Py_DECREF(seq);
   return out;

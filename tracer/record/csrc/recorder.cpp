@@ -192,7 +192,7 @@ PyMethodDef rec_methods[] = {
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
-    {"arrival_rows", rec_arrival_rows, METH_O, "arrival_rows(runs) -> [(row, norm or None)]"},
+    {"arrival_rows", rec_arrival_rows, METH_O, "arrival_rows(runs) -> [(row, norm or None, nonfinite)]"},
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
