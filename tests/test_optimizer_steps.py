@@ -268,3 +268,43 @@ def test_a_fused_optimizer_under_grad_scaler_is_read_unscaled() -> None:
     assert rec.grad_norm == pytest.approx(expect, rel=1e-5)
     for name, g in used.items():
         assert np.array_equal(st.params[name].values, g.numpy()), name  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("change", ["none", "in_place", "replaced", "replaced_same_version"])
+@pytest.mark.parametrize("monitor_only", [False, True])
+def test_the_stepped_norms_follow_any_change_made_to_the_gradients_after_the_backward(
+        change: str, monitor_only: bool) -> None:
+    """NOTE [Unchanged gradients]: the snapshot's norms are reused only for the very tensors the backward left,
+    at their version then. A gradient scaled in place, or replaced by a new tensor (also one whose version
+    counter reads what the old one's did), is read again: `grad_norm` is what the optimizer stepped with."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    names = {p: n for n, p in model.named_parameters()}
+    seen, handle = _seen_by(opt, names)
+    tr = gradscape.Tracer(model, every=10 ** 9 if monitor_only else 1)
+    x, y = torch.randn(32, 6), torch.randn(32, 3)
+    with tr.step(0):
+        (model(x) - y).pow(2).mean().backward()
+        arrived = [p.grad.detach().clone() for p in model.parameters()]
+        if change == "in_place":
+            for p in model.parameters():
+                p.grad.mul_(3.0)
+        elif change.startswith("replaced"):
+            first = next(iter(model.parameters()))
+            old = first.grad
+            first.grad = None
+            del old  # freed: a new tensor may take its address, and starts at version 0 as it did
+            first.grad = torch.full_like(first, 2.0)
+            if change == "replaced":
+                first.grad.add_(1.0)
+        opt.step()
+        opt.zero_grad()
+    handle.remove()
+    row = tr.history[-1]
+    stepped = [seen[names[p]] for p in model.parameters()]
+    before = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in arrived]))
+    after = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in stepped]))
+    assert row["grad_norm"] == pytest.approx(float(before), rel=1e-6)  # as the backward left them
+    assert row["grad_norm_clipped"] == pytest.approx(float(after), rel=1e-6)  # as the optimizer used them
+    if change != "none":
+        assert abs(float(after) - float(before)) > 1e-3 * float(before)  # the change is one the row must show
