@@ -1,0 +1,177 @@
+"""The floor under a traced step: what a step would cost if all of gradscape's bookkeeping were gone.
+
+    python bench/floor.py                          # W1, W6, W7; CPU, 1 thread; 15 rounds
+    python bench/floor.py --workloads W1 --rounds 9 --steps 300
+
+Modes, measured interleaved in one process (every round runs each mode for `--steps` steps, rotating
+which goes first) and given as the median over rounds of the ratio to the plain step of the same round:
+
+    plain    forward + loss + backward + SGD step + zero_grad
+    norms    the torch calls of the every-step monitor, and nothing else: `Tensor.backward` wrapped to keep
+             the loss, one fused norm of the gradients after the backward, one in an optimizer post-hook,
+             two total norms, and the four reads of them to the host
+    native   `norms` plus the native recorder's calls a traced step makes (a recorder, the walk and its
+             arrays, a hook on each node, the stepped gradients summarised, the records and tables read,
+             the hooks taken off): the C++ side of a traced step with no Python bookkeeping around it
+    bare     `native` without the norms: the extension's calls alone
+    traced   gradscape's own traced step (`Tracer(model, every=1)`), for comparison
+
+`traced` minus `native` is what the step's Python bookkeeping costs (the recorder's objects, the pass's
+start, the assembly, the problem finder, the monitor's row and triggers, the wrappers put in place and
+taken off). A goal below `native` cannot be met while the monitor's norms are taken on every step; a goal
+below `bare` cannot be met by any traced step that records the graph and its summaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+import gradscape
+from gradscape.tracer.record import native as native_recorder
+from gradscape.tracer.summary.summariser import Summariser
+
+if __package__:  # imported as bench.floor (the tests), else run from the bench folder
+    from .workloads import build
+else:
+    from workloads import build
+
+MODES = ("plain", "norms", "native", "bare", "traced")
+
+
+class Floor:
+    """One workload's step in each mode (see the module's docstring)."""
+
+    def __init__(self, key: str) -> None:
+        self.ext = native_recorder._loaded()[0]
+        if self.ext is None:
+            raise SystemExit(f"the native recorder is not in use: {native_recorder.status()[1]}")
+        self.wl = build(key)
+        self.model, self.batch = self.wl.model, self.wl.batch()
+        self.params = list(self.model.parameters())
+        self.opt = torch.optim.SGD(self.params, lr=1e-3)
+        self.tr = gradscape.Tracer(self.model, run=f"floor-{key}", every=1)
+        self.summ = Summariser(self.tr.thumb, False)
+        self.i = 0
+        self.norms = self.native = False
+        self.rec: Any = None
+        self.kept: dict[str, torch.Tensor] = {}
+        self.recorded = (0, 0)  # (nodes walked, node runs recorded) by the last `native` / `bare` step
+
+    # ---- the pieces a monitored, natively traced step cannot do without
+    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self.kept["loss"] = loss.detach()
+        if self.native:
+            rec = self.rec = self.ext.Recorder()
+            rec.configure(self.summ.fallback, self.tr.thumb)
+            rec.walk(loss.grad_fn)
+            rec.graph(0)
+            rec.acc_variables(0)
+            rec.install(0)
+            rec.begin_pass(0)
+        _BACKWARD(loss, *args, **kwargs)
+        if self.norms:
+            with torch.no_grad():
+                self.kept["before"] = torch.stack(torch._foreach_norm([p.grad for p in self.params]))
+
+    def _stepped(self, opt: Any, args: Any, kwargs: Any) -> None:
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        with torch.no_grad():
+            if self.norms:
+                after = torch.stack(torch._foreach_norm(grads))
+                self.kept["total_after"] = torch.linalg.vector_norm(after)
+                self.kept["total_before"] = torch.linalg.vector_norm(self.kept["before"])
+            if self.native:
+                self.rec.summarise(grads)
+
+    def _step(self) -> None:
+        loss = self.wl.loss(self.model, self.batch)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+
+    def run(self, mode: str) -> None:
+        if mode == "plain":
+            self._step()
+        elif mode == "traced":
+            with self.tr.step(self.i):
+                self._step()
+            self.i += 1
+        else:
+            self._floor(norms=mode in ("norms", "native"), native=mode in ("native", "bare"))
+
+    def _floor(self, norms: bool, native: bool) -> None:
+        self.norms, self.native = norms, native
+        torch.Tensor.backward = lambda loss, *a, **k: self._backward(loss, *a, **k)  # type: ignore[method-assign]
+        handle = register_optimizer_step_post_hook(self._stepped)
+        try:
+            self._step()
+        finally:
+            torch.Tensor.backward = _BACKWARD  # type: ignore[method-assign]
+            handle.remove()
+        if norms:
+            [self.kept[k].tolist() for k in ("loss", "before", "total_after", "total_before")]
+        if native:
+            rec, self.rec = self.rec, None
+            rec.remove_hooks()
+            runs = rec.records()[0]
+            rec.tables()
+            self.recorded = (int(rec.size()), len(runs) // native_recorder.RUN_DTYPE.itemsize)
+            rec.release()
+
+
+_BACKWARD = torch.Tensor.backward
+
+
+def _timed(step: Callable[[], None], n: int) -> float:
+    step()  # untimed: the first step after another mode's
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    return (time.perf_counter() - t0) / n
+
+
+def measure(key: str, rounds: int, steps: int | None) -> dict[str, list[float]]:
+    """Per mode, the ratio to the plain step of the same round, one per round (`steps` a mode runs a
+    round; None: about 20 ms of plain steps)."""
+    floor = Floor(key)
+    if steps is None:
+        steps = max(10, int(0.02 / max(_timed(lambda: floor.run("plain"), 20), 1e-6)))
+    for mode in MODES:  # warm-up
+        _timed(lambda m=mode: floor.run(m), max(5, steps // 10))
+    ratios: dict[str, list[float]] = {m: [] for m in MODES}
+    for r in range(rounds):
+        order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
+        secs = {m: _timed(lambda m=m: floor.run(m), steps) for m in order}
+        for m in MODES:
+            ratios[m].append(secs[m] / secs["plain"])
+    ratios["plain_s"] = [_timed(lambda: floor.run("plain"), steps)]
+    floor.tr.close()
+    return ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default="W1,W6,W7", help="comma-separated keys of bench/workloads.py")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=None, help="steps a mode runs a round (default: ~20 ms of plain)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}  threads {torch.get_num_threads()}  rounds {args.rounds}")
+    print(f"{'workload':<10} {'plain ms':>9} " + " ".join(f"{m:>8}" for m in MODES[1:]))
+    for key in args.workloads.split(","):
+        res = measure(key, args.rounds, args.steps)
+        cells = " ".join(f"{statistics.median(res[m]):>7.2f}x" for m in MODES[1:])
+        print(f"{key:<10} {res['plain_s'][0] * 1e3:>9.3f} {cells}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""bench/floor.py: its floor modes do the work they stand for (the extension walks and hooks every node of
+the step, and every node runs once), and the benchmark prints a ratio for each mode."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench import floor
+
+
+@pytest.mark.parametrize("mode", ["native", "bare"])
+def test_the_native_floor_records_every_node_of_the_step(mode: str) -> None:
+    f = floor.Floor("W1")
+    f.run("traced")
+    nodes = f.tr.last.meta["nodes"]  # the same step as gradscape traces it
+    f.run(mode)
+    f.tr.close()
+    assert f.recorded == (nodes, nodes)  # every node walked, and each ran once
+
+
+def test_the_benchmark_prints_a_ratio_for_each_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    assert floor.main(["--workloads", "W6", "--rounds", "1", "--steps", "3"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.startswith("W6")
+    assert len(re.findall(r"\d+\.\d+x", row)) == len(floor.MODES) - 1
