@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from gradscape.tracer.record.module_sums import sum_marks
 from gradscape.tracer.record.native import KINDS
 
 __all__ = ["NOT_CARRIED", "SECOND_PASS", "ForwardCarry", "attribution", "forward_key"]
@@ -70,11 +71,12 @@ def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
 class ForwardCarry:
     """The last forward recorded with the hooks and the mode, and whether the next step may go without."""
 
-    __slots__ = ("key", "sources", "modules", "plans", "ready")
+    __slots__ = ("key", "sources", "modules", "plans", "marks", "ready")
     key: tuple[Any, ...] | None
     sources: list[str | None]
     modules: list[str | None]
     plans: list[Any]
+    marks: list[tuple[int, int, tuple[int, int]]]  # the plans' `sum_marks`, made once for the steps that carry them
     ready: bool
 
     def __init__(self) -> None:
@@ -85,6 +87,7 @@ class ForwardCarry:
         """A step recorded with the hooks and the mode: its key, lines, modules and module calls."""
         self.ready = key == self.key
         self.key, self.sources, self.modules, self.plans = key, sources, modules, plans
+        self.marks = sum_marks(plans)
 
     def carried(self, key: tuple[Any, ...]) -> list[Any] | None:
         """A carried step's key, as its backward starts: the kept module calls when it is the kept key;
@@ -96,7 +99,7 @@ class ForwardCarry:
 
     def reset(self) -> None:
         """The next step runs with the hooks and the mode, and two such steps must agree again."""
-        self.key, self.sources, self.modules, self.plans, self.ready = None, [], [], [], False
+        self.key, self.sources, self.modules, self.plans, self.marks, self.ready = None, [], [], [], [], False
 
 
 def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[list[Any], list[Any]] | None,

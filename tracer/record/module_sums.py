@@ -57,15 +57,13 @@ class ModuleSums:
         the hooks add them up on the device."""
         self.use([self._plan_of(c) for c in sorted(self.forward.calls, key=lambda c: c.lo)])
 
-    def use(self, plans: list[CallPlan]) -> None:
-        """Take `plans` as this step's module calls (a carried step takes the kept step's) and mark the slots
-        to add up."""
+    def use(self, plans: list[CallPlan], marks: list[tuple[int, int, tuple[int, int]]] | None = None) -> None:
+        """Take `plans` as this step's module calls (a carried step takes the kept step's, with their `sum_marks`)
+        and mark the slots to add up."""
         self.plans = plans
-        for ci, p in enumerate(plans):
-            for k, prods in enumerate(p.senders):
-                if len(prods) > 1:
-                    for rid, j in prods:
-                        self.graph.set_sum(rid, j, (ci, k))
+        set_sum = self.graph.set_sum
+        for rid, j, key in sum_marks(plans) if marks is None else marks:
+            set_sum(rid, j, key)
 
     def add(self, key: tuple[int, int], g: torch.Tensor) -> None:
         with grad_off():
@@ -108,6 +106,13 @@ class ModuleSums:
     def release(self) -> None:
         self.sums = {}
         self.plans = None
+
+
+def sum_marks(plans: list[CallPlan]) -> list[tuple[int, int, tuple[int, int]]]:
+    """(node, slot, module sum key) of every slot whose gradient `plans` add up: the module inputs that several
+    ops inside the call sent to."""
+    return [(rid, j, (ci, k)) for ci, p in enumerate(plans) for k, prods in enumerate(p.senders) if len(prods) > 1
+            for rid, j in prods]
 
 
 def _slot(grads: list[TensorTrace | None] | None, j: int) -> TensorTrace | None:

@@ -260,7 +260,7 @@ class StepRecorder:
             self._note(NOT_CARRIED)
         else:
             self.kept = (carry.modules, carry.sources)  # the carry may be reset before the step ends
-            self.module_sums.use(plans)
+            self.module_sums.use(plans, carry.marks)
 
     def _note(self, why: str) -> None:
         if why not in self.notes:
