@@ -129,10 +129,9 @@ class ForwardRecorder:
     on_detach: Callable[[Any, Any], None] | None = None  # problem finder: (tensor, caller frame) of a detach
     on_no_grad: Callable[[Any, Any], None] | None = None  # problem finder: (args, caller frame) of an op in no_grad
     on_module_out: Callable[[Any, str], None] | None = None  # (module, its name) as a model module's forward ends
-    _frames: ForwardFrames = field(init=False)  # NOTE [Direct forward calls] in tracer/record/sources.py
-
-    def __post_init__(self) -> None:
-        self._frames = ForwardFrames(self.module_names)
+    # NOTE [Direct forward calls] in tracer/record/sources.py: made at the first source line noted (a carried
+    # forward notes none: NOTE [Carried forwards] in tracer/record/carry.py)
+    _frames: ForwardFrames | None = None
 
     def start(self, carried: bool = False) -> None:
         """The module hooks and the mode; none of them for a `carried` step, whose forward's attribution
@@ -155,7 +154,8 @@ class ForwardRecorder:
         self._paused = False
         self._leaf = None
         self._stack.clear()
-        self._frames.release()
+        if self._frames is not None:
+            self._frames.release()
 
     # ---- stepping aside. NOTE [Optimizer steps]: an `optimizer.step()` inside the block makes dozens
     # of torch calls (a `.grad` read, an update per parameter) that create no graph node under the
@@ -281,6 +281,8 @@ class ForwardRecorder:
         self._src_lo.append(lo)
         self._src_hi.append(hi)
         if module is None:
+            if self._frames is None:
+                self._frames = ForwardFrames(self.module_names)
             src, module = self._frames.locate(frame)
         else:
             src = user_frame(frame)
