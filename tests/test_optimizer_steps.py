@@ -270,13 +270,13 @@ def test_a_fused_optimizer_under_grad_scaler_is_read_unscaled() -> None:
         assert np.array_equal(st.params[name].values, g.numpy()), name  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("change", ["none", "in_place", "replaced", "replaced_same_version"])
+@pytest.mark.parametrize("change", ["none", "in_place", "through_data", "replaced", "replaced_same_version"])
 @pytest.mark.parametrize("monitor_only", [False, True])
 def test_the_stepped_norms_follow_any_change_made_to_the_gradients_after_the_backward(
         change: str, monitor_only: bool) -> None:
-    """NOTE [Unchanged gradients]: the snapshot's norms are reused only for the very tensors the backward left,
-    at their version then. A gradient scaled in place, or replaced by a new tensor (also one whose version
-    counter reads what the old one's did), is read again: `grad_norm` is what the optimizer stepped with."""
+    """`grad_norm` is what the optimizer stepped with, whatever happened to the gradients after the backward: scaled
+    in place, clamped through `.data` (as the DQN tutorial clipped them; no version counter sees that), or
+    replaced by a new tensor (also one whose version counter reads what the old one's did)."""
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     names = {p: n for n, p in model.named_parameters()}
@@ -289,6 +289,9 @@ def test_the_stepped_norms_follow_any_change_made_to_the_gradients_after_the_bac
         if change == "in_place":
             for p in model.parameters():
                 p.grad.mul_(3.0)
+        elif change == "through_data":
+            for p in model.parameters():
+                p.grad.data.clamp_(-0.01, 0.01)
         elif change.startswith("replaced"):
             first = next(iter(model.parameters()))
             old = first.grad

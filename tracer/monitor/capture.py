@@ -11,16 +11,6 @@ NOTE [Norms before and after clipping]
     equals what it returned when the loop clipped the same parameters. Nothing is read to the host
     here (NOTE [No sync on CUDA] in `lazy.py`).
 
-NOTE [Unchanged gradients]
-    Most loops neither clip nor unscale: the gradients an optimizer steps with are then the very tensors
-    the backward left, unmodified, and their norms are the snapshot's, bitwise (the same op on the same
-    data). So when the one snapshot of the block covers exactly the optimizer's parameters, in its order,
-    and each gradient is still the same tensor object at the same `_version` (every in-place op, clipping's
-    `mul_` and GradScaler's unscale among them, bumps it), the post-hook takes the snapshot's norms instead
-    of reading every gradient again: one fused norm and one total fewer a step, and on a large model one
-    read of every gradient fewer. The tensors are held from the backward to the optimizer's step (they are
-    `.grad` meanwhile), so a gradient replaced by a new tensor is never taken for the old one.
-
 NOTE [Read at the post-hook]
     What an optimizer stepped with is read in its step POST-hook: with a closure (`optimizer.step(closure)`:
     LBFGS, Lightning's automatic optimization) the forward, `zero_grad`, backward, GradScaler's unscale
@@ -55,14 +45,6 @@ def _norms(grads: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack(_compat.foreach_norm(grads))
         except (RuntimeError, TypeError, NotImplementedError):
             return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
-
-
-def _versions(grads: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[int]] | None:
-    """(the tensors, their version counters); None where one has none (an inference tensor)."""
-    try:
-        return grads, [g._version for g in grads]
-    except RuntimeError:
-        return None
 
 
 def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:
@@ -117,8 +99,6 @@ class StepCapture:
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
         self.snaps: list[tuple[list[int], torch.Tensor]] = []
-        # the gradients of the last snapshot and their `_version`s (NOTE [Unchanged gradients]); None: unknown
-        self.snap_grads: tuple[list[torch.Tensor], list[int]] | None = None
         self.records: list[OptRecord] = []
         # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables)
         self.params_stepped: dict[str, Any] = {}
@@ -173,7 +153,6 @@ class StepCapture:
                     grads.append(g)
         if idx:
             self.snaps.append((idx, _norms(grads)))
-            self.snap_grads = _versions(grads)
 
     def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
         """Parameter index → (the norm vector of its last snapshot, its position there)."""
@@ -234,15 +213,11 @@ class StepCapture:
         rec.idx, grads = self._stepped(opt)
         if not grads:
             return
-        if self._unchanged(rec.idx, grads):  # NOTE [Unchanged gradients]
-            after = before = self.snaps[0][1]
-        else:
-            after = _norms(grads)
-            before = self._before_of(rec.idx, after)
-        self.snap_grads = None  # (held no longer than this)
+        after = _norms(grads)
+        before = self._before_of(rec.idx, after)
         with grad_off():
             rec.total_after = torch.linalg.vector_norm(after)
-            rec.total_before = rec.total_after if before is after else torch.linalg.vector_norm(before)
+            rec.total_before = torch.linalg.vector_norm(before)
             if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
                 self._summarise_stepped(rec.idx, grads)
         rec.before = before
@@ -282,16 +257,6 @@ class StepCapture:
                     grads.append(g)
         return idx, grads
 
-    def _unchanged(self, idx: list[int], grads: list[torch.Tensor]) -> bool:
-        """Whether `grads` (of parameters `idx`) are the one snapshot's tensors, each at its version then."""
-        held = self.snap_grads
-        if held is None or len(self.snaps) != 1 or self.snaps[0][0] != idx or len(held[0]) != len(grads):
-            return False
-        if not all(a is b for a, b in zip(held[0], grads)):
-            return False
-        now = _versions(grads)
-        return now is not None and now[1] == held[1]
-
     def _before_of(self, idx: list[int], fallback: torch.Tensor) -> torch.Tensor:
         """The optimizer's per-parameter norms as the backward left them, from the snapshots."""
         if len(self.snaps) == 1 and self.snaps[0][0] == idx:  # one snapshot of exactly its parameters
@@ -313,7 +278,6 @@ class StepCapture:
         self.traced = None
         self.records = []
         self.snaps = []
-        self.snap_grads = None
         self.params_stepped = {}
 
     def finish(self) -> None:
