@@ -43,7 +43,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from gradscape.tracer.record.module_sums import sum_marks
 from gradscape.tracer.record.native import KINDS
 
 __all__ = ["NOT_CARRIED", "SECOND_PASS", "ForwardCarry", "attribution", "forward_key"]
@@ -83,11 +82,10 @@ class ForwardCarry:
         self.reset()
 
     def recorded(self, key: tuple[Any, ...], sources: list[str | None], modules: list[str | None],
-                 plans: list[Any]) -> None:
-        """A step recorded with the hooks and the mode: its key, lines, modules and module calls."""
+                 plans: list[Any], marks: list[tuple[int, int, tuple[int, int]]]) -> None:
+        """A step recorded with the hooks and the mode: its key, lines, modules, module calls and their marks."""
         self.ready = key == self.key
-        self.key, self.sources, self.modules, self.plans = key, sources, modules, plans
-        self.marks = sum_marks(plans)
+        self.key, self.sources, self.modules, self.plans, self.marks = key, sources, modules, plans, marks
 
     def carried(self, key: tuple[Any, ...]) -> list[Any] | None:
         """A carried step's key, as its backward starts: the kept module calls when it is the kept key;
@@ -103,12 +101,12 @@ class ForwardCarry:
 
 
 def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[list[Any], list[Any]] | None,
-                plans: list[Any] | None) -> tuple[list[str | None], list[str | None]]:
+                calls: tuple[list[Any], list[Any]] | None) -> tuple[list[str | None], list[str | None]]:
     """Every node's module and source line for a natively recorded step (`g`, its graph): its forward's
     own (`forward`, the `ForwardRecorder`), or, for a carried step whose key matched the kept one, the
     kept (modules, sources) `kept` (nodes past the kept step's, from a second backward, get None). A
-    recorded step's are kept in `carry` with its module calls `plans`; None: not to be kept (see the NOTE
-    for when)."""
+    recorded step's are kept in `carry` with `calls`, its module calls and their module-sum marks
+    (`ModuleSums.plans`, `.marks`); None: not to be kept (see the NOTE for when)."""
     n = g.size
     if forward.carried:
         if kept is None:
@@ -119,8 +117,8 @@ def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[li
         return (kept[0] + pad)[:n], (kept[1] + pad)[:n]
     mods, sources = forward.modules_of(g.seq.tolist()), forward.sources_of(g.seq)
     if carry is not None and forward.recorded:
-        if plans is not None and not bool((g.kind == _COMPILED).any()):
-            carry.recorded(forward_key(g, forward.seq0), sources, mods, plans)
+        if calls is not None and not bool((g.kind == _COMPILED).any()):
+            carry.recorded(forward_key(g, forward.seq0), sources, mods, *calls)
         else:
             carry.reset()
     return mods, sources

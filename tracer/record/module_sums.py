@@ -38,6 +38,7 @@ class ModuleSums:
     def __init__(self, graph: Any, forward: ForwardRecorder) -> None:
         self.graph, self.forward = graph, forward  # a GraphWalk, or the native recorder's NativeGraph
         self.plans: list[CallPlan] | None = None  # by `plan` (each backward's start) or `use`
+        self.marks: list[tuple[int, int, tuple[int, int]]] = []  # the plans' `sum_marks`
         self.sums: dict[tuple[int, int], torch.Tensor] = {}  # (call, input) → the sum so far, on the device
 
     def _edge(self, edge: tuple[Any, int] | None) -> tuple[int, int] | None:
@@ -60,9 +61,9 @@ class ModuleSums:
     def use(self, plans: list[CallPlan], marks: list[tuple[int, int, tuple[int, int]]] | None = None) -> None:
         """Take `plans` as this step's module calls (a carried step takes the kept step's, with their `sum_marks`)
         and mark the slots to add up."""
-        self.plans = plans
+        self.plans, self.marks = plans, sum_marks(plans) if marks is None else marks
         set_sum = self.graph.set_sum
-        for rid, j, key in sum_marks(plans) if marks is None else marks:
+        for rid, j, key in self.marks:
             set_sum(rid, j, key)
 
     def add(self, key: tuple[int, int], g: torch.Tensor) -> None:
@@ -105,7 +106,7 @@ class ModuleSums:
 
     def release(self) -> None:
         self.sums = {}
-        self.plans = None
+        self.plans, self.marks = None, []
 
 
 def sum_marks(plans: list[CallPlan]) -> list[tuple[int, int, tuple[int, int]]]:

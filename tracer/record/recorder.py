@@ -127,7 +127,8 @@ class StepRecorder:
         self.summ.finalize()
         st = StepTrace(run=self.run, step=self.step)
         if native is not None:
-            keep = None if self.unwrapped or len(self.passes) != 1 else self.module_sums.plans
+            sums = self.module_sums
+            keep = None if self.unwrapped or len(self.passes) != 1 or sums.plans is None else (sums.plans, sums.marks)
             attributed = attribution(self.carry, native.graph, self.forward, self.kept, keep)
             st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
             self.params.resolve(native)
