@@ -27,7 +27,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ else:
     from workloads import build
 
 MODES = ("plain", "norms", "native", "bare", "traced")
+RUN_SIZE = native_recorder.RUN_DTYPE.itemsize
 _BACKWARD = torch.Tensor.backward
 
 
@@ -67,7 +69,8 @@ class Floor:
 
     # ---- the pieces a monitored, natively traced step cannot do without
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        self.kept["loss"] = loss.detach()
+        if self.norms:
+            self.kept["loss"] = loss.detach()
         if self.native:
             rec = self.rec = self.ext.Recorder()
             rec.configure(self.summ.fallback, self.tr.thumb)
@@ -83,13 +86,13 @@ class Floor:
 
     def _stepped(self, opt: Any, args: Any, kwargs: Any) -> None:
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        with torch.no_grad():
-            if self.norms:
+        if self.norms:
+            with torch.no_grad():
                 after = torch.stack(torch._foreach_norm(grads))
                 self.kept["total_after"] = torch.linalg.vector_norm(after)
                 self.kept["total_before"] = torch.linalg.vector_norm(self.kept["before"])
-            if self.native:
-                self.rec.summarise(grads)
+        if self.native:  # the extension's summaries read the tensors' memory: no graph is made, grad mode or not
+            self.rec.summarise(grads)
 
     def _step(self) -> None:
         loss = self.wl.loss(self.model, self.batch)
@@ -98,6 +101,7 @@ class Floor:
         self.opt.zero_grad()
 
     def run(self, mode: str) -> None:
+        """One step in `mode`; the floor modes' wrapper and hook are in place only inside `installed`."""
         if mode == "plain":
             self._step()
         elif mode == "traced":
@@ -105,35 +109,47 @@ class Floor:
                 self._step()
             self.i += 1
         else:
-            self._floor(norms=mode in ("norms", "native"), native=mode in ("native", "bare"))
+            self._floor()
 
-    def _floor(self, norms: bool, native: bool) -> None:
-        self.norms, self.native = norms, native
+    @contextmanager
+    def installed(self, mode: str) -> Iterator[None]:
+        """For a floor mode, `Tensor.backward` wrapped and the optimizer post-hook registered for as long as the
+        block runs (a run of steps): what each step then pays is the calls themselves, not putting them in
+        place (a tracer installs them once too)."""
+        if mode in ("plain", "traced"):
+            yield
+            return
+        self.norms, self.native = mode in ("norms", "native"), mode in ("native", "bare")
         torch.Tensor.backward = lambda loss, *a, **k: self._backward(loss, *a, **k)  # type: ignore[method-assign]
         handle = register_optimizer_step_post_hook(self._stepped)
         try:
-            self._step()
+            yield
         finally:
             torch.Tensor.backward = _BACKWARD  # type: ignore[method-assign]
             handle.remove()
-        if norms:
+
+    def _floor(self) -> None:
+        self._step()
+        if self.norms:
             for k in ("loss", "before", "total_after", "total_before"):
                 self.kept[k].tolist()
-        if native:
+        if self.native:
             rec, self.rec = self.rec, None
             rec.remove_hooks()
             runs = rec.records()[0]
             rec.tables()
-            self.recorded = (int(rec.size()), len(runs) // native_recorder.RUN_DTYPE.itemsize)
+            self.recorded = (rec.size(), len(runs) // RUN_SIZE)
             rec.release()
 
 
-def _timed(step: Callable[[], None], n: int) -> float:
-    step()  # untimed: the first step after another mode's
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
-    return (time.perf_counter() - t0) / n
+def _timed(floor: Floor, mode: str, n: int) -> float:
+    """Seconds a step of `mode` takes, over `n` steps after an untimed one (the first after another mode's)."""
+    with floor.installed(mode):
+        floor.run(mode)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            floor.run(mode)
+        return (time.perf_counter() - t0) / n
 
 
 def measure(key: str, rounds: int, steps: int | None) -> tuple[dict[str, list[float]], float]:
@@ -141,16 +157,16 @@ def measure(key: str, rounds: int, steps: int | None) -> tuple[dict[str, list[fl
     round; None: about 20 ms of plain steps); and a plain step's seconds."""
     floor = Floor(key)
     if steps is None:
-        steps = max(10, int(0.02 / max(_timed(lambda: floor.run("plain"), 20), 1e-6)))
+        steps = max(10, int(0.02 / max(_timed(floor, "plain", 20), 1e-6)))
     for mode in MODES:  # warm-up
-        _timed(lambda m=mode: floor.run(m), max(5, steps // 10))
+        _timed(floor, mode, max(5, steps // 10))
     ratios: dict[str, list[float]] = {m: [] for m in MODES}
     for r in range(rounds):
         order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
-        secs = {m: _timed(lambda m=m: floor.run(m), steps) for m in order}
+        secs = {m: _timed(floor, m, steps) for m in order}
         for m in MODES:
             ratios[m].append(secs[m] / secs["plain"])
-    plain_s = _timed(lambda: floor.run("plain"), steps)
+    plain_s = _timed(floor, "plain", steps)
     floor.tr.close()
     return ratios, plain_s
 

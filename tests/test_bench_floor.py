@@ -16,7 +16,8 @@ def test_the_native_floor_records_every_node_of_the_step(mode: str) -> None:
     f = floor.Floor("W1")
     f.run("traced")
     nodes = f.tr.last.meta["nodes"]  # the same step as gradscape traces it
-    f.run(mode)
+    with f.installed(mode):
+        f.run(mode)
     f.tr.close()
     assert f.recorded == (nodes, nodes)  # every node walked, and each ran once
 

@@ -71,8 +71,7 @@ PyObject* rec_walk(PyObject* self, PyObject* obj) {
 PyObject* rec_id_of(PyObject* self, PyObject* obj) {
   NodePtr n;
   if (!node_of(obj, &n)) return PyLong_FromLong(-1);
-  auto it = R(self)->ids.find(n.get());
-  return PyLong_FromLong(it == R(self)->ids.end() ? -1 : it->second);
+  return PyLong_FromLong(R(self)->ids.find(n.get()));
 }
 
 PyObject* rec_node(PyObject* self, PyObject* arg) {

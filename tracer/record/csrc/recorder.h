@@ -38,6 +38,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "node_index.h"
+
 namespace {
 
 using torch::autograd::Node;
@@ -148,7 +150,7 @@ class Recorder {
  public:
   // graph
   std::vector<NodePtr> nodes;
-  std::unordered_map<Node*, int32_t> ids;
+  NodeIndex ids;
   std::vector<int32_t> name, child_off{0}, child_id, child_nr, in_off{0}, senders;
   std::vector<int8_t> kind, is_view, out_dtype;
   std::vector<uint64_t> seq;
@@ -196,6 +198,7 @@ class Recorder {
 
   // ---- the walk (GIL held)
   int32_t walk_from(const NodePtr& root);
+  void reserve_like_last();
   void add_outputs(Node* n);
   void link_from(int32_t first);
   void install(int32_t first);

@@ -28,18 +28,45 @@ int8_t kind_of(const std::string& nm, bool py_node) {
   return py_node ? KIND_CUSTOM : KIND_OP;
 }
 
+// The name code and kind of each C++ node class this thread has met, by its type_info's address, packed as
+// code * 16 + kind: found without `g_mu` (which the hooks take on the engine's threads) and without hashing
+// the class's mangled name, as std::type_index does
+thread_local NodeIndex tl_classes;
+
 // The name code and kind of a node, by its C++ class (a custom Function's node: by its name, every time)
 std::pair<int32_t, int8_t> class_of(Node* n) {
+  const std::type_info& type = typeid(*n);
+  int32_t hit = tl_classes.find(&type);
+  if (hit >= 0) return {hit / 16, static_cast<int8_t>(hit % 16)};
   std::unique_lock<std::mutex> g(g_mu);
-  auto it = g_class_code.find(std::type_index(typeid(*n)));
-  if (it != g_class_code.end()) return {it->second, kind_of(g_names[it->second], false)};
+  auto it = g_class_code.find(std::type_index(type));
+  if (it != g_class_code.end()) {
+    int8_t k = kind_of(g_names[it->second], false);
+    tl_classes.insert(&type, it->second * 16 + k);
+    return {it->second, k};
+  }
   g.unlock();  // name() of a custom Function's node is Python's (the GIL is held: this is a Python call)
   bool py_node = is_py_node(n);
   std::string nm = n->name();
   g.lock();
   int32_t code = code_of_name(nm);
-  if (!py_node) g_class_code.emplace(std::type_index(typeid(*n)), code);
+  if (!py_node) g_class_code.emplace(std::type_index(type), code);
   return {code, kind_of(nm, py_node)};
+}
+
+// The size of the last graph this thread walked: a step of a training loop walks the same graph again
+thread_local size_t tl_last_nodes = 0;
+
+void Recorder::reserve_like_last() {
+  size_t n = tl_last_nodes;
+  if (n == 0) return;
+  ids.reserve(n);
+  nodes.reserve(n);
+  name.reserve(n);
+  kind.reserve(n);
+  seq.reserve(n);
+  in_off.reserve(n + 1);
+  child_off.reserve(n + 1);
 }
 
 // Its forward outputs' shapes and dtypes (what the engine checks arriving gradients against)
@@ -77,7 +104,8 @@ void Recorder::link_from(int32_t first) {
         child_nr.push_back(0);
         continue;
       }
-      int32_t c = ids.at(e.function.get());
+      int32_t c = ids.find(e.function.get());
+      if (c < 0) throw std::logic_error("gradscape: a child of a walked node was not walked");
       child_id.push_back(c);
       child_nr.push_back(static_cast<int32_t>(e.input_nr));
       senders[in_off[c] + e.input_nr] += 1;
@@ -92,13 +120,14 @@ void Recorder::link_from(int32_t first) {
 // Depth first from `root`, without recursion (a graph of a long loop is deep); new nodes get the next ids
 int32_t Recorder::walk_from(const NodePtr& root) {
   int32_t first = static_cast<int32_t>(nodes.size());
+  if (first == 0) reserve_like_last();
   std::vector<Node*> stack{root.get()};
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    if (n == nullptr || ids.count(n)) continue;
+    if (n == nullptr || ids.find(n) >= 0) continue;
     auto [code, k] = class_of(n);
-    ids.emplace(n, static_cast<int32_t>(nodes.size()));
+    ids.insert(n, static_cast<int32_t>(nodes.size()));
     nodes.push_back(n->getptr());
     name.push_back(code);
     kind.push_back(k);
@@ -108,11 +137,12 @@ int32_t Recorder::walk_from(const NodePtr& root) {
     const auto& edges = n->next_edges();
     for (auto it = edges.rbegin(); it != edges.rend(); ++it) {
       Node* c = it->function.get();
-      if (c != nullptr && !ids.count(c)) stack.push_back(c);
+      if (c != nullptr && ids.find(c) < 0) stack.push_back(c);
     }
   }
   link_from(first);
-  return ids.at(root.get());
+  tl_last_nodes = nodes.size();
+  return ids.find(root.get());
 }
 
 void Recorder::install(int32_t first) {
