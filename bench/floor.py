@@ -14,6 +14,9 @@ which goes first) and given as the median over rounds of the ratio to the plain 
              arrays, a hook on each node, the stepped gradients summarised, the records and tables read,
              the hooks taken off): the C++ side of a traced step with no Python bookkeeping around it
     bare     `native` without the norms: the extension's calls alone
+
+The floor modes' backward wrapper and optimizer post-hook are put in place once for a mode's run of steps
+(`Floor.installed`), so a step of them pays for the calls, not for installing them.
     traced   gradscape's own traced step (`Tracer(model, every=1)`), for comparison
 
 `traced` minus `native` is what the step's Python bookkeeping costs (the recorder's objects, the pass's
@@ -115,7 +118,9 @@ class Floor:
     def installed(self, mode: str) -> Iterator[None]:
         """For a floor mode, `Tensor.backward` wrapped and the optimizer post-hook registered for as long as the
         block runs (a run of steps): what each step then pays is the calls themselves, not putting them in
-        place (a tracer installs them once too)."""
+        place. (gradscape puts its wrappers and hooks in place for each step block and takes them off after it:
+        NOTE [Monitor hooks] in tracer/monitor/installed.py. That is part of its bookkeeping, `traced` minus
+        `native`, not of the floor.)"""
         if mode in ("plain", "traced"):
             yield
             return

@@ -19,7 +19,7 @@ from gradscape import StoreError, TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.record import wire_columns
 from gradscape.tracer.sinks.file import FileSink
-from gradscape.tracer.wire import TraceFormatError, decode_array, encode_array, step_from_wire, step_to_wire
+from gradscape.tracer.wire import TraceFormatError, compact, decode_array, encode_array, step_from_wire, step_to_wire
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, quantise_same_shape
 
 
@@ -88,6 +88,32 @@ def test_thumbnails_quantised_together_equal_each_quantised_alone() -> None:
         if fin.any() and np.isfinite(c["hi"] - c["lo"]):
             err = np.abs(back[fin].astype(np.float64) - p[fin])
             assert np.all(err <= (c["hi"] - c["lo"]) / 504 * 1.0001 + 1e-45)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_a_stack_of_finite_thumbnails_is_quantised_as_the_general_path_does(dtype: type) -> None:
+    """A stack with no NaN or Inf takes `quantise_same_shape`'s shorter path (its range read in its own type,
+    no masks): the same codes and ranges as the general path gives the same pictures in float64, across
+    scales, one-value pictures, signed zeros, subnormals and the type's extremes."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((200, 5, 7)) * rng.choice([1e-30, 1e-5, 1.0, 1e4], size=(200, 1, 1))
+    a[::7] = 3.0
+    a[1::11, 0, 0] = -0.0
+    a[2::13], a[2::13, 1, 1] = 0.0, -0.0
+    a[3::17, 2] = rng.choice([1e-45, -1e-45, 0.0], size=7)
+    a[4, 0, :2] = (np.finfo(dtype).max / 2, -np.finfo(dtype).max / 2)  # a range of the type's maximum
+    v = a.astype(dtype)
+    assert np.isfinite(v).all()
+
+    def general(v: np.ndarray) -> list[dict[str, object]]:
+        lo, hi, q = compact._quantise_general(v.astype(np.float64))
+        return [{"q8": q[i].tobytes(), "shape": [5, 7], "lo": float(lo[i]), "hi": float(hi[i])} for i in range(len(v))]
+
+    assert compact._quantise_finite(v) is not None and quantise_same_shape(v) == general(v)
+    v[4, 0, :2] = (np.finfo(dtype).max, -np.finfo(dtype).max)  # a float64 range past a double's: the general rule
+    assert (compact._quantise_finite(v) is None) == (dtype == np.float64) and quantise_same_shape(v) == general(v)
+    v[9, 1, 1] = np.nan  # one NaN: the whole stack takes the general path
+    assert quantise_same_shape(v)[9]["q8"][8] == 253
 
 
 def test_thumbnails_turned_back_together_equal_each_turned_back_alone() -> None:
