@@ -84,6 +84,9 @@ def main() -> None:
     np.savez(out / f"rank{rank}.npz", **grads)
     (out / f"rank{rank}.json").write_text(json.dumps({**info, "names": [n for n, _ in model.named_parameters()],
                                                       "stats": tr.stats}))
+    # every rank done before any tears down: rank 0 hosts the rendezvous store, and its exit while the other
+    # rank still used it was seen once to abort rank 0 at shutdown ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 

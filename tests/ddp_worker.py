@@ -51,6 +51,7 @@ def main() -> None:
             "modules": {n.name: n.module for n in st.nodes if n.kind == "op"}}
     (out / f"rank{rank}.json").write_text(json.dumps(info))
     tr.close()
+    dist.barrier()  # every rank done before rank 0, which hosts the rendezvous store, tears down (ddp_stream_worker.py)
     dist.destroy_process_group()
 
 

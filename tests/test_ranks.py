@@ -94,6 +94,12 @@ def test_fsdp2_ranks_write_one_shared_file(tmp_path: Path) -> None:
             assert [s["step"] for s in store.steps("fsdp", rank)] == [0, 1]
             st = store.read_step("fsdp", 1, rank)
             assert st.rank == rank and st.world_size == 2 and st.error is None and st.nodes
+            # the monitor's row of each step: each parameter's norm is that of this rank's shard of its gradient
+            rows = store.history("fsdp", rank)
+            assert [r["step"] for r in rows] == [0, 1]
+            for name in infos[rank]["names"]:
+                shard = grads[rank][f"1/local/{name}"].astype(np.float64)
+                assert rows[1]["param_norms"][name] == pytest.approx(float(np.linalg.norm(shard)), rel=1e-5), name
             assert sorted(st.params) == sorted(infos[rank]["names"])
             for name in infos[rank]["names"]:
                 got = st.params[name].values

@@ -112,9 +112,9 @@ def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]
     if not st.passes or all(p.api == "autograd.grad" for p in st.passes):
         return [], []  # autograd.grad fills no .grad: no parameter is expected to get one
     unmade = unmade or {}
-    if len(st.params) + len(unmade) >= len(view.model.param_names):
+    if len(st.params) + len(unmade) >= len(view.model.params):
         return [], []  # every parameter got one (the usual step: no need to look at each)
-    wanted = [name for p, name in view.model.param_names.items() if p.requires_grad]
+    wanted = [name for p, name in view.model.params if p.requires_grad]
     missing = [name for name in wanted if name not in st.params and name not in unmade]
     if not missing:
         return [], []

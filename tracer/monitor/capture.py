@@ -39,10 +39,15 @@ log = logging.getLogger(__name__)
 
 
 def _norms(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The 2-norm of each gradient, stacked (one fused call; per tensor for what foreach refuses)."""
+    """The 2-norm of each gradient, stacked (one fused call; per tensor for what foreach refuses). A DTensor
+    gradient (FSDP2's shards) counts as this rank's shard: its norm is the local part's, read with no collective
+    (a rank's row holds its own shards' norms)."""
     with grad_off():  # `torch.no_grad()` as a hot path needs it (tracer/summary/stats.py)
         try:
-            return torch.stack(_compat.foreach_norm(grads))
+            norms = _compat.foreach_norm(grads)
+            if norms and type(norms[0]) is not torch.Tensor:  # DTensors: the local shards' norms
+                norms = _compat.foreach_norm([_dense(g) for g in grads])
+            return torch.stack(norms)
         except (RuntimeError, TypeError, NotImplementedError):
             return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
 

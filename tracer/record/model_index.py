@@ -9,14 +9,17 @@ from gradscape.tracer import _compat
 
 class ModelIndex:
     """Qualified names of the model's modules (`module_names`, by module; `module_types`, `module_params`,
-    by name) and parameters (`param_names`, by tensor; `param_by_name`), and of the unsharded copies FSDP2
-    makes of its parameters for a forward (`unsharded_names`, NOTE [Unsharded parameters])."""
+    by name) and parameters (`params`, each with its name in the model's order; `name_of`, by tensor;
+    `param_by_name`), and of the unsharded copies FSDP2 makes of its parameters for a forward
+    (`unsharded_names`, NOTE [Unsharded parameters])."""
 
     def __init__(self, model: Any = None) -> None:
         self.module_names: dict[Any, str] = {}
         self.module_types: dict[str, str] = {}
         self.module_params: dict[str, list[str]] = {}
-        self.param_names: dict[Any, str] = {}
+        self.params: list[tuple[Any, str]] = []  # every parameter once, with its first name
+        # id → name of the parameters in `params` (which keep them alive): a tensor's own hash is a Python call
+        self._names: dict[int, str] = {}
         self.param_by_name: dict[str, Any] = {}
         self.unsharded_names: dict[Any, str] = {}  # FSDP2's per-forward copies → their parameter's name
         if model is not None:
@@ -26,7 +29,7 @@ class ModelIndex:
         """One pre-order pass over the modules' children (what `named_modules(remove_duplicate=False)`
         walks, without its generators): a shared module or parameter keeps its first name, as
         `named_modules()` / `named_parameters()` give it."""
-        names, types, params, pnames = self.module_names, self.module_types, self.module_params, self.param_names
+        names, types, params, pnames = self.module_names, self.module_types, self.module_params, self._names
         stack: list[tuple[str, Any]] = [("", model)]
         while stack:
             name, mod = stack.pop()
@@ -42,18 +45,24 @@ class ModelIndex:
                 if p is None:
                     continue
                 full = prefix + pname
-                pnames.setdefault(p, full)
-                self.param_by_name.setdefault(pnames[p], p)
+                if id(p) not in pnames:
+                    pnames[id(p)] = full
+                    self.params.append((p, full))
+                    self.param_by_name.setdefault(full, p)
                 if first:
                     plist.append(full)
             children = [(prefix + cname, child) for cname, child in _compat.module_children(mod).items()
                         if child is not None]
             stack.extend(reversed(children))
 
+    def name_of(self, t: Any) -> str | None:
+        """The name of the parameter `t` is; None for any other tensor."""
+        return self._names.get(id(t))
+
     def param_of(self, var: Any) -> str | None:
         """The name of the parameter a leaf tensor is, or stands for (an FSDP2 unsharded copy); None
         for any other leaf."""
-        param = self.param_names.get(var)
+        param = self._names.get(id(var))
         if param is None and self.unsharded_names:
             param = self.unsharded_names.get(var)
         return param
@@ -61,16 +70,17 @@ class ModelIndex:
     def name_unsharded(self, mod: Any, name: str) -> None:
         """NOTE [Unsharded parameters]: FSDP2 (`fully_shard`) swaps each parameter for an unsharded
         copy in the module's parameters for the forward, and the graph's AccumulateGrad nodes hold
-        those copies, which `param_names` (built from the sharded parameters) does not know. The
+        those copies, which the index's parameter names (built from the sharded parameters) do not know. The
         global forward hook that calls this runs before the module's own hooks, so before FSDP2 puts
         the shards back: what the module holds now is the copy, named after the parameter it stands for."""
         prefix = "" if name == "<root>" else name + "."
         for pname, p in _compat.module_parameters(mod).items():
-            if p is not None and p not in self.param_names:
+            if p is not None and id(p) not in self._names:
                 self.unsharded_names[p] = prefix + pname
 
     def release(self) -> None:
         """Let go of the model's modules and parameters (the names by name stay)."""
         self.module_names = {}
-        self.param_names = {}
+        self.params = []
+        self._names = {}
         self.param_by_name = {}

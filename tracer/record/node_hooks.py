@@ -99,7 +99,7 @@ class NodeHooks:
         `st.params` (the node itself is not part of the drawn graph)."""
         if not graph.has_kinds("checkpoint", "custom"):
             return
-        for p, name in model.param_names.items():
+        for p, name in model.params:
             if not p.requires_grad:
                 continue
             node = torch.autograd.graph.get_gradient_edge(p).node

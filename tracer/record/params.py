@@ -142,7 +142,7 @@ class ParamGradients:
         if isinstance(inputs, (torch.Tensor, torch.autograd.graph.GradientEdge)):
             inputs = (inputs,)
         for t, g in zip(inputs or (), result):
-            name = self.model.param_names.get(t) if isinstance(t, torch.Tensor) else None
+            name = self.model.name_of(t) if isinstance(t, torch.Tensor) else None
             if name is not None and isinstance(g, torch.Tensor):
                 self.traces[name] = self.summ.summarise(g)
 
