@@ -34,7 +34,8 @@ X86_64 = platform.machine().lower() in ("x86_64", "amd64") and os.name != "nt"
 
 def kernel(name: str, flags: list[str]) -> Extension:
     return Extension(f"gradscape.tracer.summary.{name}", sources=[f"tracer/summary/{name}.c"],
-                     depends=["tracer/summary/_fastsum.c"],
+                     depends=["tracer/summary/_fastsum.c", "tracer/summary/_fastsum_wide.h",
+                              "tracer/summary/_fastsum_thumb.h"],
                      extra_compile_args=flags, optional=True)
 
 

@@ -81,7 +81,7 @@ def _check_one_import_name(wheel: Path, kernel: bool) -> set[str]:
                  "gradscape/app/view/layout.py", "gradscape/tracer/wire/__init__.py"):
         assert need in files, f"the wheel lacks {need}"
     built = {f for f in files if f.startswith("gradscape/tracer/summary/_fastsum")}
-    assert not any(f.endswith(".c") for f in built)  # the kernel's source is in the sdist only
+    assert not any(f.endswith((".c", ".h")) for f in built)  # the kernel's source is in the sdist only
     assert bool(built) == kernel, sorted(built)
     return files
 
@@ -155,7 +155,8 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/summary/_fastsum.c",
-                 "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "gradscape/app/ui/page.py",
+                 "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "tracer/summary/_fastsum_wide.h",
+                 "tracer/summary/_fastsum_thumb.h", "gradscape/app/ui/page.py",
                  "gradscape/assets/player.js"):
         assert need in names, f"the sdist lacks {need}"
 
