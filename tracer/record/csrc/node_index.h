@@ -32,8 +32,6 @@ class NodeIndex {
     if (cap > keys_.size()) grow(cap);
   }
 
-  size_t size() const { return size_; }
-
   void clear() {
     std::vector<const void*>().swap(keys_);
     std::vector<int32_t>().swap(vals_);
