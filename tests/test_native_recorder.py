@@ -292,3 +292,24 @@ def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypa
             finite = g[torch.isfinite(g)].double()  # the statistics are those of the finite values
             assert norm == pytest.approx(torch.linalg.vector_norm(finite).item(), rel=1e-6), name
     assert seen[0]["2.bias"][1] and not any(bad for _, bad in seen[1].values())
+
+
+def test_a_native_steps_execution_order_is_made_when_read(python_recorder: Any) -> None:
+    """`st.execution` of a natively recorded step is a sequence over the runs' columns: the same pairs as the
+    Python recorder's list, made into a list only when read."""
+    python_recorder(True)
+    model, loss_of = _program("lstm")
+    with gradscape.Tracer(model).step(0) as py:
+        loss_of(model).backward()
+    python_recorder(False)
+    model, loss_of = _program("lstm")
+    with gradscape.Tracer(model).step(0) as st:
+        loss_of(model).backward()
+    ex = st.execution
+    assert st.meta["recorder"] == "native" and ex._list is None  # nothing made by the step itself
+    assert len(ex) == len(py.execution) > 20 and ex._list is None
+    assert ex == py.execution and py.execution == ex and list(ex) == py.execution
+    assert ex[0] == py.execution[0] and ex[-3:] == py.execution[-3:]
+    assert ex != py.execution[:-1] and ex != "not a sequence of runs"
+    with pytest.raises(TypeError):
+        hash(ex)
