@@ -26,6 +26,8 @@ from gradscape.tracer.protocol import MAX_PAUSED_THUMB_BYTES, check_paused_nodes
 from gradscape.tracer.wire import decode_array, encode_array, pack
 
 # ---------------------------------------------------------------------------- paused heatmaps
+_PICTURE = 2**-8  # a thumbnail's cells are rounded to bfloat16 (NOTE [Arena thumbnails])
+
 # NOTE [Paused heatmaps] in tracer/debug/breakpoints.py: the paused message carries thumbnails; the server
 # serves one node's at /api/runs/<run>/paused/nodes/<id>; the page draws them (app/ui/debugger.py).
 FC2_LABELS = ["self → fc2.bias", "mat1 → input of fc2", "mat2 → fc2.weight (transposed)"]
@@ -85,11 +87,11 @@ def test_paused_node_route_serves_the_gradients(srv: ThreadServer) -> None:
     want = _fc2_grads()
     arrived = node["grad_outputs"][0]
     assert arrived["shape"] == [16, 3] and arrived["view"] == "rows 16 × cols 3"
-    np.testing.assert_allclose(thumb_values(arrived["thumb"]), as_2d(want["out"]), rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(thumb_values(arrived["thumb"]), as_2d(want["out"]), rtol=_PICTURE, atol=1e-8)
     for j, name in enumerate(("bias", "mat1", "mat2")):
         sent = node["grad_inputs"][j]
         assert sent["shape"] == list(want[name].shape)
-        np.testing.assert_allclose(thumb_values(sent["thumb"]), as_2d(want[name]), rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(thumb_values(sent["thumb"]), as_2d(want[name]), rtol=_PICTURE, atol=1e-8)
         assert sent["stats"]["norm"] == pytest.approx(float(want[name].norm()), rel=1e-5)
     # ?order= names one execution; another node, one not run yet, a malformed id
     assert call(srv, "GET", f"/api/runs/heat/paused/nodes/{nid}?order={k - 1}")[1] == doc
@@ -128,7 +130,7 @@ def test_paused_thumbnails_are_block_means(srv: ThreadServer) -> None:
     for t_, name in zip(got, ("out", "bias", "mat1", "mat2")):
         expect = _block_means(as_2d(want[name]), 2)
         assert t_["thumb"]["shape"] == list(expect.shape)
-        np.testing.assert_allclose(thumb_values(t_["thumb"]), expect, rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(thumb_values(t_["thumb"]), expect, rtol=_PICTURE, atol=1e-8)
     t.finish(srv)
 
 

@@ -150,7 +150,7 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
         pad = thumb_padding(shape, z)
         blocks = thumb_blocks(shape, z)
         whole = blocks == "1×1" and len(shape) != 4
-        slot["source"] = ("thumbnail: every value (as float32)" if whole
+        slot["source"] = ("thumbnail: every value (to bfloat16's precision)" if whole
                           else f"thumbnail: block means of {blocks} elements")
         slot["view"] = t["view"] or view_words(tuple(shape))
         if len(shape) == 4 and sample:

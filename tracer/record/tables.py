@@ -22,10 +22,10 @@ from typing import Any, overload
 import numpy as np
 
 from gradscape.tracer._model import NodeRun, NodeTrace, TensorTrace
+from gradscape.tracer.summary import bfloat16
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.summary.stats import stats_from_raw
 
-_F32 = np.dtype(np.float32)
 _ACC_SEQ = (1 << 64) - 1  # the sequence number of every AccumulateGrad node (it has no source line)
 
 
@@ -44,8 +44,8 @@ class TensorTable:
         n = len(summs)
         self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
         self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (the extension's `tables`)
-        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is a float32 of the arena
-        self.cells_bound = sum(map(len, chunks)) // 4
+        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is a bfloat16 of the arena
+        self.cells_bound = sum(map(len, chunks)) // 2
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
 
@@ -73,7 +73,7 @@ class TensorTable:
         if plan.th_shape is None or self.no_thumb[k]:
             return None
         arr = self.chunks[int(self.chunk[k])]
-        th = np.ndarray(plan.th_shape, _F32, arr, 8 * (int(self.off[k]) + 8))  # a view of the arena
+        th = bfloat16.widen(np.ndarray(plan.th_shape, np.uint16, arr, 8 * (int(self.off[k]) + 8)))
         return np.ascontiguousarray(th.T) if plan.transposed else th
 
     def arena_bytes(self) -> int:

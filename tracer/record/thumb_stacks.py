@@ -3,12 +3,12 @@
 NOTE [Thumbnail stacks]
     The trace file keeps each thumbnail quantised, shape by shape, with repeats stored once (NOTE [Compact
     thumbnails] in tracer/wire/compact.py), which works on one (n, rows, cols) stack per shape. The kernel
-    wrote every thumbnail into the step's arena (NOTE [Summary arena]) at a known offset, in float32, with
-    its plan's shape; `thumb_stacks` gathers each plan's thumbnails with one fancy index rather than making
-    a view of each (`TensorTable.thumb_of`, which a 100k-node step called 176k times for 0.1 s) and
-    stacking the views again. A stack holds the same bytes as the views would (a transposed plan's
-    thumbnails are made contiguous, as `thumb_of` makes them), so what is stored does not change
-    (tests/test_store_size.py holds the two equal).
+    wrote every thumbnail into the step's arena at a known offset, in bfloat16 (NOTE [Arena thumbnails] in
+    tracer/summary/bfloat16.py), with its plan's shape; `thumb_stacks` gathers each plan's thumbnails with
+    one fancy index rather than making a view of each (`TensorTable.thumb_of`, which a 100k-node step
+    called 176k times for 0.1 s) and stacking them again. A stack holds the same float32 values as
+    `thumb_of` gives (a transposed plan's thumbnails are made contiguous, as `thumb_of` makes them), so
+    what is stored does not change (tests/test_store_size.py holds the two equal).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradscape.tracer.record.tables import TensorTable
+from gradscape.tracer.summary import bfloat16
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 
 Stacks = dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]  # shape -> (positions ascending, (n, *shape) stack)
@@ -41,8 +42,9 @@ def thumb_stacks(tt: TensorTable, order: np.ndarray, skip: np.ndarray) -> Stacks
         p, c = divmod(key, n_chunks)
         sel = keys == key
         h, w = KERNEL_PLANS[p].th_shape  # type: ignore[misc]
-        start = 2 * (tt.off[rows[sel]].astype(np.int64) + 8)  # float32 cells: after the 8 statistics (doubles)
-        stack = tt.chunks[c].view(np.float32)[start[:, None] + np.arange(h * w)].reshape(len(start), h, w)
+        start = 4 * (tt.off[rows[sel]].astype(np.int64) + 8)  # bfloat16 cells: after the 8 statistics (doubles)
+        cells = tt.chunks[c].view(np.uint16)[start[:, None] + np.arange(h * w)]
+        stack = bfloat16.widen(cells).reshape(len(start), h, w)
         if KERNEL_PLANS[p].transposed:
             stack = np.ascontiguousarray(stack.transpose(0, 2, 1))
         parts.setdefault(stack.shape[1:], []).append((pos[sel], stack))

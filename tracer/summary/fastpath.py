@@ -92,8 +92,9 @@ _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  
 def kernel_plan(shape: tuple[int, ...], dtype_code: int, transposed: int, size: int) -> tuple[Any, ...] | None:
     """The native recorder's planner: for a tensor of `shape` (its transpose's memory, contiguous, when
     `transposed`), of dtype `_KERNEL_DTYPES[dtype_code]`, summarised with thumbnails of `size`: (plan id,
-    kernel index, the kernel's geometry [n, planes, R, C, kr, kc, gc], doubles it writes); None when the
-    kernel does not apply. Checked like every kernel call (`check_geometry`)."""
+    kernel index, the kernel's geometry [n, planes, R, C, kr, kc, gc], doubles it writes, thumbnail cells); None
+    when the kernel does not apply (the recorder's arena keeps the cells in bfloat16: NOTE [Arena
+    thumbnails]). Checked like every kernel call (`check_geometry`)."""
     if not 0 <= dtype_code < len(_KERNEL_DTYPES) or len(shape) > 16:
         return None
     memory = tuple(reversed(shape)) if transposed else tuple(shape)
@@ -108,7 +109,7 @@ def kernel_plan(shape: tuple[int, ...], dtype_code: int, transposed: int, size: 
     check_geometry(n, geometry, th_shape, 8 * words)
     dtype = dtype_name(_KERNEL_DTYPES[dtype_code])
     KERNEL_PLANS.append(KernelPlan(tuple(shape), dtype, thumbnail_view(tuple(shape)), th_shape, bool(transposed)))
-    return len(KERNEL_PLANS) - 1, dtype_code, (n, *geometry), words
+    return len(KERNEL_PLANS) - 1, dtype_code, (n, *geometry), words, k
 
 
 def _native_plan(t: torch.Tensor, size: int) -> _NativePlan | None:

@@ -15,8 +15,8 @@ NOTE [Summary arena]
     arrays of doubles, each chunk twice the last (32 KiB to 512 KiB), handed out in order. Passing
     an address into it costs the ctypes call less than a fresh buffer per call would (an allocation
     and a conversion: a third of the fast path's time on an 8×32 gradient). At `finalize` each
-    trace's thumbnail becomes a numpy view of its part of a chunk, which the view keeps alive; a
-    new step starts a new chunk, so what a kept trace views is never written again.
+    trace's thumbnail is read from its part of a chunk, rounded to bfloat16's precision as the native
+    recorder's arena keeps it (NOTE [Arena thumbnails] in `bfloat16.py`); a new step starts a new chunk.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import TensorTrace
+from gradscape.tracer.summary import bfloat16
 from gradscape.tracer.summary.fastpath import (
     _native_plans,
     _NativePlan,
@@ -247,8 +248,8 @@ class Summariser:
             bad += raw[5] + raw[6]  # NaN and Inf counts
             tr.stats = stats_from_raw(raw)
             if plan.th_shape is not None:
-                th = np.ndarray(plan.th_shape, _F32, chunk, 8 * off + 64)  # a view of the arena, kept alive by it
-                tr.thumb = np.ascontiguousarray(th.T) if plan.transposed else th
+                th = np.ndarray(plan.th_shape, _F32, chunk, 8 * off + 64)  # the kernel's float32 cells
+                tr.thumb = bfloat16.rounded(th.T if plan.transposed else th)  # NOTE [Arena thumbnails]
                 cells += th.size
         self.thumb_cells += cells
         if bad:
@@ -290,7 +291,8 @@ class Summariser:
                 p.trace.stats = dict(p.stats_of.stats)
             if p.values is not None:
                 p.trace.values = p.values.cpu().numpy()
-            if p.trace.thumb is not None:
+            if p.trace.thumb is not None:  # (after the statistics: a small tensor's are read from its thumbnail)
+                p.trace.thumb = bfloat16.rounded(p.trace.thumb)  # NOTE [Arena thumbnails]
                 self.thumb_cells += p.trace.thumb.size
             if p.trace.stats.get("nan") or p.trace.stats.get("inf"):
                 self.nonfinite = True

@@ -83,9 +83,11 @@ struct Plan {
   Kernel fn = nullptr;
   int64_t geom[7] = {0, 0, 0, 0, 0, 0, 0};
   int64_t words = 0;  // doubles the call writes: 8 statistics, then the float32 thumbnail
+  int64_t cells = 0;  // the thumbnail's cells (0: none)
+  int64_t stored = 0;  // doubles the arena keeps: 8 statistics, then the thumbnail in bfloat16 (NOTE [Arena thumbnails])
 };
 std::unordered_map<std::string, Plan> g_plans;  // layout key -> plan (g_mu)
-PyObject* g_planner = nullptr;  // Python: (shape, dtype code, transposed) -> (id, kernel, geometry, words) | None
+PyObject* g_planner = nullptr;  // Python: (shape, dtype code, transposed) -> (id, kernel, geometry, words, cells) | None
 Kernel g_kernels[4] = {nullptr, nullptr, nullptr, nullptr};  // float32, bfloat16, float16, float64
 
 int dtype_code(c10::ScalarType t) {

@@ -49,16 +49,18 @@ const Plan* Recorder::shared_plan_for(const at::Tensor& t, bool transposed) {
   if (res == nullptr) {
     PyErr_Clear();
   } else if (res != Py_None) {
-    // (id, kernel index, (geometry x7), words)
+    // (id, kernel index, (geometry x7), words, thumbnail cells)
     PyObject* geom = nullptr;
     int kernel = -1;
-    long long words = 0;
+    long long words = 0, cells = 0;
     int id = -1;
-    if (PyArg_ParseTuple(res, "iiOL", &id, &kernel, &geom, &words) && PyTuple_Check(geom) &&
+    if (PyArg_ParseTuple(res, "iiOLL", &id, &kernel, &geom, &words, &cells) && PyTuple_Check(geom) &&
         PyTuple_GET_SIZE(geom) == 7 && kernel >= 0 && kernel < 4 && g_kernels[kernel] != nullptr) {
       plan.id = id;
       plan.fn = g_kernels[kernel];
       plan.words = words;
+      plan.cells = cells;
+      plan.stored = 8 + (cells + 3) / 4;
       for (int i = 0; i < 7; i++) plan.geom[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(geom, i));
       if (PyErr_Occurred()) {
         PyErr_Clear();
@@ -73,6 +75,23 @@ const Plan* Recorder::shared_plan_for(const at::Tensor& t, bool transposed) {
   std::lock_guard<std::mutex> g(g_mu);
   auto it = g_plans.emplace(k, plan).first;
   return it->second.id >= 0 ? &it->second : nullptr;
+}
+
+// NOTE [Arena thumbnails] (tracer/summary/bfloat16.py): the kernel writes a thumbnail in float32; the arena keeps
+// it in bfloat16, rounded to nearest, ties to even, as torch rounds (every NaN as the quiet NaN 0x7FC0)
+static void to_bf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t b;
+    std::memcpy(&b, src + i, 4);
+    dst[i] = (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t(0x7FC0) : uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+  }
+}
+
+// A buffer of `words` doubles for the kernel's output before the thumbnail is narrowed (one per thread)
+static double* scratch_for(int64_t words) {
+  thread_local std::vector<double> buf;
+  if (static_cast<int64_t>(buf.size()) < words) buf.resize(static_cast<size_t>(words));
+  return buf.data();
 }
 
 double* Recorder::reserve(int64_t words, int32_t* chunk, int64_t* off) {
@@ -152,11 +171,16 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
   }
   int32_t chunk;
   int64_t off;
-  double* out = reserve(plan->words, &chunk, &off);
+  double* out = reserve(plan->stored, &chunk, &off);
   if (out == nullptr) return python_summary(t);
-  if (plan->fn(data, plan->geom, out) != 0) {
-    chunk_used -= plan->words;  // a float32 partial sum overflowed: torch recomputes in float64
+  double* into = plan->cells > 0 ? scratch_for(plan->words) : out;
+  if (into == nullptr || plan->fn(data, plan->geom, into) != 0) {
+    chunk_used -= plan->stored;  // a float32 partial sum overflowed: torch recomputes in float64
     return python_summary(t);
+  }
+  if (plan->cells > 0) {
+    std::memcpy(out, into, 8 * sizeof(double));
+    to_bf16(reinterpret_cast<const float*>(into + 8), plan->cells, reinterpret_cast<uint16_t*>(out + 8));
   }
   int32_t idx = static_cast<int32_t>(summs.size());
   summs.push_back(Summ{plan->id, chunk, off, -1, 0});

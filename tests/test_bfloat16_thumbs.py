@@ -1,0 +1,61 @@
+"""Thumbnails at bfloat16's precision (NOTE [Arena thumbnails] in tracer/summary/bfloat16.py): rounded as torch
+rounds, by the native recorder's arena and by the Python summariser alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import gradscape
+from gradscape.tracer.record import native
+from gradscape.tracer.summary import bfloat16
+
+
+def _edge_values() -> torch.Tensor:
+    """Ties, the largest float32 (which rounds to infinity), subnormals, signed zeros, NaNs of either sign."""
+    f = np.array([1.0, 1.00390625, 1.01171875, -1.00390625, 3.4028235e38, -3.4028235e38, 1e-40, -1e-45, 0.0, -0.0,
+                  np.inf, -np.inf, 2.5e-3, 123456.0], np.float32)
+    bits = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFFFFFFF], np.uint32).view(np.float32)
+    return torch.from_numpy(np.concatenate([f, bits, np.random.default_rng(0).standard_normal(90, np.float32)]))
+
+
+def test_bfloat16_rounding_is_torchs() -> None:
+    x = _edge_values()
+    want = x.bfloat16().float().numpy()
+    got = bfloat16.rounded(x.numpy())
+    _same_bits(got, want)
+    assert np.array_equal(bfloat16.widen(bfloat16.to_bfloat16(x.numpy())), got, equal_nan=True)
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit for bit, signed zeros and infinities included; a NaN where torch has one (torch's own NaN bits differ
+    between its scalar and vectorised conversions)."""
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan) and nan.sum() == 4
+    np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
+
+
+def test_natively_recorded_thumbnails_are_torchs_bfloat16_of_the_gradient() -> None:
+    """The native recorder's arena keeps a thumbnail's cells in bfloat16, rounded as torch rounds; the Python
+    summariser's thumbnail of the same gradient is the same picture (a 108-element tensor is its own thumbnail)."""
+    g = _edge_values().reshape(12, 9)
+    x = torch.zeros(12, 9, requires_grad=True)
+    traces = []
+    for python in (False, True):
+        native.enabled = not python
+        try:
+            with gradscape.Tracer(monitor=False).step(0) as st:
+                (x * g).sum().backward()
+        finally:
+            native.enabled = True
+        assert st.meta["recorder"] == ("python" if python else "native")
+        leaf = next(n for n in st.nodes if n.kind == "leaf")
+        traces.append(leaf.grad_outputs[0])
+        x.grad = None
+    want = g.bfloat16().float().numpy()
+    for tr in traces:
+        assert tr.thumb is not None and tr.thumb.dtype == np.float32
+        _same_bits(tr.thumb, want)
+        assert tr.stats["nan"] == 4 and tr.stats["inf"] == 2  # of the gradient, not of its picture
+        assert tr.stats["max"] == float(np.float32(3.4028235e38))  # (its picture's rounds to infinity)
+    np.testing.assert_array_equal(traces[0].thumb.view(np.uint32), traces[1].thumb.view(np.uint32))

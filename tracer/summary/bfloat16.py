@@ -1,0 +1,40 @@
+"""Thumbnails at bfloat16's precision: the arena of the native recorder keeps each thumbnail's cells as
+bfloat16 (NOTE [Arena thumbnails]
+    A thumbnail is a picture of a gradient; its statistics are computed from the gradient itself, at full
+    precision, and never from the picture. The kernel computes a thumbnail's block means in float32; what a
+    step keeps is each mean rounded to bfloat16, to nearest, ties to even, as torch rounds: 8 significant
+    bits and float32's exponent range (only a mean within 2^-9 of float32's largest value becomes an
+    infinity, and only float32's smallest subnormals, below 2^-133, become zero). A NaN stays a NaN (the
+    one quiet NaN 0x7FC0), an infinity an infinity. A cell is then off by at most 2^-8 of its own
+    magnitude, where the trace file's 8-bit levels (NOTE [Compact thumbnails] in tracer/wire/compact.py)
+    are off by up to 1/504 of the picture's range. On a graph of small ops the thumbnails are most of a
+    step's memory: an `nn.LSTMCell` loop's (8, 32) gradient is its own thumbnail, and a 100k-node step's
+    arena held 200 MiB of them in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_F32 = np.dtype(np.float32)
+_QUIET_NAN = 0x7FC0  # every NaN cell becomes this one quiet NaN
+
+
+def to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 `values` as bfloat16 bit patterns (uint16), rounded to nearest, ties to even."""
+    b = np.ascontiguousarray(values, _F32).view(np.uint32)
+    out = ((b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        out[nan] = _QUIET_NAN
+    return out
+
+
+def widen(cells: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) as float32 values, exactly."""
+    return (cells.astype(np.uint32) << np.uint32(16)).view(_F32)
+
+
+def rounded(values: np.ndarray) -> np.ndarray:
+    """float32 `values` rounded to bfloat16's precision, as float32 (a new array)."""
+    return widen(to_bfloat16(values))
