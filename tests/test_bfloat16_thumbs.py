@@ -59,3 +59,10 @@ def test_natively_recorded_thumbnails_are_torchs_bfloat16_of_the_gradient() -> N
         assert tr.stats["nan"] == 4 and tr.stats["inf"] == 2  # of the gradient, not of its picture
         assert tr.stats["max"] == float(np.float32(3.4028235e38))  # (its picture's rounds to infinity)
     np.testing.assert_array_equal(traces[0].thumb.view(np.uint32), traces[1].thumb.view(np.uint32))
+
+
+def test_one_thumbnail_widens_as_a_stack_does() -> None:
+    every = np.arange(1 << 16, dtype=np.uint16)  # every bit pattern, NaNs and infinities among them
+    a, b = bfloat16.widen(every), bfloat16.widen_one(every.reshape(256, 256))
+    assert a.dtype == b.dtype == np.float32 and b.shape == (256, 256)
+    assert a.tobytes() == b.tobytes()

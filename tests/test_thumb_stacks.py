@@ -67,3 +67,35 @@ def test_the_file_keeps_the_same_rows_from_pictures_or_stacks() -> None:
     assert ThumbTable().keep_arrays(rest, stacked) == want
     assert want[3] is None and want[11] is None and want[12] is None  # an empty picture keeps nothing
     assert sum(isinstance(c, dict) and "same" in c for c in want) > 50  # repeats across the two ways were found
+
+
+def test_what_an_optimizer_stepped_with_is_stacked_from_its_float32_cells() -> None:
+    """What each optimizer stepped with is summarised with float32 cells (at bfloat16's precision: NOTE [Arena
+    thumbnails]); the node slots with bfloat16 cells: the stacks read each as its row does."""
+    import torch
+
+    import gradscape
+    from gradscape.tracer.summary.fastpath import KERNEL_PLANS
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradscape.Tracer(model).step(0) as st:
+        model(torch.randn(8, 6)).pow(2).sum().backward()
+        opt.step()
+    tt = st.nodes.tables.tensors
+    wide = np.flatnonzero(tt.wide).tolist()
+    # the four parameters' stepped gradients, and thumbnails of at most 16 cells (the loss's, the last bias's)
+    cells = [np.prod(KERNEL_PLANS[p].th_shape or (0,)) for p in tt.plan.tolist()]
+    assert len(wide) >= 4 and not tt.wide.all() and all(cells[k] <= 16 for k in range(len(tt)) if tt.wide[k]
+                                                        and k not in wide[-4:])
+    for name, p in model.named_parameters():
+        want = p.grad.float().bfloat16().float().numpy().reshape(st.params[name].thumb.shape)
+        assert np.array_equal(st.params[name].thumb, want), name
+    order = np.arange(len(tt))
+    got = {int(p): s[i] for _, (at, s) in thumb_stacks(tt, order, np.zeros(len(tt), bool)).items()
+           for i, p in enumerate(at)}
+    assert set(wide) <= got.keys()
+    for k in got:
+        th = tt.thumb_of(k)
+        assert th is not None and got[k].tobytes() == th.tobytes(), k

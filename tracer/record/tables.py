@@ -26,6 +26,8 @@ from gradscape.tracer.summary import bfloat16
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.summary.stats import stats_from_raw
 
+_F32 = np.dtype(np.float32)
+
 _ACC_SEQ = (1 << 64) - 1  # the sequence number of every AccumulateGrad node (it has no source line)
 
 
@@ -39,12 +41,13 @@ class TensorTable:
         self.chunk = summs["chunk"]
         self.off = summs["off"]
         self.py_index = summs["py"]
+        self.wide = summs["wide"]  # 1: float32 thumbnail cells (what an optimizer stepped with), else bfloat16
         self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)
         self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
         self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (the extension's `tables`)
-        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is a bfloat16 of the arena
+        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is at least a bfloat16 of the arena
         self.cells_bound = sum(map(len, chunks)) // 2
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
@@ -72,8 +75,11 @@ class TensorTable:
         plan = KERNEL_PLANS[int(self.plan[k])]
         if plan.th_shape is None or self.no_thumb[k]:
             return None
-        arr = self.chunks[int(self.chunk[k])]
-        th = bfloat16.widen(np.ndarray(plan.th_shape, np.uint16, arr, 8 * (int(self.off[k]) + 8)))
+        arr, at = self.chunks[int(self.chunk[k])], 8 * (int(self.off[k]) + 8)
+        if self.wide[k]:  # float32 cells, at bfloat16's precision already: a view of the arena
+            th = np.ndarray(plan.th_shape, _F32, arr, at)
+        else:
+            th = bfloat16.widen_one(np.ndarray(plan.th_shape, np.uint16, arr, at))
         return np.ascontiguousarray(th.T) if plan.transposed else th
 
     def arena_bytes(self) -> int:

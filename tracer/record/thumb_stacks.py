@@ -36,15 +36,15 @@ def thumb_stacks(tt: TensorTable, order: np.ndarray, skip: np.ndarray) -> Stacks
     if not len(pos):
         return {}
     rows = order[pos]
-    keys = plan[pos] * n_chunks + tt.chunk[rows].astype(np.int64)
+    keys = (plan[pos] * n_chunks + tt.chunk[rows].astype(np.int64)) * 2 + tt.wide[rows]
     parts: dict[tuple[int, ...], list[tuple[np.ndarray, np.ndarray]]] = {}
     for key in np.unique(keys).tolist():
-        p, c = divmod(key, n_chunks)
+        (p, c), wide = divmod(key >> 1, n_chunks), key & 1
         sel = keys == key
         h, w = KERNEL_PLANS[p].th_shape  # type: ignore[misc]
-        start = 4 * (tt.off[rows[sel]].astype(np.int64) + 8)  # bfloat16 cells: after the 8 statistics (doubles)
-        cells = tt.chunks[c].view(np.uint16)[start[:, None] + np.arange(h * w)]
-        stack = bfloat16.widen(cells).reshape(len(start), h, w)
+        start = (tt.off[rows[sel]].astype(np.int64) + 8) * (2 if wide else 4)  # after the 8 statistics (doubles)
+        cells = tt.chunks[c].view(np.float32 if wide else np.uint16)[start[:, None] + np.arange(h * w)]
+        stack = (cells if wide else bfloat16.widen(cells)).reshape(len(start), h, w)
         if KERNEL_PLANS[p].transposed:
             stack = np.ascontiguousarray(stack.transpose(0, 2, 1))
         parts.setdefault(stack.shape[1:], []).append((pos[sel], stack))

@@ -9,7 +9,10 @@ bfloat16 (NOTE [Arena thumbnails]
     magnitude, where the trace file's 8-bit levels (NOTE [Compact thumbnails] in tracer/wire/compact.py)
     are off by up to 1/504 of the picture's range. On a graph of small ops the thumbnails are most of a
     step's memory: an `nn.LSTMCell` loop's (8, 32) gradient is its own thumbnail, and a 100k-node step's
-    arena held 200 MiB of them in float32.
+    arena held 200 MiB of them in float32. A few summaries keep their rounded cells as float32 (`wide`,
+    csrc/summaries.h): what each optimizer stepped with and thumbnails of at most 16 cells (a loss's
+    gradient). The step's end makes those into `TensorTrace`s at once, and a view of float32 cells costs
+    it less than a conversion would (the same values either way).
 """
 
 from __future__ import annotations
@@ -31,8 +34,19 @@ def to_bfloat16(values: np.ndarray) -> np.ndarray:
 
 
 def widen(cells: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns (uint16) as float32 values, exactly."""
+    """bfloat16 bit patterns (uint16) as float32 values, exactly (for many: the stacks of a step's thumbnails)."""
     return (cells.astype(np.uint32) << np.uint32(16)).view(_F32)
+
+
+# every bfloat16 bit pattern's float32 value (256 KiB): `widen_one` in one numpy call
+_WIDE = widen(np.arange(1 << 16, dtype=np.uint16))
+
+
+def widen_one(cells: np.ndarray) -> np.ndarray:
+    """`widen` of one thumbnail, in one numpy call, a table lookup: the thumbnails made into `TensorTrace`s at a
+    step's end are read one by one, and there each numpy call costs 2-3 µs (NOTE [Cold steps] in
+    tracer/record/native.py; a root gradient's one-cell thumbnail had cost 6 µs widened by arithmetic)."""
+    return _WIDE[cells]
 
 
 def rounded(values: np.ndarray) -> np.ndarray:

@@ -107,7 +107,7 @@ struct Summ {  // one summary: the kernel's (plan >= 0) in the arena, or Python'
   int32_t chunk;
   int64_t off;  // in doubles
   int32_t py;
-  int32_t pad;
+  int32_t wide;  // 1: the thumbnail's cells are float32 (at bfloat16's precision), else bfloat16 (NOTE [Arena thumbnails])
 };
 
 struct RunRec {  // one run of a node
@@ -214,7 +214,7 @@ class Recorder {
   std::vector<int32_t> summarise_each(const std::vector<at::Tensor>& ts);
 
  private:
-  int32_t summarise(const at::Tensor& t, int32_t stats_of);
+  int32_t summarise(const at::Tensor& t, int32_t stats_of, bool wide = false);
   int32_t arrived(int32_t id, size_t i, const at::Tensor& g);
   int32_t python_summary(const at::Tensor& t);
   const Plan* plan_for(const at::Tensor& t, bool transposed);

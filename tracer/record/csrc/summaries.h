@@ -79,12 +79,34 @@ const Plan* Recorder::shared_plan_for(const at::Tensor& t, bool transposed) {
 
 // NOTE [Arena thumbnails] (tracer/summary/bfloat16.py): the kernel writes a thumbnail in float32; the arena keeps
 // it in bfloat16, rounded to nearest, ties to even, as torch rounds (every NaN as the quiet NaN 0x7FC0)
-static void to_bf16(const float* src, int64_t n, uint16_t* dst) {
+// (vectorised: the loops are branch-free, and GCC's -O2 leaves loops of unknown length scalar)
+#if defined(__GNUC__) && !defined(__clang__)
+#define GS_VECTORISE __attribute__((optimize("O3")))
+#else
+#define GS_VECTORISE
+#endif
+
+GS_VECTORISE static void to_bf16(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   for (int64_t i = 0; i < n; i++) {
     uint32_t b;
     std::memcpy(&b, src + i, 4);
-    dst[i] = (b & 0x7FFFFFFFu) > 0x7F800000u ? uint16_t(0x7FC0) : uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+    const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+    dst[i] = static_cast<uint16_t>((b & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
   }
+}
+
+GS_VECTORISE static void widen_bf16(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
+  for (int64_t i = 0; i < n; i++) {
+    const uint32_t b = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(dst + i, &b, 4);
+  }
+}
+
+// bfloat16 cells a `wide` summary's thumbnail passes through (one buffer per thread)
+static uint16_t* scratch_cells(int64_t n) {
+  thread_local std::vector<uint16_t> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
 }
 
 // A buffer of `words` doubles for the kernel's output before the thumbnail is narrowed (one per thread)
@@ -134,7 +156,12 @@ int32_t Recorder::python_summary(const at::Tensor& t) {
   return idx;
 }
 
-int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
+// `wide`: the thumbnail kept in float32 cells, each at bfloat16's precision: what an optimizer stepped with, and
+// a thumbnail of at most WIDE_CELLS cells (a loss's gradient, the root of every backward): summaries that the step's
+// end always makes into `TensorTrace`s, read as they are there rather than widened one by one (NOTE [Cold steps])
+constexpr int64_t WIDE_CELLS = 16;
+
+int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) {  // mu held
   if (!t.defined()) return -1;
   if (t.unsafeGetTensorImpl()->is_python_dispatch() || t.layout() != c10::kStrided || !t.device().is_cpu() ||
       t.is_nested() || t.is_conj() ||
@@ -163,7 +190,7 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
     if (q != nullptr && q->fn == plan->fn && std::memcmp(q->geom, plan->geom, sizeof(plan->geom)) == 0) {
       const Summ& s = summs[stats_of];
       int32_t idx = static_cast<int32_t>(summs.size());
-      summs.push_back(Summ{plan->id, s.chunk, s.off, -1, 0});
+      summs.push_back(Summ{plan->id, s.chunk, s.off, -1, s.wide});
       summ_ptr.push_back(ptr);
       summ_plan.push_back(plan);
       return idx;
@@ -171,19 +198,24 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of) {  // mu held
   }
   int32_t chunk;
   int64_t off;
-  double* out = reserve(plan->stored, &chunk, &off);
+  wide = wide || plan->cells <= WIDE_CELLS;
+  const int64_t words = wide ? plan->words : plan->stored;
+  double* out = reserve(words, &chunk, &off);
   if (out == nullptr) return python_summary(t);
-  double* into = plan->cells > 0 ? scratch_for(plan->words) : out;
+  double* into = plan->cells > 0 && !wide ? scratch_for(plan->words) : out;
   if (into == nullptr || plan->fn(data, plan->geom, into) != 0) {
-    chunk_used -= plan->stored;  // a float32 partial sum overflowed: torch recomputes in float64
+    chunk_used -= words;  // a float32 partial sum overflowed: torch recomputes in float64
     return python_summary(t);
   }
   if (plan->cells > 0) {
-    std::memcpy(out, into, 8 * sizeof(double));
-    to_bf16(reinterpret_cast<const float*>(into + 8), plan->cells, reinterpret_cast<uint16_t*>(out + 8));
+    if (!wide) std::memcpy(out, into, 8 * sizeof(double));
+    float* cells = reinterpret_cast<float*>(out + 8);
+    uint16_t* narrow = wide ? scratch_cells(plan->cells) : reinterpret_cast<uint16_t*>(out + 8);
+    to_bf16(reinterpret_cast<const float*>(into + 8), plan->cells, narrow);
+    if (wide) widen_bf16(narrow, plan->cells, cells);
   }
   int32_t idx = static_cast<int32_t>(summs.size());
-  summs.push_back(Summ{plan->id, chunk, off, -1, 0});
+  summs.push_back(Summ{plan->id, chunk, off, -1, wide ? 1 : 0});
   summ_ptr.push_back(ptr);
   summ_plan.push_back(plan);
   return idx;
@@ -195,7 +227,7 @@ std::vector<int32_t> Recorder::summarise_each(const std::vector<at::Tensor>& ts)
   std::lock_guard<std::mutex> g(mu);
   for (size_t i = 0; i < ts.size(); i++) {
     try {
-      out[i] = summarise(ts[i], -1);
+      out[i] = summarise(ts[i], -1, true);
     } catch (...) {
       out[i] = -1;  // the caller summarises it in Python
     }
