@@ -13,6 +13,9 @@ bfloat16 (NOTE [Arena thumbnails]
     csrc/summaries.h): what each optimizer stepped with and thumbnails of at most 16 cells (a loss's
     gradient). The step's end makes those into `TensorTrace`s at once, and a view of float32 cells costs
     it less than a conversion would (the same values either way).
+    A gradient on another device (CUDA) is summarised by the Python summariser with both recorders, and
+    its thumbnail comes back in float32, not rounded: rounding it costs a numpy pass for each, and the
+    step's memory on the host is the device step's thumbnails alone.
 """
 
 from __future__ import annotations

@@ -291,8 +291,9 @@ class Summariser:
                 p.trace.stats = dict(p.stats_of.stats)
             if p.values is not None:
                 p.trace.values = p.values.cpu().numpy()
-            if p.trace.thumb is not None:  # (after the statistics: a small tensor's are read from its thumbnail)
-                p.trace.thumb = bfloat16.rounded(p.trace.thumb)  # NOTE [Arena thumbnails]
+            if p.trace.thumb is not None:
+                if p.trace.device == "cpu":  # as the native recorder's arena keeps it (NOTE [Arena thumbnails]),
+                    p.trace.thumb = bfloat16.rounded(p.trace.thumb)  # after the statistics read from it
                 self.thumb_cells += p.trace.thumb.size
             if p.trace.stats.get("nan") or p.trace.stats.get("inf"):
                 self.nonfinite = True
