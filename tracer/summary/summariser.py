@@ -234,6 +234,22 @@ class Summariser:
         v = t.detach()
         return (v.float() if v.dtype in (torch.bfloat16, torch.float16) else v).clone()
 
+    def _read_buffers(self, buffers: list[Any]) -> None:
+        """The fast path's kernel results: each trace's statistics, and its thumbnail as the native recorder's
+        arena keeps it (NOTE [Arena thumbnails])."""
+        cells, bad = 0, 0.0
+        for tr, chunk, off, plan in buffers:
+            raw = _unpack_stats(chunk, 8 * off)
+            bad += raw[5] + raw[6]  # NaN and Inf counts
+            tr.stats = stats_from_raw(raw)
+            if plan.th_shape is not None:
+                th = np.ndarray(plan.th_shape, _F32, chunk, 8 * off + 64)  # the kernel's float32 cells
+                tr.thumb = bfloat16.rounded(th.T if plan.transposed else th)
+                cells += th.size
+        self.thumb_cells += cells
+        if bad:
+            self.nonfinite = True
+
     def finalize(self) -> None:
         """Bring every pending summary to the host: CPU results are used in place; for each other
         device, one stacked transfer for the statistics and one for the thumbnails. Values (full
@@ -242,18 +258,7 @@ class Summariser:
         buffers, self._buffers = self._buffers, []
         self._fast = {}
         self._chunk, self._cap, self._used = None, 0, 0  # later summaries go to chunks of their own
-        cells, bad = 0, 0.0
-        for tr, chunk, off, plan in buffers:  # the fast path's kernel results
-            raw = _unpack_stats(chunk, 8 * off)
-            bad += raw[5] + raw[6]  # NaN and Inf counts
-            tr.stats = stats_from_raw(raw)
-            if plan.th_shape is not None:
-                th = np.ndarray(plan.th_shape, _F32, chunk, 8 * off + 64)  # the kernel's float32 cells
-                tr.thumb = bfloat16.rounded(th.T if plan.transposed else th)  # NOTE [Arena thumbnails]
-                cells += th.size
-        self.thumb_cells += cells
-        if bad:
-            self.nonfinite = True
+        self._read_buffers(buffers)
         pending, self._pending = self._pending, []
         remote: dict[torch.device, list[PendingSummary]] = {}
         for p in pending:
