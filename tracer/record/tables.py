@@ -27,7 +27,6 @@ from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.summary.stats import stats_from_raw
 
 _F32 = np.dtype(np.float32)
-
 _ACC_SEQ = (1 << 64) - 1  # the sequence number of every AccumulateGrad node (it has no source line)
 
 
@@ -41,7 +40,7 @@ class TensorTable:
         self.chunk = summs["chunk"]
         self.off = summs["off"]
         self.py_index = summs["py"]
-        self.wide = summs["wide"]  # 1: float32 thumbnail cells (what an optimizer stepped with), else bfloat16
+        self.wide = summs["wide"]  # 1: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails])
         self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)

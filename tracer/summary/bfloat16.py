@@ -1,5 +1,7 @@
-"""Thumbnails at bfloat16's precision: the arena of the native recorder keeps each thumbnail's cells as
-bfloat16 (NOTE [Arena thumbnails]
+"""Thumbnails at bfloat16's precision: the native recorder's arena keeps each thumbnail's cells as bfloat16,
+and the Python summariser rounds its CPU thumbnails the same way, so both recorders give the same picture.
+
+NOTE [Arena thumbnails]
     A thumbnail is a picture of a gradient; its statistics are computed from the gradient itself, at full
     precision, and never from the picture. The kernel computes a thumbnail's block means in float32; what a
     step keeps is each mean rounded to bfloat16, to nearest, ties to even, as torch rounds: 8 significant

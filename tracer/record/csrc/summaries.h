@@ -86,27 +86,26 @@ const Plan* Recorder::shared_plan_for(const at::Tensor& t, bool transposed) {
 #define GS_VECTORISE
 #endif
 
+static inline uint32_t bf16_bits(uint32_t b) {  // a float32's bits → the bfloat16's, in the low 16 bits
+  return (b & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+}
+
 GS_VECTORISE static void to_bf16(const float* __restrict src, int64_t n, uint16_t* __restrict dst) {
   for (int64_t i = 0; i < n; i++) {
     uint32_t b;
     std::memcpy(&b, src + i, 4);
-    const uint32_t rounded = (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
-    dst[i] = static_cast<uint16_t>((b & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
+    dst[i] = static_cast<uint16_t>(bf16_bits(b));
   }
 }
 
-GS_VECTORISE static void widen_bf16(const uint16_t* __restrict src, int64_t n, float* __restrict dst) {
+// A float32 cell rounded to bfloat16's precision, kept in float32 (a `wide` summary's thumbnail)
+GS_VECTORISE static void round_bf16(float* cells, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    const uint32_t b = static_cast<uint32_t>(src[i]) << 16;
-    std::memcpy(dst + i, &b, 4);
+    uint32_t b;
+    std::memcpy(&b, cells + i, 4);
+    b = bf16_bits(b) << 16;
+    std::memcpy(cells + i, &b, 4);
   }
-}
-
-// bfloat16 cells a `wide` summary's thumbnail passes through (one buffer per thread)
-static uint16_t* scratch_cells(int64_t n) {
-  thread_local std::vector<uint16_t> buf;
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  return buf.data();
 }
 
 // A buffer of `words` doubles for the kernel's output before the thumbnail is narrowed (one per thread)
@@ -207,12 +206,11 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
     chunk_used -= words;  // a float32 partial sum overflowed: torch recomputes in float64
     return python_summary(t);
   }
-  if (plan->cells > 0) {
-    if (!wide) std::memcpy(out, into, 8 * sizeof(double));
-    float* cells = reinterpret_cast<float*>(out + 8);
-    uint16_t* narrow = wide ? scratch_cells(plan->cells) : reinterpret_cast<uint16_t*>(out + 8);
-    to_bf16(reinterpret_cast<const float*>(into + 8), plan->cells, narrow);
-    if (wide) widen_bf16(narrow, plan->cells, cells);
+  if (wide) {
+    round_bf16(reinterpret_cast<float*>(out + 8), plan->cells);
+  } else if (plan->cells > 0) {
+    std::memcpy(out, into, 8 * sizeof(double));
+    to_bf16(reinterpret_cast<const float*>(into + 8), plan->cells, reinterpret_cast<uint16_t*>(out + 8));
   }
   int32_t idx = static_cast<int32_t>(summs.size());
   summs.push_back(Summ{plan->id, chunk, off, -1, wide ? 1 : 0});
