@@ -22,6 +22,7 @@ from typing import Any, overload
 import numpy as np
 
 from gradscape.tracer._model import NodeRun, NodeTrace, TensorTrace
+from gradscape.tracer.record.arena_compact import compact
 from gradscape.tracer.summary import bfloat16
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.summary.stats import stats_from_raw
@@ -163,6 +164,11 @@ class TensorTable:
         for k in ks[self.plan[ks] >= 0].tolist():
             if (t := made[k]) is not None:
                 t.thumb = None
+        compact(self, _plan_cells()[self.plan])  # NOTE [Arena compaction]: their cells are freed
+
+    def made(self) -> list[TensorTrace]:
+        """The `TensorTrace`s made from this table so far."""
+        return [t for t in self._made if t is not None]
 
 
 _PLAN_CELLS = np.zeros(1, np.int64)  # `_plan_cells`

@@ -1,0 +1,105 @@
+"""A kept step's arena is copied down to the pictures the thumbnail budget left in (NOTE [Arena compaction] in
+tracer/record/arena_compact.py): every remaining picture reads as before, bit for bit, and the memory of the
+pictures left out is given back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_wire_nodes import _traced
+
+import gradscape
+from gradscape.tracer.record import native
+from gradscape.tracer.record.thumb_stacks import thumb_stacks
+
+pytestmark = pytest.mark.skipif(not native.status()[0], reason="the arena holds a natively recorded step's thumbnails")
+
+
+def _arena_bytes(tt: Any) -> int:
+    return sum(c.nbytes for c in tt.chunks)
+
+
+def _pictures(tt: Any) -> list[bytes | None]:
+    return [None if (th := tt.thumb_of(k)) is None else th.tobytes() + str(th.shape).encode() for k in range(len(tt))]
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm", "cnn", "half"])
+def test_pictures_left_in_read_as_before_and_the_rest_is_freed(name: str) -> None:
+    tt = _traced(name).nodes.tables.tensors
+    before = _pictures(tt)
+    arena = _arena_bytes(tt)
+    with_picture = np.array([p is not None for p in before])
+    rng = np.random.default_rng(1)
+    drop = np.flatnonzero(with_picture & (rng.random(len(tt)) < 0.7))
+    tt.drop_thumbs(drop)
+    after = _pictures(tt)
+    assert _arena_bytes(tt) < 0.75 * arena, (arena, _arena_bytes(tt))
+    for k in range(len(tt)):
+        assert after[k] == (None if k in set(drop.tolist()) else before[k]), k
+    order = rng.permutation(len(tt))
+    stacks = thumb_stacks(tt, order, np.zeros(len(order), bool))
+    got = {int(p): s[i].tobytes() + str(s[i].shape).encode() for _, (at, s) in stacks.items() for i, p in enumerate(at)}
+    assert got == {p: after[k] for p, k in enumerate(order.tolist()) if after[k] is not None}
+
+
+def test_a_small_cut_is_left_in_place() -> None:
+    """Freeing under a quarter of the arena is not worth the copy: the table keeps its chunks."""
+    tt = _traced("transformer").nodes.tables.tensors
+    chunks = list(tt.chunks)
+    has = np.flatnonzero([tt.thumb_of(k) is not None for k in range(len(tt))])
+    tt.drop_thumbs(has[:1])
+    assert all(a is b for a, b in zip(tt.chunks, chunks)) and len(tt.chunks) == len(chunks)
+
+
+def test_a_picture_read_before_the_cut_no_longer_holds_the_old_arena() -> None:
+    """What an optimizer stepped with reads as a view of the arena's float32 cells; once the arena is copied the
+    trace's picture is its own, with the same values, and what it shows equals the gradient's own rounding."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                torch.nn.Tanh(), torch.nn.Linear(64, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradscape.Tracer(model, thumb_budget=None).step(0) as st:
+        model(torch.randn(32, 6)).pow(2).sum().backward()
+        opt.step()
+    tt = st.nodes.tables.tensors
+    old = list(tt.chunks)
+    shown = {name: st.params[name].thumb for name in st.params}
+    assert any(any(np.shares_memory(th, c) for c in old) for th in shown.values())  # views, before
+    wide = set(np.flatnonzero(tt.wide).tolist())
+    drop = np.array([k for k in range(len(tt)) if k not in wide and tt.thumb_of(k) is not None])
+    tt.drop_thumbs(drop)
+    assert all(a is not b for a, b in zip(tt.chunks, old))
+    for name, p in model.named_parameters():
+        th = st.params[name].thumb
+        assert not any(np.shares_memory(th, c) for c in old), name
+        want = p.grad.float().bfloat16().float().numpy().reshape(th.shape)
+        assert np.array_equal(th, want), name
+
+
+def test_a_budgeted_step_keeps_an_arena_the_size_of_its_budget() -> None:
+    """A step over its budget (an LSTMCell loop) keeps about its budget's pictures in memory, not all of them."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(16, 32)
+    x = torch.randn(60, 8, 16)
+
+    def run(budget: int | None) -> Any:
+        tr = gradscape.Tracer(cell, thumb_budget=budget)
+        with tr.step(0) as st:
+            h = c = torch.zeros(8, 32)
+            for t in range(len(x)):
+                h, c = cell(x[t], (h, c))
+            h.pow(2).sum().backward()
+        return st
+
+    full = run(None).nodes.tables.tensors
+    cut = run(20_000)
+    tt = cut.nodes.tables.tensors
+    assert cut.meta["thumbs_left_out"]["count"] > 0
+    kept = int(tt.thumb_cells().sum())
+    assert kept <= 20_000
+    # each row left in: its 8 statistics and its cells in bfloat16 (a few float32, rounded up to whole doubles)
+    assert _arena_bytes(tt) <= 8 * (8 * int((tt.thumb_cells() > 0).sum())) + 4 * kept + 8 * len(tt)
+    assert _arena_bytes(tt) < _arena_bytes(full) / 4
