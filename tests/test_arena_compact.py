@@ -4,6 +4,7 @@ pictures left out is given back."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from test_wire_nodes import _traced
 
 import gradscape
 from gradscape.tracer.record import native
+from gradscape.tracer.record.tables import TensorTable
 from gradscape.tracer.record.thumb_stacks import thumb_stacks
 
 pytestmark = pytest.mark.skipif(not native.status()[0], reason="the arena holds a natively recorded step's thumbnails")
@@ -79,21 +81,23 @@ def test_a_picture_read_before_the_cut_no_longer_holds_the_old_arena() -> None:
         assert np.array_equal(th, want), name
 
 
-def test_a_budgeted_step_keeps_an_arena_the_size_of_its_budget() -> None:
-    """A step over its budget (an LSTMCell loop) keeps about its budget's pictures in memory, not all of them."""
+def _loop(budget: int | None) -> Any:
+    """A traced step of an LSTMCell loop (about 1,000 nodes)."""
     torch.manual_seed(0)
     cell = torch.nn.LSTMCell(16, 32)
     x = torch.randn(60, 8, 16)
+    tr = gradscape.Tracer(cell, thumb_budget=budget)
+    with tr.step(0) as st:
+        h = c = torch.zeros(8, 32)
+        for t in range(len(x)):
+            h, c = cell(x[t], (h, c))
+        h.pow(2).sum().backward()
+    return st
 
-    def run(budget: int | None) -> Any:
-        tr = gradscape.Tracer(cell, thumb_budget=budget)
-        with tr.step(0) as st:
-            h = c = torch.zeros(8, 32)
-            for t in range(len(x)):
-                h, c = cell(x[t], (h, c))
-            h.pow(2).sum().backward()
-        return st
 
+def test_a_budgeted_step_keeps_an_arena_the_size_of_its_budget() -> None:
+    """A step over its budget (an LSTMCell loop) keeps about its budget's pictures in memory, not all of them."""
+    run = _loop
     full = run(None).nodes.tables.tensors
     cut = run(20_000)
     tt = cut.nodes.tables.tensors
@@ -103,3 +107,20 @@ def test_a_budgeted_step_keeps_an_arena_the_size_of_its_budget() -> None:
     # each row left in: its 8 statistics and its cells in bfloat16 (a few float32, rounded up to whole doubles)
     assert _arena_bytes(tt) <= 8 * (8 * int((tt.thumb_cells() > 0).sum())) + 4 * kept + 8 * len(tt)
     assert _arena_bytes(tt) < _arena_bytes(full) / 4
+
+
+def test_the_old_arena_is_freed_while_the_step_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget is applied as the step's block ends, while the step's native recorder still exists: that
+    recorder has let go of the arena by then, so the copy frees the old chunks at once."""
+    held: list[list[int]] = []
+    drop = TensorTable.drop_thumbs
+
+    def counted(self: TensorTable, ks: np.ndarray) -> None:
+        bases = [c.base.obj for c in self.chunks]  # (the array's base is a memoryview of the bytearray)
+        drop(self, ks)
+        held.append([sys.getrefcount(b) - 3 for b in bases])  # beyond `bases`, `b` and getrefcount's argument
+
+    monkeypatch.setattr(TensorTable, "drop_thumbs", counted)
+    st = _loop(20_000)
+    assert st.meta["thumbs_left_out"]["count"] > 0
+    assert held == [[0] * len(held[0])] and held[0]

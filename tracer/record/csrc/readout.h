@@ -10,6 +10,25 @@ struct PyRecorder {
 
 Recorder* R(PyObject* self) { return reinterpret_cast<PyRecorder*>(self)->rec; }
 
+// What the step recorded, let go once Python has read it (`release`): the records were copied out as bytes, and
+// the arena's chunks are held by the step's tables, which may free them long before this recorder is freed
+// (NOTE [Arena compaction] in tracer/record/arena_compact.py).
+void Recorder::drop_records() {
+  for (PyObject* o : py) Py_DECREF(o);
+  for (PyObject* o : chunks) Py_DECREF(o);
+  std::vector<PyObject*>().swap(py);
+  std::vector<PyObject*>().swap(chunks);
+  chunk_ptr = nullptr;
+  chunk_cap = chunk_used = 0;
+  std::vector<RunRec>().swap(runs);
+  std::vector<int32_t>().swap(slots);
+  std::vector<Summ>().swap(summs);
+  std::vector<const void*>().swap(summ_ptr);
+  std::vector<const Plan*>().swap(summ_plan);
+  std::vector<Handoff>().swap(handoff);
+  arrival.clear();
+}
+
 PyObject* bytes_of(const void* p, size_t n) {
   return PyBytes_FromStringAndSize(static_cast<const char*>(p), static_cast<Py_ssize_t>(n));
 }

@@ -163,6 +163,7 @@ PyObject* rec_remove_hooks(PyObject* self, PyObject*) {
 
 PyObject* rec_release(PyObject* self, PyObject*) {
   R(self)->release();
+  R(self)->drop_records();
   Py_RETURN_NONE;
 }
 
@@ -195,7 +196,7 @@ PyMethodDef rec_methods[] = {
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
-    {"release", rec_release, METH_NOARGS, "remove the hooks and let go of the graph"},
+    {"release", rec_release, METH_NOARGS, "remove the hooks, let go of the graph and of what was recorded (read by now)"},
     {"size", rec_len, METH_NOARGS, "size() -> nodes walked"},
     {"run_count", rec_run_count, METH_NOARGS, "run_count() -> runs recorded"},
     {nullptr, nullptr, 0, nullptr}};

@@ -206,6 +206,7 @@ class Recorder {
   void install(int32_t first);
   void remove_hooks();
   void release();
+  void drop_records();
 
   // ---- the hooks (no GIL)
   void on_post(int32_t id, const variable_list& gi, const variable_list& go);
