@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import networkx as nx
 import torch
 
 from gradscape.tracer import _compat
@@ -66,6 +65,8 @@ class ForwardSearch:
     """NOTE [Where a non-finite forward value was born], for the nodes below the bad roots."""
 
     def __init__(self, recs: list[NodeRecord], bad_roots: dict[int, str]) -> None:
+        import networkx as nx  # (here: only a backward from a NaN or an Inf loads it)
+
         g = nx.DiGraph()
         for r in recs:
             g.add_node(r.id)
@@ -187,6 +188,8 @@ class ForwardSearch:
     def _word(self, rid: int) -> str:
         if rid in self.value:
             return self.value[rid]
+        import networkx as nx
+
         for c in nx.dfs_preorder_nodes(self.g.reverse(copy=False), rid):
             if c in self.value:
                 return self.value[c]

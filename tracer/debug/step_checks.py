@@ -9,8 +9,6 @@ import re
 from collections import deque
 from typing import Any
 
-import networkx as nx
-
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
 from gradscape.tracer.record.labels import RELU_LIKE
@@ -86,6 +84,8 @@ def backward_born(st: StepTrace, bad_forward: set[int]) -> list[Problem]:
 
 def _cut_at(node: Any, detaches: list[tuple[Any, str | None]]) -> str | None:
     """The line of the first detach whose tensor's graph holds `node` (so the detach cut its path)."""
+    import networkx as nx  # (here: a step with no cut graph never loads it)
+
     for fn, line in detaches:
         g = nx.DiGraph()
         stack, seen = [fn], {fn}
