@@ -295,15 +295,16 @@ def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypa
 
 
 def test_a_native_steps_execution_order_is_made_when_read(python_recorder: Any) -> None:
-    """`st.execution` of a natively recorded step is a sequence over the runs' columns: the same pairs as the
-    Python recorder's list, made into a list only when read."""
+    """`st.execution` and `st.edges` of a natively recorded step are sequences over columns: the same tuples as
+    the Python recorder's lists, made into a list only when read (NOTE [Lazy columns])."""
     python_recorder(True)
     model, loss_of = _program("lstm")
     with gradscape.Tracer(model).step(0) as py:
         loss_of(model).backward()
     python_recorder(False)
     model, loss_of = _program("lstm")
-    with gradscape.Tracer(model).step(0) as st:
+    tr = gradscape.Tracer(model)
+    with tr.step(0) as st:
         loss_of(model).backward()
     ex = st.execution
     assert st.meta["recorder"] == "native" and ex._list is None  # nothing made by the step itself
@@ -313,3 +314,12 @@ def test_a_native_steps_execution_order_is_made_when_read(python_recorder: Any) 
     assert ex != py.execution[:-1] and ex != "not a sequence of runs"
     with pytest.raises(TypeError):
         hash(ex)
+    edges = st.edges  # NOTE [Lazy columns]: the edges too
+    cols = edges.columns()
+    assert edges._list is None and len(edges) == len(py.edges) > 20 and edges._list is None
+    assert sorted(edges) == sorted(py.edges) and edges == list(edges) and edges[1] == list(edges)[1]
+    with tr.step(1) as again:  # the same graph: the columns are shared, each step's list its own
+        loss_of(model).backward()
+    assert cols is not None and all(a is b for a, b in zip(again.edges.columns(), cols))
+    assert again.edges == edges and again.edges._list is not edges._list
+

@@ -4,14 +4,14 @@ start and end, and the step's `NodeTrace`s, edges and execution order made from 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, TensorTrace
+from gradscape.tracer.record.lazy_tuples import LazyTuples
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names, relu_codes
 from gradscape.tracer.record.structure import ArrayGraph, NodeStatics, StructureCache, grouped_statics
@@ -81,7 +81,7 @@ class NativeStep:
 
     # ---- the end of the step
     def assemble(self, attributed: tuple[list[str | None], list[str | None]],
-                 cache: StructureCache) -> tuple[LazyNodes, list[Any], LazyExecution]:
+                 cache: StructureCache) -> tuple[LazyNodes, LazyTuples, LazyTuples]:
         """The step's nodes (made when read), edges and execution order, from the tables; `attributed`:
         every node's module and source line (`carry.attribution`). Call after the hooks are removed and
         the summariser's `finalize`."""
@@ -104,7 +104,8 @@ class NativeStep:
         nodes = LazyNodes(tables)
         for bp, rid, nr in self._roots:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
-        return nodes, _edges(g, cache), LazyExecution(runs["node"], np.frombuffer(ks_b, np.int64))
+        # NOTE [Lazy columns]: the edges and the execution order as columns, made into tuples when read
+        return nodes, LazyTuples(*_edges(g, cache)), LazyTuples(runs["node"], np.frombuffer(ks_b, np.int64))
 
     def arrival_rows(self, positions: list[int]) -> list[tuple[int, float | None, bool]]:
         """For each AccumulateGrad run of `positions`: the tensor-table row of what arrived (-1: none), its norm
@@ -118,49 +119,6 @@ class NativeStep:
 
     def release(self) -> None:
         self.graph.release()
-
-
-class LazyExecution(Sequence[tuple[int, int]]):
-    """`StepTrace.execution` of a natively recorded step: the (node id, run index) pairs, made into a list when
-    first read. The trace file and the wire hold the order as the runs' columns, so a step nobody reads it of
-    makes none of it (a 100k-node step's list took 8 ms and 9 MiB a kept step)."""
-
-    __slots__ = ("_nodes", "_runs", "_list")
-
-    def __init__(self, nodes: np.ndarray, runs: np.ndarray) -> None:
-        self._nodes: np.ndarray | None = nodes  # node id of each run, in the order they ran
-        self._runs: np.ndarray | None = runs  # each run's index among its node's runs
-        self._list: list[tuple[int, int]] | None = None
-
-    def _pairs(self) -> list[tuple[int, int]]:
-        if self._list is None:
-            assert self._nodes is not None and self._runs is not None
-            self._list = list(zip(self._nodes.tolist(), self._runs.tolist()))
-            self._nodes = self._runs = None
-        return self._list
-
-    def __len__(self) -> int:
-        return len(self._nodes) if self._nodes is not None else len(self._pairs())
-
-    @overload
-    def __getitem__(self, i: int) -> tuple[int, int]: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[tuple[int, int]]: ...
-
-    def __getitem__(self, i: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
-        return self._pairs()[i]
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return iter(self._pairs())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and self._pairs() == list(other)
-
-    __hash__ = None  # type: ignore[assignment]  # a list's equality, and like a list, not hashable
-
-    def __repr__(self) -> str:
-        return repr(self._pairs())
 
 
 _KIND_CUSTOM = KINDS.index("custom")
@@ -221,16 +179,20 @@ class _Outputs:
         return made
 
 
-def _edges(g: NativeGraph, cache: StructureCache) -> list[tuple[int, int, int]]:
-    """(node, child, slot) of every edge between walked nodes (made once per graph structure)."""
+def _edges(g: NativeGraph, cache: StructureCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (node, child, slot) columns of every edge between walked nodes (made once per graph structure;
+    read-only, shared by the steps)."""
     key = ("edges", g.digest())
     edges = cache.get(key)
     if edges is None:
-        src = np.repeat(np.arange(g.size, dtype=np.int64), np.diff(g.child_off))
-        slot = np.arange(len(g.child_id), dtype=np.int64) - g.child_off[src]
+        src = np.repeat(np.arange(g.size, dtype=np.int32), np.diff(g.child_off))
+        slot = np.arange(len(g.child_id), dtype=np.int32) - g.child_off[src].astype(np.int32)
         ok = g.child_id >= 0
-        edges = cache.put(key, tuple(zip(src[ok].tolist(), g.child_id[ok].tolist(), slot[ok].tolist())))
-    return list(edges)
+        edges = (src[ok], g.child_id[ok], slot[ok])
+        for col in edges:
+            col.flags.writeable = False
+        edges = cache.put(key, edges)
+    return edges  # type: ignore[no-any-return]
 
 
 def _root_grad(tables: StepTables, rid: int, nr: int, pass_index: int) -> TensorTrace | None:
