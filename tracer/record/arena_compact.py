@@ -29,6 +29,7 @@ def compact(tt: Any, cells: np.ndarray) -> int:
     `cells`, the thumbnail cells of each row's plan (0 for none, and for Python's rows). Returns the bytes
     freed (0: left as it was)."""
     native = tt.plan >= 0
+    cells = np.where(tt.evicted, 0, cells)  # (left out while recording: the arena holds their statistics only)
     words = 8 + (cells * np.where(tt.wide != 0, 4, 2) + 7) // 8  # the statistics, then the cells (in doubles)
     used = int(words[native].sum())  # what the kernel wrote (a chunk's unwritten end is not counted)
     rows = np.flatnonzero(native & (cells > 0) & ~tt.no_thumb)

@@ -164,7 +164,7 @@ class NativeGraph:
     def __init__(self, model: ModelIndex, summariser: Summariser, thumb: int) -> None:
         mod = _loaded()[0]
         self.rec = mod.Recorder()
-        self.rec.configure(summariser.fallback, thumb)
+        self.rec.configure(summariser.fallback, thumb, -1 if summariser.budget is None else summariser.budget)
         self.model = model
         self.size = 0
         # (read-only until the first walk: shared empty arrays, made once)

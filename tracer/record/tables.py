@@ -41,14 +41,20 @@ class TensorTable:
         self.chunk = summs["chunk"]
         self.off = summs["off"]
         self.py_index = summs["py"]
-        self.wide = summs["wide"]  # 1: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails])
+        self.wide = summs["wide"] & 1  # 1: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails])
+        # left out by the budget while recording (NOTE [Budget while recording] in csrc/budget.h): no cells in the
+        # arena; the budget at the step's end leaves them out again (`no_thumb`), counted as it counts the others
+        self.evicted = (summs["wide"] & 2) != 0
         self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)
         self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
         self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (the extension's `tables`)
-        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is at least a bfloat16 of the arena
+        # an upper bound on the thumbnail cells of the kernel's summaries: a cell is at least a bfloat16 of the arena,
+        # and the pictures left out while recording count as they will at the step's end
         self.cells_bound = sum(map(len, chunks)) // 2
+        if self.evicted.any():
+            self.cells_bound += int(_plan_cells()[self.plan[self.evicted]].sum())
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
 
@@ -73,7 +79,7 @@ class TensorTable:
     def thumb_of(self, k: int) -> np.ndarray | None:
         """The thumbnail of kernel summary `k` (plan >= 0), None when it has none or the budget left it out."""
         plan = KERNEL_PLANS[int(self.plan[k])]
-        if plan.th_shape is None or self.no_thumb[k]:
+        if plan.th_shape is None or self.no_thumb[k] or self.evicted[k]:
             return None
         arr, at = self.chunks[int(self.chunk[k])], 8 * (int(self.off[k]) + 8)
         if self.wide[k]:  # float32 cells, at bfloat16's precision already: a view of the arena

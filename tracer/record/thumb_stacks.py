@@ -31,7 +31,7 @@ def thumb_stacks(tt: TensorTable, order: np.ndarray, skip: np.ndarray) -> Stacks
         return {}
     plan = tt.plan[order].astype(np.int64)
     made = np.array([q.th_shape is not None for q in KERNEL_PLANS] + [False])  # the last: plan -1 (Python's)
-    has = made[plan] & ~tt.no_thumb[order] & ~skip
+    has = made[plan] & ~tt.no_thumb[order] & ~tt.evicted[order] & ~skip
     pos = np.flatnonzero(has)
     if not len(pos):
         return {}

@@ -179,8 +179,9 @@ class _TracedStep:
     def __init__(self, tracer: Tracer, i: int) -> None:
         self.tracer = tracer
         self.st = StepTrace(run=tracer.run, step=i)
-        self.rec = StepRecorder(tracer.run, i, tracer.model, Summariser(tracer.thumb, tracer.tensors == "full"),
-                                tracer._statics, tracer._warned, tracer._carry)
+        summ = Summariser(tracer.thumb, tracer.tensors == "full")
+        summ.budget = tracer.thumb_budget
+        self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
 
     def __enter__(self) -> StepTrace:

@@ -78,6 +78,9 @@ class Summariser:
     def __init__(self, thumb: int = 64, keep_values: bool = False) -> None:
         self.thumb = thumb
         self.keep_values = keep_values
+        # the step's thumbnail budget in cells (None: none), which the native recorder applies while it records
+        # (NOTE [Budget while recording] in tracer/record/csrc/budget.h); the step's end applies it to everything
+        self.budget: int | None = None
         self._pending: list[PendingSummary] = []
         # the fast path's kernel results, still in the arena: (trace, chunk, offset in doubles, plan), read
         # at finalize (NOTE [Summary arena])

@@ -18,6 +18,9 @@ void Recorder::drop_records() {
   for (PyObject* o : chunks) Py_DECREF(o);
   std::vector<PyObject*>().swap(py);
   std::vector<PyObject*>().swap(chunks);
+  std::vector<int64_t>().swap(chunk_caps);
+  std::vector<int32_t>().swap(summ_owner);
+  chunk_idx = 0;
   chunk_ptr = nullptr;
   chunk_cap = chunk_used = 0;
   std::vector<RunRec>().swap(runs);

@@ -1,6 +1,7 @@
 // gradscape native recorder: the Python module (see recorder.h for what it records and how).
 #include "recorder.h"
 #include "summaries.h"
+#include "budget.h"
 #include "walk.h"
 #include "readout.h"
 
@@ -41,16 +42,19 @@ bool node_of(PyObject* obj, NodePtr* out) {
   return false;
 }
 
-// configure(fallback, thumb): what summarises a gradient the kernel cannot, and the thumbnail size
+// configure(fallback, thumb, budget=-1): what summarises a gradient the kernel cannot, the thumbnail size, and the
+// thumbnail cells the step keeps (-1: no limit; NOTE [Budget while recording] in budget.h)
 PyObject* rec_configure(PyObject* self, PyObject* args) {
   PyObject* fb;
   int thumb;
-  if (!PyArg_ParseTuple(args, "Oi", &fb, &thumb)) return nullptr;
+  long long budget = -1;
+  if (!PyArg_ParseTuple(args, "Oi|L", &fb, &thumb, &budget)) return nullptr;
   Recorder* r = R(self);
   Py_XDECREF(r->fallback);
   Py_INCREF(fb);
   r->fallback = fb;
   r->thumb = thumb;
+  r->budget = budget < 0 ? -1 : static_cast<int64_t>(budget);
   Py_RETURN_NONE;
 }
 
@@ -176,7 +180,7 @@ PyObject* rec_run_count(PyObject* self, PyObject*) {
 }
 
 PyMethodDef rec_methods[] = {
-    {"configure", rec_configure, METH_VARARGS, "configure(fallback, view name flags, keep values)"},
+    {"configure", rec_configure, METH_VARARGS, "configure(fallback, thumb, budget=-1)"},
     {"walk", rec_walk, METH_O, "walk(grad_fn) -> the root's id; new nodes get the next ids"},
     {"id_of", rec_id_of, METH_O, "id_of(grad_fn) -> its id, or -1"},
     {"node", rec_node, METH_O, "node(id) -> the grad_fn object"},

@@ -107,8 +107,10 @@ struct Summ {  // one summary: the kernel's (plan >= 0) in the arena, or Python'
   int32_t chunk;
   int64_t off;  // in doubles
   int32_t py;
-  int32_t wide;  // 1: the thumbnail's cells are float32 (at bfloat16's precision), else bfloat16 (NOTE [Arena thumbnails])
+  int32_t wide;  // bit 0 (WIDE): the thumbnail's cells are float32 (at bfloat16's precision), else bfloat16 (NOTE
+                 // [Arena thumbnails]); bit 1 (EVICTED): the budget left its picture out while recording (budget.h)
 };
+constexpr int32_t WIDE = 1, EVICTED = 2;
 
 struct RunRec {  // one run of a node
   int32_t node;
@@ -171,8 +173,16 @@ class Recorder {
   std::unordered_map<int32_t, std::pair<const void*, uint64_t>> arrival;  // AccumulateGrad run -> what arrived
   std::vector<PyObject*> py;      // Python summaries (owned references)
   std::vector<PyObject*> chunks;  // the arena: bytearrays (owned references)
+  std::vector<int64_t> chunk_caps;  // their sizes, in doubles
+  size_t chunk_idx = 0;  // the chunk being filled
   double* chunk_ptr = nullptr;
   int64_t chunk_cap = 0, chunk_used = 0;
+  // NOTE [Budget while recording] (budget.h)
+  std::vector<int32_t> summ_owner;  // per summary: the summary whose arena block it reads (itself, or a view's)
+  int64_t budget = -1;  // thumbnail cells the step keeps (NOTE [Thumbnail budget]); -1: no limit
+  int64_t arena_used = 0;  // doubles of the arena's blocks
+  int64_t live_cells = 0;  // thumbnail cells of the summaries that still have a picture
+  int64_t evict_at = 0;  // arena_used at which `evict` runs next
   std::vector<Handoff> handoff;  // per input slot
   std::vector<std::vector<std::pair<int32_t, int32_t>>> sum_of;  // per node: (slot, module sum)
   std::vector<at::Tensor> sums;
@@ -221,6 +231,9 @@ class Recorder {
   const Plan* plan_for(const at::Tensor& t, bool transposed);
   const Plan* shared_plan_for(const at::Tensor& t, bool transposed);
   double* reserve(int64_t words, int32_t* chunk, int64_t* off);
+  bool next_chunk(int64_t words);
+  void evict();
+  void pack_arena();
   double time_since_last(int64_t t1);
   void mark_end();
 };

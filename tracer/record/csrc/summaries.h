@@ -117,22 +117,37 @@ static double* scratch_for(int64_t words) {
 
 double* Recorder::reserve(int64_t words, int32_t* chunk, int64_t* off) {
   if (chunk_ptr == nullptr || chunk_used + words > chunk_cap) {
-    int64_t cap = chunk_ptr == nullptr ? FIRST_CHUNK : std::min<int64_t>(2 * chunk_cap, MAX_CHUNK);
+    if (budget >= 0 && arena_used >= evict_at) evict();  // NOTE [Budget while recording]: may free room
+    if ((chunk_ptr == nullptr || chunk_used + words > chunk_cap) && !next_chunk(words)) return nullptr;
+  }
+  *chunk = static_cast<int32_t>(chunk_idx);
+  *off = chunk_used;
+  double* out = chunk_ptr + chunk_used;
+  chunk_used += words;
+  arena_used += words;
+  return out;
+}
+
+// The next chunk with room for `words` doubles: one `evict` emptied, else a new one
+bool Recorder::next_chunk(int64_t words) {
+  size_t next = chunk_ptr == nullptr ? 0 : chunk_idx + 1;
+  while (next < chunks.size() && chunk_caps[next] < words) next++;
+  if (next >= chunks.size()) {
+    int64_t cap = chunks.empty() ? FIRST_CHUNK : std::min<int64_t>(2 * chunk_caps.back(), MAX_CHUNK);
     cap = std::max(cap, words);
     PyGILState_STATE st = PyGILState_Ensure();
     PyObject* buf = PyByteArray_FromStringAndSize(nullptr, cap * 8);
     PyGILState_Release(st);
-    if (buf == nullptr) return nullptr;
+    if (buf == nullptr) return false;
     chunks.push_back(buf);
-    chunk_ptr = reinterpret_cast<double*>(PyByteArray_AS_STRING(buf));
-    chunk_cap = cap;
-    chunk_used = 0;
+    chunk_caps.push_back(cap);
+    next = chunks.size() - 1;
   }
-  *chunk = static_cast<int32_t>(chunks.size() - 1);
-  *off = chunk_used;
-  double* out = chunk_ptr + chunk_used;
-  chunk_used += words;
-  return out;
+  chunk_idx = next;
+  chunk_ptr = reinterpret_cast<double*>(PyByteArray_AS_STRING(chunks[next]));
+  chunk_cap = chunk_caps[next];
+  chunk_used = 0;
+  return true;
 }
 
 int32_t Recorder::python_summary(const at::Tensor& t) {
@@ -149,6 +164,7 @@ int32_t Recorder::python_summary(const at::Tensor& t) {
   PyGILState_Release(st);
   int32_t idx = static_cast<int32_t>(summs.size());
   summs.push_back(Summ{-1, -1, 0, static_cast<int32_t>(py.size()), 0});
+  summ_owner.push_back(idx);
   summ_ptr.push_back(nullptr);
   summ_plan.push_back(nullptr);
   py.push_back(res);
@@ -190,6 +206,8 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
       const Summ& s = summs[stats_of];
       int32_t idx = static_cast<int32_t>(summs.size());
       summs.push_back(Summ{plan->id, s.chunk, s.off, -1, s.wide});
+      summ_owner.push_back(summ_owner[stats_of]);
+      if ((s.wide & EVICTED) == 0) live_cells += plan->cells;
       summ_ptr.push_back(ptr);
       summ_plan.push_back(plan);
       return idx;
@@ -204,6 +222,7 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
   double* into = plan->cells > 0 && !wide ? scratch_for(plan->words) : out;
   if (into == nullptr || plan->fn(data, plan->geom, into) != 0) {
     chunk_used -= words;  // a float32 partial sum overflowed: torch recomputes in float64
+    arena_used -= words;
     return python_summary(t);
   }
   if (wide) {
@@ -213,7 +232,9 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
     to_bf16(reinterpret_cast<const float*>(into + 8), plan->cells, reinterpret_cast<uint16_t*>(out + 8));
   }
   int32_t idx = static_cast<int32_t>(summs.size());
-  summs.push_back(Summ{plan->id, chunk, off, -1, wide ? 1 : 0});
+  summs.push_back(Summ{plan->id, chunk, off, -1, wide ? WIDE : 0});
+  summ_owner.push_back(idx);
+  live_cells += plan->cells;
   summ_ptr.push_back(ptr);
   summ_plan.push_back(plan);
   return idx;

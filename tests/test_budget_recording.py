@@ -1,0 +1,96 @@
+"""The thumbnail budget applied while the native recorder records (NOTE [Budget while recording] in
+tracer/record/csrc/budget.h): the step keeps exactly the pictures, and says exactly what it left out, as when the
+budget is applied only at the step's end, while its arena holds a fraction of the pictures along the way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import gradscape
+from gradscape.tracer.record import native
+from gradscape.tracer.summary.budget import apply_thumb_budget
+
+pytestmark = pytest.mark.skipif(not native.status()[0], reason="the native recorder applies the budget while it records")
+
+BUDGET = 60_000  # cells: about 60 of the loop's 1,024-cell gate gradients
+
+
+def _loop_step(budget: int | None, steps: int = 500, nan_at: int | None = None) -> Any:
+    """A traced step of an LSTMCell loop (about 7,500 nodes, 8 MiB of arena pictures without a budget); the same
+    weights and inputs every call. `nan_at`: a NaN put into the input of that time step."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(16, 32)
+    x = torch.randn(steps, 8, 16)
+    if nan_at is not None:
+        x[nan_at, 0, 0] = float("nan")
+    tr = gradscape.Tracer(cell, thumb_budget=budget)
+    with tr.step(0) as st:
+        h = c = torch.zeros(8, 32)
+        for t in range(steps):
+            h, c = cell(x[t], (h, c))
+        h.pow(2).sum().backward()
+    assert st.meta["recorder"] == "native"
+    return st
+
+
+def _pictures(st: Any) -> list[bytes | None]:
+    tt = st.nodes.tables.tensors
+    return [None if (th := tt.thumb_of(k)) is None else th.tobytes() + str(th.shape).encode() for k in range(len(tt))]
+
+
+def _same_as_the_end_budget(nan_at: int | None = None) -> tuple[Any, Any]:
+    cut = _loop_step(BUDGET, nan_at=nan_at)
+    end = _loop_step(None, nan_at=nan_at)  # nothing left out while recording: the budget applied at the end only
+    end.meta["arena"] = sum(c.nbytes for c in end.nodes.tables.tensors.chunks)  # every picture, as recorded
+    apply_thumb_budget(end, BUDGET, end.nodes.tables.tensors.cells_bound)
+    assert cut.nodes.tables.tensors.evicted.sum() > 1000, "the budget did not act while recording"
+    assert cut.meta["thumbs_left_out"] == end.meta["thumbs_left_out"] and "arena" not in cut.meta
+    assert _pictures(cut) == _pictures(end)
+    return cut, end
+
+
+def test_the_pictures_kept_and_the_count_left_out_are_the_end_budgets() -> None:
+    cut, end = _same_as_the_end_budget()
+    assert cut.meta["thumbs_left_out"]["count"] > 1000
+    tt = cut.nodes.tables.tensors
+    stats = tt.stats_array()
+    assert np.array_equal(stats, end.nodes.tables.tensors.stats_array(), equal_nan=True)  # every statistic kept
+    # the arena as recorded held the pictures kept and every summary's statistics, not all the pictures
+    assert int(tt.thumb_cells().sum()) <= BUDGET
+    assert sum(c.nbytes for c in tt.chunks) < end.meta["arena"] / 2, (sum(c.nbytes for c in tt.chunks), end.meta)
+
+
+def test_a_nan_keeps_its_picture_first() -> None:
+    """Gradients with a NaN come first in the budget's order, while recording as at the end."""
+    cut, _end = _same_as_the_end_budget(nan_at=5)
+    tt = cut.nodes.tables.tensors
+    flagged = tt.flagged()
+    shown = np.array([tt.thumb_of(k) is not None for k in range(len(tt))])
+    assert flagged.any() and shown[flagged & (tt.thumb_cells() > 0)].any()
+
+
+def test_what_each_row_shows_is_what_the_gradients_were() -> None:
+    """Against torch: what the optimizer stepped with, summarised while pictures were being left out, keeps its
+    pictures (the largest norms) and the statistics of `p.grad`."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(16, 32)
+    x = torch.randn(500, 8, 16)
+    opt = torch.optim.SGD(cell.parameters(), lr=0.0)
+    tr = gradscape.Tracer(cell, thumb_budget=BUDGET)
+    with tr.step(0) as st:
+        h = c = torch.zeros(8, 32)
+        for t in range(len(x)):
+            h, c = cell(x[t], (h, c))
+        h.pow(2).sum().backward()
+        opt.step()
+    assert st.nodes.tables.tensors.evicted.any()
+    for name, p in cell.named_parameters():
+        t = st.params[name]
+        assert t.thumb is not None, name  # a parameter's whole gradient: among the largest norms
+        g = p.grad.double()
+        assert t.stats["norm"] == pytest.approx(float(g.norm()), rel=1e-6), name
+        assert (t.stats["min"], t.stats["max"]) == (float(p.grad.min()), float(p.grad.max())), name
