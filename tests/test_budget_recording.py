@@ -14,7 +14,7 @@ import gradscape
 from gradscape.tracer.record import native
 from gradscape.tracer.summary.budget import apply_thumb_budget
 
-pytestmark = pytest.mark.skipif(not native.status()[0], reason="the native recorder applies the budget while it records")
+pytestmark = pytest.mark.skipif(not native.status()[0], reason="the native recorder applies it while recording")
 
 BUDGET = 60_000  # cells: about 60 of the loop's 1,024-cell gate gradients
 
