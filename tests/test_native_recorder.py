@@ -323,3 +323,19 @@ def test_a_native_steps_execution_order_is_made_when_read(python_recorder: Any) 
     assert cols is not None and all(a is b for a, b in zip(again.edges.columns(), cols))
     assert again.edges == edges and again.edges._list is not edges._list
 
+
+
+def test_writing_a_native_step_to_a_trace_file_makes_neither_list(tmp_path: Any) -> None:
+    """The trace file takes the execution order and the edges from the columns (NOTE [Lazy columns]): writing the
+    step makes neither list, and the file reads back the same order and edges."""
+    from gradscape.tracer.sinks.file import FileSink
+    from gradscape.tracer.store import TraceStore
+
+    model, loss_of = _program("lstm")
+    tr = gradscape.Tracer(model, sink=FileSink(tmp_path / "t.sqlite"))
+    with tr.step(0) as st:
+        loss_of(model).backward()
+    tr.close()
+    assert st.execution._list is None and st.edges._list is None
+    back = TraceStore(tmp_path / "t.sqlite").read_step(tr.run, 0)
+    assert back.execution == list(st.execution) and sorted(back.edges) == sorted(st.edges)

@@ -170,8 +170,8 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stac
     tab = WireTensors(apart=True, base=len(order),
                       known={id(o): int(at[k]) for k, o in objects.items() if at[k] >= 0})
     tab.row_ref = lambda k: int(at[k]) if at[k] >= 0 else tab.ref(tt.get(k))  # NOTE [Lazy module calls]
-    fields = step_fields(st, tab)  # after the rows: what only the modules, parameters and passes name
-    del fields["execution"]  # the runs' order, which the columns hold
+    # after the rows: what only the modules, parameters and passes name; not the runs' order, which the columns hold
+    fields = step_fields(st, tab, execution=False)
     tensors, arrays, stacks = _tensor_columns(tt, order, objects)
     columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t, at[t.slots]),
                "tensors": {**tensors, "extra": tab.items}}

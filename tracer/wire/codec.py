@@ -126,8 +126,9 @@ def _to_wire(st: StepTrace, tab: TensorTable) -> WireStep:
     return cast(WireStep, {**rest, "nodes": nodes, "edges": [list(e) for e in st.edges], "tensors": tab.items})
 
 
-def step_fields(st: StepTrace, tab: TensorTable) -> dict[str, Any]:
-    """The step's wire fields but its `nodes`, `edges` and `tensors` (entered in `tab`)."""
+def step_fields(st: StepTrace, tab: TensorTable, execution: bool = True) -> dict[str, Any]:
+    """The step's wire fields but its `nodes`, `edges` and `tensors` (entered in `tab`); without `execution`
+    when not `execution` (a column document holds the order in its columns: NOTE [Lazy columns])."""
     from_rows = getattr(st.modules, "wire_modules", None)  # NOTE [Lazy module calls]
     modules: dict[str, WireModule] | None = None if from_rows is None else from_rows(tab)
     if modules is None:
@@ -140,14 +141,17 @@ def step_fields(st: StepTrace, tab: TensorTable) -> dict[str, Any]:
                "root_grads": tab.refs_all(p.root_grads),
                "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}
               for p in st.passes]
-    return {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": plain(st.meta, "meta"),
+    fields = {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": plain(st.meta, "meta"),
             "modules": modules, "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
-            "execution": [list(e) for e in st.execution],
+            "execution": [list(e) for e in st.execution] if execution else None,
             "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
                           "source": p.source} for p in st.problems],
             "not_in_step": list(st.not_in_step),
             "rank": st.rank, "world_size": st.world_size, "trigger": st.trigger,
             "optimizer_steps": [optimizer_step_to_wire(o) for o in st.optimizer_steps]}
+    if not execution:
+        del fields["execution"]
+    return fields
 
 
 def optimizer_step_to_wire(o: OptimizerStep) -> WireOptimizerStep:

@@ -119,6 +119,5 @@ def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[np.ndar
     tensors = _Tensors(cols, {**maps, **{cols.n_rows + j: x for j, x in enumerate(extra)}})
     trace = fields_from_wire(doc, Refs(tensors, cols.n_nodes))
     tab = TensorTable(apart=True, base=cols.n_tensors, known={id(x): i for i, x in tensors.made.items()})
-    fields = step_fields(trace, tab)
-    del fields["execution"]  # the runs' order, which the columns hold
+    fields = step_fields(trace, tab, execution=False)  # not the runs' order, which the columns hold
     return trace, {**fields, "columns": _stored(doc["columns"], maps, extra)}, arrays
