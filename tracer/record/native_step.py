@@ -87,11 +87,11 @@ class NativeStep:
         the summariser's `finalize`."""
         g = self.graph
         runs_b, slots_b, summs_b, chunks, py, _failures = g.rec.records()
-        rows_b, start_b, ks_b, raw_b, bad = g.rec.tables()  # the counting sort and the arena's gather, in C++
+        rows_b, start_b, ks_b, raw_b, bad, evicted = g.rec.tables()  # the counting sort and the arena's gather, in C++
         runs = np.frombuffer(runs_b, RUN_DTYPE)
         slots = np.frombuffer(slots_b, np.int32)
         tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py,
-                              np.frombuffer(raw_b, np.float64).reshape(-1, 8), bad)
+                              np.frombuffer(raw_b, np.float64).reshape(-1, 8), bad, evicted)
         mods, sources = attributed
         kinds = _kinds(g, cache)
         nm = names(g.name)

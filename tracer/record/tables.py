@@ -36,15 +36,16 @@ class TensorTable:
     arena, read when the `TensorTrace` is made) and Python's (`py`, complete `TensorTrace`s)."""
 
     def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace], raw: np.ndarray,
-                 kernel_nonfinite: bool) -> None:
+                 kernel_nonfinite: bool, evicted_cells: int = 0) -> None:
         self.plan = summs["plan"]
         self.chunk = summs["chunk"]
         self.off = summs["off"]
         self.py_index = summs["py"]
-        self.wide = summs["wide"] & 1  # 1: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails])
-        # left out by the budget while recording (NOTE [Budget while recording] in csrc/budget.h): no cells in the
-        # arena; the budget at the step's end leaves them out again (`no_thumb`), counted as it counts the others
-        self.evicted = (summs["wide"] & 2) != 0
+        # bit 0: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails]); bit 1: left out by the
+        # budget while recording (NOTE [Budget while recording] in csrc/budget.h), no cells in the arena: the budget
+        # at the step's end leaves them out again (`no_thumb`), counted as it counts the others
+        self.flags = summs["wide"]
+        self._evicted_cells = evicted_cells
         self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)
@@ -52,9 +53,7 @@ class TensorTable:
         self._kernel_nonfinite = kernel_nonfinite  # a kernel summary counted a NaN or an Inf (the extension's `tables`)
         # an upper bound on the thumbnail cells of the kernel's summaries: a cell is at least a bfloat16 of the arena,
         # and the pictures left out while recording count as they will at the step's end
-        self.cells_bound = sum(map(len, chunks)) // 2
-        if self.evicted.any():
-            self.cells_bound += int(_plan_cells()[self.plan[self.evicted]].sum())
+        self.cells_bound = sum(map(len, chunks)) // 2 + evicted_cells
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
 
@@ -79,14 +78,27 @@ class TensorTable:
     def thumb_of(self, k: int) -> np.ndarray | None:
         """The thumbnail of kernel summary `k` (plan >= 0), None when it has none or the budget left it out."""
         plan = KERNEL_PLANS[int(self.plan[k])]
-        if plan.th_shape is None or self.no_thumb[k] or self.evicted[k]:
+        flags = int(self.flags[k])
+        if plan.th_shape is None or self.no_thumb[k] or flags & 2:
             return None
         arr, at = self.chunks[int(self.chunk[k])], 8 * (int(self.off[k]) + 8)
-        if self.wide[k]:  # float32 cells, at bfloat16's precision already: a view of the arena
+        if flags & 1:  # float32 cells, at bfloat16's precision already: a view of the arena
             th = np.ndarray(plan.th_shape, _F32, arr, at)
         else:
             th = bfloat16.widen_one(np.ndarray(plan.th_shape, np.uint16, arr, at))
         return np.ascontiguousarray(th.T) if plan.transposed else th
+
+    @property
+    def wide(self) -> np.ndarray:
+        """Per summary, 1 where its thumbnail's cells are float32."""
+        return self.flags & 1
+
+    @property
+    def evicted(self) -> np.ndarray:
+        """Per summary, whether the budget left its picture out while recording."""
+        if not self._evicted_cells:
+            return np.zeros(len(self.flags), bool)
+        return (self.flags & 2) != 0
 
     def arena_bytes(self) -> int:
         """The bytes of the arena the kernel's summaries use (to the last row's statistics; its thumbnail

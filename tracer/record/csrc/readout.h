@@ -137,8 +137,9 @@ PyObject* rec_records(PyObject* self, PyObject*) {
 
 // tables() -> (run rows, run starts, run ks, raw statistics, nonfinite): the runs' positions by node in the order
 // they ran (int64 bytes), where each node's begin (int64, one more than the nodes), each run's index among its node's
-// runs (int64), the kernel's 8 raw statistics of every summary (float64; NaN for Python's), and whether one of the
-// kernel's summaries counted a NaN or an Inf: NOTE [Step tables]
+// runs (int64), the kernel's 8 raw statistics of every summary (float64; NaN for Python's), whether one of the
+// kernel's summaries counted a NaN or an Inf (NOTE [Step tables]), and the thumbnail cells of the summaries the budget
+// left out while recording (NOTE [Budget while recording] in budget.h)
 PyObject* rec_tables(PyObject* self, PyObject*) {
   Recorder* r = R(self);
   std::lock_guard<std::mutex> g(r->mu);
@@ -160,15 +161,18 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
   }
   std::vector<double> raw(8 * r->summs.size(), std::numeric_limits<double>::quiet_NaN());
   bool nonfinite = false;
+  long long evicted = 0;
   for (size_t i = 0; i < r->summs.size(); i++) {
     const Summ& s = r->summs[i];
     if (s.plan < 0 || s.chunk < 0 || static_cast<size_t>(s.chunk) >= r->chunks.size()) continue;
+    if ((s.wide & EVICTED) != 0 && r->summ_plan[i] != nullptr) evicted += r->summ_plan[i]->cells;
     const double* arena = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk]));
     std::memcpy(raw.data() + 8 * i, arena + s.off, 8 * sizeof(double));
     nonfinite = nonfinite || arena[s.off + 5] > 0 || arena[s.off + 6] > 0;  // (min, max, sum, sumsq, nonzero, nan, inf, n)
   }
-  return Py_BuildValue("(NNNNN)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),
-                       bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()), PyBool_FromLong(nonfinite));
+  return Py_BuildValue("(NNNNNL)", bytes_of(rows.data(), 8 * m), bytes_of(start.data(), 8 * (n + 1)),
+                       bytes_of(k.data(), 8 * m), bytes_of(raw.data(), 8 * raw.size()), PyBool_FromLong(nonfinite),
+                       evicted);
 }
 
 // arrival_rows(runs) -> [(row, norm, nonfinite)]: for each run position, the summary row of what arrived in its slot 0
