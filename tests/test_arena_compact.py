@@ -14,7 +14,7 @@ from test_wire_nodes import _traced
 
 import gradscape
 from gradscape.tracer.record import native
-from gradscape.tracer.record.tables import TensorTable
+from gradscape.tracer.record.tensor_table import TensorTable
 from gradscape.tracer.record.thumb_stacks import thumb_stacks
 
 pytestmark = pytest.mark.skipif(not native.status()[0], reason="the arena holds a natively recorded step's thumbnails")

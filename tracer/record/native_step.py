@@ -15,7 +15,8 @@ from gradscape.tracer.record.lazy_tuples import LazyTuples
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names, relu_codes
 from gradscape.tracer.record.structure import ArrayGraph, NodeStatics, StructureCache, grouped_statics
-from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
+from gradscape.tracer.record.tables import LazyNodes, StepTables
+from gradscape.tracer.record.tensor_table import TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradscape.tracer.record.tables import TensorTable
+from gradscape.tracer.record.tensor_table import TensorTable
 from gradscape.tracer.summary import bfloat16
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 

@@ -21,7 +21,8 @@ import numpy as np
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.record.native import dtype_names
-from gradscape.tracer.record.tables import LazyNodes, StepTables, TensorTable
+from gradscape.tracer.record.tables import LazyNodes, StepTables
+from gradscape.tracer.record.tensor_table import TensorTable
 from gradscape.tracer.record.thumb_stacks import Stacks, thumb_stacks
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.wire.arrays import encode_array
