@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from test_budget_recording import _loop_step
 from test_wire_nodes import _traced
 
 import gradscape
@@ -82,17 +83,8 @@ def test_a_picture_read_before_the_cut_no_longer_holds_the_old_arena() -> None:
 
 
 def _loop(budget: int | None) -> Any:
-    """A traced step of an LSTMCell loop (about 1,000 nodes)."""
-    torch.manual_seed(0)
-    cell = torch.nn.LSTMCell(16, 32)
-    x = torch.randn(60, 8, 16)
-    tr = gradscape.Tracer(cell, thumb_budget=budget)
-    with tr.step(0) as st:
-        h = c = torch.zeros(8, 32)
-        for t in range(len(x)):
-            h, c = cell(x[t], (h, c))
-        h.pow(2).sum().backward()
-    return st
+    """A traced step of an LSTMCell loop (60 steps: about 1,000 nodes)."""
+    return _loop_step(budget, steps=60)[0]
 
 
 def test_a_budgeted_step_keeps_an_arena_the_size_of_its_budget() -> None:

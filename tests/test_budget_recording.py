@@ -19,22 +19,27 @@ pytestmark = pytest.mark.skipif(not native.status()[0], reason="the native recor
 BUDGET = 60_000  # cells: about 60 of the loop's 1,024-cell gate gradients
 
 
-def _loop_step(budget: int | None, steps: int = 500, nan_at: int | None = None) -> Any:
-    """A traced step of an LSTMCell loop (about 7,500 nodes, 8 MiB of arena pictures without a budget); the same
-    weights and inputs every call. `nan_at`: a NaN put into the input of that time step."""
+def _loop_step(budget: int | None, steps: int = 500, nan_at: int | None = None,
+               stepped: bool = False) -> tuple[Any, torch.nn.LSTMCell]:
+    """A traced step of an LSTMCell loop (500 steps: about 7,500 nodes, 8 MiB of arena pictures without a budget),
+    and its cell; the same weights and inputs every call. `nan_at`: a NaN put into the input of that time step;
+    `stepped`: an optimizer steps inside the block (with a learning rate of 0)."""
     torch.manual_seed(0)
     cell = torch.nn.LSTMCell(16, 32)
     x = torch.randn(steps, 8, 16)
     if nan_at is not None:
         x[nan_at, 0, 0] = float("nan")
+    opt = torch.optim.SGD(cell.parameters(), lr=0.0)
     tr = gradscape.Tracer(cell, thumb_budget=budget)
     with tr.step(0) as st:
         h = c = torch.zeros(8, 32)
         for t in range(steps):
             h, c = cell(x[t], (h, c))
         h.pow(2).sum().backward()
+        if stepped:
+            opt.step()
     assert st.meta["recorder"] == "native"
-    return st
+    return st, cell
 
 
 def _pictures(st: Any) -> list[bytes | None]:
@@ -43,8 +48,8 @@ def _pictures(st: Any) -> list[bytes | None]:
 
 
 def _same_as_the_end_budget(nan_at: int | None = None) -> tuple[Any, Any]:
-    cut = _loop_step(BUDGET, nan_at=nan_at)
-    end = _loop_step(None, nan_at=nan_at)  # nothing left out while recording: the budget applied at the end only
+    cut = _loop_step(BUDGET, nan_at=nan_at)[0]
+    end = _loop_step(None, nan_at=nan_at)[0]  # nothing left out while recording: the budget applied at the end only
     end.meta["arena"] = sum(c.nbytes for c in end.nodes.tables.tensors.chunks)  # every picture, as recorded
     apply_thumb_budget(end, BUDGET, end.nodes.tables.tensors.cells_bound)
     assert cut.nodes.tables.tensors.evicted.sum() > 1000, "the budget did not act while recording"
@@ -76,17 +81,7 @@ def test_a_nan_keeps_its_picture_first() -> None:
 def test_what_each_row_shows_is_what_the_gradients_were() -> None:
     """Against torch: what the optimizer stepped with, summarised while pictures were being left out, keeps its
     pictures (the largest norms) and the statistics of `p.grad`."""
-    torch.manual_seed(0)
-    cell = torch.nn.LSTMCell(16, 32)
-    x = torch.randn(500, 8, 16)
-    opt = torch.optim.SGD(cell.parameters(), lr=0.0)
-    tr = gradscape.Tracer(cell, thumb_budget=BUDGET)
-    with tr.step(0) as st:
-        h = c = torch.zeros(8, 32)
-        for t in range(len(x)):
-            h, c = cell(x[t], (h, c))
-        h.pow(2).sum().backward()
-        opt.step()
+    st, cell = _loop_step(BUDGET, stepped=True)
     assert st.nodes.tables.tensors.evicted.any()
     for name, p in cell.named_parameters():
         t = st.params[name]
