@@ -141,17 +141,17 @@ def step_fields(st: StepTrace, tab: TensorTable, execution: bool = True) -> dict
                "root_grads": tab.refs_all(p.root_grads),
                "retain_graph": p.retain_graph, "create_graph": p.create_graph, "start": p.start, "end": p.end}
               for p in st.passes]
-    fields = {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error, "meta": plain(st.meta, "meta"),
-            "modules": modules, "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes,
-            "execution": [list(e) for e in st.execution] if execution else None,
+    fields: dict[str, Any] = {"v": WIRE_VERSION, "run": st.run, "step": st.step, "error": st.error,
+                              "meta": plain(st.meta, "meta"), "modules": modules,
+                              "params": {k: tab.ref(v) for k, v in st.params.items()}, "passes": passes}
+    if execution:
+        fields["execution"] = [list(e) for e in st.execution]
+    return {**fields,
             "problems": [{"kind": p.kind, "message": p.message, "node": p.node, "param": p.param,
                           "source": p.source} for p in st.problems],
             "not_in_step": list(st.not_in_step),
             "rank": st.rank, "world_size": st.world_size, "trigger": st.trigger,
             "optimizer_steps": [optimizer_step_to_wire(o) for o in st.optimizer_steps]}
-    if not execution:
-        del fields["execution"]
-    return fields
 
 
 def optimizer_step_to_wire(o: OptimizerStep) -> WireOptimizerStep:

@@ -51,10 +51,12 @@ void Recorder::evict() {  // mu held
              budget_before);
   budget_shown.clear();
   int64_t total = 0;
+  bool past = false;  // the first that does not fit, and every one after it
   int32_t first = static_cast<int32_t>(summs.size());  // the first block that loses its picture
   for (const BudgetKey& k : all) {
     const int64_t cells = summ_plan[k.idx]->cells;
-    if (budget_shown.size() == static_cast<size_t>(&k - all.data()) && total + cells <= budget) {
+    past = past || total + cells > budget;
+    if (!past) {
       total += cells;
       budget_shown.push_back(k);
     } else {
