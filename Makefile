@@ -15,7 +15,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 BUILD_INPUTS := pyproject.toml setup.py tracer/summary/_fastsum.c tracer/summary/_fastsum_v3.c \
 	tracer/summary/_fastsum_v4.c tracer/summary/_fastsum_wide.h tracer/summary/_fastsum_thumb.h
 
-.PHONY: venv run test lint bench chromium compiler recorder clean
+.PHONY: venv run test lint bench chromium compiler recorder clean test-torch torch-headers
 
 venv: $(DEV_STAMP)
 
@@ -50,6 +50,31 @@ compiler:
 recorder: venv
 	$(PY) -m gradscape build-recorder
 
+# `make test-torch TORCH=2.9.1`: the core suite (tests/torch_range.txt) on another torch release, in a virtual
+# environment of its own (.venv-torch-X; .venv stays on TORCH_SPEC). Releases from the package index are CUDA
+# builds: they import and run on a CPU once their nvidia-* packages are installed (~3 GB a release). It builds
+# the native recorder for that release, runs the suite, then checks that installing the wheel with no
+# constraint leaves that torch in place (tests/install_keeps_torch.sh).
+TORCH ?= 2.9.1
+TVENV := .venv-torch-$(TORCH)
+test-torch: compiler
+	test -x $(TVENV)/bin/python || $(PYTHON) -m venv $(TVENV)
+	$(TVENV)/bin/python -c "import torch" 2>/dev/null || \
+	  $(TVENV)/bin/python -m pip install -q --no-compile --disable-pip-version-check torch==$(TORCH)
+	echo "torch==$(TORCH)" > $(TVENV)/torch-constraint.txt
+	$(TVENV)/bin/python -m pip install -q --no-compile --disable-pip-version-check -c $(TVENV)/torch-constraint.txt \
+	  "setuptools>=70.1" -e . "pytest>=8" "pytest-timeout>=2.2" "psutil>=5.9"
+	$(TVENV)/bin/python -m gradscape build-recorder
+	$(TVENV)/bin/python -m pytest -q -p no:cacheprovider $$(grep -v '^#' tests/torch_range.txt)
+	bash tests/install_keeps_torch.sh $(TVENV)
+
+# The headers of the supported range's two ends, unpacked from their wheels (no install), for the test that
+# compiles the recorder's version shims against each (tests/test_torch_shims.py)
+SHIM_TORCHES ?= 2.9.1 2.14.1
+HEADERS := .cache/torch-headers
+torch-headers: venv
+	$(PY) tests/torch_headers.py --into $(HEADERS) $(SHIM_TORCHES)
+
 chromium:
 	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
@@ -58,7 +83,7 @@ lint: venv
 	$(VENV)/bin/ruff check gradscape tracer app tests bench examples setup.py
 	$(VENV)/bin/mypy
 
-test: venv chromium recorder lint
+test: venv chromium recorder torch-headers lint
 	$(VENV)/bin/python -m pytest -q
 
 run: $(RUN_STAMP)

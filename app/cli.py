@@ -129,7 +129,7 @@ def build_recorder(force: bool) -> int:
     from gradscape.tracer.record import native_build
 
     if native_build.target().exists() and not force:
-        print(f"built already: {native_build.target()}")
+        print(f"built already for torch {torch.__version__}: {native_build.target()}")
         return 0
     print(f"building the native recorder for torch {torch.__version__} (about a minute) ...", flush=True)
     try:
@@ -137,7 +137,7 @@ def build_recorder(force: bool) -> int:
     except native_build.BuildError as exc:
         print(f"gradscape: {exc}\ngradscape records in Python without it.", file=sys.stderr)
         return 1
-    print(f"built: {path}")
+    print(f"built for torch {torch.__version__}: {path}")
     return 0
 
 

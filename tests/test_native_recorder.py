@@ -194,7 +194,7 @@ def test_steps_that_keep_values_are_recorded_in_python() -> None:
     tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         loss_of(model).backward()
-    assert st.meta["recorder"] == "python"
+    assert st.meta["recorder"] == "python" and st.meta["recorder_why"].startswith("tensors='full' keeps")
     w = st.params["fc1.weight"] if "fc1.weight" in st.params else next(iter(st.params.values()))
     assert w.values is not None
 
@@ -212,7 +212,7 @@ def test_without_a_build_steps_are_recorded_in_python_and_doctor_says_why(
         model, loss_of = _program("mlp")
         with gradscape.Tracer(model).step(0) as st:
             loss_of(model).backward()
-        assert st.meta["recorder"] == "python" and len(st.nodes) > 5
+        assert st.meta["recorder"] == "python" and len(st.nodes) > 5 and st.meta["recorder_why"] == why
     finally:
         monkeypatch.undo()
         native._loaded.cache_clear()
@@ -227,7 +227,20 @@ def test_a_failed_build_says_what_the_compiler_said(tmp_path: Any, monkeypatch: 
     with pytest.raises(native_build.BuildError, match="no compiler in this test"):
         native_build.build()
     assert not native_build.target().exists()
-    assert [p.name for p in tmp_path.iterdir()] == []  # no half-written file left behind
+    # no half-written file left behind: only the note that the build failed, which the fallback quotes
+    assert [p.name for p in tmp_path.iterdir()] == [native_build.failed(native_build.target()).name]
+    native._loaded.cache_clear()
+    try:
+        used, why = native.status()
+        assert not used and why.startswith(f"the build failed (torch {torch.__version__}: no compiler in this test)")
+        model, loss_of = _program("mlp")
+        with gradscape.Tracer(model).step(0) as st:
+            loss_of(model).backward()
+        assert st.meta["recorder"] == "python" and st.meta["recorder_why"] == why
+    finally:
+        monkeypatch.undo()
+        native._loaded.cache_clear()
+    assert native.status()[0]
 
 
 def test_strided_gradients_are_summarised_in_the_hook_from_a_copy() -> None:

@@ -325,17 +325,20 @@ def test_every_plan_the_summariser_makes_passes_the_check(shape: tuple[int, ...]
 
 def test_torch_older_than_tested_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(_compat.ALLOW_UNTESTED_ENV, raising=False)
-    with pytest.raises(ImportError, match=r"needs torch>=2\.13 .* this is torch 2\.4\.1\. "
+    with pytest.raises(ImportError, match=r"needs torch>=2\.9 .* this is torch 2\.4\.1\. "
                                           r"GRADSCAPE_ALLOW_UNTESTED_TORCH=1 tries it anyway"):
         _compat.check_torch("2.4.1")
     monkeypatch.setenv(_compat.ALLOW_UNTESTED_ENV, "1")
     _compat.check_torch("2.4.1")  # asked for: the private names are still each looked up
     monkeypatch.setenv(_compat.ALLOW_UNTESTED_ENV, "yes")  # only "1" counts
     with pytest.raises(ImportError, match="needs torch"):
-        _compat.check_torch("2.11.0")
-    _compat.check_torch("2.13.0+cpu")
-    _compat.check_torch("2.15.1")
-    _compat.check_torch("3.0.0")
+        _compat.check_torch("2.8.0")
+    for supported in ("2.9.0", "2.11.0", "2.13.0+cpu", "2.14.1+cu130"):
+        _compat.check_torch(supported)
+    for newer in ("2.15.1", "3.0.0"):
+        said = rf"tested with torch 2\.9 to 2\.14; this is torch {newer}"
+        with pytest.warns(_compat.UntestedTorchWarning, match=said):
+            _compat.check_torch(newer)
     assert _compat.torch_version("2.13.0a0+git123") == (2, 13)
 
 

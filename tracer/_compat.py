@@ -1,10 +1,17 @@
 """Every private torch API that gradscape uses, in one place, checked against the torch version.
 
-torch keeps no promise about `torch._C`: these names can change in any release. gradscape is tested
-with torch 2.13 (the version `make test` installs) and refuses an older one at import, with an error
-that says so; on a newer one each name is looked up here, so a rename fails at import with the name
-that is missing, not deep inside a training step. To support another torch version, change this file
-(and MIN_TORCH, and the TORCH_SPEC that `make test` installs).
+torch keeps no promise about `torch._C`: these names can change in any release. gradscape supports the
+releases from MIN_TORCH to MAX_TESTED (`make test-torch TORCH=...` runs the core suite on each end; see
+docs/install.md). An older torch is refused at import with an error that says so; a newer one imports
+with one `UntestedTorchWarning` naming the tested range, and each name is looked up here, so a rename
+fails at import with the name that is missing, not deep inside a training step. `PRIVATE_NAMES` lists
+every name looked up (tests/test_compat.py resolves and calls each on every supported release).
+
+Why the range starts at 2.9 (NOTE [Torch floor]): every private name below and the native recorder's
+C++ resolve on 2.9, and the floor is the oldest release the core suite is run on. Releases before it are
+not refused for a missing name that we know of but because no test has run on them; the recorder's
+headers are the part most likely to differ (tracer/record/csrc/torch_shims.h holds the differences).
+GRADSCAPE_ALLOW_UNTESTED_TORCH=1 tries an older one anyway.
 
 What each is for (see docs/autograd.md):
 - `sequence_nr()`: the autograd sequence number the next node created on this thread will get; the
@@ -42,14 +49,26 @@ from __future__ import annotations
 import operator
 import os
 import re
+import warnings
 from typing import Any
 
 import torch
 
-MIN_TORCH = (2, 13)  # the oldest torch gradscape is tested with
+MIN_TORCH = (2, 9)  # the oldest torch gradscape supports: the floor of its tested range (NOTE [Torch floor])
+MAX_TESTED = (2, 14)  # the newest release it is tested with; a newer one imports with one warning
 # Set to 1 to import gradscape on an older torch anyway (each private name below is still looked up and
 # a missing one still refused): for a machine whose torch cannot be replaced, such as a GPU image.
 ALLOW_UNTESTED_ENV = "GRADSCAPE_ALLOW_UNTESTED_TORCH"
+PRIVATE_NAMES: list[tuple[str, str]] = []  # (owner, name) of every private name looked up below
+
+
+class UntestedTorchWarning(UserWarning):
+    """torch is newer than the newest release gradscape is tested with (MAX_TESTED)."""
+
+
+def tested_range() -> str:
+    """The supported range as people write it, e.g. "2.9 to 2.14"."""
+    return f"{MIN_TORCH[0]}.{MIN_TORCH[1]} to {MAX_TESTED[0]}.{MAX_TESTED[1]}"
 
 
 def torch_version(version: str | None = None) -> tuple[int, int]:
@@ -62,20 +81,28 @@ def torch_version(version: str | None = None) -> tuple[int, int]:
 
 
 def check_torch(version: str | None = None) -> None:
-    """Raise ImportError when torch is older than MIN_TORCH (unless GRADSCAPE_ALLOW_UNTESTED_TORCH=1)."""
-    if torch_version(version) < MIN_TORCH and os.environ.get(ALLOW_UNTESTED_ENV) != "1":
-        text = torch.__version__ if version is None else version
+    """Raise ImportError when torch is older than MIN_TORCH (unless GRADSCAPE_ALLOW_UNTESTED_TORCH=1);
+    warn once (UntestedTorchWarning) when it is newer than MAX_TESTED."""
+    text = torch.__version__ if version is None else version
+    release = torch_version(version)
+    if release < MIN_TORCH and os.environ.get(ALLOW_UNTESTED_ENV) != "1":
         raise ImportError(f"gradscape needs torch>={MIN_TORCH[0]}.{MIN_TORCH[1]} (it uses torch internals that "
                           f"older releases lack or spell differently); this is torch {text}. "
                           f"{ALLOW_UNTESTED_ENV}=1 tries it anyway, untested")
+    if release > MAX_TESTED:
+        warnings.warn(f"gradscape is tested with torch {tested_range()}; this is torch {text}, newer than that. "
+                      f"It should work (every private name it uses was found); `gradscape doctor` says what runs",
+                      UntestedTorchWarning, stacklevel=2)
 
 
 def _private(owner: Any, owner_name: str, name: str) -> Any:
+    if (owner_name, name) not in PRIVATE_NAMES:
+        PRIVATE_NAMES.append((owner_name, name))
     try:
         return getattr(owner, name)
     except AttributeError:
         raise ImportError(f"gradscape: this torch ({torch.__version__}) has no {owner_name}.{name}, which gradscape "
-                          f"uses; it is tested with torch {MIN_TORCH[0]}.{MIN_TORCH[1]}") from None
+                          f"uses; it is tested with torch {tested_range()}") from None
 
 
 check_torch()
@@ -91,9 +118,32 @@ set_grad_enabled = _private(torch._C, "torch._C", "_set_grad_enabled")
 # functorch's interpreter stack: non-empty inside torch.func transforms (grad, vmap, jacrev); optional
 functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
 
-# autograd graph nodes: attributes `torch.autograd.graph.Node` declares (abstract there) and every node has
-for _name in ("_sequence_nr", "_input_metadata"):
-    _private(torch.autograd.graph.Node, "torch.autograd.graph.Node", _name)
+
+
+def _check_nodes() -> None:
+    """Autograd graph nodes' `_sequence_nr` and `_input_metadata`, looked up on each kind of node (an op's,
+    an AccumulateGrad, a custom Function's): torch 2.13 declares both on `torch.autograd.graph.Node`, 2.9
+    only on the concrete node classes."""
+
+    class _Same(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: Any) -> Any:
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            return g
+
+    leaf = torch.zeros(1, requires_grad=True)
+    with torch.enable_grad():  # the outputs are kept: a custom Function's node is readable while its graph is
+        outs = (leaf * 1, _Same.apply(leaf))
+    op, custom = outs[0].grad_fn, outs[1].grad_fn
+    for node in (op, op.next_functions[0][0], custom):
+        for name in ("_sequence_nr", "_input_metadata"):
+            _private(node, "torch.autograd.graph.Node", name)
+
+
+_check_nodes()
 node_sequence_nr = operator.methodcaller("_sequence_nr")  # the cheapest call: it runs for every walked node
 
 

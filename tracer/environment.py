@@ -1,5 +1,5 @@
 """What the tracer uses on this machine, for problem reports (`gradscape doctor`, app/cli.py): the torch
-release it is tested with, what summarises gradients and records node hooks, and where spill files go.
+releases it is tested with, what summarises gradients and records node hooks, and where spill files go.
 Code outside the tracer reads these here, not from the private modules that own them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from gradscape.tracer.summary import kernel as _native
 
 @dataclass(frozen=True)
 class Environment:
-    tested_torch: str  # the oldest torch release gradscape is tested with, e.g. "2.13"
+    tested_torch: str  # the torch releases gradscape is tested with, e.g. "2.9 to 2.14"
     summariser: str  # "native", or "torch (why)"
     kernel: Path | None  # the summary kernel's file when it is in use
     recorder: str  # "native (FILE)", or "python (why)": what records a step's node hooks
@@ -27,5 +27,5 @@ def environment() -> Environment:
     has not happened yet)."""
     used, why = _recorder.status()
     recorder = f"native ({_recorder.path()})" if used else f"python ({why})"
-    return Environment(tested_torch=".".join(map(str, _compat.MIN_TORCH)), summariser=_native.summariser(),
+    return Environment(tested_torch=_compat.tested_range(), summariser=_native.summariser(),
                        kernel=_native.kernel_path(), recorder=recorder, spill_dir=_paths.spill_dir())

@@ -78,6 +78,10 @@ def _loaded() -> tuple[Any, str]:
         return None, "GRADSCAPE_NATIVE=0"
     path = native_build.target()
     if not path.exists():
+        note = native_build.failed(path)
+        if note.exists():
+            return None, (f"the build failed ({note.read_text().strip()}); `gradscape build-recorder --force` "
+                          f"tries again and prints the compiler's words")
         return None, (f"not built for torch {torch.__version__} and these sources (`gradscape build-recorder` "
                       f"builds it, into {path.parent})")
     try:

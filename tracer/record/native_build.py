@@ -66,6 +66,20 @@ def compiler() -> list[str]:
     raise BuildError("no C++ compiler found (install g++ or clang++, or set CXX)")
 
 
+def torch_includes(root: Path) -> list[Path]:
+    """The include folders of the torch whose headers are under `root` (a torch package's `include/`)."""
+    return [root, root / "torch" / "csrc" / "api" / "include"]
+
+
+def syntax_command(torch_include: Path) -> list[str]:
+    """The compiler's command that checks the sources against the torch headers under `torch_include`
+    (of any release, installed or not) without building: how `make test` compiles the version shims
+    (csrc/torch_shims.h) against the floor's and the newest release's headers."""
+    include = [f"-I{p}" for p in [*torch_includes(torch_include), sysconfig.get_paths()["include"]]]
+    return [*compiler(), "-fsyntax-only", "-std=c++20", '-DGS_TORCH_VERSION="syntax check"', *include,
+            str(SOURCE_DIR / MAIN)]
+
+
 def command(output: Path) -> list[str]:
     """The compiler's command line for the build."""
     from torch.utils import cpp_extension
@@ -90,7 +104,17 @@ def build(force: bool = False) -> Path:
         partial = Path(tmp) / out.name
         done = subprocess.run(command(partial), capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-20:])
-            raise BuildError(f"the C++ compiler failed (exit {done.returncode}):\n{tail}")
+            words = (done.stderr or done.stdout).strip().splitlines()
+            first = next((w for w in words if "error" in w), words[-1] if words else "")
+            failed(out).write_text(f"torch {torch.__version__}: {first.strip()}\n")
+            tail = "\n".join(words[-20:])
+            raise BuildError(f"the C++ compiler failed (exit {done.returncode}) for torch {torch.__version__}:\n{tail}")
         os.replace(partial, out)  # atomic: a process loading it never sees half a file
+    failed(out).unlink(missing_ok=True)
     return out
+
+
+def failed(out: Path) -> Path:
+    """The note a failed build leaves beside where its file would be: the compiler's first error, which
+    `gradscape doctor` and a step's `meta["recorder_why"]` quote while steps are recorded in Python."""
+    return out.with_name(out.name + ".failed")

@@ -153,8 +153,10 @@ class StepRecorder:
             self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
                             "or torch.autograd.grad() inside the `with tr.step(i)` block)")
         st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
-        if self.passes:  # which recorder recorded the node hooks (NOTE [Native recorder] in native.py)
+        if self.passes:  # which recorder recorded the node hooks (NOTE [Native recorder] in native.py), and why
             st.meta["recorder"] = "python" if native is None else "native"
+            if native is None:
+                st.meta["recorder_why"] = self._python_why()
         if self.notes:
             st.meta["notes"] = list(self.notes)
         dist = torch.distributed
@@ -270,6 +272,15 @@ class StepRecorder:
     def _native_ok(self) -> bool:
         """The native recorder records this step (NOTE [Native recorder] in native.py)."""
         return native_status()[0] and not self.summ.keep_values and not self.hooks.breaker.armed
+
+    def _python_why(self) -> str:
+        """Why this step's node hooks were recorded in Python rather than by the native recorder."""
+        available, why = native_status()
+        if not available:
+            return why
+        if self.summ.keep_values:
+            return "tensors='full' keeps every gradient's values, which only the Python recorder does"
+        return "a breakpoint is armed: the Python recorder is the one that pauses inside backward"
 
     def _note_once(self, why: str) -> None:
         """Keep the reason something of this step went untraced in `st.meta["notes"]`, and warn about

@@ -36,7 +36,7 @@ bool node_of(PyObject* obj, NodePtr* out) {
     return true;
   }
   if (THPFunction_Check(obj)) {
-    *out = reinterpret_cast<THPFunction*>(obj)->cdata;
+    *out = gs_shim::function_node(reinterpret_cast<THPFunction*>(obj));
     return static_cast<bool>(*out);
   }
   return false;

@@ -39,12 +39,13 @@
 #include <vector>
 
 #include "node_index.h"
+#include "torch_shims.h"
 
 namespace {
 
 using torch::autograd::Node;
 using torch::autograd::variable_list;
-using NodePtr = c10::intrusive_ptr<Node>;
+using gs_shim::NodePtr;  // NOTE [Node ownership across releases] in torch_shims.h
 using Kernel = int (*)(const void*, const int64_t*, double*);
 
 constexpr int8_t KIND_OP = 0, KIND_ACC = 1, KIND_COMPILED = 2, KIND_CHECKPOINT = 3, KIND_HOOK = 4,
