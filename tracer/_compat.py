@@ -137,8 +137,8 @@ def _check_nodes() -> None:
     leaf = torch.zeros(1, requires_grad=True)
     with torch.enable_grad():  # the outputs are kept: a custom Function's node is readable while its graph is
         outs = (leaf * 1, _Same.apply(leaf))
-    op, custom = outs[0].grad_fn, outs[1].grad_fn
-    for node in (op, op.next_functions[0][0], custom):
+    op: Any = outs[0].grad_fn
+    for node in (op, op.next_functions[0][0], outs[1].grad_fn):
         for name in ("_sequence_nr", "_input_metadata"):
             _private(node, "torch.autograd.graph.Node", name)
 
