@@ -151,7 +151,7 @@ def _same_step(name: str, device: str, python_recorder: Any) -> None:
     for k in py_grads:  # the same program ran: the engine computed the same gradients
         assert torch.equal(py_grads[k], nat_grads[k]), k
     py, nat = _untimed(py_wire), _untimed(nat_wire)
-    py["meta"].pop("recorder")
+    py["meta"].pop("recorder"), py["meta"].pop("recorder_why")  # which recorder, and why Python
     nat["meta"].pop("recorder")
     for key in py:
         assert nat[key] == py[key], f"{name}: the recorders differ in {key!r}"
