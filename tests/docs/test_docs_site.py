@@ -9,8 +9,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from docs_pages import DOCS, ROOT
 
 pytestmark = pytest.mark.slow
@@ -31,11 +33,21 @@ def _text(site: Path, page: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
-def test_every_markdown_file_is_in_the_site(site: Path) -> None:
-    pages = {p.relative_to(DOCS).with_suffix("") for p in DOCS.rglob("*.md")}
-    built = {p.parent.relative_to(site) for p in site.rglob("index.html")}
-    missing = {p for p in pages if p.name != "index" and p not in built}
-    assert not missing, missing
+def _nav_files(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [f for v in node.values() for f in _nav_files(v)]
+    return [f for v in node for f in _nav_files(v)]
+
+
+def test_every_page_is_in_the_nav_and_built(site: Path) -> None:
+    nav = _nav_files(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    assert sorted(nav) == pages  # no page left out of the nav, none listed twice
+    for page in pages:
+        built = site / ("index.html" if page == "index.md" else page.removesuffix(".md") + "/index.html")
+        assert built.is_file(), page
 
 
 def test_tutorials_include_their_scripts(site: Path) -> None:

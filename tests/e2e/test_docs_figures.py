@@ -5,13 +5,12 @@ folder. docs/screenshot.png, the README's first picture, is tests/e2e/test_ui.py
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
+from docs_pages import example
 from playwright.sync_api import Page
-from serving import ROOT
 
 import gradscape
 from gradscape.tracer.store import TraceStore
@@ -23,15 +22,6 @@ def _out(tmp_path: Path, name: str) -> Path:
     folder = Path(os.environ.get("GRADSCAPE_DOCS_FIGURES", tmp_path))
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
-
-
-def _example(name: str) -> Any:
-    """A script of examples/, imported as a module (the tutorials' own programs)."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _png_size(png: bytes) -> tuple[int, int]:
@@ -47,7 +37,7 @@ def _select(page: Page, url: str, run: str, step: int, node: int) -> None:
 
 
 def test_inspector_figure_shows_the_slots_of_a_linear(live_server: Any, page: Page, tmp_path: Path) -> None:
-    tutorial = _example("module_hooks")
+    tutorial = example("module_hooks")
     import torch
     import torch.nn.functional as F
 
@@ -73,7 +63,7 @@ def test_inspector_figure_shows_the_slots_of_a_linear(live_server: Any, page: Pa
 
 
 def test_problems_figure_shows_where_the_nan_was_born(live_server: Any, page: Page, tmp_path: Path) -> None:
-    tutorial = _example("nan_hunt")
+    tutorial = example("nan_hunt")
     import torch
 
     torch.manual_seed(0)

@@ -32,12 +32,12 @@ _TENSOR_MODES = ("summary", "full")
 class Tracer:
     """Records the autograd graph and every gradient of the steps it is asked to trace.
 
-    >>> tr = Tracer(model, sink="run.sqlite", every=10)
-    >>> for i, (x, y) in enumerate(loader):
-    ...     with tr.step(i) as st:        # st is None on steps that are not traced
-    ...         loss = F.cross_entropy(model(x), y)
-    ...         loss.backward()
-    ...     opt.step(); opt.zero_grad()
+        tr = Tracer(model, sink="run.sqlite", every=10)
+        for i, (x, y) in enumerate(loader):
+            with tr.step(i) as st:        # st is None on steps that are not traced
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+            opt.step(); opt.zero_grad()
 
     `sink`: None (memory only), a `.sqlite`/`.db` path, an `http://` or `https://` URL of a gradscape
     server (live, tracer/sinks/socket.py), an object with `write(StepTrace)` and `close(timeout)`, or a

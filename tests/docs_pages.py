@@ -1,5 +1,5 @@
 """What the docs tests read: the repository's paths, the README's and a page's code blocks, and a script of
-examples/ run as a module (tests/docs/)."""
+examples/ run as a module (tests/docs/, tests/e2e/test_docs_figures.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 
