@@ -1,5 +1,6 @@
 # gradscape: `make run` sets everything up and runs `gradscape demo` (the server plus a bundled training
-# loop streaming into it); `make test` sets up and runs lint and every test (the package test included).
+# loop streaming into it); `make test` sets up and runs lint and every test (the package test included, and the docs
+# site built with --strict: tests/docs/test_site.py). `make docs` builds the site into site/, `make docs-serve` serves it.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,7 +16,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 BUILD_INPUTS := pyproject.toml setup.py tracer/summary/_fastsum.c tracer/summary/_fastsum_v3.c \
 	tracer/summary/_fastsum_v4.c tracer/summary/_fastsum_wide.h tracer/summary/_fastsum_thumb.h
 
-.PHONY: venv run test lint bench chromium compiler recorder clean test-torch torch-headers
+.PHONY: venv run test lint bench chromium compiler recorder clean test-torch torch-headers docs docs-serve \
+	docs-figures
 
 venv: $(DEV_STAMP)
 
@@ -96,7 +98,20 @@ bench: venv chromium recorder
 	$(PY) bench/ui.py
 	$(PY) bench/first_step.py
 
+# The docs site (mkdocs.yml; MkDocs, Material, mkdocstrings: the `dev` extra). --strict: a broken link, page,
+# included example or API reference fails the build.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: venv
+	$(VENV)/bin/mkdocs serve
+
+# The docs' pictures of the page, taken again by the browser tests from real traced steps
+docs-figures: venv chromium recorder
+	GRADSCAPE_SCREENSHOT=docs/screenshot.png $(PY) -m pytest -q tests/e2e/test_ui.py -k screenshot_for_the_readme
+	GRADSCAPE_DOCS_FIGURES=docs/images $(PY) -m pytest -q tests/e2e/test_docs_figures.py
+
 clean:
 	-test -x $(PY) && $(PY) -c "import shutil; from gradscape.tracer.record import native_build as b; \
 	  shutil.rmtree(b.cache_dir(), True)"
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist tracer/summary/_fastsum*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache *.egg-info build dist site tracer/summary/_fastsum*.so

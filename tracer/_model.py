@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 STAT_NAMES = ("min", "max", "mean", "std", "norm", "nan", "inf", "zeros")
+"""The keys of `TensorTrace.stats`: `min max mean std norm` over the finite elements, and the counts of NaN,
+infinite and zero elements."""
 
 
 @dataclass(slots=True)
@@ -29,7 +31,8 @@ class TensorTrace:
     `stats` holds `min max mean std norm` (over the finite elements) and the counts `nan inf zeros`.
     `thumb` is a float32 array of at most `thumb`×`thumb`; `thumb_view` says which 2-D view of the
     tensor it shows (see `tracer.wire.thumbnail_view`). `values` is the full array when the
-    tracer runs with `tensors="full"`, else None.
+    tracer runs with `tensors="full"`, else None. `shape` and `dtype` are the gradient's (`"float32"`),
+    `device` where it lived (`"cpu"`, `"cuda:0"`).
     """
 
     shape: tuple[int, ...]
@@ -42,6 +45,7 @@ class TensorTrace:
 
     @property
     def numel(self) -> int:
+        """The number of elements of the gradient (the product of `shape`)."""
         n = 1
         for s in self.shape:
             n *= s
@@ -50,7 +54,12 @@ class TensorTrace:
 
 @dataclass(slots=True)
 class NodeRun:
-    """One execution of a node (a node runs again under `retain_graph=True` or a second pass)."""
+    """One execution of a node (a node runs again under `retain_graph=True` or a second pass).
+
+    `pass_index`: the `BackwardPass` it ran in; `order`: its position in the step's execution order;
+    `grad_outputs` / `grad_inputs`: what arrived and what it sent on in this run; `time_us`: its time on its
+    engine thread since the previous node there finished (None for AccumulateGrad).
+    """
 
     pass_index: int
     order: int
@@ -66,6 +75,20 @@ class NodeTrace:
     `id` is issued by the tracer (walk order, deterministic for the same model and inputs), never
     `id()`. `order` is the position of its first execution in the step's backward execution order,
     None if it did not run. See NOTE [Slot order] for `grad_inputs` / `grad_outputs`.
+
+    - `name`: the node's class (`"AddmmBackward0"`, `"torch::autograd::AccumulateGrad"`); `kind`: `op`,
+      `leaf`, `param`, `compiled`, `checkpoint`, `custom`, `hook` or `root`.
+    - `module`: the qualified name of the module whose forward made it, or None; `param`: for a parameter's
+      AccumulateGrad, the parameter's qualified name; `source`: `"file.py:LINE"` of the op, or None;
+      `schema`: the op's schema, when known.
+    - `grad_outputs[i]`: ∂L/∂(forward output i), what arrived (a `TensorTrace`, or None);
+      `grad_inputs[j]`: ∂L/∂(forward input j) as this node computed it, what it sent on; each list None
+      when the node did not run.
+    - `input_labels[j]`: what slot j is, for a person (`"mat2 → fc2.weight (transposed)"`); `input_args[j]`:
+      the forward op's argument name (`"mat2"`); `input_shapes`, `output_shapes`, `output_dtypes`: of the
+      forward's inputs and outputs.
+    - `time_us`: its time on its engine thread since the previous node there finished (None for
+      AccumulateGrad); `runs`: every execution (`NodeRun`), e.g. under `retain_graph=True`.
     """
 
     id: int
@@ -93,6 +116,9 @@ class ModuleCall:
 
     `grad_input[k]`: ∂L/∂(k-th positional tensor argument) through this module only (None for
     non-tensors and inputs that need no grad). `grad_output[k]`: ∂L/∂(k-th tensor output).
+    `input_nodes` / `output_nodes`: the node ids where its inputs enter and its outputs leave the graph;
+    `last_op`: the id of the node of its last op, whose `grad_inputs` the deprecated
+    `register_backward_hook` reported.
     """
 
     grad_input: list[TensorTrace | None]
@@ -105,7 +131,9 @@ class ModuleCall:
 @dataclass(slots=True)
 class ModuleTrace:
     """A module of the user's model. `grad_input`/`grad_output` are those of its first call;
-    every call (a module may be called more than once per step) is in `calls`."""
+    every call (a module may be called more than once per step) is in `calls`. `name`: its qualified
+    name (`"<root>"` for the model itself); `type`: its class name (`"Linear"`); `params`: the qualified
+    names of its own parameters."""
 
     name: str
     type: str
@@ -114,16 +142,24 @@ class ModuleTrace:
 
     @property
     def grad_input(self) -> list[TensorTrace | None]:
+        """∂L/∂(each positional tensor input) of its first call, as `register_full_backward_hook` gives."""
         return self.calls[0].grad_input if self.calls else []
 
     @property
     def grad_output(self) -> list[TensorTrace | None]:
+        """∂L/∂(each tensor output) of its first call, as `register_full_backward_hook` gives."""
         return self.calls[0].grad_output if self.calls else []
 
 
 @dataclass(slots=True)
 class BackwardPass:
-    """One call of `backward` / `autograd.grad` inside the step."""
+    """One call of `backward` / `autograd.grad` inside the step.
+
+    `index`: its position among the step's passes; `api`: `"Tensor.backward"`, `"autograd.backward"` or
+    `"autograd.grad"`; `roots`: the node ids it started from; `root_grads`: the gradient supplied at each
+    root (`gradient=` / `grad_outputs=`, or the implicit 1 of a scalar loss); `retain_graph`,
+    `create_graph`: as it was called; `start` / `end`: its slice of `StepTrace.execution`.
+    """
 
     index: int
     api: str  # "Tensor.backward" | "autograd.backward" | "autograd.grad"
@@ -175,7 +211,24 @@ class OptimizerStep:
 
 @dataclass(slots=True)
 class StepTrace:
-    """Everything recorded for one traced training step."""
+    """Everything recorded for one traced training step, complete when the `with tr.step(i)` block exits.
+
+    - `run`, `step`: the run's name and the step's index; `rank`, `world_size`: from `torch.distributed`
+      when it is initialised, else None.
+    - `nodes`: every autograd node (`NodeTrace`; `nodes[k].id == k`); `edges`: `(src, dst, slot)`:
+      `src.grad_inputs[slot]` flows to `dst`; `execution`: `(node id, run index)` in the order autograd
+      ran them.
+    - `modules`: qualified name → `ModuleTrace` (`grad_input` / `grad_output` with full-hook meaning);
+      `params`: qualified name → `TensorTrace`, the gradient the optimizer stepped with (or `p.grad` when
+      the block's last backward returned; see the docs' Tracer page).
+    - `passes`: each `backward` / `autograd.grad` call (`BackwardPass`); `optimizer_steps`: each
+      `optimizer.step()` in the block (`OptimizerStep`).
+    - `problems`: what the problem finder saw (`Problem`), root cause first; `not_in_step`: parameters
+      without a gradient whose module took no part in the step's forward (none was expected).
+    - `trigger`: None for a step `every` scheduled, else why the monitor traced it (`"nonfinite"`,
+      `"loss_spike"`, `"grad_spike"`, `"amp_skipped"`); `error`: the exception the block raised, if any;
+      `meta`: the rest (`"notes"`: what could not be traced and why, `"recorder"`, `"trigger"`, ...).
+    """
 
     run: str
     step: int
@@ -197,9 +250,11 @@ class StepTrace:
     optimizer_steps: list[OptimizerStep] = field(default_factory=list)  # in the order they ran
 
     def node(self, node_id: int) -> NodeTrace:
+        """The node with id `node_id` (`nodes[node_id]`)."""
         return self.nodes[node_id]
 
     def by_name(self, name: str) -> list[NodeTrace]:
+        """Every node of that class name (`"AddmmBackward0"`), in id order."""
         return [n for n in self.nodes if n.name == name]
 
     @property
@@ -209,6 +264,7 @@ class StepTrace:
         return [n.id for n in sorted(ran, key=lambda n: n.order or 0)]
 
     def param_node(self, name: str) -> NodeTrace | None:
+        """The AccumulateGrad node of the parameter `name` (what arrived there, each pass's run), or None."""
         param_ids = getattr(self.nodes, "param_ids", None)  # lazily made nodes: their parameter column
         if param_ids is not None:
             k = param_ids().get(name)

@@ -267,12 +267,15 @@ class TraceStore:
         return [int(r) for (r,) in rows]
 
     def steps(self, run: str, rank: int = 0) -> list[StepInfo]:
+        """The steps stored for `run` on `rank`, in step order (`StepInfo`: step, created, nodes, edges,
+        error)."""
         with self._lock:
             rows = self._db.execute("SELECT step, created, n_nodes, n_edges, error FROM steps WHERE run=? AND rank=? "
                                     "ORDER BY step", (run, int(rank))).fetchall()
         return [{"step": s, "created": c, "nodes": n, "edges": e, "error": err} for s, c, n, e, err in rows]
 
     def latest_step(self, run: str | None = None, rank: int = 0) -> tuple[str, int] | None:
+        """`(run, step)` of the newest step stored (of `run`, when given) on `rank`, or None."""
         with self._lock:
             if run is None:
                 row = self._db.execute("SELECT run, step FROM steps WHERE rank=? ORDER BY created DESC LIMIT 1",
@@ -312,6 +315,7 @@ class TraceStore:
             raise StoreError(f"step {step} of run {run!r} in {self.path}: {exc}") from exc
 
     def read_arrays(self, run: str, step: int, indices: Iterable[int], rank: int = 0) -> dict[int, TensorArrays]:
+        """The thumbnail and, when kept, the values of the tensors at `indices` of a stored step."""
         idx = sorted({int(i) for i in indices})
         rows, thumbs = self._thumbs(run, step, idx, rank, expand_all)
         return {i: {"thumb": thumbs[i], "values": rows[i].get("values")} for i in idx if i in rows}
@@ -364,6 +368,7 @@ class TraceStore:
             raise StoreError(f"step {step} of run {run!r} in {self.path} is malformed: {exc}") from exc
 
     def close(self) -> None:
+        """Close the database connection."""
         with self._lock:
             self._db.close()
 

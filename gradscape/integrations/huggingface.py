@@ -47,6 +47,8 @@ class GradscapeCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: Any = None, **kwargs: Any) -> None:
+        """The Trainer's hook: makes the `Tracer` for the Trainer's model (`callback.tracer`); a step a
+        `train()` that raised left open is closed first."""
         self.close()  # a step the last train() left open when it raised
         if model is None:
             raise ValueError("GradscapeCallback: the Trainer passed no model to on_train_begin")
@@ -56,16 +58,19 @@ class GradscapeCallback(TrainerCallback):
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                       **kwargs: Any) -> None:
+        """The Trainer's hook: opens the step (indexed by `state.global_step`), before its first micro-batch."""
         if self._window is not None:
             self._window.open(state.global_step)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> None:
+        """The Trainer's hook: closes the step, after the optimizer step and its `zero_grad`."""
         if self._window is not None:
             self._window.close()
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
+        """The Trainer's hook: closes the open step, if any, and the tracer's sinks."""
         self.close()
 
     def close(self, error: BaseException | None = None) -> None:

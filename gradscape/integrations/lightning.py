@@ -52,6 +52,7 @@ class GradscapeCallback(Callback):
         self._stepped = False  # an optimizer step ran in the open step (automatic optimization)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Lightning's hook: makes the `Tracer` for the LightningModule (`callback.tracer`)."""
         self._finish()  # a fit that ended without on_fit_end / on_exception
         options = dict(self._options, run=shared_run_name(self._options["run"]))
         self.tracer = gradscape.Tracer(pl_module, **options)
@@ -59,6 +60,8 @@ class GradscapeCallback(Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        """Lightning's hook: opens the step (indexed by `trainer.global_step`, or the batch's index
+        over all epochs under manual optimization) unless one is open."""
         window = self._window
         if window is None or window.is_open:
             return
@@ -67,17 +70,22 @@ class GradscapeCallback(Callback):
         self._stepped = False
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        """Lightning's hook: notes that the open step's optimizer ran."""
         self._stepped = True
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        """Lightning's hook: closes the step once its optimizer stepped (every batch under manual
+        optimization)."""
         if self._window is not None and (self._stepped or not pl_module.automatic_optimization):
             self._window.close()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Lightning's hook: the open step is stored with the exception; the tracer is closed."""
         self._finish(exception)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Lightning's hook: closes the open step, if any, and the tracer's sinks."""
         self._finish()
 
     def _finish(self, error: BaseException | None = None) -> None:

@@ -37,7 +37,12 @@ REFRESH = 4  # the median and MAD are recomputed after this many new values (the
 @dataclass
 class Triggers:
     """Which triggers are on and their thresholds (NOTE [Trigger rules]). `Tracer(triggers=...)` takes
-    one of these, True (all, the default), False (none) or a list of trigger names."""
+    one of these, True (all, the default), False (none) or a list of trigger names.
+
+    `kinds`: the triggers on (`nonfinite`, `loss_spike`, `grad_spike`, `amp_skipped`). A spike is
+    `value - median > max(k · 1.4826 · MAD, ratio · |median|)` (`k`, `ratio`) over the last `window`
+    finite values, after `warmup` of them; at most `cap` triggered traces per Tracer, and after one the
+    same trigger stays quiet for `cooldown` steps."""
 
     kinds: tuple[str, ...] = TRIGGERS
     k: float = 8.0
@@ -61,6 +66,8 @@ class Triggers:
 
     @classmethod
     def resolve(cls, v: Any) -> Triggers:
+        """The `Triggers` that `Tracer(triggers=v)` means: `v` itself, all (True/None), none (False) or the
+        names listed."""
         if isinstance(v, Triggers):
             return v
         if v is True or v is None:

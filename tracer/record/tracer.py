@@ -32,12 +32,12 @@ _TENSOR_MODES = ("summary", "full")
 class Tracer:
     """Records the autograd graph and every gradient of the steps it is asked to trace.
 
-    >>> tr = Tracer(model, sink="run.sqlite", every=10)
-    >>> for i, (x, y) in enumerate(loader):
-    ...     with tr.step(i) as st:        # st is None on steps that are not traced
-    ...         loss = F.cross_entropy(model(x), y)
-    ...         loss.backward()
-    ...     opt.step(); opt.zero_grad()
+        tr = Tracer(model, sink="run.sqlite", every=10)
+        for i, (x, y) in enumerate(loader):
+            with tr.step(i) as st:        # st is None on steps that are not traced
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+            opt.step(); opt.zero_grad()
 
     `sink`: None (memory only), a `.sqlite`/`.db` path, an `http://` or `https://` URL of a gradscape
     server (live, tracer/sinks/socket.py), an object with `write(StepTrace)` and `close(timeout)`, or a
@@ -52,7 +52,9 @@ class Tracer:
     so a small `keep` costs less per traced step. `thumb_budget`: bytes of thumbnails a step keeps
     (one byte a cell, as the trace file stores them); past it the smallest-norm gradients keep their
     statistics only, and `st.meta["thumbs_left_out"]` says how many (NOTE [Thumbnail budget] in
-    tracer/summary/budget.py). None keeps every thumbnail.
+    tracer/summary/budget.py). None keeps every thumbnail. `run`: the run's name in the sinks (default:
+    a new `run-<hex>`); `thumb`: a thumbnail's largest side in cells (64: at most 64×64 block means).
+    `tr.last` is the last step traced (by `every` or a trigger), `tr.steps` the ones the memory sink keeps.
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,

@@ -19,11 +19,19 @@ from gradscape.tracer.sinks.memory import MemorySink
 
 @runtime_checkable
 class Sink(Protocol):
+    """Where a `Tracer` sends each finished step: any object with `write`, `close` and `stats` (a dict of
+    counts, such as `written`, `sent`, `spilled`, `dropped`, summed into `tr.stats`) can be given as `sink=`.
+    A sink that also has `write_history(batch)` receives the monitor's history rows."""
+
     stats: dict[str, int]
 
-    def write(self, st: StepTrace) -> None: ...
+    def write(self, st: StepTrace) -> None:
+        """Take one finished step. What it raises is logged by the Tracer, never raised into training."""
+        ...
 
-    def close(self, timeout: float = 10.0) -> None: ...
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush what is still held, waiting at most `timeout` seconds; idempotent."""
+        ...
 
 
 def resolve_sinks(sink: Any, keep: int = 2, run: str = "run") -> list[Sink]:

@@ -21,6 +21,7 @@ class FileSink:
         self.stats = {"written": 0, "dropped": 0}
 
     def write(self, st: StepTrace) -> None:
+        """Append the step to the trace file (one transaction), counted in `stats` as written or dropped."""
         try:
             self.store.write_step(st)
             self.stats["written"] += 1
@@ -33,4 +34,5 @@ class FileSink:
         self.store.write_history(batch)
 
     def close(self, timeout: float = 10.0) -> None:
+        """Close the trace file."""
         self.store.close()

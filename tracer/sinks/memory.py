@@ -15,7 +15,9 @@ class MemorySink:
         self.stats: dict[str, int] = {}  # nothing is sent anywhere: it does not count in tr.stats
 
     def write(self, st: StepTrace) -> None:
+        """Keep the step (the oldest goes past `keep`)."""
         self.steps.append(st)
 
     def close(self, timeout: float = 10.0) -> None:
+        """Nothing to flush: the kept steps stay readable."""
         return None
