@@ -8,9 +8,9 @@ from test_native_recorder import _program
 
 import gradscape
 from gradscape.tracer.record import native
-from gradscape.tracer.record.wire_columns import step_message
 from gradscape.tracer.sinks.queue import ByteQueue, estimate_bytes
 from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire.column_write import step_message
 
 
 @pytest.mark.parametrize("recorder", ["native", "python"])

@@ -11,40 +11,32 @@ they are in the checkout. Extra arguments go to mypy (e.g. `--no-incremental`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from mypy import build
 from mypy.main import process_options
 from mypy.modulefinder import BuildSource
 
-ROOT = Path(__file__).resolve().parents[1]
-MAPPING = {"gradscape": "gradscape", "gradscape.tracer": "tracer", "gradscape.app": "app"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from modules import ROOT, modules  # noqa: E402
 
 
-def sources(root: Path = ROOT) -> Iterator[BuildSource]:
+def sources(root: Path = ROOT) -> list[BuildSource]:
     """Every .py file of the mapping, with the module name it has once installed."""
-    for package, folder in MAPPING.items():
-        base = root / folder
-        for path in sorted(base.rglob("*.py")):
-            rel = path.relative_to(base).with_suffix("").parts
-            if "__pycache__" in rel or (package == "gradscape" and rel[0] in ("tracer", "app")):
-                continue
-            parts = rel[:-1] if rel[-1] == "__init__" else rel
-            yield BuildSource(str(path.relative_to(root)), ".".join((package, *parts)))
+    return [BuildSource(str(path.relative_to(root)), name) for name, path in modules(root).items()]
 
 
 def main(argv: list[str]) -> int:
     _, options = process_options(["--config-file", str(ROOT / "pyproject.toml"), *argv], require_targets=False)
     try:
-        result = build.build(list(sources()), options)
+        result = build.build(sources(), options)
     except build.CompileError as e:
         result_errors = e.messages
     else:
         result_errors = result.errors
     for line in result_errors:
         print(line)
-    checked = sum(1 for _ in sources())
+    checked = len(sources())
     if result_errors:
         print(f"Found errors in the {checked} files of gradscape", file=sys.stderr)
         return 1

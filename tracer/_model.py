@@ -20,6 +20,10 @@ from typing import Any
 import numpy as np
 
 STAT_NAMES = ("min", "max", "mean", "std", "norm", "nan", "inf", "zeros")
+# A step's HTML (`StepTrace._repr_html_`, `StepTrace.to_html`) is drawn by app/export/, a layer above this
+# one (docs/architecture.md): gradscape/__init__.py puts its two functions here, "inline" (st -> str) and
+# "file" (st, path -> Path), when the package is imported, which any import of this module does first.
+HTML_RENDERERS: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
@@ -231,14 +235,9 @@ class StepTrace:
 
     def _repr_html_(self) -> str:
         """A notebook's display: the graph as SVG, the problems, the busiest nodes (app/export/inline.py)."""
-        from gradscape.app.export.inline import step_html_inline
-        from gradscape.tracer.wire import step_to_wire
-
-        return step_html_inline(step_to_wire(self))
+        return str(HTML_RENDERERS["inline"](self))
 
     def to_html(self, path: str | os.PathLike[str]) -> Path:
         """Write one self-contained HTML file of this step, for any browser, from disk, with no server and
         no network (app/export/html.py); returns its path."""
-        from gradscape.app.export.html import write_html
-
-        return write_html(self, path)
+        return Path(HTML_RENDERERS["file"](self, path))

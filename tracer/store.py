@@ -50,6 +50,7 @@ from gradscape.tracer.index_store import create_index_table, delete_index, read_
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import TensorArrays, TraceFormatError, WireStep, decode_array, encode_array, pack, unpack
 from gradscape.tracer.wire.codec import step_to_graph
+from gradscape.tracer.wire.column_write import column_parts
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
 from gradscape.tracer.wire.lazy import indexed
@@ -170,8 +171,6 @@ class TraceStore:
     @collector_paused()  # the step's forms are made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
         """Store a step, in one transaction; its arrays go to their rows without becoming wire arrays."""
-        from gradscape.tracer.record.wire_columns import column_parts  # torch's side: readers never import it
-
         self._writable()
         graph, arrays, stacked = column_parts(st) or (*step_to_graph(st), None)  # a native step's as columns
         thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays], stacked)

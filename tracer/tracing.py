@@ -97,10 +97,14 @@ class Tracer:
             i = operator.index(i)  # numpy integers and the like
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
+        scheduled = i % self.every == 0  # the one place `every` is read; the monitor adds triggered steps
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
-            return self._monitor.step(i, self)
-        if i % self.every != 0:
-            return _UNTRACED
+            return _Busy(self, self._monitor.step(i, scheduled, self))
+        return self.traced_step(i) if scheduled else _UNTRACED
+
+    def traced_step(self, i: int) -> _TracedStep:
+        """The recorder's context for step `i`, not yet entered: what `step` returns for a scheduled step,
+        and what the monitor opens inside its own context for a scheduled or triggered one."""
         return _TracedStep(self, i)
 
     def _emit(self, st: StepTrace) -> None:
@@ -171,6 +175,32 @@ class _Untraced:
 
 
 _UNTRACED = _Untraced()
+
+
+class _Busy:
+    """A monitored step's context (the monitor's, `inner`), with the Tracer marked busy while it is open, so
+    that a nested `step` is refused."""
+
+    __slots__ = ("inner", "tracer")
+
+    def __init__(self, tracer: Tracer, inner: AbstractContextManager[StepTrace | None]) -> None:
+        self.tracer = tracer
+        self.inner = inner
+
+    def __enter__(self) -> StepTrace | None:
+        self.tracer._active = True
+        try:
+            return self.inner.__enter__()
+        except BaseException:
+            self.tracer._active = False
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.inner.__exit__(*exc)
+        finally:
+            self.tracer._active = False
+        return None  # never swallow the user's exception
 
 
 class _TracedStep:
