@@ -18,6 +18,7 @@ import torch
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
+from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
@@ -52,12 +53,17 @@ class Tracer:
     so a small `keep` costs less per traced step. `thumb_budget`: bytes of thumbnails a step keeps
     (one byte a cell, as the trace file stores them); past it the smallest-norm gradients keep their
     statistics only, and `st.meta["thumbs_left_out"]` says how many (NOTE [Thumbnail budget] in
-    tracer/summary/budget.py). None keeps every thumbnail.
+    tracer/summary/budget.py). None keeps every thumbnail. `recorder`: "native" (the C++ recorder,
+    NOTE [Native recorder] in tracer/record/native.py; an error when it is not built) or "python"; by
+    default the native one when it is built, else the Python one. A step the native recorder cannot
+    record (`tensors="full"`, a breakpoint set) is recorded in Python: `st.meta["recorder"]` says which
+    recorder ran and, when Python stood in, why ("python (why)").
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
                  every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
-                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True) -> None:
+                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True,
+                 recorder: str | None = None) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -66,6 +72,7 @@ class Tracer:
             raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
         if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
             raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
+        self.recorder = _recorder(recorder)
         self.model = as_module(model)  # monitor: a list, tuple or dict of models becomes one container
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
@@ -162,6 +169,21 @@ class Tracer:
         return []
 
 
+def _recorder(asked: str | None) -> str:
+    """The recorder a Tracer uses: "native", "python", or "python (why not the native one)" by default."""
+    if asked not in (None, "native", "python"):
+        raise ValueError(f"recorder must be 'native', 'python' or None (the native one when it is built), "
+                         f"got {asked!r}")
+    if asked == "python":
+        return asked
+    built, why = native_status()
+    if built:
+        return "native"
+    if asked == "native":
+        raise RuntimeError(f"Tracer(recorder='native'): the native recorder cannot be used: {why}")
+    return f"python ({why})"
+
+
 class _Untraced:
     """The context of an untraced step: does nothing, costs nothing."""
 
@@ -211,7 +233,8 @@ class _TracedStep:
         self.st = StepTrace(run=tracer.run, step=i)
         summ = Summariser(tracer.thumb, tracer.tensors == "full")
         summ.budget = tracer.thumb_budget
-        self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry)
+        self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry,
+                                tracer.recorder)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
 
     def __enter__(self) -> StepTrace:

@@ -30,8 +30,6 @@ from gradscape.tracer.wire.codec import step_fields, tensor_summary
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
 from gradscape.tracer.wire.types import TensorNumpy
 
-enabled = True  # tests switch it off to write the same step as maps
-
 # id of a step's statics list (shared by the steps of one graph shape: StructureCache) -> (the list, its codes)
 _STATIC_CODES: dict[int, tuple[list[Any], np.ndarray, list[list[Any]]]] = {}
 _STATIC_LOCK = threading.Lock()
@@ -148,7 +146,7 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stac
     Tensors are numbered as the codec numbers them (`step_to_wire`): the rows the nodes name, as it first
     meets them, then what only the other fields name, as maps (`extra`)."""
     lazy = st.nodes
-    if not enabled or not isinstance(lazy, LazyNodes):
+    if not isinstance(lazy, LazyNodes):
         return None
     t = lazy.tables
     tt = t.tensors
