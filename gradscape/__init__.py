@@ -5,6 +5,10 @@
     with tr.step(i) as st:
         loss = loss_fn(model(x), y)
         loss.backward()
+
+The package is built from three folders (pyproject.toml's package-dir): this one (this module, `__main__`
+for `python -m gradscape`, and `integrations`, the framework callbacks), tracer/ as `gradscape.tracer`
+and app/ as `gradscape.app` (docs/architecture.md).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -8,6 +8,8 @@ appends. A step is written in one transaction: it is visible whole or not at all
     steps(run, rank, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, rank, step)
     tensors(run, rank, step, idx, arrays BLOB)                  PRIMARY KEY (run, rank, step, idx)
     step_index(run, rank, step, created, idx BLOB)   what the page reads of every node (tracer/index_store.py)
+    history(run, rank, step, params_key, row BLOB)   the monitor's row of every step (tracer/history_store.py)
+    history_params(run, rank, key, names BLOB)       the parameter names the rows' columns stand for
 
 Ranks (torch.distributed): every rank of a run writes its steps side by side, keyed by its rank (0
 outside torch.distributed, where the step's `rank` is None). Several processes may write ONE file at

@@ -16,7 +16,7 @@ NOTE [Transforms]
     `st.meta["notes"]` and the Tracer warns once. The forward around it is attributed as usual, and
     an ordinary backward in the same step is traced.
 
-NOTE [Parameter gradients]: see tracer/record/params.py.
+What a parameter's gradient is in a step: NOTE [Parameter gradients] in tracer/record/params.py.
 
 `StepRecorder` owns the step's state and handles its lifecycle and the start of each backward. Its
 parts are collaborators it makes and owns, each in a module of its own, each given what it reads:
