@@ -82,8 +82,8 @@ chromium:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: venv
-	$(VENV)/bin/ruff check gradscape tracer app tests bench examples setup.py
-	$(VENV)/bin/mypy
+	$(VENV)/bin/ruff check gradscape tracer app tests bench examples tools setup.py
+	$(PY) tools/typecheck.py
 
 test: venv chromium recorder torch-headers lint
 	$(VENV)/bin/python -m pytest -q

@@ -8,8 +8,9 @@
   x86-64-v3 (AVX2) and v4 (AVX-512) levels, and the loader picks the fastest one the CPU runs
   (the kernel is 2-4x faster with the wider vectors).
 
-The package layout (`gradscape/` holds links to `tracer/`, `app/` and `assets/`) is declared in
-pyproject.toml.
+- The packages: pyproject.toml maps `gradscape.tracer` to tracer/, `gradscape.app` to app/ and
+  `gradscape.assets` to assets/ (`[tool.setuptools.package-dir]`); `packages()` lists every package
+  under those folders by that mapping, so a new subpackage needs no entry anywhere.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import os
 import platform
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -30,6 +31,15 @@ MSVC_FLAGS = ["/O2", "/fp:precise"]
 V3_FLAGS = ["-mavx2", "-mfma", "-mbmi", "-mbmi2", "-mf16c"]  # what gs_cpu_level() checks for level 3
 V4_FLAGS = [*V3_FLAGS, "-mavx512f", "-mavx512bw", "-mavx512cd", "-mavx512dq", "-mavx512vl"]
 X86_64 = platform.machine().lower() in ("x86_64", "amd64") and os.name != "nt"
+
+
+def packages() -> list[str]:
+    """`gradscape`, its own subpackages, and those of tracer/ and app/ under their `gradscape.` names; the
+    assets folder is a package of data only."""
+    own = ["gradscape", *(f"gradscape.{p}" for p in find_packages(str(ROOT / "gradscape")))]
+    mapped = [f"gradscape.{p}" for top in ("tracer", "app")
+              for p in find_packages(str(ROOT), include=[top, f"{top}.*"])]
+    return [*own, *mapped, "gradscape.assets"]
 
 
 def kernel(name: str, flags: list[str]) -> Extension:
@@ -53,6 +63,7 @@ class BuildKernel(build_ext):
 
 
 setup(
+    packages=packages(),
     ext_modules=[kernel("_fastsum", []), *([kernel("_fastsum_v3", V3_FLAGS), kernel("_fastsum_v4", V4_FLAGS)]
                                           if X86_64 else [])],
     cmdclass={"build_ext": BuildKernel},

@@ -1,2 +1,13 @@
-"""The server and web app (installed as `gradscape.app`): the Dash page, the Socket.IO endpoint the
-tracer streams to, the JSON API, and the `gradscape` command (`gradscape.app.cli`)."""
+"""The server and web app (installed as `gradscape.app`, from this folder): the Dash page, the Socket.IO
+endpoint the tracer streams to, the JSON API, and the `gradscape` command.
+
+    view/     pure functions from a step's wire form to what the page draws (no Dash)
+    data.py   `PageData`: the stored steps the page's callbacks read, decoded once and cached
+    export/   the offline page of one step (one HTML file) and the notebook's inline display
+    server/   the Flask and Socket.IO server: its state, security and namespaces, and `create_app`
+    api/      the JSON API (runs, steps, nodes, tensors, history, the debugger)
+    ui/       the Dash layout and callbacks (the page's scripts and styles are in assets/)
+    notebook.py  `gradscape.show(x)`: the page inside a notebook
+    demo.py   the demo's training loop (`gradscape demo`)
+    cli.py    the `gradscape` command line
+"""

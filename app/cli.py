@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-import gradscape
+from gradscape.tracer.store import StoreError, TraceStore, load
 
 
 def _server_args(p: argparse.ArgumentParser, store: str) -> None:
@@ -71,16 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "show":
             from gradscape.tracer.report import format_step
 
-            print(format_step(gradscape.load(args.path, args.run, args.step), max_nodes=args.nodes))
+            print(format_step(load(args.path, args.run, args.step), max_nodes=args.nodes))
         elif args.command == "export":
             from gradscape.app.export.html import export_file
 
             print(f"wrote {export_file(args.path, args.run, args.step, args.rank, args.output)}")
         elif args.command == "runs":
-            with gradscape.TraceStore(args.path, readonly=True) as store:
+            with TraceStore(args.path, readonly=True) as store:
                 for r in store.runs():
                     print(f"{r['run']}: {r['steps']} steps (last {r['last_step']})")
-    except gradscape.StoreError as exc:
+    except StoreError as exc:
         print(f"gradscape: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -99,7 +99,7 @@ def doctor(url: str | None, token: str | None = None) -> int:
         version = metadata.version("gradscape")
     except metadata.PackageNotFoundError:
         version = "not installed (run from a source tree)"
-    print(f"gradscape: {version} ({Path(gradscape.__file__).parent})")
+    print(f"gradscape: {version} ({Path(sys.modules['gradscape'].__file__ or '').parent})")
     print(f"python: {platform.python_version()} ({sys.executable}) on {platform.platform()}")
     env = environment()
     print(f"torch: {torch.__version__} (gradscape is tested with torch {env.tested_torch})")

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import gradscape
+from gradscape.tracer.tracing import Tracer
 
 
 class MLP(nn.Module):
@@ -87,7 +87,7 @@ def main() -> None:
     net, batch = make(args.model)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     parent = os.getppid()
-    with gradscape.Tracer(net, run=f"demo-{args.model}", sink=args.url, every=args.every) as tr:
+    with Tracer(net, run=f"demo-{args.model}", sink=args.url, every=args.every) as tr:
         for i in range(args.steps):
             if os.getppid() != parent:  # `gradscape demo` is gone: do not train on as an orphan
                 break

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from gradscape import StepTrace
+from gradscape.tracer._model import StepTrace
 
 log = logging.getLogger(__name__)
 SESSION = "<session>"  # the key of the session's own trace file of the steps shown

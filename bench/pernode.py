@@ -36,6 +36,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -48,7 +49,6 @@ from memory import page_faults, page_size  # noqa: E402
 from workloads import lstm_loop  # noqa: E402
 
 import gradscape  # noqa: E402
-from gradscape.tracer.record import native  # noqa: E402
 
 DEFAULT_NODES = "1000,10000,50000,100000"
 
@@ -63,6 +63,7 @@ class Loop:
         self.batch = self.wl.batch()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.tr = gradscape.Tracer(self.model, sink=sink, every=1, tensors="summary")
+        self.sink, self.py_tr = sink, None
         self.i = 0
         self.nodes = 0
         self.recorder = ""
@@ -81,10 +82,10 @@ class Loop:
         self.sync()
         return time.perf_counter() - t0, time.process_time() - c0
 
-    def traced(self) -> tuple[float, float]:
+    def traced(self, tr: Any = None) -> tuple[float, float]:
         self.sync()
         t0, c0 = time.perf_counter(), time.process_time()
-        with self.tr.step(self.i) as st:
+        with (tr or self.tr).step(self.i) as st:
             self.step()
         self.sync()
         dt = time.perf_counter() - t0, time.process_time() - c0
@@ -95,11 +96,10 @@ class Loop:
         return dt
 
     def python(self) -> tuple[float, float]:
-        native.enabled = False
-        try:
-            return self.traced()
-        finally:
-            native.enabled = True
+        """`traced` by a second Tracer of the model that records in Python (`Tracer(recorder="python")`)."""
+        if self.py_tr is None:
+            self.py_tr = gradscape.Tracer(self.model, sink=self.sink, every=1, tensors="summary", recorder="python")
+        return self.traced(self.py_tr)
 
 
 def _row(nodes: int, plain: list[float], traced: list[float]) -> str:

@@ -9,6 +9,21 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests check the checkout they sit in. `gradscape.tracer` and `gradscape.app` are mapped from
+    tracer/ and app/ by the install (pyproject.toml's package-dir): an editable install of another
+    checkout would give this checkout's gradscape/ with that checkout's tracer/, so that is refused."""
+    import importlib.util
+
+    for name, folder in (("gradscape", "gradscape"), ("gradscape.tracer", "tracer"), ("gradscape.app", "app")):
+        spec = importlib.util.find_spec(name)
+        where = Path(spec.origin).resolve().parent if spec and spec.origin else None
+        if where != ROOT / folder:
+            raise pytest.UsageError(f"{name} is imported from {where}, not from {ROOT / folder}: install this "
+                                    f"checkout into the environment that runs its tests (pip install -e .)")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -7,7 +7,6 @@ import numpy as np
 import torch
 
 import gradscape
-from gradscape.tracer.record import native
 from gradscape.tracer.summary import bfloat16
 
 
@@ -42,12 +41,8 @@ def test_natively_recorded_thumbnails_are_torchs_bfloat16_of_the_gradient() -> N
     x = torch.zeros(12, 9, requires_grad=True)
     traces = []
     for python in (False, True):
-        native.enabled = not python
-        try:
-            with gradscape.Tracer(monitor=False).step(0) as st:
-                (x * g).sum().backward()
-        finally:
-            native.enabled = True
+        with gradscape.Tracer(monitor=False, recorder="python" if python else "native").step(0) as st:
+            (x * g).sum().backward()
         assert st.meta["recorder"] == ("python" if python else "native")
         leaf = next(n for n in st.nodes if n.kind == "leaf")
         traces.append(leaf.grad_outputs[0])

@@ -22,7 +22,7 @@ from gradscape import TraceStore
 from gradscape.tracer.collector import CollectorPause, collector_paused
 from gradscape.tracer.wire import pack, step_from_wire, step_to_wire, unpack
 
-_TRACER = str(Path(gradscape.__file__).resolve().parent / "tracer")
+_TRACER = str(Path(gradscape.tracer.__file__).resolve().parent)
 
 
 @contextmanager

@@ -17,8 +17,8 @@ from gradscape.tracer.record import native
 from gradscape.tracer.record import slot_rows as slot_rows_module
 from gradscape.tracer.record.lazy_modules import LazyModules
 from gradscape.tracer.record.slot_rows import slot_rows
-from gradscape.tracer.record.wire_columns import step_columns
 from gradscape.tracer.wire.codec import pack, step_to_wire
+from gradscape.tracer.wire.column_write import step_columns
 
 pytestmark = pytest.mark.skipif(not native.status()[0], reason="module calls are lazy when natively recorded")
 

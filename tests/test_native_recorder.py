@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,15 +25,6 @@ from gradscape.tracer.wire.codec import step_to_wire
 def test_make_test_built_the_native_recorder() -> None:
     used, why = native.status()
     assert used, f"the native recorder is not in use: {why}"
-
-
-@pytest.fixture
-def python_recorder() -> Iterator[Callable[[bool], None]]:
-    def use(on: bool) -> None:
-        native.enabled = not on
-
-    yield use
-    native.enabled = True
 
 
 def _untimed(wire: Any) -> Any:
@@ -120,11 +111,9 @@ PROGRAMS = [*ZOO, "lstm", "checkpoint", "checkpoint_reentrant", "float64_strided
             "module_calls"]
 
 
-def _trace(name: str, python: bool, use: Callable[[bool], None], device: str = "cpu",
-           **options: Any) -> tuple[Any, dict[str, Any]]:
-    use(python)
+def _trace(name: str, python: bool, device: str = "cpu", **options: Any) -> tuple[Any, dict[str, Any]]:
     model, loss_of = _program(name, device)
-    tr = gradscape.Tracer(model, **options)
+    tr = gradscape.Tracer(model, recorder="python" if python else "native", **options)
     with tr.step(0) as st:
         loss_of(model).backward()
     assert st.meta.get("recorder") == ("python" if python else "native"), st.meta
@@ -133,35 +122,35 @@ def _trace(name: str, python: bool, use: Callable[[bool], None], device: str = "
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_native_and_python_recorders_record_the_same_step(name: str, python_recorder: Any) -> None:
-    _same_step(name, "cpu", python_recorder)
+def test_native_and_python_recorders_record_the_same_step(name: str) -> None:
+    _same_step(name, "cpu")
 
 
 @pytest.mark.parametrize("device", [CUDA])
 @pytest.mark.parametrize("name", ZOO)
-def test_native_and_python_recorders_record_the_same_cuda_step(name: str, device: str, python_recorder: Any) -> None:
+def test_native_and_python_recorders_record_the_same_cuda_step(name: str, device: str) -> None:
     """On CUDA the C++ hook hands every gradient to the Python summariser (the kernel reads host memory)."""
-    _same_step(name, device, python_recorder)
+    _same_step(name, device)
 
 
-def _same_step(name: str, device: str, python_recorder: Any) -> None:
-    py_wire, py_grads = _trace(name, True, python_recorder, device)
-    nat_wire, nat_grads = _trace(name, False, python_recorder, device)
+def _same_step(name: str, device: str) -> None:
+    py_wire, py_grads = _trace(name, True, device)
+    nat_wire, nat_grads = _trace(name, False, device)
     assert py_grads.keys() == nat_grads.keys()
     for k in py_grads:  # the same program ran: the engine computed the same gradients
         assert torch.equal(py_grads[k], nat_grads[k]), k
     py, nat = _untimed(py_wire), _untimed(nat_wire)
-    py["meta"].pop("recorder"), py["meta"].pop("recorder_why")  # which recorder, and why Python
+    py["meta"].pop("recorder")
     nat["meta"].pop("recorder")
     for key in py:
         assert nat[key] == py[key], f"{name}: the recorders differ in {key!r}"
 
 
-def test_the_thumbnail_budget_leaves_out_the_same_thumbnails(python_recorder: Any) -> None:
+def test_the_thumbnail_budget_leaves_out_the_same_thumbnails() -> None:
     """Past the budget the smallest-norm thumbnails go: the native step's table and the Python step's
     objects are cut at the same place."""
-    py_wire, _ = _trace("lstm", True, python_recorder, thumb_budget=2_000)
-    nat_wire, _ = _trace("lstm", False, python_recorder, thumb_budget=2_000)
+    py_wire, _ = _trace("lstm", True, thumb_budget=2_000)
+    nat_wire, _ = _trace("lstm", False, thumb_budget=2_000)
     left = py_wire["meta"]["thumbs_left_out"]
     assert left["count"] > 100, left  # the budget did cut
     assert nat_wire["meta"]["thumbs_left_out"] == left
@@ -194,7 +183,7 @@ def test_steps_that_keep_values_are_recorded_in_python() -> None:
     tr = gradscape.Tracer(model, tensors="full")
     with tr.step(0) as st:
         loss_of(model).backward()
-    assert st.meta["recorder"] == "python" and st.meta["recorder_why"].startswith("tensors='full' keeps")
+    assert st.meta["recorder"] == "python (tensors='full': the native recorder keeps no gradient values)"
     w = st.params["fc1.weight"] if "fc1.weight" in st.params else next(iter(st.params.values()))
     assert w.values is not None
 
@@ -212,7 +201,10 @@ def test_without_a_build_steps_are_recorded_in_python_and_doctor_says_why(
         model, loss_of = _program("mlp")
         with gradscape.Tracer(model).step(0) as st:
             loss_of(model).backward()
-        assert st.meta["recorder"] == "python" and len(st.nodes) > 5 and st.meta["recorder_why"] == why
+        assert st.meta["recorder"] == f"python ({why})" and len(st.nodes) > 5
+        with pytest.raises(RuntimeError, match=r"Tracer\(recorder='native'\): the native recorder cannot be used: "
+                                               r"not built for torch"):
+            gradscape.Tracer(model, recorder="native")
     finally:
         monkeypatch.undo()
         native._loaded.cache_clear()
@@ -236,7 +228,7 @@ def test_a_failed_build_says_what_the_compiler_said(tmp_path: Any, monkeypatch: 
         model, loss_of = _program("mlp")
         with gradscape.Tracer(model).step(0) as st:
             loss_of(model).backward()
-        assert st.meta["recorder"] == "python" and st.meta["recorder_why"] == why
+        assert st.meta["recorder"] == f"python ({why})"
     finally:
         monkeypatch.undo()
         native._loaded.cache_clear()
@@ -307,14 +299,12 @@ def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypa
     assert seen[0]["2.bias"][1] and not any(bad for _, bad in seen[1].values())
 
 
-def test_a_native_steps_execution_order_is_made_when_read(python_recorder: Any) -> None:
+def test_a_native_steps_execution_order_is_made_when_read() -> None:
     """`st.execution` and `st.edges` of a natively recorded step are sequences over columns: the same tuples as
     the Python recorder's lists, made into a list only when read (NOTE [Lazy columns])."""
-    python_recorder(True)
     model, loss_of = _program("lstm")
-    with gradscape.Tracer(model).step(0) as py:
+    with gradscape.Tracer(model, recorder="python").step(0) as py:
         loss_of(model).backward()
-    python_recorder(False)
     model, loss_of = _program("lstm")
     tr = gradscape.Tracer(model)
     with tr.step(0) as st:

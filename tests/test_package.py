@@ -75,10 +75,14 @@ def _check_one_import_name(wheel: Path, kernel: bool) -> set[str]:
     assert "gradscape = gradscape.app.cli:main" in entry_points
     assets = {f"gradscape/assets/{p.name}" for p in (ROOT / "assets").iterdir() if p.suffix in (".js", ".css")}
     assert assets and {f for f in files if f.startswith("gradscape/assets/")} == assets
-    data = {f"gradscape/tracer/data/{p.name}" for p in (ROOT / "tracer" / "data").glob("*.json")}
-    assert data and data <= files
-    for need in ("gradscape/__init__.py", "gradscape/__main__.py", "gradscape/py.typed", "gradscape/app/ui/page.py",
-                 "gradscape/app/view/layout.py", "gradscape/tracer/wire/__init__.py"):
+    for folder, pattern in (("tracer/data", "*.json"), ("tracer/record/csrc", "*"), ("app/export/page", "*")):
+        carried = {f"gradscape/{folder}/{p.name}" for p in (ROOT / folder).glob(pattern)}
+        assert carried and carried <= files, (folder, sorted(carried - files))
+    modules = {f"gradscape/{p.relative_to(ROOT).as_posix()}" for top in ("tracer", "app")
+               for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+    assert modules <= files, sorted(modules - files)  # every module of tracer/ and app/, under gradscape/
+    for need in ("gradscape/__init__.py", "gradscape/__main__.py", "gradscape/py.typed",
+                 "gradscape/integrations/lightning.py"):
         assert need in files, f"the wheel lacks {need}"
     built = {f for f in files if f.startswith("gradscape/tracer/summary/_fastsum")}
     assert not any(f.endswith((".c", ".h")) for f in built)  # the kernel's source is in the sdist only
@@ -108,11 +112,56 @@ def _check_installed(env_dir: Path, bare: dict[str, str], cwd: Path) -> None:
 
 
 def _copy_tree(tmp_path: Path) -> Path:
-    """The working tree as a clone has it (gradscape/'s links to tracer/, app/, assets/ kept as links)."""
+    """The working tree as a clone has it: gradscape/, tracer/, app/ and assets/ side by side, no links."""
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=_SKIP_COPY, symlinks=True)
-    assert (src / "gradscape" / "tracer").is_symlink()
+    assert not [p for p in src.rglob("*") if p.is_symlink()]
     return src
+
+
+def test_no_link_is_tracked() -> None:
+    """The package is mapped by the build (pyproject.toml's package-dir), not by symbolic links: a
+    checkout on a file system without links works."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = _run(["git", "ls-files", "-s"], cwd=ROOT).stdout.splitlines()
+    assert listed and [line for line in listed if line.startswith("120000 ")] == []
+
+
+def test_every_module_has_one_path() -> None:
+    """In this (editable) install `gradscape.tracer` is tracer/ and `gradscape.app` is app/, and a module's
+    file is where the checkout has it (no second path through gradscape/)."""
+    import gradscape.app.cli
+    import gradscape.tracer.store
+
+    assert Path(gradscape.__file__) == ROOT / "gradscape" / "__init__.py"
+    assert Path(gradscape.tracer.store.__file__) == ROOT / "tracer" / "store.py"
+    assert Path(gradscape.app.cli.__file__) == ROOT / "app" / "cli.py"
+    assert not (ROOT / "gradscape" / "tracer").exists() and not (ROOT / "gradscape" / "app").exists()
+
+
+@pytest.mark.slow
+def test_slow_editable_install_maps_the_checkout(tmp_path: Path) -> None:
+    """`pip install -e` of a clone into a fresh environment: from any folder, `gradscape.tracer` and
+    `gradscape.app` are the clone's tracer/ and app/ (setuptools' editable finder, from the package-dir
+    mapping), the page's assets are found, and `python -m gradscape` runs; an edit to tracer/ is seen."""
+    src = _copy_tree(tmp_path)
+    env_dir = tmp_path / "env"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    py = str(env_dir / "bin" / "python")
+    purelib = Path(_run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    (purelib / "gradscape-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    env = {**os.environ, "CC": "/bin/false"}  # the kernel is not what this test is about: no compile
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(src)],
+         env=env, cwd=tmp_path)
+    (src / "tracer" / "edited.py").write_text("WHERE = 'the clone'\n")
+    code = ("import gradscape, gradscape.tracer.store as s, gradscape.app.cli as c, gradscape.tracer.edited as e\n"
+            "from gradscape.app.server import factory\n"
+            "print(gradscape.__file__, s.__file__, c.__file__, e.WHERE == 'the clone', factory._assets_folder())\n")
+    out = _run([py, "-c", code], cwd=tmp_path).stdout.split()
+    want = [src / "gradscape" / "__init__.py", src / "tracer" / "store.py", src / "app" / "cli.py"]
+    assert out == [*map(str, want), "True", str(src / "assets")], out
+    assert "serve" in _run([py, "-m", "gradscape", "--help"], cwd=tmp_path).stdout
 
 
 @pytest.mark.slow
@@ -156,9 +205,10 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/summary/_fastsum.c",
                  "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "tracer/summary/_fastsum_wide.h",
-                 "tracer/summary/_fastsum_thumb.h", "gradscape/app/ui/page.py",
-                 "gradscape/assets/player.js"):
+                 "tracer/summary/_fastsum_thumb.h", "app/ui/page.py", "tracer/record/csrc/recorder.cpp",
+                 "tracer/data/derivatives-2.13.0.json", "app/export/page/page.html", "gradscape/__init__.py"):
         assert need in names, f"the sdist lacks {need}"
+    assert not [n for n in names if n.startswith(("gradscape/tracer/", "gradscape/app/", "gradscape/assets/"))]
 
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
           str(sdist)], cwd=tmp_path)

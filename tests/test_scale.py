@@ -22,12 +22,10 @@ CHILD = r"""
 import sys
 import torch
 import gradscape
-from gradscape.tracer.record import native
 from torch import nn
 
 torch.set_num_threads(1)
 steps = int(sys.argv[1])
-native.enabled = sys.argv[2] == "native"
 sink = sys.argv[3] if len(sys.argv) > 3 else None
 
 
@@ -54,7 +52,7 @@ want = [p.grad.clone() for p in (*cell.parameters(), *head.parameters())]
 
 cell, head = make()
 model = nn.ModuleDict({"cell": cell, "head": head})
-tr = gradscape.Tracer(model, sink=sink)
+tr = gradscape.Tracer(model, sink=sink, recorder=sys.argv[2])
 with tr.step(0) as st:
     loss_of(cell, head, x, y).backward()  # the loss is gone when the block ends: the walk holds the graph
 tr.close()

@@ -8,19 +8,18 @@ from test_native_recorder import _program
 
 import gradscape
 from gradscape.tracer.record import native
-from gradscape.tracer.record.wire_columns import step_message
 from gradscape.tracer.sinks.queue import ByteQueue, estimate_bytes
 from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire.column_write import step_message
 
 
 @pytest.mark.parametrize("recorder", ["native", "python"])
 @pytest.mark.parametrize("name", ["cnn", "transformer", "module_calls"])
-def test_a_steps_estimate_is_near_its_sent_size(name: str, recorder: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_steps_estimate_is_near_its_sent_size(name: str, recorder: str) -> None:
     if recorder == "native" and not native.status()[0]:
         pytest.skip("the native recorder is not built")
-    monkeypatch.setattr(native, "enabled", recorder == "native")
     model, loss_of = _program(name)
-    tr = gradscape.Tracer(model)
+    tr = gradscape.Tracer(model, recorder=recorder)
     with tr.step(0) as st:
         loss_of(model).backward()
     assert st.meta.get("recorder", "python") == recorder, st.meta

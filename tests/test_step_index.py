@@ -1,7 +1,7 @@
 """The step index (NOTE [Step index]) and the page's lazy read of a stored step (`TraceStore.read_indexed`):
 the index says what the step's node and tensor maps say, the lazy step reads as the whole one, and the page
 opens a folded loop without decoding every node; for both stored forms of a step (`form`: the natively
-recorded step's columns, NOTE [Column document], and the maps)."""
+recorded step's columns, NOTE [Column document], and the maps a step recorded in Python is stored as)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from gradscape.app.data import PageData
 from gradscape.app.view.colours import arrived, statistic
 from gradscape.app.view.step_fields import node_module, nonfinite, stat, tensor
 from gradscape.tracer.blobs import compress, decompress
-from gradscape.tracer.record import native, wire_columns
+from gradscape.tracer.record import native
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.store import StoreError, TraceStore
 from gradscape.tracer.wire import pack, unpack
@@ -29,26 +29,32 @@ from gradscape.tracer.wire.step_index import COLOURINGS, index_from_wire
 
 
 @pytest.fixture(params=["columns", "maps"])
-def form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """How the file sink stores the steps recorded in the test."""
+def form(request: pytest.FixtureRequest) -> str:
+    """How the file sink stores the steps recorded in the test: as columns (recorded natively) or as maps
+    (recorded in Python)."""
     used, why = native.status()
     if request.param == "columns" and not used:
         pytest.skip(f"steps are stored as columns when natively recorded: {why}")
-    monkeypatch.setattr(wire_columns, "enabled", request.param == "columns")
     return str(request.param)
 
 
-def _record(path: Path, name: str, steps: int = 1, keep_last: int | None = None) -> None:
+def _recorder(form: str | None) -> str | None:
+    """The recorder whose steps are stored in `form` (None: the Tracer's default)."""
+    return None if form is None else {"columns": "native", "maps": "python"}[form]
+
+
+def _record(path: Path, name: str, steps: int = 1, keep_last: int | None = None, form: str | None = None) -> None:
     case = build(name)
-    with gradscape.Tracer(case.model, run=name, sink=FileSink(path, keep_last=keep_last)) as tr:
+    with gradscape.Tracer(case.model, run=name, sink=FileSink(path, keep_last=keep_last),
+                          recorder=_recorder(form)) as tr:
         for i in range(steps):
             with tr.step(i):
                 case.loss(case.model, case.batch).backward()
 
 
-def _record_loop(path: Path, length: int) -> None:
+def _record_loop(path: Path, length: int, form: str) -> None:
     torch.manual_seed(0)
-    with gradscape.Tracer(loop_model(), run="loop", sink=str(path)) as tr:
+    with gradscape.Tracer(loop_model(), run="loop", sink=str(path), recorder=_recorder(form)) as tr:
         loop_step(tr, 0, length)
 
 
@@ -82,10 +88,10 @@ def test_the_stored_index_says_what_the_maps_say(tmp_path: Path, form: str, name
     path = tmp_path / "t.sqlite"
     if name == "nan":  # a step whose gradients hold NaN and Inf: badges
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
-        with gradscape.Tracer(model, run=name, sink=str(path)) as tr, tr.step(0):
+        with gradscape.Tracer(model, run=name, sink=str(path), recorder=_recorder(form)) as tr, tr.step(0):
             (model(torch.randn(2, 3)).sqrt() * torch.tensor([[math.inf], [1.0]])).sum().backward()
     else:
-        _record(path, name)
+        _record(path, name, form=form)
     with TraceStore(path, readonly=True) as store:
         wire = store.read_graph(name, 0)
         index = store.read_indexed(name, 0).index  # type: ignore[attr-defined]
@@ -105,7 +111,7 @@ def test_the_stored_index_says_what_the_maps_say(tmp_path: Path, form: str, name
 
 def test_the_lazy_step_reads_as_the_whole_one(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
-    _record(path, "transformer", steps=2)
+    _record(path, "transformer", steps=2, form=form)
     with TraceStore(path, readonly=True) as store:
         whole, lazy = store.read_graph("transformer", 1), store.read_indexed("transformer", 1)
     assert isinstance(lazy["nodes"], LazyItems) and isinstance(lazy["tensors"], LazyItems)
@@ -129,7 +135,7 @@ def test_pack_step_reads_back_as_the_step(tmp_path: Path) -> None:
 def test_the_page_reads_the_same_from_the_index_as_from_the_maps(tmp_path: Path, form: str) -> None:
     """Every view the page opens a step with: from the stored index and lazy maps, and from the whole step."""
     path = tmp_path / "t.sqlite"
-    _record_loop(path, 60)  # about 900 nodes: opened folded
+    _record_loop(path, 60, form)  # about 900 nodes: opened folded
     with TraceStore(path, readonly=True) as store:
         whole, lazy = store.read_graph("loop", 0), store.read_indexed("loop", 0)
     assert len(whole["nodes"]) > 300
@@ -146,7 +152,7 @@ def test_the_page_reads_the_same_from_the_index_as_from_the_maps(tmp_path: Path,
 
 def test_the_player_order_names_each_node_by_index(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
-    _record(path, "transformer")
+    _record(path, "transformer", form=form)
     with TraceStore(path, readonly=True) as store:
         wire = store.read_indexed("transformer", 0)
     order = view.exec_order(wire)
@@ -163,7 +169,7 @@ def test_the_player_order_names_each_node_by_index(tmp_path: Path, form: str) ->
 
 def test_a_folded_loop_opens_without_decoding_every_node(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
-    _record_loop(path, 200)  # about 3,000 nodes
+    _record_loop(path, 200, form)  # about 3,000 nodes
     data = PageData(TraceStore(path, readonly=True))
     wire = data.graph("loop", 0)
     layout = data.layout("loop", 0, None)
@@ -195,10 +201,9 @@ def test_an_index_not_written_with_its_step_is_not_read(tmp_path: Path) -> None:
         assert dict(store.read_indexed("mlp", 0)) == whole
 
 
-def test_a_damaged_span_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire_columns, "enabled", False)  # a step stored as maps, with spans
+def test_a_damaged_span_is_named(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite"
-    _record(path, "mlp")
+    _record(path, "mlp", form="maps")  # a step stored as maps, with spans
     db = sqlite3.connect(path)
     (blob,) = db.execute("SELECT idx FROM step_index").fetchone()
     stored = unpack(decompress(blob))
@@ -220,7 +225,7 @@ def test_keep_last_drops_the_indexes_of_the_steps_it_drops(tmp_path: Path) -> No
 
 def test_the_index_of_a_step_in_wire_form_matches_the_stored_one(tmp_path: Path, form: str) -> None:
     path = tmp_path / "t.sqlite"
-    _record(path, "cnn")
+    _record(path, "cnn", form=form)
     with TraceStore(path, readonly=True) as store:
         stored = store.read_indexed("cnn", 0).index  # type: ignore[attr-defined]
         made = index_from_wire(store.read_graph("cnn", 0))

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 from test_store import assert_same_step
+from test_wire_columns import as_maps
 
 import gradscape
 from gradscape import StoreError, TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
-from gradscape.tracer.record import wire_columns
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.wire import TraceFormatError, compact, decode_array, encode_array, step_from_wire, step_to_wire
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, quantise_same_shape
@@ -213,17 +213,18 @@ def test_a_loaded_step_has_the_thumbnails_the_page_reads(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("tensors", ["summary", "full"])
-def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: Path, tensors: str,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: Path, tensors: str) -> None:
     """`write_step` keeps the arrays apart without making wire arrays of them (`step_to_graph`): as maps, it
     stores what the server stores from the wire form, row for row and byte for byte; as columns (NOTE [Column
     document]), the same tensor rows and a document that reads back the same."""
     st = _lstm_step(30, tensors=tensors)
     paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps", "wire")}
     for form, path in paths.items():
-        monkeypatch.setattr(wire_columns, "enabled", form == "columns")
-        with TraceStore(path) as store:
-            store.write_wire(step_to_wire(st)) if form == "wire" else store.write_step(st)
+        with TraceStore(path) as store:  # as maps: the step with its nodes made (`as_maps`)
+            if form == "wire":
+                store.write_wire(step_to_wire(st))
+            else:
+                store.write_step(st if form == "columns" else as_maps(st))
     rows = {}
     for form, path in paths.items():
         with sqlite3.connect(path) as db:

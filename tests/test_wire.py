@@ -346,6 +346,11 @@ def _imported(tree: ast.AST, package: list[str]) -> list[str]:
     return out
 
 
+# The data model's module: users import its names from `gradscape`, the app from the module itself, since
+# `gradscape` is the layer above the app (docs/architecture.md). Its names are public; its module name is not.
+_MODEL = "gradscape.tracer._model"
+
+
 def _private_tracer_use(name: str) -> bool:
     """`name` reaches into the tracer's private modules or names, or imports a top-level `tracer`/`app`
     (there is none once installed: the one import package is gradscape)."""
@@ -353,6 +358,8 @@ def _private_tracer_use(name: str) -> bool:
     if parts[0] in ("tracer", "app"):
         return True
     if parts[:2] != ["gradscape", "tracer"]:
+        return False
+    if name.startswith(_MODEL + ".") and not parts[3].startswith("_"):
         return False
     return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts[2:])
 
@@ -362,11 +369,14 @@ def _private_tracer_use(name: str) -> bool:
     ("from gradscape.tracer import store, _native as n", "app/cli.py", True),
     ("import gradscape.tracer._paths", "app/cli.py", True),
     ("import gradscape.tracer._paths as p", "app/cli.py", True),
-    ("from gradscape.tracer._model import StepTrace", "app/view/x.py", True),
+    ("from gradscape.tracer._model import StepTrace", "app/view/x.py", False),  # the model's public names
+    ("from gradscape.tracer._model import _slots", "app/view/x.py", True),
+    ("import gradscape.tracer._model", "app/view/x.py", True),
     ("from gradscape.tracer.store import _private", "app/view/x.py", True),
     ("from ...tracer import _compat", "app/view/x.py", True),
     ("from ..tracer._codec import pack", "app/x.py", True),
-    ("from ...tracer._model import Problem", "app/ui/x.py", True),
+    ("from ...tracer._model import _Problem", "app/ui/x.py", True),
+    ("from ...tracer._model import Problem", "app/ui/x.py", False),
     ("importlib.import_module('gradscape.tracer._native')", "app/x.py", True),
     ("from tracer import store", "app/x.py", True),
     ("import app.view", "app/x.py", True),

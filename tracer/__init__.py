@@ -1,15 +1,29 @@
-"""The library a training loop imports (installed as `gradscape.tracer`). Its public names are
-re-exported by `gradscape` (gradscape/__init__.py); import them from there.
+"""The library a training loop imports (installed as `gradscape.tracer`, from this folder: pyproject.toml's
+package-dir). Its public names are re-exported by `gradscape` (gradscape/__init__.py); import them from
+there. The layers these run in, and which way their imports go: docs/architecture.md.
 
 One concern per folder:
 
-    record/    recording a traced step: `Tracer`, the step recorder, graph walk, hooks, attribution
+    record/    recording one traced step: the step recorder, its hooks, the graph walk, attribution,
+               the native recorder (C++, csrc/) and its tables
     summary/   gradient statistics and thumbnails (and the optional C kernel)
-    wire/      the serialised step, its one schema
-    sinks/     where finished steps go: memory, a SQLite file, a live server
+    monitor/   the every-step monitor: a history row for every step, and triggers that trace a step
     debug/     live breakpoints and the problem finder
+    wire/      the serialised step, its one schema (maps and columns), its index, the history rows
+    protocol/  the socket messages between a tracer, the server and the page
+    sinks/     where finished steps go: memory, a SQLite file, a live server
+    data/      torch's derivatives table, read by record/derivatives.py
 
-and at the top: `_model.py` (the data model, `StepTrace`), `store.py` (the SQLite trace file),
-`protocol.py` (the socket messages), `report.py` (a text account of a step) and `_compat.py` (every
-private torch API gradscape uses).
+and at the top:
+
+    tracing.py        `Tracer` and `trace()`: the recorder, the monitor and the sinks put together
+    _model.py         the data model (`StepTrace` and its parts)
+    report.py         a text account of a step (`StepTrace.summary()`, `gradscape show`)
+    store.py          the SQLite trace file (`TraceStore`, `load`), with its rooms: store_tables.py (the
+                      tables and their migration), step_doc.py (a step's document and index row),
+                      index_store.py (the step index), history_store.py (the run's history) and
+                      blobs.py (compressed msgpack rows)
+    collector.py      the garbage collector's policy, its one owner (pauses, freezes, thresholds)
+    environment.py    what `gradscape doctor` reports of this machine
+    _compat.py        every private torch API gradscape uses
 """

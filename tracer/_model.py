@@ -1,4 +1,7 @@
-"""The one data model that flows end to end: tracer → sinks → store → UI.
+"""The data model of a recorded step (`StepTrace` and its parts): what the recorder makes and what users,
+`gradscape.load` and the tests read. It is not what travels on: a sink hands a step on in its wire form
+(tracer/wire/: maps, or columns for a natively recorded step), which the store keeps and the page reads;
+the page never rebuilds a `StepTrace` (app/view/step_fields.py).
 
 A `StepTrace` is complete when the `with tr.step(i)` block exits. Everything in it is plain Python
 and numpy (no torch objects), so it can be serialised (see `tracer.wire`) and compared.
@@ -22,6 +25,10 @@ import numpy as np
 STAT_NAMES = ("min", "max", "mean", "std", "norm", "nan", "inf", "zeros")
 """The keys of `TensorTrace.stats`: `min max mean std norm` over the finite elements, and the counts of NaN,
 infinite and zero elements."""
+# A step's HTML (`StepTrace._repr_html_`, `StepTrace.to_html`) is drawn by app/export/, a layer above this
+# one (docs/architecture.md): gradscape/__init__.py puts its two functions here, "inline" (st -> str) and
+# "file" (st, path -> Path), when the package is imported, which any import of this module does first.
+HTML_RENDERERS: dict[str, Any] = {}
 
 
 @dataclass(slots=True)
@@ -287,14 +294,9 @@ class StepTrace:
 
     def _repr_html_(self) -> str:
         """A notebook's display: the graph as SVG, the problems, the busiest nodes (app/export/inline.py)."""
-        from gradscape.app.export.inline import step_html_inline
-        from gradscape.tracer.wire import step_to_wire
-
-        return step_html_inline(step_to_wire(self))
+        return str(HTML_RENDERERS["inline"](self))
 
     def to_html(self, path: str | os.PathLike[str]) -> Path:
         """Write one self-contained HTML file of this step, for any browser, from disk, with no server and
         no network (app/export/html.py); returns its path."""
-        from gradscape.app.export.html import write_html
-
-        return write_html(self, path)
+        return Path(HTML_RENDERERS["file"](self, path))

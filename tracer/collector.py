@@ -1,6 +1,7 @@
 """The cyclic garbage collector, paused while a traced step is recorded and emitted (`CollectorPause`), and
-while a step changes form (`collector_paused`), and the freeze of what the page's server keeps
-(`made_frozen`). The collector is one per process; this module is the one place that switches it off.
+while a step changes form (`collector_paused`), its threshold raised while the page lays a graph out
+(`raised_gc_threshold`), and the freeze of what the page's server keeps (`made_frozen`). The collector is
+one per process; this module is the one place that sets its policy.
 
 NOTE [Garbage collector]
     Recording a step makes a few Python objects per autograd node (its record, its hook, its runs,
@@ -66,6 +67,15 @@ NOTE [Kept frozen]
     `gradscape serve` (`ServerConfig.freeze_graphs`). The server started inside a notebook or a
     training script does not freeze, since there the user's own objects (a model dropped later, with
     its tensors) would be frozen with it.
+
+NOTE [Raised threshold]
+    Laying out a 10,000-node step (app/view/layout.py) allocates ~100k small lists and dicts that all live
+    until the function returns. With the default thresholds each 700 allocations start a young
+    collection, and the survivors soon trigger full collections that re-traverse every object alive in
+    the process (the step's wire form included) and free nothing: 2-3x the layout's own time. While a
+    layout runs, the first-generation threshold is raised to `BURST_THRESHOLD`: collections still run
+    (the collector stays enabled for the whole process, a training loop in it included), one per that
+    many allocations instead of one per 700.
 """
 
 from __future__ import annotations
@@ -128,6 +138,33 @@ class CollectorPause:
         if self._paused:
             self._paused = False
             _resume()
+
+
+BURST_THRESHOLD = 50_000
+_threshold_depth = 0  # raised thresholds running now, in every thread
+_saved: tuple[int, int, int] | None = None  # the thresholds the first of them found
+
+
+@contextmanager
+def raised_gc_threshold() -> Iterator[None]:
+    """NOTE [Raised threshold]. Nestable and thread-safe: the first entry raises the threshold (if it is
+    lower), the last exit puts back the thresholds it found. Never disables the collector."""
+    global _threshold_depth, _saved
+    with _lock:
+        if _threshold_depth == 0:
+            _saved = gc.get_threshold()
+            if 0 < _saved[0] < BURST_THRESHOLD:
+                gc.set_threshold(BURST_THRESHOLD, _saved[1], _saved[2])
+        _threshold_depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _threshold_depth -= 1
+            if _threshold_depth == 0 and _saved is not None:
+                if gc.get_threshold()[0] == BURST_THRESHOLD:  # nobody changed it meanwhile
+                    gc.set_threshold(*_saved)
+                _saved = None
 
 
 def made_frozen(make: Callable[[], T]) -> T:

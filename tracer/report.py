@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from gradscape.tracer._model import StepTrace, TensorTrace
+if TYPE_CHECKING:  # the model's text form: `StepTrace.summary()` imports this module, not the other way
+    from gradscape.tracer._model import StepTrace, TensorTrace
 
 
 def percent(fraction: float, decimals: int = 0) -> str:

@@ -8,6 +8,8 @@ appends. A step is written in one transaction: it is visible whole or not at all
     steps(run, rank, step, created REAL, n_nodes, n_edges, error, graph BLOB)   PRIMARY KEY (run, rank, step)
     tensors(run, rank, step, idx, arrays BLOB)                  PRIMARY KEY (run, rank, step, idx)
     step_index(run, rank, step, created, idx BLOB)   what the page reads of every node (tracer/index_store.py)
+    history(run, rank, step, params_key, row BLOB)   the monitor's row of every step (tracer/history_store.py)
+    history_params(run, rank, key, names BLOB)       the parameter names the rows' columns stand for
 
 Ranks (torch.distributed): every rank of a run writes its steps side by side, keyed by its rank (0
 outside torch.distributed, where the step's `rank` is None). Several processes may write ONE file at
@@ -50,6 +52,7 @@ from gradscape.tracer.index_store import create_index_table, delete_index, read_
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import TensorArrays, TraceFormatError, WireStep, decode_array, encode_array, pack, unpack
 from gradscape.tracer.wire.codec import step_to_graph
+from gradscape.tracer.wire.column_write import column_parts
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
 from gradscape.tracer.wire.lazy import indexed
@@ -170,8 +173,6 @@ class TraceStore:
     @collector_paused()  # the step's forms are made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
         """Store a step, in one transaction; its arrays go to their rows without becoming wire arrays."""
-        from gradscape.tracer.record.wire_columns import column_parts  # torch's side: readers never import it
-
         self._writable()
         graph, arrays, stacked = column_parts(st) or (*step_to_graph(st), None)  # a native step's as columns
         thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays], stacked)

@@ -22,8 +22,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gradscape import StepTrace
 from gradscape.app.export.data import page_data
+from gradscape.tracer._model import StepTrace
 from gradscape.tracer.store import load
 from gradscape.tracer.wire import WireStep, step_to_wire
 

@@ -174,8 +174,9 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
 
 
 def _assets_folder() -> str:
-    """The page's assets: `gradscape/assets/`, which in a source checkout is a link to the repository's
-    `assets/` and in a built package holds a copy of it."""
+    """The page's assets: the folder beside the package's app/, that is the repository's `assets/` in a
+    checkout (or an editable install) and `gradscape/assets/` in a built package (pyproject.toml maps
+    `gradscape.assets` to assets/)."""
     folder = Path(__file__).parent.parent.parent / "assets"
     if not (folder / "player.js").is_file():
         raise FileNotFoundError(f"gradscape: the page's assets (player.js, gradscape.css) are not in {folder}; "

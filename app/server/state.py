@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradscape import StepTrace
 from gradscape.app.server.notifier import Notifier
 from gradscape.app.server.security import ServerConfig
 from gradscape.tracer import protocol
+from gradscape.tracer._model import StepTrace
 from gradscape.tracer.store import TraceStore
 from gradscape.tracer.wire.history import WireHistory
 

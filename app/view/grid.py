@@ -1,5 +1,5 @@
 """A tensor as a 2-D grid of cells, the way a heatmap shows it (NOTE [Thumbnail views] in
-`tracer._summary`): 1-D as a 1×n strip, 3-D as [a·b, c], 4-D as one sample's channels laid out as tiles,
+tracer/summary/thumbnails.py): 1-D as a 1×n strip, 3-D as [a·b, c], 4-D as one sample's channels laid out as tiles,
 and so on, so a full-values map and a thumbnail line up. `view_2d` makes the grid from full values,
 `thumb_padding` / `thumb_blocks` describe a thumbnail's, and `positions` says which indices of the tensor
 each cell holds (or averages)."""

@@ -80,12 +80,12 @@ from gradscape.app.view.collapse import (
     normalise,
 )
 from gradscape.app.view.crossings import count_crossings
-from gradscape.app.view.gc_threshold import raised_gc_threshold
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
 from gradscape.app.view.ordering import order_layers
 from gradscape.app.view.step_fields import Wire, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
+from gradscape.tracer.collector import raised_gc_threshold
 
 __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", "layout_graph"]
 

@@ -7,5 +7,6 @@
   `gradscape.Tracer` around each optimizer step.
 
 Each module imports its framework when it is imported itself; this package and `import gradscape`
-import none of them.
+import none of them. What the two callbacks share (checking their options, the optimizer-step span both
+hold open) is in `_window.py`.
 """

@@ -6,7 +6,7 @@ import gc
 import threading
 import weakref
 
-from gradscape.app.view.gc_threshold import BURST_THRESHOLD, raised_gc_threshold
+from gradscape.tracer.collector import BURST_THRESHOLD, raised_gc_threshold
 
 
 class _Node:

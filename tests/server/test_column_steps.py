@@ -20,8 +20,8 @@ from gradscape.app.server import GradscapeApp, ServerConfig, create_app
 from gradscape.tracer import protocol
 from gradscape.tracer.blobs import decompress
 from gradscape.tracer.record import native
-from gradscape.tracer.record.wire_columns import step_message
 from gradscape.tracer.wire import pack, step_to_wire, unpack
+from gradscape.tracer.wire.column_write import step_message
 
 pytestmark = pytest.mark.skipif(not native.status()[0], reason="a step is sent as columns when natively recorded")
 

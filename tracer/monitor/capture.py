@@ -98,7 +98,9 @@ class StepCapture:
     def __init__(self, monitor: Any, step: int, traced: Any) -> None:
         self.mon = monitor
         self.step = step
-        self.traced = traced  # the _TracedStep when the step is traced (scheduled, by trigger, or later by loss)
+        # the Tracer's step context (`Tracer.traced_step`) when the step is traced (scheduled, by trigger, or
+        # later by loss)
+        self.traced = traced
         self.by_trigger = False  # a loss trigger started the trace inside this block
         self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,

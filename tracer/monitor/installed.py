@@ -7,9 +7,10 @@ NOTE [Monitor hooks]
     found_inf, inv_scale)`, from `GradScaler._unscale_grads_`, whose frame names the optimizer), through
     wrappers of those four functions that exist while a block is open (NOTE [Patched backward] in
     tracer/record/patched_calls.py). Every other torch call of the block reaches torch as it would
-    without gradscape. Global optimizer step pre/post hooks see every `optimizer.step()`: the post-hook
-    reads the gradients the optimizer stepped with (unscaled, clipped: NOTE [Read at the post-hook] in
-    `capture.py`).
+    without gradscape. torch's global optimizer step pre/post hooks (gradscape's one registration of each,
+    in tracer/record/global_hooks.py, shared with the recorder) see every `optimizer.step()`: the
+    post-hook reads the gradients the optimizer stepped with (unscaled, clipped: NOTE [Read at the
+    post-hook] in `capture.py`).
 
     In a traced block the tracer's own mode (NOTE [Source lines] in tracer/record/forward.py) is handed
     the wrapper of `Tensor.backward` and records the backward with the function behind it; the wrapper
@@ -22,46 +23,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.optim.optimizer as _optim
-
-from gradscape.tracer.record import patched_calls
+from gradscape.tracer.record import global_hooks, patched_calls
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
-
-_active: list[Any] = []  # the captures of the open monitored blocks (one per thread that trains)
-
-
-def _on_opt_pre(opt: Any, args: Any, kwargs: Any) -> None:
-    for cap in _active:
-        cap.on_optimizer_pre(opt, args, kwargs)
-    return None
-
-
-def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
-    for cap in _active:
-        cap.on_optimizer_post(opt)
-    return None
 
 
 class Installed:
-    """The two global optimizer hooks of one block and its wrapped backward calls, every piece held by one
-    `StepHandles` (tracer/record/handles.py, the owner of a step's hooks): `install()`; `remove()` takes
-    them all off, once (idempotent)."""
+    """One block's place in the global optimizer hooks (tracer/record/global_hooks.py, their one owner:
+    `watch`) and its wrapped backward calls, every piece held by one `StepHandles` (tracer/record/handles.py,
+    the owner of a step's hooks): `install()`; `remove()` takes them all off, once (idempotent)."""
 
     def __init__(self, capture: Any) -> None:
         self.capture = capture
         self.handles = StepHandles()
 
     def install(self) -> None:
-        _active.append(self.capture)
+        global_hooks.watch(self.capture)
         self.handles.add(CallOnRemove(self._leave))
-        self.handles.add(_optim.register_optimizer_step_pre_hook(_on_opt_pre))
-        self.handles.add(_optim.register_optimizer_step_post_hook(_on_opt_post))
         patched_calls.install(self.capture)
 
     def _leave(self) -> None:
-        """The block's capture leaves `_active`, and its wrappers (NOTE [Patched backward])."""
-        if self.capture in _active:
-            _active.remove(self.capture)
+        """The block's capture leaves the optimizer hooks, and its wrappers (NOTE [Patched backward])."""
+        global_hooks.unwatch(self.capture)
         patched_calls.uninstall(self.capture)  # idempotent: nothing when it is not installed
 
     def remove(self) -> None:

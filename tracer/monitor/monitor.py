@@ -75,18 +75,16 @@ class Monitor:
         return name
 
     # ------------------------------------------------------------------ steps
-    def step(self, i: int, owner: Any) -> Any:
-        """Step `i`'s block; `owner`, the Tracer itself, which the block holds while it is open (`tracer` is a
-        proxy: `with Tracer(model).step(0)` leaves no other reference to it)."""
-        from gradscape.tracer.record.tracer import _TracedStep
-
+    def step(self, i: int, scheduled: bool, owner: Any) -> Any:
+        """Step `i`'s block, traced when the Tracer `scheduled` it or a trigger asks; `owner`, the Tracer
+        itself, which the block holds while it is open (`tracer` is a proxy: `with Tracer(model).step(0)`
+        leaves no other reference to it). The trace is the Tracer's own context (`Tracer.traced_step`)."""
         self.resolve_ready()
-        scheduled = i % owner.every == 0
         trig = self.triggers.pending
         self.triggers.pending = None
         traced = None
         if scheduled:
-            traced = _TracedStep(owner, i)
+            traced = owner.traced_step(i)
         elif trig is not None and self.triggers.allow(trig[0], i):
             self.triggers.fire(trig[0], i)
             traced = self.start_trace(i, trig[0], trig[2])
@@ -95,9 +93,7 @@ class Monitor:
         return MonitoredStep(self, i, traced, owner)
 
     def start_trace(self, i: int, kind: str, details: dict[str, Any]) -> Any:
-        from gradscape.tracer.record.tracer import _TracedStep
-
-        ts = _TracedStep(self.tracer, i)
+        ts = self.tracer.traced_step(i)
         ts.st.trigger = kind
         self.trigger_meta[i] = {"reason": kind, **{k: _plain(v) for k, v in details.items() if k != "layer"}}
         self.trace_of[i] = (kind, details)
@@ -245,8 +241,6 @@ class MonitoredStep:
         self.cap: StepCapture | None = None
 
     def __enter__(self) -> Any:
-        tr = self.owner
-        tr._active = True
         cap = self.cap = StepCapture(self.mon, self.i, self.traced)
         cap.installed.install()
         if self.traced is None:
@@ -255,7 +249,6 @@ class MonitoredStep:
             return self.traced.__enter__()
         except BaseException:
             cap.finish()
-            tr._active = False
             raise
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -266,7 +259,6 @@ class MonitoredStep:
             self.mon.end_step(cap, (exc_type, exc, tb))
         finally:
             cap.installed.remove()
-            self.owner._active = False
             cap.release()  # no reference cycle left to the cyclic collector
             self.cap = self.traced = self.owner = None
         return None

@@ -1,5 +1,5 @@
-"""Recording one traced step: the `Tracer` a training loop holds (tracer.py) and, per traced step, the
-`StepRecorder` (recorder.py), which owns the step's state and its parts:
+"""Recording one traced step: the `StepRecorder` (recorder.py; the `Tracer` that makes one per traced step is
+tracer/tracing.py), which owns the step's state and its parts:
 
     model_index   the model's module and parameter names
     forward       forward attribution: module calls and source lines (with global_hooks, sources)
@@ -12,4 +12,15 @@
     assemble      the plain `NodeTrace`s once the hooks are gone
     native        the native recorder (native_step, tables, slot_rows: its step as flat tables)
     view          what the debugger and the problem finder read of a running step
+    global_hooks  torch's global module and optimizer hooks, the one registration of each (the monitor's too)
+    patched_calls the backward calls and GradScaler's unscale of a monitored block, wrapped while it is open
+    carry         a repeated forward's attribution, carried from one traced step to the next
+
+The native recorder's step (NOTE [Native recorder] in native.py), by room:
+
+    native_build  building the extension from csrc/ (the C++ sources) against the installed torch
+    tensor_table  its gradient summaries (`TensorTable`), and arena_compact, a kept step's arena cut down
+    lazy_tuples   `st.execution` and `st.edges` kept as columns until read
+    thumb_stacks  its thumbnails gathered by shape for the store
+    wire_nodes    its nodes straight to their wire form; wire_columns, the step as the column document
 """

@@ -157,7 +157,8 @@ class ForwardRecorder:
         if self._frames is not None:
             self._frames.release()
 
-    # ---- stepping aside. NOTE [Optimizer steps]: an `optimizer.step()` inside the block makes dozens
+    # ---- stepping aside
+    # NOTE [Optimizer steps]: an `optimizer.step()` inside the block makes dozens
     # of torch calls (a `.grad` read, an update per parameter) that create no graph node under the
     # usual no_grad, yet each would go through the mode's Python handler (~2 µs apiece: a tenth of
     # the tracer's whole cost on a small CNN). The mode leaves the stack for the step and comes back

@@ -3,7 +3,7 @@ natively recorded step.
 
 NOTE [Lazy columns]
     The trace file and the wire take a natively recorded step's execution order and edges from its columns
-    (NOTE [Column document] in tracer/step_doc.py), so a step nobody reads them of needs no Python tuple for
+    (NOTE [Column document] in tracer/wire/columns.py), so a step nobody reads them of needs no Python tuple for
     each run or edge: a 100k-node step's execution list took 8 ms and 9 MiB a kept step, and its edges, kept
     as tuples once per graph structure, 20 MiB. `LazyTuples` holds the columns (numpy arrays) and makes the
     list of tuples when first read, then drops the columns; it compares equal to a list of the same tuples.

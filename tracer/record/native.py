@@ -26,7 +26,9 @@ NOTE [Native recorder]
     The Python recorder (tracer/record/node_hooks.py) is used instead when the extension is not built
     for the torch that is imported (`gradscape build-recorder` builds it: tracer/record/native_build.py;
     `gradscape doctor` says whether it is in use, and why not), with `tensors="full"`, when a breakpoint
-    is set (the debugger pauses inside a Python hook), and with GRADSCAPE_NATIVE=0.
+    is set (the debugger pauses inside a Python hook), with GRADSCAPE_NATIVE=0, and when asked for
+    (`Tracer(recorder="python")`); `st.meta["recorder"]` says which recorded a step, and why not the
+    native one ("python (why)").
 
 NOTE [Cold steps]
     Inside a traced step, small Python and numpy work costs 3-5 times what it costs timed alone: the
@@ -114,14 +116,9 @@ def path() -> Any:
     return native_build.target() if _loaded()[0] is not None else None
 
 
-# Off: every step is recorded in Python (tests compare the two recorders; bench/pernode.py measures both)
-enabled = True
-
-
 def status() -> tuple[bool, str]:
-    """(the native recorder is in use, why not)."""
-    if not enabled:
-        return False, "switched off (gradscape.tracer.record.native.enabled = False)"
+    """(the native recorder can be used, why not). A Tracer uses it when it can, unless told
+    `Tracer(recorder="python")` (tests compare the two recorders; bench/pernode.py measures both)."""
     mod, why = _loaded()
     return mod is not None, why
 

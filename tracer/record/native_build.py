@@ -116,5 +116,5 @@ def build(force: bool = False) -> Path:
 
 def failed(out: Path) -> Path:
     """The note a failed build leaves beside where its file would be: the compiler's first error, which
-    `gradscape doctor` and a step's `meta["recorder_why"]` quote while steps are recorded in Python."""
+    `gradscape doctor` and a step's `meta["recorder"]` ("python (why)") quote while steps are recorded in Python."""
     return out.with_name(out.name + ".failed")

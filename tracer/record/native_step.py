@@ -105,7 +105,7 @@ class NativeStep:
         nodes = LazyNodes(tables)
         for bp, rid, nr in self._roots:
             bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
-        # NOTE [Lazy columns]: the edges and the execution order as columns, made into tuples when read
+        # the edges and the execution order as columns, made into tuples when read (NOTE [Lazy columns])
         return nodes, LazyTuples(*_edges(g, cache)), LazyTuples(runs["node"], np.frombuffer(ks_b, np.int64))
 
     def arrival_rows(self, positions: list[int]) -> list[tuple[int, float | None, bool]]:

@@ -16,7 +16,7 @@ NOTE [Transforms]
     `st.meta["notes"]` and the Tracer warns once. The forward around it is attributed as usual, and
     an ordinary backward in the same step is traced.
 
-NOTE [Parameter gradients]: see tracer/record/params.py.
+What a parameter's gradient is in a step: NOTE [Parameter gradients] in tracer/record/params.py.
 
 `StepRecorder` owns the step's state and handles its lifecycle and the start of each backward. Its
 parts are collaborators it makes and owns, each in a module of its own, each given what it reads:
@@ -47,7 +47,6 @@ from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.module_sums import ModuleSums
-from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.native_step import NativeStep
 from gradscape.tracer.record.node_hooks import NodeHooks, now
 from gradscape.tracer.record.params import ParamGradients
@@ -78,8 +77,12 @@ class StepRecorder:
 
     def __init__(self, run: str, step: int, model: Any, summariser: Summariser,
                  statics: StructureCache | None = None, warned: set[str] | None = None,
-                 carry: ForwardCarry | None = None) -> None:
+                 carry: ForwardCarry | None = None, recorder: str = "native") -> None:
         self.run, self.step = run, step
+        # "native" (where it can: `python_why`), "python", or "python (why the native one is not used)": the
+        # Tracer's choice (`Tracer(recorder=...)`); st.meta["recorder"] says which recorded the step
+        self.recorder = recorder
+        self.recorded_by = recorder
         self.carry = carry  # NOTE [Carried forwards] in tracer/record/carry.py (None: never carried)
         self.unwrapped = False  # a backward reached the recorder through the mode only, not the wrappers
         self.kept: tuple[list[Any], list[Any]] | None = None  # carried and matched: the kept modules, sources
@@ -153,10 +156,8 @@ class StepRecorder:
             self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
                             "or torch.autograd.grad() inside the `with tr.step(i)` block)")
         st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
-        if self.passes:  # which recorder recorded the node hooks (NOTE [Native recorder] in native.py), and why
-            st.meta["recorder"] = "python" if native is None else "native"
-            if native is None:
-                st.meta["recorder_why"] = self._python_why()
+        if self.passes:  # which recorder recorded the node hooks, and why not the native one (NOTE [Native recorder])
+            st.meta["recorder"] = self.recorded_by
         if self.notes:
             st.meta["notes"] = list(self.notes)
         dist = torch.distributed
@@ -221,7 +222,10 @@ class StepRecorder:
                     values: list[torch.Tensor | None]) -> BackwardPass:
         """Walk the graph from the pass's roots, hook what is new, and plan the module sums."""
         index = len(self.passes)
-        if index == 0 and self._native_ok():
+        why = self._python_why() if index == 0 else ""
+        if why:
+            self.recorded_by = f"python ({why})"
+        if index == 0 and why is None:
             self.native = NativeStep(self.model, self.summ, self.summ.thumb)
             self.handles.add(CallOnRemove(self.native.graph.rec.remove_hooks))
             self.module_sums.graph = self.native.graph
@@ -271,16 +275,17 @@ class StepRecorder:
 
     def _native_ok(self) -> bool:
         """The native recorder records this step (NOTE [Native recorder] in native.py)."""
-        return native_status()[0] and not self.summ.keep_values and not self.hooks.breaker.armed
+        return self._python_why() is None
 
-    def _python_why(self) -> str:
-        """Why this step's node hooks were recorded in Python rather than by the native recorder."""
-        available, why = native_status()
-        if not available:
-            return why
+    def _python_why(self) -> str | None:
+        """Why the Python recorder records this step; None when the native one does."""
+        if self.recorder != "native":
+            return ""
         if self.summ.keep_values:
-            return "tensors='full' keeps every gradient's values, which only the Python recorder does"
-        return "a breakpoint is armed: the Python recorder is the one that pauses inside backward"
+            return "tensors='full': the native recorder keeps no gradient values"
+        if self.hooks.breaker.armed:
+            return "a breakpoint is set: the debugger pauses inside a Python hook"
+        return None
 
     def _note_once(self, why: str) -> None:
         """Keep the reason something of this step went untraced in `st.meta["notes"]`, and warn about

@@ -157,6 +157,13 @@ class LazyNodes(Sequence[NodeTrace]):
 
         return wire_nodes(self, tab)
 
+    def column_parts(self, st: Any) -> Any:
+        """The step as columns (NOTE [Column document] in tracer/wire/columns.py), or None: what
+        `tracer.wire.column_write` asks of a natively recorded step for the store and the sinks."""
+        from gradscape.tracer.record.wire_columns import column_parts
+
+        return column_parts(st)
+
     # ---- one node
     def _make(self, k: int) -> NodeTrace:
         t = self.tables

@@ -25,13 +25,10 @@ from gradscape.tracer.record.tables import LazyNodes, StepTables
 from gradscape.tracer.record.tensor_table import TensorTable
 from gradscape.tracer.record.thumb_stacks import Stacks, thumb_stacks
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
-from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.codec import TensorTable as WireTensors
 from gradscape.tracer.wire.codec import step_fields, tensor_summary
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
 from gradscape.tracer.wire.types import TensorNumpy
-
-enabled = True  # tests switch it off to write the same step as maps
 
 # id of a step's statics list (shared by the steps of one graph shape: StructureCache) -> (the list, its codes)
 _STATIC_CODES: dict[int, tuple[list[Any], np.ndarray, list[list[Any]]]] = {}
@@ -140,27 +137,16 @@ def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any])
 _NONE: TensorNumpy = (None, None)
 
 
-def step_columns(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
-    """`column_parts` with every thumbnail in its tensor's place."""
-    made = column_parts(st)
-    if made is None:
-        return None
-    doc, arrays, stacks = made
-    for at, stack in stacks.values():
-        for i, p in enumerate(at.tolist()):
-            arrays[p] = (stack[i], None)
-    return doc, arrays
-
-
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stacks] | None:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
     (thumbnail, values) by position but the kernel's thumbnails, which come stacked by shape (NOTE [Thumbnail
-    stacks] in thumb_stacks.py); None for a step not recorded natively (written as maps).
+    stacks] in thumb_stacks.py); None for a step not recorded natively (written as maps). The store and the
+    sinks reach it through the step (`tracer.wire.column_write`, `LazyNodes.column_parts`).
     Tensors are numbered as the codec numbers them (`step_to_wire`): the rows the nodes name, as it first
     meets them, then what only the other fields name, as maps (`extra`)."""
     lazy = st.nodes
-    if not enabled or not isinstance(lazy, LazyNodes):
+    if not isinstance(lazy, LazyNodes):
         return None
     t = lazy.tables
     tt = t.tensors
@@ -177,15 +163,3 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stac
     columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t, at[t.slots]),
                "tensors": {**tensors, "extra": tab.items}}
     return {**fields, "columns": columns}, arrays + (tab.arrays or []), stacks
-
-
-def step_message(st: StepTrace) -> dict[str, Any] | None:
-    """What the socket sink sends of a natively recorded step to a server that reads columns: its document
-    (`step_columns`) with each tensor's `[thumb, values]` as wire arrays (`tracer.wire.column_check` reads
-    it); None for a step not recorded natively."""
-    made = step_columns(st)
-    if made is None:
-        return None
-    doc, arrays = made
-    return {**doc, "arrays": [[None if th is None else encode_array(th), None if v is None else encode_array(v)]
-                              for th, v in arrays]}

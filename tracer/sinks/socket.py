@@ -37,10 +37,10 @@ from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.debug.breakpoints import BreakpointLink
-from gradscape.tracer.record.wire_columns import step_message
 from gradscape.tracer.sinks.paths import spill_path
 from gradscape.tracer.sinks.queue import ByteQueue, Queued, estimate_bytes
 from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire.column_write import step_message
 from gradscape.tracer.wire.history import WireHistory, history_parts
 
 log = logging.getLogger(__name__)

@@ -8,4 +8,6 @@ fetched to the host once per step (`Summariser`), with an optional C kernel for 
     fastpath    the kernel's one-pass path, planned once per shape
     budget      the per-step thumbnail budget (`Tracer(thumb_budget=...)`)
     kernel      finding and loading the built kernel (`_fastsum*.c`, compiled at install time)
+    staged      device gradients' statistics computed together (NOTE [Staged statistics])
+    bfloat16    thumbnails at bfloat16's precision, as the native recorder's arena keeps them
 """

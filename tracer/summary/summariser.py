@@ -206,7 +206,7 @@ class Summariser:
             self._pending.append(PendingSummary(tr, fast[0], fast[1], self._values(t), None, False))
             return tr
         th = thumbnail(t, self.thumb) if self.thumb > 0 else None
-        # NOTE [Summary cost]: a small tensor costs more in op dispatch than in memory passes; its
+        # A small tensor costs more in op dispatch than in memory passes (NOTE [Summary cost] in stats.py); its
         # thumbnail is an exact copy, so its statistics are computed on the host at finalize.
         host = stats_of is None and th is not None and t.dtype != torch.float64 and fits_whole(shape, self.thumb)
         p = PendingSummary(tr, None, th, self._values(t), stats_of, host)

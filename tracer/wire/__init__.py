@@ -10,6 +10,18 @@ schema's public face; each lives in the module of its concern:
     validation  wire form → `StepTrace`, every field checked (`step_from_wire`)
     compact     thumbnails as the trace file keeps them: 8 bits a cell with their range, repeats once
     history     the run's history rows (the monitor's), a schema of its own (`history_to_wire`, ...)
+    fast_read   the common case of `step_from_wire`, read quickly
+
+A stored or sent step may instead be a column document (NOTE [Column document] in columns.py):
+
+    columns       the document and `StepColumns`, read back as the maps they stand for
+    column_write  a step's columns, asked of the step itself (the store and the socket sink)
+    column_check  a step sent as columns, checked as the server checks the wire form
+    column_read   a stored column step read back as a `StepTrace`
+    column_index  its index from the columns
+
+and what the page reads first: step_index (NOTE [Step index]: every node's module, name and colour
+values) and lazy (a stored step whose node and tensor maps are decoded when read).
 
 No pickle anywhere: a trace is data (`dict`/`list`/`str`/numbers/`bytes`), never code. `step_from_wire`
 checks every field and raises `TraceFormatError` naming the first one that is wrong.

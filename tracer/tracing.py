@@ -18,6 +18,7 @@ import torch
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
+from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
@@ -55,11 +56,16 @@ class Tracer:
     tracer/summary/budget.py). None keeps every thumbnail. `run`: the run's name in the sinks (default:
     a new `run-<hex>`); `thumb`: a thumbnail's largest side in cells (64: at most 64×64 block means).
     `tr.last` is the last step traced (by `every` or a trigger), `tr.steps` the ones the memory sink keeps.
+    `recorder`: "native" (the C++ recorder, NOTE [Native recorder] in tracer/record/native.py; an error
+    when it is not built) or "python"; by default the native one when it is built, else the Python one. A step the native recorder cannot
+    record (`tensors="full"`, a breakpoint set) is recorded in Python: `st.meta["recorder"]` says which
+    recorder ran and, when Python stood in, why ("python (why)").
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
                  every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
-                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True) -> None:
+                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True,
+                 recorder: str | None = None) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -68,6 +74,7 @@ class Tracer:
             raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
         if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
             raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
+        self.recorder = _recorder(recorder)
         self.model = as_module(model)  # monitor: a list, tuple or dict of models becomes one container
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
@@ -99,10 +106,14 @@ class Tracer:
             i = operator.index(i)  # numpy integers and the like
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
+        scheduled = i % self.every == 0  # the one place `every` is read; the monitor adds triggered steps
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
-            return self._monitor.step(i, self)
-        if i % self.every != 0:
-            return _UNTRACED
+            return _Busy(self, self._monitor.step(i, scheduled, self))
+        return self.traced_step(i) if scheduled else _UNTRACED
+
+    def traced_step(self, i: int) -> _TracedStep:
+        """The recorder's context for step `i`, not yet entered: what `step` returns for a scheduled step,
+        and what the monitor opens inside its own context for a scheduled or triggered one."""
         return _TracedStep(self, i)
 
     def _emit(self, st: StepTrace) -> None:
@@ -160,6 +171,21 @@ class Tracer:
         return []
 
 
+def _recorder(asked: str | None) -> str:
+    """The recorder a Tracer uses: "native", "python", or "python (why not the native one)" by default."""
+    if asked not in (None, "native", "python"):
+        raise ValueError(f"recorder must be 'native', 'python' or None (the native one when it is built), "
+                         f"got {asked!r}")
+    if asked == "python":
+        return asked
+    built, why = native_status()
+    if built:
+        return "native"
+    if asked == "native":
+        raise RuntimeError(f"Tracer(recorder='native'): the native recorder cannot be used: {why}")
+    return f"python ({why})"
+
+
 class _Untraced:
     """The context of an untraced step: does nothing, costs nothing."""
 
@@ -175,6 +201,32 @@ class _Untraced:
 _UNTRACED = _Untraced()
 
 
+class _Busy:
+    """A monitored step's context (the monitor's, `inner`), with the Tracer marked busy while it is open, so
+    that a nested `step` is refused."""
+
+    __slots__ = ("inner", "tracer")
+
+    def __init__(self, tracer: Tracer, inner: AbstractContextManager[StepTrace | None]) -> None:
+        self.tracer = tracer
+        self.inner = inner
+
+    def __enter__(self) -> StepTrace | None:
+        self.tracer._active = True
+        try:
+            return self.inner.__enter__()
+        except BaseException:
+            self.tracer._active = False
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.inner.__exit__(*exc)
+        finally:
+            self.tracer._active = False
+        return None  # never swallow the user's exception
+
+
 class _TracedStep:
     """The context of a traced step: installs the recorder on enter, assembles and emits on exit."""
 
@@ -183,7 +235,8 @@ class _TracedStep:
         self.st = StepTrace(run=tracer.run, step=i)
         summ = Summariser(tracer.thumb, tracer.tensors == "full")
         summ.budget = tracer.thumb_budget
-        self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry)
+        self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry,
+                                tracer.recorder)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
 
     def __enter__(self) -> StepTrace:

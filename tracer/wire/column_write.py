@@ -1,0 +1,52 @@
+"""A step as columns (NOTE [Column document] in columns.py), asked of the step itself: the store writes
+it (`column_parts`) and the socket sink sends it (`step_message`).
+
+Only a natively recorded step has columns: its nodes (`LazyNodes`, tracer/record/tables.py) write them
+(`LazyNodes.column_parts`, from tracer/record/wire_columns.py). The store and the sinks are a layer above
+the recorder and import none of it (docs/architecture.md): they ask the step's nodes, as the codec asks
+them for their wire form (`wire_nodes`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gradscape.tracer.wire.arrays import encode_array
+from gradscape.tracer.wire.types import TensorNumpy
+
+# shape -> (positions ascending, the (n, *shape) stack of the kernel's thumbnails of that shape)
+Stacks = dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]
+
+
+def column_parts(st: Any) -> tuple[dict[str, Any], list[TensorNumpy], Stacks] | None:
+    """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
+    (thumbnail, values) by position but the kernel's thumbnails, which come stacked by shape (NOTE [Thumbnail
+    stacks] in tracer/record/thumb_stacks.py); None for a step not recorded natively (written as maps)."""
+    own = getattr(st.nodes, "column_parts", None)
+    return None if own is None else own(st)  # type: ignore[no-any-return]
+
+
+def step_columns(st: Any) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
+    """`column_parts` with every thumbnail in its tensor's place."""
+    made = column_parts(st)
+    if made is None:
+        return None
+    doc, arrays, stacks = made
+    for at, stack in stacks.values():
+        for i, p in enumerate(at.tolist()):
+            arrays[p] = (stack[i], None)
+    return doc, arrays
+
+
+def step_message(st: Any) -> dict[str, Any] | None:
+    """What the socket sink sends of a natively recorded step to a server that reads columns: its document
+    (`step_columns`) with each tensor's `[thumb, values]` as wire arrays (`tracer.wire.column_check` reads
+    it); None for a step not recorded natively."""
+    made = step_columns(st)
+    if made is None:
+        return None
+    doc, arrays = made
+    return {**doc, "arrays": [[None if th is None else encode_array(th), None if v is None else encode_array(v)]
+                              for th, v in arrays]}
