@@ -7,11 +7,12 @@ with one `UntestedTorchWarning` naming the tested range, and each name is looked
 fails at import with the name that is missing, not deep inside a training step. `PRIVATE_NAMES` lists
 every name looked up (tests/test_compat.py resolves and calls each on every supported release).
 
-Why the range starts at 2.9 (NOTE [Torch floor]): every private name below and the native recorder's
-C++ resolve on 2.9, and the floor is the oldest release the core suite is run on. Releases before it are
-not refused for a missing name that we know of but because no test has run on them; the recorder's
-headers are the part most likely to differ (tracer/record/csrc/torch_shims.h holds the differences).
-GRADSCAPE_ALLOW_UNTESTED_TORCH=1 tries an older one anyway.
+NOTE [Torch floor]
+    Why the range starts at 2.9: every private name below and the native recorder's C++ resolve on 2.9,
+    and the floor is the oldest release the core suite is run on. Releases before it are not refused for
+    a missing name that we know of but because no test has run on them; the recorder's headers are the
+    part most likely to differ (tracer/record/csrc/torch_shims.h holds the differences).
+    GRADSCAPE_ALLOW_UNTESTED_TORCH=1 tries an older one anyway.
 
 What each is for (see docs/autograd.md):
 - `sequence_nr()`: the autograd sequence number the next node created on this thread will get; the

@@ -57,9 +57,9 @@ class Tracer:
     a new `run-<hex>`); `thumb`: a thumbnail's largest side in cells (64: at most 64×64 block means).
     `tr.last` is the last step traced (by `every` or a trigger), `tr.steps` the ones the memory sink keeps.
     `recorder`: "native" (the C++ recorder, NOTE [Native recorder] in tracer/record/native.py; an error
-    when it is not built) or "python"; by default the native one when it is built, else the Python one. A step the native recorder cannot
-    record (`tensors="full"`, a breakpoint set) is recorded in Python: `st.meta["recorder"]` says which
-    recorder ran and, when Python stood in, why ("python (why)").
+    when it is not built) or "python"; by default the native one when it is built, else the Python one.
+    A step the native recorder cannot record (`tensors="full"`, a breakpoint set) is recorded in Python:
+    `st.meta["recorder"]` says which recorder ran and, when Python stood in, why ("python (why)").
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import sys
 from typing import Any
 
 import griffe
@@ -22,8 +23,11 @@ CALLBACKS = ("gradscape.integrations.lightning.GradscapeCallback",
 
 @pytest.fixture(scope="module")
 def package() -> Any:
-    loader = griffe.GriffeLoader(search_paths=[str(ROOT)])
-    pkg = loader.load("gradscape")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from docs_package import stage  # the package as it installs: griffe cannot follow the build's mapping
+
+    loader = griffe.GriffeLoader(search_paths=[str(stage())])
+    pkg = loader.load("gradscape", try_relative_path=False)  # not ./gradscape, which lacks tracer/ and app/
     loader.resolve_aliases(implicit=False, external=False)
     return pkg
 
