@@ -18,6 +18,7 @@ import torch
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
+from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
@@ -52,12 +53,15 @@ class Tracer:
     so a small `keep` costs less per traced step. `thumb_budget`: bytes of thumbnails a step keeps
     (one byte a cell, as the trace file stores them); past it the smallest-norm gradients keep their
     statistics only, and `st.meta["thumbs_left_out"]` says how many (NOTE [Thumbnail budget] in
-    tracer/summary/budget.py). None keeps every thumbnail.
+    tracer/summary/budget.py). None keeps every thumbnail. `compiled`: "eager" (the default) runs a compiled
+    model's traced steps eagerly, so their trace has every op of its compiled regions; "opaque" leaves them
+    compiled, each region one node (NOTE [Compiled regions on a traced step] in tracer/record/compiled.py).
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
                  every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
-                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True) -> None:
+                 thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True,
+                 compiled: str = "eager") -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -66,6 +70,9 @@ class Tracer:
             raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
         if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
             raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
+        if compiled not in COMPILED_MODES:
+            raise ValueError(f"compiled must be one of {COMPILED_MODES}, got {compiled!r}")
+        self.compiled = compiled
         self.model = as_module(model)  # monitor: a list, tuple or dict of models becomes one container
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
@@ -183,12 +190,19 @@ class _TracedStep:
         summ.budget = tracer.thumb_budget
         self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
+        # NOTE [Compiled regions on a traced step] in tracer/record/compiled.py (None: not entered, or "opaque")
+        self.regions: EagerRegions | None = None
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
         try:
+            if self.tracer.compiled == "eager":
+                self.regions = EagerRegions()
+                self.regions.start()
             self.rec.start()
         except BaseException:
+            if self.regions is not None:
+                self.regions.stop()
             self.rec.handles.remove()
             self.rec.collector.resume()
             self.tracer._active = False
@@ -198,6 +212,8 @@ class _TracedStep:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tr = self.tracer
         tr._active = False
+        if self.regions is not None:
+            self.regions.stop()  # compiled callables compile again from here on
         try:
             with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
                 try:
@@ -208,6 +224,9 @@ class _TracedStep:
                     return None
             apply_thumb_budget(done, tr.thumb_budget, self.rec.summ.thumb_cells)
             _copy_recorded(self.st, done)
+            compiled = compiled_meta(done.nodes, self.regions)
+            if compiled is not None:
+                self.st.meta["compiled"] = compiled
             if self.before_emit is not None:
                 try:
                     self.before_emit(self.st)
