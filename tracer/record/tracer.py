@@ -110,6 +110,20 @@ class Tracer:
             return _UNTRACED
         return _TracedStep(self, i)
 
+    def compare_compiled(self, i: int, closure: Callable[[], Any]) -> StepTrace:
+        """Step `i` computed twice from the same state: compiled, as training runs it, then eager and traced.
+        `closure` runs the forward and the backward (and may return the loss), as an optimizer's closure
+        does; training is left where the compiled run left it. Returns the eager run's trace, with each
+        parameter's gradient difference in `st.meta["compare_compiled"]` (NOTE [Compare compiled] in
+        tracer/record/compare.py)."""
+        if self._closed:
+            raise RuntimeError("this Tracer is closed")
+        if self._active:
+            raise RuntimeError("compare_compiled cannot run inside a Tracer.step block")
+        from gradscape.tracer.record.compare import compare_compiled
+
+        return compare_compiled(self, operator.index(i), closure)
+
     def _emit(self, st: StepTrace) -> None:
         for sink in self.sinks:
             try:
@@ -183,8 +197,9 @@ _UNTRACED = _Untraced()
 class _TracedStep:
     """The context of a traced step: installs the recorder on enter, assembles and emits on exit."""
 
-    def __init__(self, tracer: Tracer, i: int) -> None:
+    def __init__(self, tracer: Tracer, i: int, compiled: str | None = None) -> None:
         self.tracer = tracer
+        self.compiled = compiled or tracer.compiled  # NOTE [Compiled regions on a traced step]
         self.st = StepTrace(run=tracer.run, step=i)
         summ = Summariser(tracer.thumb, tracer.tensors == "full")
         summ.budget = tracer.thumb_budget
@@ -196,7 +211,7 @@ class _TracedStep:
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
         try:
-            if self.tracer.compiled == "eager":
+            if self.compiled == "eager":
                 self.regions = EagerRegions()
                 self.regions.start()
             self.rec.start()
