@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -19,55 +18,14 @@ import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import gradscape
+from bench.workloads import GPT
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's own notes on what it compiles
 
 
-class Attention(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-        return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
-
-
-class Block(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = Attention(d, heads)
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    """A small nanoGPT-like decoder: token and position embeddings, `layers` blocks, a final LayerNorm, a head."""
-
-    def __init__(self, vocab: int = 16, seq: int = 8, d: int = 16, heads: int = 2, layers: int = 2) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln(x))
+def small_gpt() -> nn.Module:
+    """bench/workloads.py's GPT (W3's) at toy size: vocab 16, 8 positions, 2 layers, d=16, 2 heads."""
+    return GPT(vocab=16, seq_len=8, n_layers=2, d_model=16, n_heads=2)
 
 
 def lm_loss(model: Callable[[torch.Tensor], torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
@@ -103,7 +61,7 @@ def region_nodes(loss: torch.Tensor) -> list[str]:
 def compiled_gpt() -> tuple[nn.Module, nn.Module, CompileCounterWithBackend]:
     """(the eager GPT, `torch.compile` of it with aot_eager, the compile counter), compiled once for the module."""
     torch.manual_seed(0)
-    model = GPT()
+    model = small_gpt()
     counter = CompileCounterWithBackend("aot_eager")
     cm = torch.compile(model, backend=counter)
     lm_loss(cm, batch(0)).backward()  # the compile, untraced
@@ -128,7 +86,7 @@ def test_a_traced_step_of_a_compiled_gpt_is_the_eager_steps_trace(compiled_gpt: 
     ops = [n for n in st.nodes if n.kind == "op" and n.name != "NllLossBackward0"]
     in_model = [n for n in ops if n.module is not None]
     assert len(in_model) >= len(ops) - 4  # the loss's own ops (cross-entropy, its reshapes) belong to no module
-    assert {n.module for n in in_model} >= {"blocks.0.attn", "blocks.1.mlp.1", "ln", "head"}
+    assert {n.module for n in in_model} >= {"blocks.0.attn", "blocks.1.mlp.1", "ln_f", "head"}
     for name, g in want.items():  # the eager model's gradients, bit for bit
         assert np.array_equal(st.params[name].values, g.numpy()), name
         assert torch.equal(dict(model.named_parameters())[name].grad, g), name
@@ -237,3 +195,38 @@ def test_an_eager_model_has_no_compiled_meta() -> None:
 def test_compiled_takes_eager_or_opaque() -> None:
     with pytest.raises(ValueError, match="compiled must be one of"):
         gradscape.Tracer(compiled="inductor")
+
+
+@pytest.mark.slow
+def test_inductor_gpt_traced_step_is_eager_and_compare_compiled_sees_its_rounding() -> None:
+    """The issue's own setting: a GPT under inductor (C++ on the CPU), with AdamW, traced every 5th step."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = small_gpt()
+    cm = torch.compile(model)  # inductor
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with gradscape.Tracer(cm, every=5, tensors="full") as tr:
+        frames = counters["frames"]["total"]
+        for i in range(11):
+            idx = batch(i)
+            want = eager_grads(model, idx) if i % 5 == 0 else None
+            with tr.step(i) as st:
+                lm_loss(cm, idx).backward()
+            if want is not None:
+                assert st is not None and st.meta["compiled"] == "eager"
+                for name, g in want.items():
+                    assert np.array_equal(st.params[name].values, g.numpy()), (i, name)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        assert counters["frames"]["total"] - frames == 1  # the one compile, at step 1 (step 0 ran eagerly)
+        idx = batch(11)
+        names, params = zip(*model.named_parameters())
+        c_ref = torch.autograd.grad(lm_loss(cm, idx), params)
+        e_ref = torch.autograd.grad(lm_loss(model, idx), params)
+        st = tr.compare_compiled(11, lambda: lm_loss(cm, idx).backward())
+    rec = st.meta["compare_compiled"]["params"]
+    for name, c, e in zip(names, c_ref, e_ref):
+        assert rec[name]["max_abs"] == float((c.double() - e.double()).abs().max()), name
+        assert torch.equal(dict(model.named_parameters())[name].grad, c), name  # training's: the compiled ones
+    assert any(r["max_abs"] > 0 for r in rec.values())  # inductor's fused kernels round otherwise
