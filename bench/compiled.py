@@ -14,6 +14,9 @@ backward, SGD step and zero_grad:
     eager_traced  a traced step of the uncompiled model, what `traced` is compared with
     eager_plain   the uncompiled step, no gradscape (what compiling saves)
     compare       `tr.compare_compiled(i, closure)` then the SGD step: the compiled run and the traced eager one
+    replayed      a step whose loss is NaN (the loss times NaN), so the `nonfinite` trigger fires at its backward
+                  and the forward and backward are replayed eagerly under a trace (NOTE [Replayed loss
+                  triggers]); no optimizer step (its gradients are NaN), only zero_grad
 
 Ratios are per round (mode / plain), their median reported. Dynamo's compiles during the timed rounds are
 counted: a gradscape mode that made the model compile again would show here.
@@ -38,7 +41,7 @@ from workloads import _gpt  # noqa: E402
 
 import gradscape  # noqa: E402
 
-MODES = ("plain", "monitor", "traced", "eager_traced", "eager_plain", "compare")
+MODES = ("plain", "monitor", "traced", "eager_traced", "eager_plain", "compare", "replayed")
 
 
 class CompiledRunner(Runner):
@@ -50,11 +53,14 @@ class CompiledRunner(Runner):
         wl.model = torch.compile(wl.model, backend=backend)
         super().__init__(wl, "cpu")
         self.tre = gradscape.Tracer(self.eager_model, run="bench-eager", every=1)
-        self.eager_i = self.compare_i = 0
+        cfg = gradscape.Triggers(cap=10 ** 9, cooldown=0)
+        self.trr = gradscape.Tracer(self.model, run="bench-replayed", every=10 ** 9, triggers=cfg)
+        self.eager_i = self.compare_i = self.replayed_i = 0
 
     def close(self) -> None:
         super().close()
         self.tre.close()
+        self.trr.close()
 
     def eager_plain(self) -> None:
         self.wl.loss(self.eager_model, self.batch).backward()
@@ -77,6 +83,16 @@ class CompiledRunner(Runner):
         self.tr.compare_compiled(self.compare_i, closure)
         self.opt.step()
         self.opt.zero_grad()
+
+
+    def replayed(self) -> None:
+        self.replayed_i += 1
+        with self.trr.step(self.replayed_i):
+            (self.wl.loss(self.model, self.batch) * float("nan")).backward()
+        self.opt.zero_grad()
+        st = self.trr.last
+        if st is None or st.step != self.replayed_i or st.meta.get("replay", {}).get("forward") != "replayed":
+            raise RuntimeError(f"step {self.replayed_i} was not replayed")
 
 
 def main() -> None:

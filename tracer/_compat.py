@@ -22,8 +22,8 @@ What each is for (see docs/autograd.md):
 - `forward_class(node)`: the custom `autograd.Function` a `BackwardCFunction` node belongs to, or None.
 - `saved_tensor_names(node)` / `saved_tensor(node, name)`: what autograd saved for a node's backward
   (its `_saved_*` attributes), read by the problem finder.
-- `module_parameters(mod)` / `module_children(mod)`: an `nn.Module`'s own parameters and child modules
-  (its `_parameters` / `_modules` dicts, read without `named_*`'s generators).
+- `module_parameters(mod)` / `module_children(mod)` / `module_buffers(mod)`: an `nn.Module`'s own parameters,
+  child modules and buffers (its `_parameters` / `_modules` / `_buffers` dicts, read without `named_*`'s generators).
 - `post_accumulate_grad_hooks(param)`: the post-accumulate-grad hooks on a parameter, or None.
 - `sparse_indices(t)` / `sparse_values(t)`: the stored indices and values of a coalesced COO tensor.
 - `foreach_norm(tensors)`: the 2-norm of each tensor in one fused call (what `clip_grad_norm_` uses);
@@ -122,6 +122,11 @@ def saved_tensor(node: Any, name: str) -> Any:
 
 def module_parameters(mod: Any) -> dict[str, Any]:
     return mod._parameters  # type: ignore[no-any-return]
+
+
+def module_buffers(mod: Any) -> dict[str, Any]:
+    """An `nn.Module`'s own buffers, as the dict it keeps them in (a replay swaps entries: tracer/record/replay.py)."""
+    return mod._buffers  # type: ignore[no-any-return]
 
 
 def module_children(mod: Any) -> dict[str, Any]:

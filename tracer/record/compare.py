@@ -44,19 +44,23 @@ from gradscape.tracer.record.model_index import ModelIndex
 class TrainingState:
     """The random generators' states and copies of the model's buffers, at one moment (`restore` puts them back)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, buffers: bool = True) -> None:
         self.cpu = torch.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         with torch.no_grad():
-            self.buffers = [(b, b.clone()) for b in model.buffers()]
+            self.buffers = [(b, b.clone()) for b in model.buffers()] if buffers else []
 
     def restore(self) -> None:
-        torch.set_rng_state(self.cpu)
-        if self.cuda is not None:
-            torch.cuda.set_rng_state_all(self.cuda)
+        self.restore_rng()
         with torch.no_grad():
             for b, saved in self.buffers:
                 b.copy_(saved)
+
+
+    def restore_rng(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
 
 
 def _number(x: float) -> float | str:

@@ -20,6 +20,7 @@ from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
 from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
 from gradscape.tracer.record.recorder import StepRecorder
+from gradscape.tracer.record.replay import ForwardSnapshot, Replayable
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
 from gradscape.tracer.summary.budget import DEFAULT_BUDGET, apply_thumb_budget
@@ -89,6 +90,10 @@ class Tracer:
         # a repeated forward's attribution, carried between steps (NOTE [Carried forwards] in tracer/record/carry.py):
         # only with the monitor, whose wrapped backward calls see a backward without the mode
         self._carry = ForwardCarry() if monitor else None
+        # the model's calls, kept for a loss trigger's replay (NOTE [Replayed loss triggers] in tracer/record/replay.py)
+        kinds = self._monitor.triggers.cfg.kinds if self._monitor is not None else ()
+        loss_triggers = bool({"nonfinite", "loss_spike"} & set(kinds))
+        self._snapshot = ForwardSnapshot(self.model) if loss_triggers and self.model is not None else None
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
@@ -105,7 +110,8 @@ class Tracer:
         if self._active:
             raise RuntimeError("Tracer.step blocks cannot be nested")
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
-            return self._monitor.step(i, self)
+            step = self._monitor.step(i, self)
+            return step if self._snapshot is None or step.traced is not None else Replayable(step, self._snapshot)
         if i % self.every != 0:
             return _UNTRACED
         return _TracedStep(self, i)
@@ -207,6 +213,7 @@ class _TracedStep:
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
         # NOTE [Compiled regions on a traced step] in tracer/record/compiled.py (None: not entered, or "opaque")
         self.regions: EagerRegions | None = None
+        self.replayed: dict[str, Any] | None = None  # NOTE [Replayed loss triggers] in tracer/record/replay.py
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
@@ -242,6 +249,8 @@ class _TracedStep:
             compiled = compiled_meta(done.nodes, self.regions)
             if compiled is not None:
                 self.st.meta["compiled"] = compiled
+            if self.replayed is not None:
+                self.st.meta["replay"] = self.replayed
             if self.before_emit is not None:
                 try:
                     self.before_emit(self.st)
