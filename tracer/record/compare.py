@@ -32,7 +32,7 @@ NOTE [Compare compiled]
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -42,13 +42,13 @@ from gradscape.tracer.record.model_index import ModelIndex
 
 
 class TrainingState:
-    """The random generators' states and copies of the model's buffers, at one moment (`restore` puts them back)."""
+    """The random generators' states and copies of `buffers` (a model's), at one moment (`restore` puts them back)."""
 
-    def __init__(self, model: torch.nn.Module, buffers: bool = True) -> None:
+    def __init__(self, buffers: Iterable[torch.Tensor] = ()) -> None:
         self.cpu = torch.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         with torch.no_grad():
-            self.buffers = [(b, b.clone()) for b in model.buffers()] if buffers else []
+            self.buffers = [(b, b.clone()) for b in buffers]
 
     def restore(self) -> None:
         self.restore_rng()
@@ -120,7 +120,7 @@ def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any]) -> StepTra
     if tracer.model is None:
         raise ValueError("compare_compiled needs the Tracer's model (its parameters are compared)")
     named = ModelIndex(tracer.model).params
-    before = TrainingState(tracer.model)
+    before = TrainingState(tracer.model.buffers())
     held = [p.grad for p, _ in named]  # training's gradients so far (accumulation), set aside for both runs
     for p, _ in named:
         p.grad = None
@@ -133,7 +133,7 @@ def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any]) -> StepTra
         _put_back(named, held, compiled)
         raise RuntimeError("compare_compiled: the closure changed a parameter (an optimizer step?); it must only "
                            "run the forward and the backward")
-    after = TrainingState(tracer.model)
+    after = TrainingState(tracer.model.buffers())
     before.restore()
     for p, _ in named:
         p.grad = None

@@ -22,7 +22,8 @@ NOTE [Replayed loss triggers]
     gradscape (tests/test_replay.py trains a twin). `st.meta["replay"]` says what was replayed, or why the
     trigger's trace is the backward alone: no call of the model seen in the block (`model.compile()`
     compiles the model's hooks in with it, where hooks added later never run), a backward from
-    `torch.autograd.grad` or a `GradientEdge`, outputs the loss does not depend on, or an error in the replay.
+    `torch.autograd.grad` or a `GradientEdge`, outputs the loss does not depend on, torch.distributed (the
+    replay's backward would run DDP's or FSDP's collectives on one rank alone), or an error in the replay.
     The replay's forward runs the model's code once more: a forward with side effects of its own (a
     counter, a print, a Python list it appends to) does them twice.
 """
@@ -51,6 +52,7 @@ class ForwardSnapshot:
         self.model = model
         self.handles: list[Any] = []
         self.off = False  # while a replay calls the model
+        self.buffers: list[torch.Tensor] | None = None  # the model's, listed at its first call (walking it costs)
         self.clear()
 
     def clear(self) -> None:
@@ -61,8 +63,8 @@ class ForwardSnapshot:
         self.calls = 0  # calls of the model since the last backward
 
     def install(self) -> None:
-        if getattr(self.model, "_compiled_call_impl", None) is not None:  # model.compile(): hooks compiled in
-            return
+        if getattr(self.model, "_compiled_call_impl", None) is not None or _distributed():
+            return  # model.compile(): hooks compiled in; torch.distributed: never replayed
         self.handles = [self.model.register_forward_pre_hook(self._pre, with_kwargs=True),
                         self.model.register_forward_hook(self._post, with_kwargs=True, always_call=True)]
 
@@ -76,7 +78,9 @@ class ForwardSnapshot:
         if self.off or compiling() or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
             return None
         self.calls += 1
-        self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(mod), None
+        if self.buffers is None:
+            self.buffers = list(mod.buffers())
+        self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(self.buffers), None
         return None
 
     def _post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
@@ -114,17 +118,25 @@ class BufferSwap:
     def __init__(self, model: torch.nn.Module, saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         copies = {id(b): c for b, c in saved}
         self.undone: list[tuple[dict[str, Any], str, torch.Tensor]] = []
+        self.unknown = False  # a buffer with no copy: the replay would change it, so it is not run
         for mod in model.modules():
             bufs = _compat.module_buffers(mod)
             for name, b in list(bufs.items()):
                 if b is not None and id(b) in copies:
                     self.undone.append((bufs, name, b))
                     bufs[name] = copies[id(b)].clone()
+                elif b is not None:
+                    self.unknown = True
 
     def undo(self) -> None:
         for bufs, name, b in self.undone:
             bufs[name] = b
         self.undone = []
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 def _roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Any]] | None:
@@ -156,6 +168,8 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
     """NOTE [Replayed loss triggers]: replay the model's latest call into the trigger's trace `ts` (a
     `_TracedStep`); None when done, else why not (the step's own backward is then traced as before)."""
     roots = _roots(api, args, kwargs)
+    if _distributed():
+        return "not under torch.distributed: the replay's backward would run the collectives on this rank alone"
     if snap.state is None or snap.outputs is None:
         return "no call of the model was seen in the block (model.compile() compiles its hooks in)"
     if roots is None:
@@ -168,7 +182,12 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
     if all(g is None for g in seeds):
         return "the loss does not depend on the model's latest call"
     model, before = snap.model, snap.state
-    after_rng = TrainingState(model, buffers=False)
+    swapped = BufferSwap(model, before.buffers)
+    if swapped.unknown:
+        swapped.undo()
+        snap.buffers = None  # listed again at the next call
+        return "a buffer was registered after the model's first call in a monitored step"
+    after_rng = TrainingState()
     named = ModelIndex(model).params
     held = [p.grad for p, _ in named]
     for p, _ in named:
@@ -176,7 +195,6 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
     regions = EagerRegions()
     rec = ts.rec
     snap.off = True
-    swapped = BufferSwap(model, before.buffers)
     try:
         before.restore_rng()
         rec.handles.add(CallOnRemove(rec.forward.stop))
