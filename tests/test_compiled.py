@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -103,7 +104,7 @@ def test_untraced_steps_stay_compiled_and_nothing_compiles_again(compiled_gpt: A
     def run(tr: Any) -> tuple[int, int]:
         frames, graphs = counters["frames"]["total"], counter.frame_count
         for i in range(50):
-            with tr.step(i) if tr is not None else _nothing() as st:
+            with tr.step(i) if tr is not None else nullcontext() as st:
                 loss = lm_loss(cm, batch(i))
                 assert bool(region_nodes(loss)) == (st is None), i  # compiled unless traced
                 loss.backward()
@@ -117,14 +118,6 @@ def test_untraced_steps_stay_compiled_and_nothing_compiles_again(compiled_gpt: A
     assert plain == traced == (0, 0)
     assert len(tr.steps) == 2 and all(s.meta["compiled"] == "eager" for s in tr.steps)
     assert len(tr.history) == 50
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def test_opaque_keeps_one_region_node_and_the_compiled_numerics(compiled_gpt: Any) -> None:
