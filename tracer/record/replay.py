@@ -26,6 +26,16 @@ NOTE [Replayed loss triggers]
     replay's backward would run DDP's or FSDP's collectives on one rank alone), or an error in the replay.
     The replay's forward runs the model's code once more: a forward with side effects of its own (a
     counter, a print, a Python list it appends to) does them twice.
+
+NOTE [Snapshot hooks]
+    A model may be called inside a compiled function (Lightning compiles `training_step`, which calls
+    the module). Dynamo then inlines the module's hooks and guards on their keys in the module's hook
+    dicts: hooks registered anew at each block would fail those guards at each step, a recompile each
+    time (as NOTE [Hooks under torch.compile] in global_hooks.py found for the global hooks). So the two
+    hooks are the same function objects every time, put back at the keys of their first registration
+    (`_compat.reinsert_hook`), and while dynamo traces them they return at once: a compiled function's
+    graph holds nothing of theirs, and its guards hold at every monitored step. Such a model's calls are
+    not kept (it runs compiled), and its loss triggers trace the backward alone, saying why.
 """
 
 from __future__ import annotations
@@ -50,8 +60,10 @@ class ForwardSnapshot:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.handles: list[Any] = []
+        self.handles: list[Any] = []  # the first registrations', whose keys every later install reuses
+        self.installed = False
         self.off = False  # while a replay calls the model
+        self._hooks = (self._pre, self._post)  # the same function objects at every install (NOTE [Snapshot hooks])
         self.buffers: list[torch.Tensor] | None = None  # the model's, listed at its first call (walking it costs)
         self.clear()
 
@@ -65,17 +77,25 @@ class ForwardSnapshot:
     def install(self) -> None:
         if getattr(self.model, "_compiled_call_impl", None) is not None or _distributed():
             return  # model.compile(): hooks compiled in; torch.distributed: never replayed
-        self.handles = [self.model.register_forward_pre_hook(self._pre, with_kwargs=True),
-                        self.model.register_forward_hook(self._post, with_kwargs=True, always_call=True)]
+        pre, post = self._hooks
+        if self.handles and all(_compat.reinsert_hook(h, fn) for h, fn in zip(self.handles, self._hooks)):
+            self.installed = True
+            return
+        self.handles = [self.model.register_forward_pre_hook(pre, with_kwargs=True),
+                        self.model.register_forward_hook(post, with_kwargs=True, always_call=True)]
+        self.installed = True
 
     def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
+        if self.installed:
+            for h in self.handles:
+                h.remove()
+            self.installed = False
         self.clear()
 
     def _pre(self, mod: Any, args: Any, kwargs: Any) -> None:
-        if self.off or compiling() or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
+        if compiling():  # traced into a compiled function: nothing of ours in its graph (NOTE [Snapshot hooks])
+            return None
+        if self.off or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
             return None
         self.calls += 1
         if self.buffers is None:
@@ -84,7 +104,7 @@ class ForwardSnapshot:
         return None
 
     def _post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
-        if not self.off and not compiling() and _compat.current_graph_task_id() == -1:
+        if not compiling() and not self.off and _compat.current_graph_task_id() == -1:
             self.outputs = out
         return None
 
@@ -171,7 +191,8 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
     if _distributed():
         return "not under torch.distributed: the replay's backward would run the collectives on this rank alone"
     if snap.state is None or snap.outputs is None:
-        return "no call of the model was seen in the block (model.compile() compiles its hooks in)"
+        return ("no call of the model was seen in the block: a model called inside a compiled function (or "
+                "model.compile()d) runs without the snapshot's hooks")
     if roots is None:
         return f"a backward from {api} with a GradientEdge or from autograd.grad is not replayed"
     outs = [o for o in _tensors(snap.outputs) if o.requires_grad]
