@@ -41,6 +41,7 @@ NOTE [Snapshot hooks]
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 import torch
@@ -63,7 +64,7 @@ class ForwardSnapshot:
         self.handles: list[Any] = []  # the first registrations', whose keys every later install reuses
         self.installed = False
         self.off = False  # while a replay calls the model
-        self._hooks = (self._pre, self._post)  # the same function objects at every install (NOTE [Snapshot hooks])
+        self._hooks = _hooks_of(weakref.ref(self))  # the same functions at every install (NOTE [Snapshot hooks])
         self.buffers: list[torch.Tensor] | None = None  # the model's, listed at its first call (walking it costs)
         self.clear()
 
@@ -92,9 +93,7 @@ class ForwardSnapshot:
             self.installed = False
         self.clear()
 
-    def _pre(self, mod: Any, args: Any, kwargs: Any) -> None:
-        if compiling():  # traced into a compiled function: nothing of ours in its graph (NOTE [Snapshot hooks])
-            return None
+    def on_pre(self, mod: Any, args: Any, kwargs: Any) -> None:
         if self.off or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
             return None
         self.calls += 1
@@ -103,10 +102,33 @@ class ForwardSnapshot:
         self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(self.buffers), None
         return None
 
-    def _post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
-        if not compiling() and not self.off and _compat.current_graph_task_id() == -1:
+    def on_post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
+        if not self.off and _compat.current_graph_task_id() == -1:
             self.outputs = out
         return None
+
+
+def _hooks_of(ref: Any) -> tuple[Any, Any]:
+    """The snapshot's two hooks, holding it weakly (it holds them: a cycle would keep a dropped Tracer's model
+    alive until the cyclic collector ran), and inert while dynamo traces them (NOTE [Snapshot hooks])."""
+
+    def pre(mod: Any, args: Any, kwargs: Any) -> None:
+        if compiling():
+            return None
+        snap = ref()
+        if snap is not None:
+            snap.on_pre(mod, args, kwargs)
+        return None
+
+    def post(mod: Any, args: Any, kwargs: Any, out: Any) -> None:
+        if compiling():
+            return None
+        snap = ref()
+        if snap is not None:
+            snap.on_post(mod, args, kwargs, out)
+        return None
+
+    return pre, post
 
 
 class Replayable:
