@@ -195,7 +195,7 @@ def gpt12(device: str | torch.device = "cpu") -> Workload:
 
 
 def lenet_compiled(device: str | torch.device = "cpu") -> Workload:
-    """W5: W2 under `torch.compile` (plain = the untraced compiled step; traced steps compile it once more)."""
+    """W5: W2 under `torch.compile` (plain = the untraced compiled step; traced steps run it eagerly)."""
     w = lenet(device)
     w.model = torch.compile(w.model)  # type: ignore[assignment]
     w.name = "lenet-compiled"

@@ -151,3 +151,24 @@ def test_functorch_stack_is_empty_outside_transforms() -> None:
 
     torch.func.grad(f)(torch.ones(2))
     assert inside[0] is not None
+
+
+def test_module_buffers_and_what_a_compiled_callable_is() -> None:
+    """The dynamo names the compiled-model support reads (NOTE [Compiled regions on a traced step]): a compiled
+    wrapper's module, and a hook on the stance lookup that each compiled callable makes when entered."""
+    net = nn.BatchNorm1d(2)
+    assert set(_compat.module_buffers(net)) == {"running_mean", "running_var", "num_batches_tracked"}
+    assert _compat.compiled_wrapper_inner(net) is None
+    compiled = torch.compile(net, backend="eager")
+    assert _compat.compiled_wrapper_inner(compiled) is net and _compat.dynamo_loaded()
+    entered: list[int] = []
+    undo = _compat.compiled_entries(lambda: entered.append(1))
+    assert undo is not None
+    try:
+        compiled(torch.randn(4, 2))
+    finally:
+        undo()
+    assert entered
+    entered.clear()
+    compiled(torch.randn(4, 2))
+    assert not entered  # put back

@@ -30,8 +30,8 @@ What each is for (see docs/autograd.md):
 - `forward_class(node)`: the custom `autograd.Function` a `BackwardCFunction` node belongs to, or None.
 - `saved_tensor_names(node)` / `saved_tensor(node, name)`: what autograd saved for a node's backward
   (its `_saved_*` attributes), read by the problem finder.
-- `module_parameters(mod)` / `module_children(mod)`: an `nn.Module`'s own parameters and child modules
-  (its `_parameters` / `_modules` dicts, read without `named_*`'s generators).
+- `module_parameters(mod)` / `module_children(mod)` / `module_buffers(mod)`: an `nn.Module`'s own parameters,
+  child modules and buffers (its `_parameters` / `_modules` / `_buffers` dicts, read without `named_*`'s generators).
 - `post_accumulate_grad_hooks(param)`: the post-accumulate-grad hooks on a parameter, or None.
 - `sparse_indices(t)` / `sparse_values(t)`: the stored indices and values of a coalesced COO tensor.
 - `foreach_norm(tensors)`: the 2-norm of each tensor in one fused call (what `clip_grad_norm_` uses);
@@ -50,6 +50,7 @@ from __future__ import annotations
 import operator
 import os
 import re
+import sys
 import warnings
 from typing import Any
 
@@ -174,6 +175,11 @@ def module_parameters(mod: Any) -> dict[str, Any]:
     return mod._parameters  # type: ignore[no-any-return]
 
 
+def module_buffers(mod: Any) -> dict[str, Any]:
+    """An `nn.Module`'s own buffers, as the dict it keeps them in (a replay swaps entries: tracer/record/replay.py)."""
+    return mod._buffers  # type: ignore[no-any-return]
+
+
 def module_children(mod: Any) -> dict[str, Any]:
     return mod._modules  # type: ignore[no-any-return]
 
@@ -240,3 +246,44 @@ def _check_handle() -> None:
 
 
 _check_handle()
+
+
+# NOTE [Compiled regions on a traced step] (tracer/record/compiled.py): dynamo is imported only by a program
+# that compiles; gradscape never imports it itself. Each compiled callable's wrapper asks
+# `torch._dynamo.eval_frame._callback_from_stance(callback)` (looked up at each call) which frame callback
+# to run its function under: under the stance "force_eager" it answers None, and the function runs eagerly.
+def dynamo_loaded() -> bool:
+    """torch._dynamo is imported: something in this process may have compiled (`torch.compile` imports it)."""
+    return "torch._dynamo" in sys.modules
+
+
+def compiled_entries(on_entry: Any) -> Any:
+    """Call `on_entry()` each time a compiled callable is entered, until the returned function is called
+    (it puts dynamo's own back). None where this torch has no `_callback_from_stance`."""
+    from torch._dynamo import eval_frame
+
+    original = getattr(eval_frame, "_callback_from_stance", None)
+    if original is None:
+        return None
+
+    def watched(callback: Any) -> Any:
+        if callback is not None and callback is not False:  # a compile context (not disable / run-only)
+            on_entry()
+        return original(callback)
+
+    eval_frame._callback_from_stance = watched
+
+    def undo() -> None:
+        if eval_frame._callback_from_stance is watched:  # put back only what is still ours
+            eval_frame._callback_from_stance = original
+
+    return undo
+
+
+def compiled_wrapper_inner(mod: Any) -> Any:
+    """The module a `torch.compile(module)` wrapper (`OptimizedModule`) compiles, or None for any other module."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return mod._orig_mod if isinstance(mod, OptimizedModule) else None

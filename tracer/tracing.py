@@ -19,7 +19,9 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
 from gradscape.tracer.record.native import status as native_status
+from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
 from gradscape.tracer.record.recorder import StepRecorder
+from gradscape.tracer.record.replay import ForwardSnapshot, Replayable
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.sinks.base import Sink, resolve_sinks
 from gradscape.tracer.summary.budget import DEFAULT_BUDGET, apply_thumb_budget
@@ -60,12 +62,14 @@ class Tracer:
     when it is not built) or "python"; by default the native one when it is built, else the Python one.
     A step the native recorder cannot record (`tensors="full"`, a breakpoint set) is recorded in Python:
     `st.meta["recorder"]` says which recorder ran and, when Python stood in, why ("python (why)").
+    `compiled`: "eager" (the default) runs a compiled model's traced steps eagerly, so their trace has every
+    op of its compiled regions; "opaque" leaves them compiled, each region one node (NOTE [Compiled regions on a traced step] in tracer/record/compiled.py).
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
                  every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
                  thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True,
-                 recorder: str | None = None) -> None:
+                 recorder: str | None = None, compiled: str = "eager") -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -75,6 +79,9 @@ class Tracer:
         if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
             raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
         self.recorder = _recorder(recorder)
+        if compiled not in COMPILED_MODES:
+            raise ValueError(f"compiled must be one of {COMPILED_MODES}, got {compiled!r}")
+        self.compiled = compiled
         self.model = as_module(model)  # monitor: a list, tuple or dict of models becomes one container
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
@@ -91,6 +98,10 @@ class Tracer:
         # a repeated forward's attribution, carried between steps (NOTE [Carried forwards] in tracer/record/carry.py):
         # only with the monitor, whose wrapped backward calls see a backward without the mode
         self._carry = ForwardCarry() if monitor else None
+        # the model's calls, kept for a loss trigger's replay (NOTE [Replayed loss triggers] in tracer/record/replay.py)
+        kinds = self._monitor.triggers.cfg.kinds if self._monitor is not None else ()
+        loss_triggers = bool({"nonfinite", "loss_spike"} & set(kinds))
+        self._snapshot = ForwardSnapshot(self.model) if loss_triggers and self.model is not None else None
 
     # ------------------------------------------------------------------ steps
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
@@ -108,13 +119,30 @@ class Tracer:
             raise RuntimeError("Tracer.step blocks cannot be nested")
         scheduled = i % self.every == 0  # the one place `every` is read; the monitor adds triggered steps
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
-            return _Busy(self, self._monitor.step(i, scheduled, self))
+            step = _Busy(self, self._monitor.step(i, scheduled, self))
+            if self._snapshot is None or step.inner.traced is not None:
+                return step
+            return Replayable(step, self._snapshot)  # a loss trigger may replay this untraced step's forward
         return self.traced_step(i) if scheduled else _UNTRACED
 
     def traced_step(self, i: int) -> _TracedStep:
         """The recorder's context for step `i`, not yet entered: what `step` returns for a scheduled step,
         and what the monitor opens inside its own context for a scheduled or triggered one."""
         return _TracedStep(self, i)
+
+    def compare_compiled(self, i: int, closure: Callable[[], Any]) -> StepTrace:
+        """Step `i` computed twice from the same state: compiled, as training runs it, then eager and traced.
+        `closure` runs the forward and the backward (and may return the loss), as an optimizer's closure
+        does; training is left where the compiled run left it. Returns the eager run's trace, with each
+        parameter's gradient difference in `st.meta["compare_compiled"]` (NOTE [Compare compiled] in
+        tracer/record/compare.py)."""
+        if self._closed:
+            raise RuntimeError("this Tracer is closed")
+        if self._active:
+            raise RuntimeError("compare_compiled cannot run inside a Tracer.step block")
+        from gradscape.tracer.record.compare import compare_compiled
+
+        return compare_compiled(self, operator.index(i), closure)
 
     def _emit(self, st: StepTrace) -> None:
         for sink in self.sinks:
@@ -230,20 +258,29 @@ class _Busy:
 class _TracedStep:
     """The context of a traced step: installs the recorder on enter, assembles and emits on exit."""
 
-    def __init__(self, tracer: Tracer, i: int) -> None:
+    def __init__(self, tracer: Tracer, i: int, compiled: str | None = None) -> None:
         self.tracer = tracer
+        self.compiled = compiled or tracer.compiled  # NOTE [Compiled regions on a traced step]
         self.st = StepTrace(run=tracer.run, step=i)
         summ = Summariser(tracer.thumb, tracer.tensors == "full")
         summ.budget = tracer.thumb_budget
         self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry,
                                 tracer.recorder)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
+        # NOTE [Compiled regions on a traced step] in tracer/record/compiled.py (None: not entered, or "opaque")
+        self.regions: EagerRegions | None = None
+        self.replayed: dict[str, Any] | None = None  # NOTE [Replayed loss triggers] in tracer/record/replay.py
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
         try:
+            if self.compiled == "eager":
+                self.regions = EagerRegions()
+                self.regions.start()
             self.rec.start()
         except BaseException:
+            if self.regions is not None:
+                self.regions.stop()
             self.rec.handles.remove()
             self.rec.collector.resume()
             self.tracer._active = False
@@ -253,6 +290,8 @@ class _TracedStep:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tr = self.tracer
         tr._active = False
+        if self.regions is not None:
+            self.regions.stop()  # compiled callables compile again from here on
         try:
             with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
                 try:
@@ -263,6 +302,11 @@ class _TracedStep:
                     return None
             apply_thumb_budget(done, tr.thumb_budget, self.rec.summ.thumb_cells)
             _copy_recorded(self.st, done)
+            compiled = compiled_meta(done.nodes, self.regions)
+            if compiled is not None:
+                self.st.meta["compiled"] = compiled
+            if self.replayed is not None:
+                self.st.meta["replay"] = self.replayed
             if self.before_emit is not None:
                 try:
                     self.before_emit(self.st)

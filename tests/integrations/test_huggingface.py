@@ -160,3 +160,38 @@ def test_a_train_that_raises_inside_a_step_is_recorded_once_the_callback_is_clos
 
     assert not optimizer._global_optimizer_pre_hooks and not optimizer._global_optimizer_post_hooks
     cb.close()  # idempotent
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's notes on what it compiles
+def test_torch_compile_traced_steps_show_every_op_and_untraced_ones_stay_compiled(tmp_path: Path) -> None:
+    """`TrainingArguments(torch_compile=True)` (backend aot_eager): the traced steps run eagerly, op by op
+    (NOTE [Compiled regions on a traced step]); the model compiles once, on the first untraced step."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    def compiles(callback: Any) -> tuple[int, UsedGradients]:
+        torch._dynamo.reset()  # a fresh cache: each run compiles what it needs
+        frames = counters["frames"]["total"]
+        _, used = _train(tmp_path, model, callback, samples=10, max_grad_norm=0.0, torch_compile=True,
+                         torch_compile_backend="aot_eager")
+        return counters["frames"]["total"] - frames, used
+
+    model = _gpt2()
+    plain, _ = compiles(transformers.TrainerCallback())  # the same run without gradscape
+    model = _gpt2()
+    cb = GradscapeCallback(every=2, tensors="full", keep=10)
+    traced, used = compiles(cb)
+    # untraced steps ran compiled, and gradscape made nothing compile again: here this GPT-2 compiled 50 frames
+    # over 5 compiled steps without gradscape, and 12 over the 2 untraced steps with it (traced ones compile none)
+    assert 1 <= traced <= plain
+    assert cb.tracer is not None
+    steps = list(cb.tracer.steps)
+    assert [st.step for st in steps] == [0, 2, 4]
+    for st in steps:
+        assert st.meta["compiled"] == "eager" and not [n for n in st.nodes if n.kind == "compiled"]
+        assert {"transformer.h.0.attn", "transformer.h.1.mlp", "lm_head"} <= set(st.modules)
+        _, grads = used.steps[st.step]
+        assert sorted(grads) == sorted(st.params) == sorted(_names(model))  # no `_orig_mod.` in any name
+        for name, grad in grads.items():
+            assert np.array_equal(st.params[name].values, grad), (st.step, name)  # type: ignore[arg-type]

@@ -254,3 +254,37 @@ def test_tracer_options_are_checked_when_the_callback_is_made() -> None:
         GradscapeCallback(tensor="full")
     with pytest.raises(ValueError, match="every must be a positive int"):
         GradscapeCallback(every=0)
+
+
+class CompiledClassifier(Classifier):
+    """`Classifier` whose training step calls `self(x)`: what `torch.compile(module)` compiles under Lightning."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's notes on what it compiles
+def test_a_compiled_lightning_module_is_traced_op_by_op_and_compiled_between(tmp_path: Path) -> None:
+    """`trainer.fit(torch.compile(module))` (aot_eager): the traced steps run eagerly (NOTE [Compiled regions on
+    a traced step]) with the gradients the optimizer stepped with; the untraced ones ran compiled, once compiled."""
+    from torch._dynamo.utils import counters
+
+    model = CompiledClassifier()
+    cb = GradscapeCallback(every=2, tensors="full", keep=10)
+    frames = counters["frames"]["total"]
+    _fit(torch.compile(model, backend="aot_eager"), cb, _loader(8), max_steps=5)  # type: ignore[arg-type]
+    assert counters["frames"]["total"] - frames == 1  # compiled once, at the first untraced step
+    steps = _traced(cb)
+    assert [st.step for st in steps] == [0, 2, 4]
+    for st in steps:
+        assert st.meta["compiled"] == "eager" and not [n for n in st.nodes if n.kind == "compiled"]
+        assert {"net.0", "net.2"} <= set(st.modules)
+        _, used = model.used.steps[st.step]
+        assert sorted(used) == sorted(st.params) == sorted(_names(model))
+        for name, grad in used.items():
+            assert np.array_equal(st.params[name].values, grad), (st.step, name)  # type: ignore[arg-type]

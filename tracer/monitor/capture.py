@@ -33,6 +33,7 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.monitor.installed import Installed
+from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,8 @@ class StepCapture:
         # the recorder is handed the backward here when no mode of its own sees it: a trace a loss started in
         # this backward, or a step run without the mode (NOTE [Carried forwards] in tracer/record/carry.py)
         traced = self.traced
+        if self.by_trigger and traced is not None and replay_trigger(self.mon.tracer, traced, api, args, kwargs):
+            self.by_trigger = False  # the replay is the trace; this backward is training's (tracer/record/replay.py)
         rec = traced.rec if traced is not None and (self.by_trigger or traced.rec.forward.carried) else None
         out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
         if api != "autograd.grad":

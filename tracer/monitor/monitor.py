@@ -19,6 +19,7 @@ from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
+from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ class Monitor:
         self.params: list[Any] = []
         self.names: list[str] = []
         self._index: dict[int, int] = {}  # id of a parameter (held in `params`) → its index
-        if tracer.model is not None:
-            for n, p in tracer.model.named_parameters():
+        if tracer.model is not None:  # named as a traced step names them (a compiled model's too)
+            for p, n in ModelIndex(tracer.model).params:
                 self._add(p, n)
         self._opt_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._opt_counts: dict[str, int] = {}

@@ -28,7 +28,14 @@ class ModelIndex:
     def _index(self, model: Any) -> None:
         """One pre-order pass over the modules' children (what `named_modules(remove_duplicate=False)`
         walks, without its generators): a shared module or parameter keeps its first name, as
-        `named_modules()` / `named_parameters()` give it."""
+        `named_modules()` / `named_parameters()` give it.
+
+        NOTE [Compiled wrappers]: `torch.compile(module)` returns a wrapper module (`OptimizedModule`) that
+        holds the module as its child `_orig_mod`. Both get the name the wrapper has (its child's names
+        carry no `_orig_mod.`), so the modules and parameters of a compiled model are named as those of
+        the model itself: a region traced as one node is attributed to the wrapper's call, and an op of
+        a region run eagerly to the module that made it (NOTE [Compiled regions on a traced step] in
+        tracer/record/compiled.py). The module's type is the compiled module's."""
         names, types, params, pnames = self.module_names, self.module_types, self.module_params, self._names
         stack: list[tuple[str, Any]] = [("", model)]
         while stack:
@@ -51,6 +58,10 @@ class ModelIndex:
                     self.param_by_name.setdefault(full, p)
                 if first:
                     plist.append(full)
+            inner = _compat.compiled_wrapper_inner(mod)
+            if inner is not None:  # NOTE [Compiled wrappers]: the wrapper and what it compiles share a name
+                stack.append((name, inner))
+                continue
             children = [(prefix + cname, child) for cname, child in _compat.module_children(mod).items()
                         if child is not None]
             stack.extend(reversed(children))

@@ -1,0 +1,225 @@
+"""Compiled models on traced steps (NOTE [Compiled regions on a traced step] in tracer/record/compiled.py):
+every op of a compiled region is traced, gradients are the eager model's bit for bit, and dynamo
+compiles no more often than without gradscape. The references are torch's own (`torch.autograd.grad`
+on the eager model, dynamo's compile counter), never the tracer."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import gradscape
+from bench.workloads import GPT
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's own notes on what it compiles
+
+
+def small_gpt() -> nn.Module:
+    """bench/workloads.py's GPT (W3's) at toy size: vocab 16, 8 positions, 2 layers, d=16, 2 heads."""
+    return GPT(vocab=16, seq_len=8, n_layers=2, d_model=16, n_heads=2)
+
+
+def lm_loss(model: Callable[[torch.Tensor], torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
+    logits = model(idx[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), idx[:, 1:].reshape(-1))
+
+
+def batch(seed: int) -> torch.Tensor:
+    return torch.randint(0, 16, (2, 9), generator=torch.Generator().manual_seed(seed))
+
+
+def eager_grads(model: nn.Module, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """torch.autograd.grad of the eager model, by parameter name."""
+    names, params = zip(*model.named_parameters())
+    return dict(zip(names, torch.autograd.grad(lm_loss(model, idx), params)))
+
+
+def region_nodes(loss: torch.Tensor) -> list[str]:
+    """The names of the CompiledFunctionBackward nodes of a loss's graph (torch's own walk)."""
+    seen, stack, out = set(), [loss.grad_fn], []
+    while stack:
+        n = stack.pop()
+        if n is None or n in seen:
+            continue
+        seen.add(n)
+        if n.name() == "CompiledFunctionBackward":
+            out.append(n.name())
+        stack.extend(c for c, _ in n.next_functions)
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled_gpt() -> tuple[nn.Module, nn.Module, CompileCounterWithBackend]:
+    """(the eager GPT, `torch.compile` of it with aot_eager, the compile counter), compiled once for the module."""
+    torch.manual_seed(0)
+    model = small_gpt()
+    counter = CompileCounterWithBackend("aot_eager")
+    cm = torch.compile(model, backend=counter)
+    lm_loss(cm, batch(0)).backward()  # the compile, untraced
+    model.zero_grad(set_to_none=True)
+    return model, cm, counter
+
+
+def test_a_traced_step_of_a_compiled_gpt_is_the_eager_steps_trace(compiled_gpt: Any) -> None:
+    model, cm, _ = compiled_gpt
+    idx = batch(1)
+    want = eager_grads(model, idx)
+    with gradscape.Tracer(model, monitor=False) as ref_tr, ref_tr.step(0) as ref:  # the eager model's trace
+        lm_loss(model, idx).backward()
+    model.zero_grad(set_to_none=True)
+    with gradscape.Tracer(cm, tensors="full") as tr, tr.step(0) as st:
+        lm_loss(cm, idx).backward()
+    assert st.meta["compiled"] == "eager" and "compiled" not in ref.meta
+    assert len(st.nodes) == len(ref.nodes) > 100
+    assert not [n for n in st.nodes if n.kind == "compiled"]
+    assert [(n.name, n.module, n.source, n.param) for n in st.nodes] == \
+        [(n.name, n.module, n.source, n.param) for n in ref.nodes]
+    ops = [n for n in st.nodes if n.kind == "op" and n.name != "NllLossBackward0"]
+    in_model = [n for n in ops if n.module is not None]
+    assert len(in_model) >= len(ops) - 4  # the loss's own ops (cross-entropy, its reshapes) belong to no module
+    assert {n.module for n in in_model} >= {"blocks.0.attn", "blocks.1.mlp.1", "ln_f", "head"}
+    for name, g in want.items():  # the eager model's gradients, bit for bit
+        assert np.array_equal(st.params[name].values, g.numpy()), name
+        assert torch.equal(dict(model.named_parameters())[name].grad, g), name
+    model.zero_grad(set_to_none=True)
+
+
+def test_untraced_steps_stay_compiled_and_nothing_compiles_again(compiled_gpt: Any) -> None:
+    """50 steps with every=10 (the monitor on, AdamW stepping) compile no more than 50 plain steps: none."""
+    from torch._dynamo.utils import counters
+
+    model, cm, counter = compiled_gpt
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def run(tr: Any) -> tuple[int, int]:
+        frames, graphs = counters["frames"]["total"], counter.frame_count
+        for i in range(50):
+            with tr.step(i) if tr is not None else nullcontext() as st:
+                loss = lm_loss(cm, batch(i))
+                assert bool(region_nodes(loss)) == (st is None), i  # compiled unless traced
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return counters["frames"]["total"] - frames, counter.frame_count - graphs
+
+    plain = run(None)
+    with gradscape.Tracer(cm, every=10) as tr:
+        traced = run(tr)
+    assert plain == traced == (0, 0)
+    assert len(tr.steps) == 2 and all(s.meta["compiled"] == "eager" for s in tr.steps)
+    assert len(tr.history) == 50
+
+
+def test_opaque_keeps_one_region_node_and_the_compiled_numerics(compiled_gpt: Any) -> None:
+    model, cm, _ = compiled_gpt
+    idx = batch(2)
+    names, params = zip(*model.named_parameters())
+    want = torch.autograd.grad(lm_loss(cm, idx), params)  # the compiled step's gradients, untraced
+    with gradscape.Tracer(cm, compiled="opaque", monitor=False) as tr, tr.step(0) as st:
+        lm_loss(cm, idx).backward()
+    regions = [n for n in st.nodes if n.kind == "compiled"]
+    assert len(regions) == 1 and regions[0].module == "<root>"
+    assert st.meta["compiled"] == "opaque"
+    ops = [n for n in st.nodes if n.kind == "op"]  # the region, then only the loss's few ops outside it
+    assert len(ops) <= 4 and all(n.module is None for n in ops)
+    for name, p, g in zip(names, params, want):
+        assert torch.equal(p.grad, g), name
+    model.zero_grad(set_to_none=True)
+
+
+class _Gelu2(nn.Module):
+    """A model whose block is `module.compile()`d and whose forward calls a `torch.compile(fn)` function."""
+
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.act = act
+        self.block = nn.Sequential(nn.Linear(4, 8), nn.Tanh())
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.block(x)))
+
+
+def _scaled_gelu(h: torch.Tensor) -> torch.Tensor:
+    return F.gelu(h) * 1.5 + h.pow(2)
+
+
+def test_module_compile_and_a_compiled_function_inside_forward_are_traced_op_by_op() -> None:
+    torch.manual_seed(0)
+    eager = _Gelu2(_scaled_gelu)
+    model = copy.deepcopy(eager)
+    model.act = torch.compile(_scaled_gelu, backend="aot_eager")
+    model.block.compile(backend="aot_eager")
+    x = torch.randn(5, 4)
+    model(x).sum().backward()  # compiled, untraced
+    assert region_nodes(model(x).sum())
+    model.zero_grad(set_to_none=True)
+    want = torch.autograd.grad(eager(x).pow(2).mean(), list(eager.parameters()))
+    with gradscape.Tracer(model, monitor=False) as tr, tr.step(0) as st:
+        model(x).pow(2).mean().backward()
+    assert st.meta["compiled"] == "eager" and not [n for n in st.nodes if n.kind == "compiled"]
+    (gelu,) = [n for n in st.nodes if n.name == "GeluBackward0"]
+    line = inspect.getsourcelines(_scaled_gelu)[1] + 1  # its op, in the compiled function's own line
+    assert gelu.module == "<root>" and gelu.source is not None and gelu.source.endswith(f"test_compiled.py:{line}")
+    (tanh,) = [n for n in st.nodes if n.name == "TanhBackward0"]
+    assert tanh.module == "block.1"
+    for p, w in zip(model.parameters(), want):
+        assert torch.equal(p.grad, w)
+
+
+def test_an_eager_model_has_no_compiled_meta() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    with gradscape.Tracer(model, monitor=False) as tr, tr.step(0) as st:
+        model(torch.randn(4, 3)).sum().backward()
+    assert "compiled" not in st.meta
+
+
+def test_compiled_takes_eager_or_opaque() -> None:
+    with pytest.raises(ValueError, match="compiled must be one of"):
+        gradscape.Tracer(compiled="inductor")
+
+
+@pytest.mark.slow
+def test_inductor_gpt_traced_step_is_eager_and_compare_compiled_sees_its_rounding() -> None:
+    """The issue's own setting: a GPT under inductor (C++ on the CPU), with AdamW, traced every 5th step."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = small_gpt()
+    cm = torch.compile(model)  # inductor
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with gradscape.Tracer(cm, every=5, tensors="full") as tr:
+        frames = counters["frames"]["total"]
+        for i in range(11):
+            idx = batch(i)
+            want = eager_grads(model, idx) if i % 5 == 0 else None
+            with tr.step(i) as st:
+                lm_loss(cm, idx).backward()
+            if want is not None:
+                assert st is not None and st.meta["compiled"] == "eager"
+                for name, g in want.items():
+                    assert np.array_equal(st.params[name].values, g.numpy()), (i, name)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        assert counters["frames"]["total"] - frames == 1  # the one compile, at step 1 (step 0 ran eagerly)
+        idx = batch(11)
+        names, params = zip(*model.named_parameters())
+        c_ref = torch.autograd.grad(lm_loss(cm, idx), params)
+        e_ref = torch.autograd.grad(lm_loss(model, idx), params)
+        st = tr.compare_compiled(11, lambda: lm_loss(cm, idx).backward())
+    rec = st.meta["compare_compiled"]["params"]
+    for name, c, e in zip(names, c_ref, e_ref):
+        assert rec[name]["max_abs"] == float((c.double() - e.double()).abs().max()), name
+        assert torch.equal(dict(model.named_parameters())[name].grad, c), name  # training's: the compiled ones
+    assert any(r["max_abs"] > 0 for r in rec.values())  # inductor's fused kernels round otherwise

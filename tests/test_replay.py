@@ -1,0 +1,109 @@
+"""Loss triggers replayed (NOTE [Replayed loss triggers] in tracer/record/replay.py): a NaN born in a compiled
+model's forward is named (op, module, line) by the trace of the step it happened in, and training is bit for
+bit that of a twin trained without gradscape."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from contextlib import nullcontext
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import gradscape
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's notes; the trigger's own warning
+
+
+class LogBlock(nn.Module):
+    """log of its input's row sums plus 50: finite unless a row sums below -50 (the poisoned batch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        scale = torch.log(h.sum(-1, keepdim=True) + 50.0)
+        return self.fc(h * scale)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.drop = nn.Dropout(0.2)
+        self.block = LogBlock()
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.bn(self.block(self.drop(self.inp(x)))))
+
+
+def data(i: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(i)
+    x, y = torch.randn(16, 4, generator=g), torch.randint(0, 3, (16,), generator=g)
+    return (x * 1000.0 if i == k else x), y
+
+
+def train(model: Any, params: Any, tr: Any, steps: int, k: int) -> None:
+    """SGD steps 1..steps (a non-finite loss skips its optimizer step, as loops guard)."""
+    opt = torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    torch.manual_seed(123)
+    for i in range(1, steps + 1):
+        x, y = data(i, k)
+        with tr.step(i) if tr is not None else nullcontext():
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+        if torch.isfinite(loss):
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_nan_in_a_compiled_forward_is_named_and_training_is_unchanged(compiled: bool) -> None:
+    torch.manual_seed(0)
+    model = Net()
+    twin = copy.deepcopy(model)
+    run, twin_run = (torch.compile(model, backend="aot_eager"), torch.compile(twin, backend="aot_eager")) \
+        if compiled else (model, twin)
+    k = 4
+    with gradscape.Tracer(run, every=10 ** 6) as tr:
+        train(run, model.parameters(), tr, 6, k)
+        rng = torch.get_rng_state()
+    train(twin_run, twin.parameters(), None, 6, k)
+    assert torch.equal(rng, torch.get_rng_state())  # the same draws, in the same order
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.equal(p, q), name
+    for b, c in zip(model.buffers(), twin.buffers()):  # BatchNorm's statistics took the NaN: compared as bytes
+        assert torch.equal(b.reshape(-1).view(torch.uint8), c.reshape(-1).view(torch.uint8))
+    (st,) = tr.steps  # the one step traced: by the trigger, inside its block (which yields None)
+    assert st.step == k and st.trigger == "nonfinite"
+    assert st.meta["replay"]["forward"] == "replayed"
+    assert st.meta.get("compiled") == ("eager" if compiled else None)
+    assert not [n for n in st.nodes if n.kind == "compiled"]
+    born = st.problems[0]
+    assert born.kind == "nonfinite_forward"
+    node = st.nodes[born.node]
+    line = inspect.getsourcelines(LogBlock.forward)[1] + 1
+    assert (node.name, node.module, node.source) == ("LogBackward0", "block", f"test_replay.py:{line}")
+
+
+def test_why_a_step_is_not_replayed_is_said() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    with gradscape.Tracer(model, every=10 ** 6) as tr:
+        for i in (1, 2):
+            x, y = data(i, 2)
+            with tr.step(i) as st:
+                out = model(x)
+                loss = F.cross_entropy(out.detach().requires_grad_(), y)  # the model's outputs: not in this loss
+                loss.backward()
+    assert st is None
+    (last,) = tr.steps
+    assert last.meta["replay"]["forward"] == "not replayed"
+    assert "does not depend" in last.meta["replay"]["why"]

@@ -1,0 +1,80 @@
+"""Compiled models on a traced step: their regions run eagerly for that step, so the trace has every op.
+
+NOTE [Compiled regions on a traced step]
+    Under `torch.compile` a compiled region's backward is one `CompiledFunctionBackward` node: no op of
+    the region, no module, no source line, no gradient inside it. So on a step that gradscape traces
+    (`Tracer(compiled="eager")`, the default), the block runs under the compiler stance "force_eager"
+    (`torch.compiler.set_stance`): every compiled callable entered in the block (`torch.compile(model)`,
+    `module.compile()`, a `torch.compile(fn)` called inside `forward`) runs its original Python, and the
+    trace is the one an eager step would give, op by op, with the eager step's gradients. The stance
+    is put back when the block ends, also when it raises. Untraced steps run compiled as before.
+
+    No compile happens because of it: under "force_eager" dynamo neither compiles nor looks up its
+    cache, and an untraced step finds no hook and no mode of ours, so the guards of its cached graphs
+    hold (tests/test_compiled.py counts dynamo's compiles over 50 steps against a run without gradscape).
+    What it costs: the traced step is an eager step (a compiled model's traced step is slower than its
+    untraced ones, by what compiling saved), and its gradients are the eager ones, which may differ from
+    the compiled step's by rounding (`Tracer.compare_compiled` measures by how much). The stance is the
+    process's, not the thread's: another thread's compiled calls run eagerly for the step's duration too.
+
+    `st.meta["compiled"]`: "eager" when at least one compiled callable was entered in the block and ran
+    eagerly for the trace (counted through the hook dynamo's wrappers call as they enter,
+    `_compat.compiled_entries`); "opaque" when the trace holds a compiled region as one node
+    (`Tracer(compiled="opaque")`, which keeps the compiled step bit for bit and compiles once more for
+    its traced steps, NOTE [Hooks under torch.compile] in global_hooks.py; or a backward traced after
+    a compiled forward already ran, as a loss trigger's). Absent otherwise. gradscape never imports
+    dynamo: a program that never compiled pays nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gradscape.tracer import _compat
+
+log = logging.getLogger(__name__)
+
+COMPILED_MODES = ("eager", "opaque")
+
+
+class EagerRegions:
+    """The stance "force_eager" for one traced block (`start` / `stop`; `stop` is idempotent), and whether a
+    compiled callable was entered meanwhile (`entered`)."""
+
+    def __init__(self) -> None:
+        self.entered = 0
+        self._stance: Any = None
+        self._undo: Any = None
+
+    def start(self) -> None:
+        if not _compat.dynamo_loaded():  # nothing was compiled yet, nor can be without dynamo
+            return
+        import torch
+
+        try:
+            self._stance = torch.compiler.set_stance("force_eager")
+        except RuntimeError as exc:  # inside a compiled region (a step block in a compiled function)
+            log.warning("gradscape: the traced step could not set torch.compile aside: %s", exc)
+            return
+        self._undo = _compat.compiled_entries(self._count)
+
+    def _count(self) -> None:
+        self.entered += 1
+
+    def stop(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo()
+        stance, self._stance = self._stance, None
+        if stance is not None:
+            stance.__exit__(None, None, None)
+
+
+def compiled_meta(nodes: Any, regions: EagerRegions | None) -> str | None:
+    """`st.meta["compiled"]` of a step (NOTE [Compiled regions on a traced step]), or None to leave it out."""
+    if regions is not None and regions.entered:
+        return "eager"
+    if _compat.dynamo_loaded() and any(n.kind == "compiled" for n in nodes):
+        return "opaque"
+    return None

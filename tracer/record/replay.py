@@ -1,0 +1,279 @@
+"""A loss-triggered step replayed: the model's forward and backward run again, eagerly and traced, from the
+state the forward started from, before the step's own backward runs as training's.
+
+NOTE [Replayed loss triggers]
+    A `nonfinite` or `loss_spike` trigger (NOTE [Trigger rules] in tracer/monitor/triggers.py) fires when the
+    backward starts: the forward has run untraced (compiled, for a compiled model), so tracing that backward
+    alone gives no forward attribution and, under torch.compile, one node for the whole region. So on every
+    monitored block the Tracer's model carries a forward pre-hook and a forward hook (`ForwardSnapshot`,
+    instance hooks put on as the block opens and taken off as it ends): at each call of the model they
+    keep its arguments, the random generators' states and copies of its buffers (`TrainingState`, the
+    same as compare.py's), and its output. When a loss trigger fires at a backward, before that backward runs:
+      1. the gradient the step's own graph gives the model's outputs is taken (`torch.autograd.grad` from
+         the backward's roots to those outputs, keeping the graph): the seed of the replayed backward;
+      2. the state after the forward is kept, each parameter's `.grad` set aside, and the state taken
+         before the forward put back;
+      3. the model is called again on the same arguments, eagerly (NOTE [Compiled regions on a traced
+         step] in compiled.py) and under the trigger's trace (its forward recorder, hooks and mode), and
+         the backward runs from its outputs with that seed: the trace of the step is the replay's;
+      4. the state after the forward and each `.grad` are put back, and the step's own backward runs
+         untraced, as training's (compiled, for a compiled model).
+    Training is unchanged: its generators, buffers, gradients and optimizer see what they would without
+    gradscape (tests/test_replay.py trains a twin). `st.meta["replay"]` says what was replayed, or why the
+    trigger's trace is the backward alone: no call of the model seen in the block (`model.compile()`
+    compiles the model's hooks in with it, where hooks added later never run), a backward from
+    `torch.autograd.grad` or a `GradientEdge`, outputs the loss does not depend on, torch.distributed (the
+    replay's backward would run DDP's or FSDP's collectives on one rank alone), or an error in the replay.
+    The replay's forward runs the model's code once more: a forward with side effects of its own (a
+    counter, a print, a Python list it appends to) does them twice.
+
+NOTE [Snapshot hooks]
+    A model may be called inside a compiled function (Lightning compiles `training_step`, which calls
+    the module). Dynamo then inlines the module's hooks and guards on their keys in the module's hook
+    dicts: hooks registered anew at each block would fail those guards at each step, a recompile each
+    time (as NOTE [Hooks under torch.compile] in global_hooks.py found for the global hooks). So the two
+    hooks are the same function objects every time, put back at the keys of their first registration
+    (`_compat.reinsert_hook`), and while dynamo traces them they return at once: a compiled function's
+    graph holds nothing of theirs, and its guards hold at every monitored step. Such a model's calls are
+    not kept (it runs compiled), and its loss triggers trace the backward alone, saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer.record.compare import TrainingState
+from gradscape.tracer.record.compiled import EagerRegions
+from gradscape.tracer.record.global_hooks import compiling
+from gradscape.tracer.record.handles import CallOnRemove
+from gradscape.tracer.record.model_index import ModelIndex
+
+log = logging.getLogger(__name__)
+
+
+class ForwardSnapshot:
+    """The Tracer's model's latest call in the open block, and the state it started from."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.handles: list[Any] = []  # the first registrations', whose keys every later install reuses
+        self.installed = False
+        self.off = False  # while a replay calls the model
+        self._hooks = _hooks_of(weakref.ref(self))  # the same functions at every install (NOTE [Snapshot hooks])
+        self.buffers: list[torch.Tensor] | None = None  # the model's, listed at its first call (walking it costs)
+        self.clear()
+
+    def clear(self) -> None:
+        self.args: tuple[Any, ...] = ()
+        self.kwargs: dict[str, Any] = {}
+        self.state: TrainingState | None = None
+        self.outputs: Any = None
+        self.calls = 0  # calls of the model since the last backward
+
+    def install(self) -> None:
+        if getattr(self.model, "_compiled_call_impl", None) is not None or _distributed():
+            return  # model.compile(): hooks compiled in; torch.distributed: never replayed
+        pre, post = self._hooks
+        if self.handles and all(_compat.reinsert_hook(h, fn) for h, fn in zip(self.handles, self._hooks)):
+            self.installed = True
+            return
+        self.handles = [self.model.register_forward_pre_hook(pre, with_kwargs=True),
+                        self.model.register_forward_hook(post, with_kwargs=True, always_call=True)]
+        self.installed = True
+
+    def remove(self) -> None:
+        if self.installed:
+            for h in self.handles:
+                h.remove()
+            self.installed = False
+        self.clear()
+
+    def on_pre(self, mod: Any, args: Any, kwargs: Any) -> None:
+        if self.off or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
+            return None
+        self.calls += 1
+        if self.buffers is None:
+            self.buffers = list(mod.buffers())
+        self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(self.buffers), None
+        return None
+
+    def on_post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
+        if not self.off and _compat.current_graph_task_id() == -1:
+            self.outputs = out
+        return None
+
+
+def _hooks_of(ref: Any) -> tuple[Any, Any]:
+    """The snapshot's two hooks, holding it weakly (it holds them: a cycle would keep a dropped Tracer's model
+    alive until the cyclic collector ran), and inert while dynamo traces them (NOTE [Snapshot hooks])."""
+
+    def pre(mod: Any, args: Any, kwargs: Any) -> None:
+        if compiling():
+            return None
+        snap = ref()
+        if snap is not None:
+            snap.on_pre(mod, args, kwargs)
+        return None
+
+    def post(mod: Any, args: Any, kwargs: Any, out: Any) -> None:
+        if compiling():
+            return None
+        snap = ref()
+        if snap is not None:
+            snap.on_post(mod, args, kwargs, out)
+        return None
+
+    return pre, post
+
+
+class Replayable:
+    """A monitored block with the model's calls kept for a replay: the snapshot's hooks while it is open."""
+
+    def __init__(self, inner: Any, snapshot: ForwardSnapshot) -> None:
+        self.inner, self.snapshot = inner, snapshot
+
+    def __enter__(self) -> Any:
+        self.snapshot.install()
+        try:
+            return self.inner.__enter__()
+        except BaseException:
+            self.snapshot.remove()
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            self.snapshot.remove()
+
+
+class BufferSwap:
+    """The model's buffers replaced by copies of their values before the forward, for the replay; `undo` puts
+    the very tensors back. Not copied back in place: the step's own graph may have saved a buffer for its
+    backward (BatchNorm's statistics), whose version an in-place copy would change."""
+
+    def __init__(self, model: torch.nn.Module, saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        copies = {id(b): c for b, c in saved}
+        self.undone: list[tuple[dict[str, Any], str, torch.Tensor]] = []
+        self.unknown = False  # a buffer with no copy: the replay would change it, so it is not run
+        for mod in model.modules():
+            bufs = _compat.module_buffers(mod)
+            for name, b in list(bufs.items()):
+                if b is not None and id(b) in copies:
+                    self.undone.append((bufs, name, b))
+                    bufs[name] = copies[id(b)].clone()
+                elif b is not None:
+                    self.unknown = True
+
+    def undo(self) -> None:
+        for bufs, name, b in self.undone:
+            bufs[name] = b
+        self.undone = []
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[Any]] | None:
+    """The tensors and gradients a `Tensor.backward` / `torch.autograd.backward` call starts from."""
+    if api == "Tensor.backward":
+        return [args[0]], [kwargs.get("gradient", args[1] if len(args) > 1 else None)]
+    if api != "autograd.backward":
+        return None
+    first = args[0] if args else kwargs.get("tensors")
+    grads = kwargs.get("grad_tensors", args[1] if len(args) > 1 else None)
+    tensors = [first] if isinstance(first, torch.Tensor) else list(first or ())
+    grads = [grads] if isinstance(grads, torch.Tensor) or grads is None else list(grads)
+    if any(not isinstance(t, torch.Tensor) for t in tensors):
+        return None  # a GradientEdge root: no value to start from
+    return tensors, (grads + [None] * len(tensors))[:len(tensors)]
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _tensors(o)]
+    return []
+
+
+def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """NOTE [Replayed loss triggers]: replay the model's latest call into the trigger's trace `ts` (a
+    `_TracedStep`); None when done, else why not (the step's own backward is then traced as before)."""
+    roots = _roots(api, args, kwargs)
+    if _distributed():
+        return "not under torch.distributed: the replay's backward would run the collectives on this rank alone"
+    if snap.state is None or snap.outputs is None:
+        return ("no call of the model was seen in the block: a model called inside a compiled function (or "
+                "model.compile()d) runs without the snapshot's hooks")
+    if roots is None:
+        return f"a backward from {api} with a GradientEdge or from autograd.grad is not replayed"
+    outs = [o for o in _tensors(snap.outputs) if o.requires_grad]
+    if not outs:
+        return "the model's outputs need no gradient"
+    with _compat.DisableTorchFunction():
+        seeds = torch.autograd.grad(roots[0], outs, grad_outputs=roots[1], retain_graph=True, allow_unused=True)
+    if all(g is None for g in seeds):
+        return "the loss does not depend on the model's latest call"
+    model, before = snap.model, snap.state
+    swapped = BufferSwap(model, before.buffers)
+    if swapped.unknown:
+        swapped.undo()
+        snap.buffers = None  # listed again at the next call
+        return "a buffer was registered after the model's first call in a monitored step"
+    after_rng = TrainingState()
+    named = ModelIndex(model).params
+    held = [p.grad for p, _ in named]
+    for p, _ in named:
+        p.grad = None
+    regions = EagerRegions()
+    rec = ts.rec
+    snap.off = True
+    try:
+        before.restore_rng()
+        rec.handles.add(CallOnRemove(rec.forward.stop))
+        rec.collector.pause()
+        rec.forward.start(carried=False)  # the mode and the module hooks: the replay's forward attributed
+        regions.start()
+        try:
+            new = [o for o in _tensors(model(*snap.args, **snap.kwargs)) if o.requires_grad]
+            pairs = [(o, g) for o, g in zip(new, seeds) if g is not None]
+            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+        finally:
+            regions.stop()
+            rec.forward.stop()  # the step's own backward is training's: not recorded
+    finally:
+        snap.off = False
+        swapped.undo()
+        after_rng.restore_rng()
+        for (p, _), g in zip(named, held):
+            p.grad = g
+    ts.regions = regions
+    ts.replayed = {"forward": "replayed", "calls": snap.calls, "outputs": len(pairs)}
+    return None
+
+
+def replay_trigger(tracer: Any, ts: Any, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """The monitor's call as a loss trigger's trace `ts` starts at a backward: True when the replay is the
+    trace (the backward then runs untraced), False when the backward itself is to be traced; either way
+    `st.meta["replay"]` will say which (NOTE [Replayed loss triggers])."""
+    snap = getattr(tracer, "_snapshot", None)
+    if snap is None:
+        return False
+    try:
+        why = replay(ts, snap, api, args, kwargs)
+    except Exception as exc:  # never let the replay break training: the backward is traced as before
+        log.warning("gradscape: step %s could not be replayed: %s", ts.st.step, exc)
+        why = f"the replay failed: {type(exc).__name__}: {exc}"
+    if why is not None:
+        ts.replayed = {"forward": "not replayed", "why": why}
+    return why is None
