@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("monitor", [T + "monitor"]),
     ("store", [T + "blobs", T + "store_tables", T + "step_doc", T + "index_store", T + "history_store", T + "store"]),
     ("sinks", [T + "sinks"]),
-    ("tracer", [T + "tracing", T + "environment"]),
+    ("tracer", [T + "tracing", T + "compare_step", T + "environment"]),
     ("view", [A + "view"]),
     ("page data", [A + "data", A + "export"]),
     ("server", [A + "server", A + "api", A + "ui"]),

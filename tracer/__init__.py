@@ -17,6 +17,7 @@ One concern per folder:
 and at the top:
 
     tracing.py        `Tracer` and `trace()`: the recorder, the monitor and the sinks put together
+    compare_step.py   `Tracer.compare_compiled`: a step run compiled, then eager and traced
     _model.py         the data model (`StepTrace` and its parts)
     report.py         a text account of a step (`StepTrace.summary()`, `gradscape show`)
     store.py          the SQLite trace file (`TraceStore`, `load`), with its rooms: store_tables.py (the

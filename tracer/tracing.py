@@ -18,8 +18,8 @@ import torch
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
-from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
+from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.replay import ForwardSnapshot, Replayable
 from gradscape.tracer.record.structure import StructureCache
@@ -63,7 +63,8 @@ class Tracer:
     A step the native recorder cannot record (`tensors="full"`, a breakpoint set) is recorded in Python:
     `st.meta["recorder"]` says which recorder ran and, when Python stood in, why ("python (why)").
     `compiled`: "eager" (the default) runs a compiled model's traced steps eagerly, so their trace has every
-    op of its compiled regions; "opaque" leaves them compiled, each region one node (NOTE [Compiled regions on a traced step] in tracer/record/compiled.py).
+    op of its compiled regions; "opaque" leaves them compiled, each region one node (see
+    tracer/record/compiled.py, NOTE [Compiled regions on a traced step]).
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
@@ -119,10 +120,10 @@ class Tracer:
             raise RuntimeError("Tracer.step blocks cannot be nested")
         scheduled = i % self.every == 0  # the one place `every` is read; the monitor adds triggered steps
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
-            step = _Busy(self, self._monitor.step(i, scheduled, self))
-            if self._snapshot is None or step.inner.traced is not None:
-                return step
-            return Replayable(step, self._snapshot)  # a loss trigger may replay this untraced step's forward
+            inner = self._monitor.step(i, scheduled, self)
+            if self._snapshot is None or inner.traced is not None:
+                return _Busy(self, inner)
+            return Replayable(_Busy(self, inner), self._snapshot)  # a loss trigger may replay its forward
         return self.traced_step(i) if scheduled else _UNTRACED
 
     def traced_step(self, i: int) -> _TracedStep:
@@ -140,9 +141,10 @@ class Tracer:
             raise RuntimeError("this Tracer is closed")
         if self._active:
             raise RuntimeError("compare_compiled cannot run inside a Tracer.step block")
-        from gradscape.tracer.record.compare import compare_compiled
+        from gradscape.tracer.compare_step import compare_compiled
 
-        return compare_compiled(self, operator.index(i), closure)
+        i = operator.index(i)
+        return compare_compiled(self, i, closure, lambda: _TracedStep(self, i, compiled="eager"))
 
     def _emit(self, st: StepTrace) -> None:
         for sink in self.sinks:

@@ -32,13 +32,10 @@ NOTE [Compare compiled]
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
-
-from gradscape.tracer._model import StepTrace
-from gradscape.tracer.record.model_index import ModelIndex
 
 
 class TrainingState:
@@ -109,54 +106,3 @@ def differences(compiled: dict[str, torch.Tensor | None], eager: dict[str, torch
     if isinstance(lc, torch.Tensor) and isinstance(le, torch.Tensor) and lc.numel() == 1 and le.numel() == 1:
         out["loss"] = {"compiled": _value(lc.detach()), "eager": _value(le.detach())}
     return out
-
-
-def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any]) -> StepTrace:
-    """NOTE [Compare compiled]: run `closure` compiled (training's run) then eager and traced; the eager trace,
-    with the differences in `st.meta["compare_compiled"]`."""
-    from gradscape.tracer.monitor.monitor import MonitoredStep
-    from gradscape.tracer.record.tracer import _UNTRACED, _TracedStep
-
-    if tracer.model is None:
-        raise ValueError("compare_compiled needs the Tracer's model (its parameters are compared)")
-    named = ModelIndex(tracer.model).params
-    before = TrainingState(tracer.model.buffers())
-    held = [p.grad for p, _ in named]  # training's gradients so far (accumulation), set aside for both runs
-    for p, _ in named:
-        p.grad = None
-    versions = [p._version for p, _ in named]
-    step = MonitoredStep(tracer._monitor, i, None, tracer) if tracer._monitor is not None else _UNTRACED
-    with step:
-        loss_c = closure()
-    compiled = {n: p.grad for p, n in named}
-    if [p._version for p, _ in named] != versions:
-        _put_back(named, held, compiled)
-        raise RuntimeError("compare_compiled: the closure changed a parameter (an optimizer step?); it must only "
-                           "run the forward and the backward")
-    after = TrainingState(tracer.model.buffers())
-    before.restore()
-    for p, _ in named:
-        p.grad = None
-    traced = _TracedStep(tracer, i, compiled="eager")
-    losses: list[Any] = [loss_c, None]
-    traced.before_emit = lambda st: st.meta.__setitem__(
-        "compare_compiled", differences(compiled, {n: p.grad for p, n in named}, (losses[0], losses[1])))
-    try:
-        with traced:
-            losses[1] = closure()
-    finally:
-        after.restore()
-        _put_back(named, held, compiled)
-    return traced.st
-
-
-def _put_back(named: list[tuple[torch.Tensor, str]], held: list[Any], compiled: dict[str, Any]) -> None:
-    """Each `.grad` as the compiled run's backward would have left it: added in place to a gradient held before."""
-    with torch.no_grad():
-        for (p, n), g0 in zip(named, held):
-            g = compiled[n]
-            if g0 is None or g is None:
-                p.grad = g if g0 is None else g0
-            else:
-                p.grad = g0.add_(g)
-

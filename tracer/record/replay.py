@@ -207,7 +207,7 @@ def _tensors(out: Any) -> list[torch.Tensor]:
 
 
 def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """NOTE [Replayed loss triggers]: replay the model's latest call into the trigger's trace `ts` (a
+    """Replay the model's latest call into the trigger's trace `ts` (NOTE [Replayed loss triggers]; a
     `_TracedStep`); None when done, else why not (the step's own backward is then traced as before)."""
     roots = _roots(api, args, kwargs)
     if _distributed():
