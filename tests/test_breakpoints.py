@@ -5,6 +5,7 @@ pause sends, and what is served of it, is tests/test_breakpoints_paused.py."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,10 @@ from bp_harness import ThreadServer, Training, as_2d, call, paused, reference, t
 from bp_worker import build, params_hex, train
 from helpers import DEVICES
 
-from gradscape.tracer.debug.breakpoints import Breaker, check_breakpoint
+import gradscape
+from gradscape.tracer.debug.breakpoints import Breaker, breaker, check_breakpoint
+from gradscape.tracer.record.carry import BREAKPOINT_NEXT_STEP
+from gradscape.tracer.sinks.socket import SocketSink
 
 
 def test_breakpoint_forms() -> None:
@@ -111,3 +115,41 @@ def test_norm_threshold(srv: ThreadServer) -> None:
     assert p["executed"] == 1  # once per step: step 0 did not pause again
     t.finish(srv)
     assert t.breaker.pauses == 2
+
+
+def test_a_breakpoint_set_during_a_carried_forward_pauses_from_the_next_step(srv: ThreadServer) -> None:
+    """A step whose forward ran carried (NOTE [Carried forwards]: only the native recorder attributes it) keeps
+    its attribution when a breakpoint arrives between its forward and its backward: it is recorded natively,
+    says so, and the breakpoint pauses the next step, at a node named with its module and line."""
+    model, x, y = build()
+    tr = gradscape.Tracer(model, run="mid-step", sink=SocketSink(srv.url, "mid-step", break_grace=5.0))
+    br = breaker("mid-step")
+    wait_for(lambda: br.link is not None and br.link.connected, what="the link")
+    loss = lambda: torch.nn.functional.cross_entropy(model(x), y)  # noqa: E731
+    for i in range(3):  # the carry is ready once a step's forward was recorded and matched
+        with tr.step(i):
+            loss().backward()
+    with tr.step(3) as st:
+        out = loss()
+        assert call(srv, "POST", "/api/runs/mid-step/breakpoints", {"on": "node", "name": "AddmmBackward0"})[0] == 201
+        wait_for(lambda: br.armed, what="the breakpoint pushed")
+        out.backward()
+    assert st is not None and BREAKPOINT_NEXT_STEP in st.meta.get("notes", []), st.meta
+    assert st.meta["recorder"] == "native" and {n.module for n in st.nodes if n.name == "AddmmBackward0"} == {
+        "fc1", "fc2"}
+    done: list[Any] = []
+    th = threading.Thread(target=lambda: done.append(_one_step(tr, 4, loss)), daemon=True)
+    th.start()
+    p = wait_for(lambda: paused(srv, "mid-step"), what="the pause in step 4")
+    assert p["step"] == 4 and p["node"]["module"] == "fc2" and p["node"]["source"]
+    call(srv, "DELETE", "/api/runs/mid-step/breakpoints")
+    call(srv, "POST", "/api/runs/mid-step/resume", {"mode": "continue"})
+    th.join(60)
+    tr.close(10)
+    assert done and done[0].meta["recorder"].startswith("python (a breakpoint is set")
+
+
+def _one_step(tr: Any, i: int, loss: Any) -> Any:
+    with tr.step(i) as st:
+        loss().backward()
+    return st

@@ -59,6 +59,11 @@ SECOND_PASS = ("a second backward in a step that ran without the forward's hooks
                "them")
 
 
+BREAKPOINT_NEXT_STEP = ("a breakpoint was set while this step's forward ran without the forward's hooks and function "
+                        "mode (NOTE [Carried forwards]): the step is recorded as it began, and the breakpoint pauses "
+                        "from the next step on")
+
+
 def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
     """The key of a step's forward (see the NOTE): `g`, the native recorder's graph as walked so far;
     `seq0`, the creation counter when the step began."""

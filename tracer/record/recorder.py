@@ -42,7 +42,14 @@ from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.assemble import edges_of, node_traces
-from gradscape.tracer.record.carry import NOT_CARRIED, SECOND_PASS, ForwardCarry, attribution, forward_key
+from gradscape.tracer.record.carry import (
+    BREAKPOINT_NEXT_STEP,
+    NOT_CARRIED,
+    SECOND_PASS,
+    ForwardCarry,
+    attribution,
+    forward_key,
+)
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -223,6 +230,11 @@ class StepRecorder:
         """Walk the graph from the pass's roots, hook what is new, and plan the module sums."""
         index = len(self.passes)
         why = self._python_why() if index == 0 else ""
+        if why and self.forward.carried and self.hooks.breaker.armed and not self.summ.keep_values:
+            # a breakpoint set while this step's forward ran carried (which only the native recorder attributes:
+            # NOTE [Carried forwards] in carry.py) takes effect from the next step, whose forward is recorded
+            why = None
+            self._note(BREAKPOINT_NEXT_STEP)
         if why:
             self.recorded_by = f"python ({why})"
         if index == 0 and why is None:
