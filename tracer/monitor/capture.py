@@ -90,6 +90,8 @@ class OptRecord:
     before: torch.Tensor | None = None  # per-parameter norms before clipping, unscaled (1-d)
     total_before: torch.Tensor | None = None
     total_after: torch.Tensor | None = None
+    # traced steps: name → summary of what this step used (a `TensorTrace`, or a row of the native tables)
+    summaries: dict[str, Any] = field(default_factory=dict)
 
 
 class StepCapture:
@@ -105,8 +107,12 @@ class StepCapture:
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
         self.snaps: list[tuple[list[int], torch.Tensor]] = []
         self.records: list[OptRecord] = []
-        # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables)
+        # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables);
+        # the last step's when one optimizer stepped twice (each step's own: `OptRecord.summaries`)
         self.params_stepped: dict[str, Any] = {}
+        # the clipped gradients' norms after each `clip_grad_norm_` / `clip_grad_value_` (NOTE [Clipping seen])
+        self.clips: list[tuple[list[int], torch.Tensor]] = []
+        self.params_clipped: dict[str, Any] = {}  # traced steps: name → summary of the gradient as clipped
         self.trigger: tuple[str, dict[str, Any]] | None = None  # what the losses set off in this block
         self.checked = 0  # losses already read and given to the loss rules (on the CPU, as they come)
         self.installed = Installed(self)
@@ -224,24 +230,55 @@ class StepCapture:
             rec.total_after = torch.linalg.vector_norm(after)
             rec.total_before = torch.linalg.vector_norm(before)
             if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
-                self._summarise_stepped(rec.idx, grads)
+                rec.summaries = self._summarise(rec.idx, grads)
+                self.params_stepped.update(rec.summaries)
         rec.before = before
 
-    def _summarise_stepped(self, idx: list[int], grads: list[torch.Tensor]) -> None:
-        """`params_stepped`: by the native recorder in one call where it records the step (a row of the step's
-        tensor table, made a `TensorTrace` by `stepped_traces`), else by the summariser one by one."""
-        rec, names, stepped = self.traced.rec, self.mon.names, self.params_stepped
+    # ------------------------------------------------------------------ clipping
+    def on_clip(self, api: str, params: list[Any]) -> None:
+        """`clip_grad_norm_` or `clip_grad_value_` has clipped the gradients of `params` (NOTE [Clipping seen]):
+        their norms now, for the row's clipped norm, and in a traced step their summaries, which are `st.params`
+        for the parameters no optimizer stepped with (an update written by hand: `p.data.add_(p.grad, ...)`)."""
+        try:
+            with _compat.DisableTorchFunction():
+                index = self.mon._index
+                idx: list[int] = []
+                grads: list[torch.Tensor] = []
+                for p in params:
+                    i, g = index.get(id(p)), p.grad
+                    if i is not None and g is not None:
+                        idx.append(i)
+                        grads.append(g)
+                if not idx:
+                    return
+                self.clips.append((idx, _norms(grads)))
+                if self.traced is not None:
+                    with grad_off():
+                        self.params_clipped.update(self._summarise(idx, grads))
+        except Exception as exc:  # the monitor never breaks the loop's clipping
+            log.warning("gradscape: the monitor could not read a %s: %s", api, exc)
+
+    def _summarise(self, idx: list[int], grads: list[torch.Tensor]) -> dict[str, Any]:
+        """Name → summary of each gradient: by the native recorder in one call where it records the step (a row
+        of the step's tensor table, made a `TensorTrace` by `as_traces`), else by the summariser one by one."""
+        rec, names, out = self.traced.rec, self.mon.names, {}
         rows = rec.native.summarise(grads) if rec.native is not None else [-1] * len(grads)
         summarise = rec.summ.summarise_no_grad
         for i, g, k in zip(idx, grads, rows):
-            stepped[names[i]] = k if k >= 0 else summarise(g, None)
+            out[names[i]] = k if k >= 0 else summarise(g, None)
+        return out
 
     def stepped_traces(self) -> dict[str, Any]:
-        """`params_stepped` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`)."""
+        """`st.params` as the loop's updates used them: the gradients clipped in the block (for an update by
+        hand), overridden by what each optimizer stepped with (the last step's, for one that stepped twice)."""
+        return self.as_traces({**self.params_clipped, **self.params_stepped})
+
+    def as_traces(self, summaries: dict[str, Any]) -> dict[str, Any]:
+        """`summaries` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`)."""
         native = self.traced.rec.native if self.traced is not None else None
         table = native.tables.tensors if native is not None and native.tables is not None else None
         out: dict[str, Any] = {}
-        for name, v in self.params_stepped.items():
+        for name, v in summaries.items():
             if not isinstance(v, int):
                 out[name] = v
             elif table is not None:
@@ -283,7 +320,9 @@ class StepCapture:
         self.traced = None
         self.records = []
         self.snaps = []
+        self.clips = []
         self.params_stepped = {}
+        self.params_clipped = {}
 
     def finish(self) -> None:
         """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found

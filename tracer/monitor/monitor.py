@@ -114,7 +114,7 @@ class Monitor:
             self.resolve_ready()
             return
         steps = self.resolve_ready(force=True)
-        ts.rec.params.replaced = cap.params_stepped.keys()  # (NOTE [Parameter gradients]): not made twice
+        ts.rec.params.replaced = cap.params_stepped.keys() | cap.params_clipped.keys()  # NOTE [Parameter gradients]
         ts.before_emit = lambda st: self._fill_trace(st, cap, steps.get(cap.step, []))
         try:
             ts.__exit__(*exc_info)
@@ -124,6 +124,8 @@ class Monitor:
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
+        for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
+            o.grads = cap.as_traces(r.summaries)
         st.optimizer_steps = steps
         meta = self.trigger_meta.pop(st.step, None)
         if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers

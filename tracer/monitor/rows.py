@@ -28,6 +28,7 @@ class PendingRow:
     norm_slots: list[tuple[list[int], int]] = field(default_factory=list)  # (param indices, slot of their vector)
     # (the record, its lr slots, its norm and scale slots)
     opt_slots: list[tuple[OptimizerStep, list[int], dict[str, int]]] = field(default_factory=list)
+    clip_slots: list[tuple[list[int], int]] = field(default_factory=list)  # norms after each clip: (indices, slot)
     scale_slot: int | None = None
     lr: dict[str, list[Any]] = field(default_factory=dict)
     skipped: bool = False
@@ -41,6 +42,7 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     nums = row.nums
     row.loss_slots = [nums.add(t) for t in cap.losses]
     row.norm_slots = [(idx, nums.add(vec)) for idx, vec in _norm_vectors(cap)]
+    row.clip_slots = [(idx, nums.add(vec)) for idx, vec in cap.clips]
     inv = None
     for r in cap.records:
         o = OptimizerStep(optimizer=r.name, params=[names[i] for i in r.idx], skipped=not r.stepped)
@@ -105,6 +107,9 @@ def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[
         o.lr = [float(vals[s]) for s in lr_slots if vals[s] is not None]
         lr[o.optimizer] = list(o.lr)
         steps.append(o)
+    if not any_step and row.clip_slots:  # clipped, no optimizer stepped (an update by hand): the last clip's
+        clipped = {i: float(v) for idx, slot in row.clip_slots for i, v in zip(idx, vals[slot])}
+        clipped_sq, any_step = sum(v * v for v in clipped.values()), True
     present = [v for v in norms if v is not None]
     total = math.sqrt(sum(v * v for v in present)) if present else None
     inv_all = _f(vals[row.scale_slot]) if row.scale_slot is not None else None

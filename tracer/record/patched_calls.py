@@ -21,6 +21,14 @@ NOTE [Patched backward]
     import grad`, then `grad(...)`) is the original. Its losses are not in the row; `loss.backward()`,
     `torch.autograd.grad(...)` and GradScaler are seen. Two monitored blocks of two Tracers open on one
     thread: the calls go to the innermost.
+
+NOTE [Clipping seen]
+    `clip_grad_norm_` and `clip_grad_value_` are seen the same way, after they return (the gradients
+    are clipped then): `torch.nn.utils.clip_grad._clip_grads_with_norm_`, which `clip_grad_norm_` looks
+    up in its module's globals at each call (so a `from torch.nn.utils import clip_grad_norm_` made
+    before the block is seen too), the public `clip_grads_with_norm_`, and `clip_grad_value_` under its
+    two names (one taken by name before the block opened is not seen). The capture takes the clipped
+    gradients' norms, and in a traced step their summaries (`on_clip` in tracer/monitor/capture.py).
 """
 
 from __future__ import annotations
@@ -40,6 +48,14 @@ _TARGETS: tuple[tuple[Any, str, str], ...] = (
     (torch.autograd, "grad", "autograd.grad"),
 )
 _UNSCALE = "_amp_foreach_non_finite_check_and_unscale_"
+# the gradient clipping of `torch.nn.utils` (NOTE [Clipping seen]): `clip_grad_norm_` calls its module's
+# `_clip_grads_with_norm_` by name, so that one wrapper sees it however the loop imported it
+_CLIPS: tuple[tuple[Any, str, str], ...] = (
+    (torch.nn.utils.clip_grad, "_clip_grads_with_norm_", "clip_grad_norm_"),
+    (torch.nn.utils, "clip_grads_with_norm_", "clip_grad_norm_"),
+    (torch.nn.utils.clip_grad, "clip_grad_value_", "clip_grad_value_"),
+    (torch.nn.utils, "clip_grad_value_", "clip_grad_value_"),
+)
 
 _lock = threading.Lock()
 _captures: dict[int, list[Any]] = {}  # thread id -> the captures of the untraced blocks open on it, innermost last
@@ -85,6 +101,21 @@ def _unscale_wrapper(original: Any) -> Any:
     return wrapper
 
 
+def _clip_wrapper(original: Any, api: str) -> Any:
+    @functools.wraps(original)
+    def wrapper(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        caps = _captures.get(threading.get_ident()) if _captures else None
+        if not caps or getattr(_handling, "on", False) or compiling():
+            return original(parameters, *args, **kwargs)
+        if not isinstance(parameters, torch.Tensor):
+            parameters = list(parameters)  # a generator (`model.parameters()`) is read once: by the original
+        out = original(parameters, *args, **kwargs)
+        caps[-1].on_clip(api, [parameters] if isinstance(parameters, torch.Tensor) else parameters)
+        return out
+
+    return wrapper
+
+
 _made: dict[tuple[Any, str], tuple[Any, Any]] = {}  # (owner, name) -> (the original, its wrapper), made once
 
 
@@ -106,6 +137,8 @@ def install(capture: Any) -> None:
             for owner, name, api in _TARGETS:
                 setattr(owner, name, _wrapper_of(owner, name, lambda f, api=api: _backward_wrapper(f, api)))
             setattr(torch, _UNSCALE, _wrapper_of(torch, _UNSCALE, _unscale_wrapper))
+            for owner, name, api in _CLIPS:
+                setattr(owner, name, _wrapper_of(owner, name, lambda f, api=api: _clip_wrapper(f, api)))
         _captures.setdefault(threading.get_ident(), []).append(capture)
 
 
