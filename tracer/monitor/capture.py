@@ -33,6 +33,7 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.monitor.installed import Installed
+from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,11 @@ class OptRecord:
 class StepCapture:
     """The monitor's state for one block; `finish()` removes what it installed."""
 
-    def __init__(self, monitor: Any, step: int, traced: Any) -> None:
+    def __init__(self, monitor: Any, step: int, traced: Any, norms: bool = True) -> None:
         self.mon = monitor
         self.step = step
+        self.norms = norms  # this step takes the gradient norms (NOTE [Sampled norms] in `sampling.py`)
+        self.clock = NormClock()  # the time spent taking them
         self.traced = traced  # the _TracedStep when the step is traced (scheduled, by trigger, or later by loss)
         self.by_trigger = False  # a loss trigger started the trace inside this block
         self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
@@ -112,6 +115,8 @@ class StepCapture:
         self.params_stepped: dict[str, Any] = {}
         # the clipped gradients' norms after each `clip_grad_norm_` / `clip_grad_value_` (NOTE [Clipping seen])
         self.clips: list[tuple[list[int], torch.Tensor]] = []
+        # what GradScaler unscaled, on a step without norms (its norms are taken if the step was skipped)
+        self.unscaled: list[tuple[list[int], list[torch.Tensor]]] = []
         self.params_clipped: dict[str, Any] = {}  # traced steps: name → summary of the gradient as clipped
         self.trigger: tuple[str, dict[str, Any]] | None = None  # what the losses set off in this block
         self.checked = 0  # losses already read and given to the loss rules (on the CPU, as they come)
@@ -133,8 +138,8 @@ class StepCapture:
         traced = self.traced
         rec = traced.rec if traced is not None and (self.by_trigger or traced.rec.forward.carried) else None
         out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
-        if api != "autograd.grad":
-            with _compat.DisableTorchFunction():
+        if api != "autograd.grad" and self.norms:
+            with _compat.DisableTorchFunction(), self.clock:
                 self._snapshot()
         return out
 
@@ -152,6 +157,7 @@ class StepCapture:
             self.mon.triggers.fire(hit[0], self.step)
             self.traced = self.mon.start_trace(self.step, hit[0], hit[1])
             self.by_trigger = True
+            self.norms = True  # a traced step has its norms: from this backward's on
 
     def _snapshot(self, idx: list[int] | None = None, grads: list[torch.Tensor] | None = None) -> None:
         """The norms of the gradients `grads` of parameters `idx` (default: every known parameter's `.grad`)."""
@@ -184,7 +190,11 @@ class StepCapture:
                 rec.found_inf.append(found_inf)
             by_grad = {id(p.grad): i for i, p in enumerate(self.mon.params) if p.grad is not None}
             known = [g for g in grads if id(g) in by_grad]
-            self._snapshot([by_grad[id(g)] for g in known], known)
+            idx = [by_grad[id(g)] for g in known]
+            if self.norms:
+                self._snapshot(idx, known)
+            else:  # kept until the block ends: their norms are taken if GradScaler skipped the step (`finish`)
+                self.unscaled.append((idx, known))
         except Exception as exc:
             log.warning("gradscape: the monitor could not read GradScaler's unscale: %s", exc)
 
@@ -221,6 +231,12 @@ class StepCapture:
         rec = self._open_record(opt)
         rec.stepped = True
         rec.lr = [g.get("lr") for g in opt.param_groups]
+        if not self.norms:
+            return
+        with self.clock:
+            self._norms_stepped(rec, opt)
+
+    def _norms_stepped(self, rec: OptRecord, opt: Any) -> None:
         rec.idx, grads = self._stepped(opt)
         if not grads:
             return
@@ -251,7 +267,9 @@ class StepCapture:
                         grads.append(g)
                 if not idx:
                     return
-                self.clips.append((idx, _norms(grads)))
+                if self.norms:
+                    with self.clock:
+                        self.clips.append((idx, _norms(grads)))
                 if self.traced is not None:
                     with grad_off():
                         self.params_clipped.update(self._summarise(idx, grads))
@@ -321,6 +339,7 @@ class StepCapture:
         self.records = []
         self.snaps = []
         self.clips = []
+        self.unscaled = []
         self.params_stepped = {}
         self.params_clipped = {}
 
@@ -335,6 +354,10 @@ class StepCapture:
                     continue
                 opt = r.opt
                 r.lr = [g.get("lr") for g in opt.param_groups]
+                if not self.norms:  # a skipped step without norms: taken now, to say whose gradients held inf/NaN
+                    self.norms = True
+                    for idx, grads in self.unscaled:
+                        self._snapshot(idx, grads)
                 r.idx = self._stepped(opt)[0]
                 before = self.before_map()
                 if r.idx and all(i in before for i in r.idx):

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch.optim.optimizer as _optim
 
+from gradscape.tracer import _compat
 from gradscape.tracer.record import patched_calls
-from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 
 _active: list[Any] = []  # the captures of the open monitored blocks (one per thread that trains)
 
@@ -42,27 +42,48 @@ def _on_opt_post(opt: Any, args: Any, kwargs: Any) -> None:
     return None
 
 
+_HOOKS: list[tuple[Any, Any, Any]] = [  # (registering function, hook, its handle)
+    (_optim.register_optimizer_step_pre_hook, _on_opt_pre, None),
+    (_optim.register_optimizer_step_post_hook, _on_opt_post, None)]
+
+
+def _put(k: int) -> Any:
+    """Hook `k` in place: registered the first time, then put back at its handle's key each time
+    (`_compat.reinsert_hook`): a new `RemovableHandle`, with its weak references, and its removal cost a
+    fifth of the monitor's time on a 0.1 ms step (NOTE [Sampled norms] in `sampling.py`)."""
+    register, fn, h = _HOOKS[k]
+    if h is None or not _compat.reinsert_hook(h, fn):
+        h = register(fn)
+        _HOOKS[k] = (register, fn, h)
+    return h
+
+
 class Installed:
-    """The two global optimizer hooks of one block and its wrapped backward calls, every piece held by one
-    `StepHandles` (tracer/record/handles.py, the owner of a step's hooks): `install()`; `remove()` takes
-    them all off, once (idempotent)."""
+    """The two global optimizer hooks of one block and its wrapped backward calls: `install()`; `remove()`
+    takes them all off, once (idempotent). The hooks are in place while any block is open."""
+
+    __slots__ = ("capture", "_on")
 
     def __init__(self, capture: Any) -> None:
         self.capture = capture
-        self.handles = StepHandles()
+        self._on = False
 
     def install(self) -> None:
+        if not _active:
+            _put(0)
+            _put(1)
         _active.append(self.capture)
-        self.handles.add(CallOnRemove(self._leave))
-        self.handles.add(_optim.register_optimizer_step_pre_hook(_on_opt_pre))
-        self.handles.add(_optim.register_optimizer_step_post_hook(_on_opt_post))
+        self._on = True
         patched_calls.install(self.capture)
 
-    def _leave(self) -> None:
-        """The block's capture leaves `_active`, and its wrappers (NOTE [Patched backward])."""
+    def remove(self) -> None:
+        if not self._on:
+            return
+        self._on = False
         if self.capture in _active:
             _active.remove(self.capture)
+        if not _active:
+            for _, _, h in _HOOKS:
+                if h is not None:
+                    h.remove()
         patched_calls.uninstall(self.capture)  # idempotent: nothing when it is not installed
-
-    def remove(self) -> None:
-        self.handles.remove()

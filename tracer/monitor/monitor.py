@@ -18,6 +18,7 @@ from gradscape.tracer import _compat
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
+from gradscape.tracer.monitor.sampling import NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
 
@@ -29,12 +30,13 @@ FLUSH_SECONDS = 1.0
 
 
 class Monitor:
-    def __init__(self, tracer: Any, triggers: Any) -> None:
+    def __init__(self, tracer: Any, triggers: Any, norms_every: int | None = None) -> None:
         # the Tracer owns its monitor: a proxy back, so that a Tracer dropped is freed at once with its model (a
         # cycle would keep a DDP model, and its process group, until the garbage collector or the interpreter's
         # exit, where gloo's teardown aborted the process: tests/test_distributed.py)
         self.tracer: Any = weakref.proxy(tracer)
         self.triggers = TriggerState(Triggers.resolve(triggers))
+        self.sampler = NormSampler(norms_every)  # which steps take the gradient norms (NOTE [Sampled norms])
         self.params: list[Any] = []
         self.names: list[str] = []
         self._index: dict[int, int] = {}  # id of a parameter (held in `params`) → its index
@@ -186,7 +188,8 @@ class Monitor:
         for kind, d in found + later:
             if kind in ("loss_spike", "grad_spike"):
                 d["layer"] = rising_layer(self.window, row.step, norms)
-        self.window.append((row.step, list(norms)))
+        if wire["norms"]:  # (a row without norms says nothing of which layer rose: NOTE [Sampled norms])
+            self.window.append((row.step, list(norms)))
         if row.traced:
             self.found[row.step] = found + later
         elif later and trig.pending is None:
@@ -245,12 +248,14 @@ class MonitoredStep:
         self.i = i
         self.traced = traced
         self.cap: StepCapture | None = None
+        self.t0 = 0.0
 
     def __enter__(self) -> Any:
         tr = self.owner
         tr._active = True
-        cap = self.cap = StepCapture(self.mon, self.i, self.traced)
+        cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.mon.sampler.due(self.traced is not None))
         cap.installed.install()
+        self.t0 = time.perf_counter()
         if self.traced is None:
             return None
         try:
@@ -263,6 +268,8 @@ class MonitoredStep:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         cap = self.cap
         assert cap is not None
+        if cap.norms and cap.traced is None:  # what the norms cost against the block's time (NOTE [Sampled norms])
+            self.mon.sampler.took(cap.clock.spent, time.perf_counter() - self.t0)
         try:
             cap.finish()
             self.mon.end_step(cap, (exc_type, exc, tb))

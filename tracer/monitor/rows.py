@@ -33,15 +33,17 @@ class PendingRow:
     lr: dict[str, list[Any]] = field(default_factory=dict)
     skipped: bool = False
     n_params: int = 0
+    norms: bool = True  # the step took the gradient norms (NOTE [Sampled norms])
 
 
 def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow:
     """Gather what the block saw; nothing is read here."""
     tr = cap.traced
-    row = PendingRow(cap.step, tr is not None, None if tr is None else tr.st.trigger, cap.checked, n_params=n_params)
+    row = PendingRow(cap.step, tr is not None, None if tr is None else tr.st.trigger, cap.checked, n_params=n_params,
+                     norms=cap.norms)
     nums = row.nums
     row.loss_slots = [nums.add(t) for t in cap.losses]
-    row.norm_slots = [(idx, nums.add(vec)) for idx, vec in _norm_vectors(cap)]
+    row.norm_slots = [(idx, nums.add(vec)) for idx, vec in _norm_vectors(cap)] if cap.norms else []
     row.clip_slots = [(idx, nums.add(vec)) for idx, vec in cap.clips]
     inv = None
     for r in cap.records:
@@ -115,7 +117,7 @@ def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[
     inv_all = _f(vals[row.scale_slot]) if row.scale_slot is not None else None
     wire: WireHistoryRow = {
         "step": row.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
-        "grad_norm": total, "grad_norm_clipped": math.sqrt(clipped_sq) if any_step else None,
+        "grad_norm": total, "grad_norm_clipped": math.sqrt(clipped_sq) if any_step and row.norms else None,
         "param_norms": norms, "lr": lr, "scale": None if not inv_all else 1.0 / inv_all,
-        "skipped": row.skipped, "traced": row.traced, "trigger": row.trigger}
+        "skipped": row.skipped, "traced": row.traced, "trigger": row.trigger, "norms": row.norms}
     return wire, steps, losses

@@ -130,29 +130,48 @@ def _wrapper_of(owner: Any, name: str, make: Any) -> Any:
     return made[1]
 
 
+def _maker(make: Any, api: str) -> Any:
+    return lambda f: make(f, api)
+
+
+# (owner, name, the wrapper's maker) of every function wrapped, in the order they are put in place
+_PLAN: list[tuple[Any, str, Any]] = [
+    *[(owner, name, _maker(_backward_wrapper, api)) for owner, name, api in _TARGETS],
+    (torch, _UNSCALE, _unscale_wrapper),
+    *[(owner, name, _maker(_clip_wrapper, api)) for owner, name, api in _CLIPS]]
+
+
+_last: list[tuple[Any, Any]] = [(None, None)] * len(_PLAN)  # (original, wrapper) each was last put in place with
+
+
 def install(capture: Any) -> None:
     """The wrappers in place (if no other block put them there) and `capture` as this thread's innermost."""
     with _lock:
         if not _captures:
-            for owner, name, api in _TARGETS:
-                setattr(owner, name, _wrapper_of(owner, name, lambda f, api=api: _backward_wrapper(f, api)))
-            setattr(torch, _UNSCALE, _wrapper_of(torch, _UNSCALE, _unscale_wrapper))
-            for owner, name, api in _CLIPS:
-                setattr(owner, name, _wrapper_of(owner, name, lambda f, api=api: _clip_wrapper(f, api)))
+            for k, (owner, name, make) in enumerate(_PLAN):
+                original, wrapper = _last[k]
+                if getattr(owner, name) is not original:  # (the usual: the same original as last time)
+                    wrapper = _wrapper_of(owner, name, make)
+                    _last[k] = (_wrapped[wrapper], wrapper)
+                setattr(owner, name, wrapper)
         _captures.setdefault(threading.get_ident(), []).append(capture)
 
 
 def uninstall(capture: Any) -> None:
     """`capture` gone (from whichever thread it was installed on); the originals back when no block is left."""
     with _lock:
-        for tid, caps in list(_captures.items()):
-            if any(c is capture for c in caps):
-                caps[:] = [c for c in caps if c is not capture]
-                if not caps:
-                    del _captures[tid]
-                break
+        mine = _captures.get(threading.get_ident())
+        if mine is not None and any(c is capture for c in mine):  # (the usual: it is this thread's)
+            tid = threading.get_ident()
         else:
-            return
+            found = [t for t, caps in _captures.items() if any(c is capture for c in caps)]
+            if not found:
+                return
+            tid = found[0]
+        caps = _captures[tid]
+        caps[:] = [c for c in caps if c is not capture]
+        if not caps:
+            del _captures[tid]
         if _captures:
             return
         for (owner, name), (original, wrapper) in _made.items():
