@@ -106,6 +106,7 @@ class StepCapture:
         self.traced = traced  # the _TracedStep when the step is traced (scheduled, by trigger, or later by loss)
         self.by_trigger = False  # a loss trigger started the trace inside this block
         self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
+        self.loss_values: list[float | None] = []  # those read on the CPU as they came (`_check_loss`)
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
         self.snaps: list[tuple[list[int], torch.Tensor]] = []
@@ -148,7 +149,9 @@ class StepCapture:
         traces this very backward; on another device the row is read later and the next step is traced."""
         if not roots or any(r is not None and r.device.type != "cpu" for r in roots):
             return
-        hit = self.mon.triggers.loss_trigger([None if r is None else float(r) for r in roots], first)
+        values = [None if r is None else float(r) for r in roots]
+        self.loss_values.extend(values)  # read already: a row without norms needs nothing else read (`rows.py`)
+        hit = self.mon.triggers.loss_trigger(values, first)
         self.checked = first + len(roots)
         if hit is None or self.trigger is not None:
             return

@@ -17,7 +17,7 @@ from typing import Any
 from gradscape.tracer import _compat
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
-from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
+from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve
 from gradscape.tracer.monitor.sampling import NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
@@ -107,8 +107,12 @@ class Monitor:
 
     def end_step(self, cap: StepCapture, exc_info: tuple[Any, Any, Any]) -> None:
         try:
-            with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
-                self.pending.append(pending_row(cap, len(self.params), self.names))
+            plain = None if self.pending else plain_row(cap, len(self.params))
+            if plain is not None:  # nothing to wait for: the row joins the history now
+                self._take(plain[0], plain[1], plain[1]["losses"])
+            else:
+                with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
+                    self.pending.append(pending_row(cap, len(self.params), self.names))
         except Exception as exc:
             log.warning("gradscape: the monitor could not record step %s: %s", cap.step, exc)
         ts = cap.traced
