@@ -15,8 +15,10 @@ import gradscape
 
 
 def _functions() -> tuple[object, ...]:
+    clip = torch.nn.utils.clip_grad  # and the clipping functions (NOTE [Clipping seen])
     return (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad,
-            torch._amp_foreach_non_finite_check_and_unscale_)
+            torch._amp_foreach_non_finite_check_and_unscale_, clip._clip_grads_with_norm_,
+            torch.nn.utils.clip_grads_with_norm_, clip.clip_grad_value_, torch.nn.utils.clip_grad_value_)
 
 
 _functions_at_import = _functions()

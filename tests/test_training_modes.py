@@ -160,11 +160,14 @@ def test_accumulation_over_micro_batches_reports_the_accumulated_grad() -> None:
     with tr.step(0) as st:
         for xb in batches:
             (model(xb).pow(2).mean() / len(batches)).backward()
+        summed = {n: p.grad.clone() for n, p in model.named_parameters()}  # type: ignore[union-attr]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # no optimizer: the clipped sum is what is used
         seen = {n: p.grad.clone() for n, p in model.named_parameters()}  # type: ignore[union-attr]
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)  # after the last backward: not reported
     assert st is not None and len(st.passes) == 3
-    for name, _ in model.named_parameters():
+    for k, (name, _) in enumerate(model.named_parameters()):
         assert np.array_equal(_vals(st.params[name]), seen[name].numpy()), name
+        want = sum(pb[k] for pb in per_batch) / len(batches)  # accumulated: then clipped far below
+        assert torch.allclose(summed[name], want, atol=1e-7) and seen[name].norm() < summed[name].norm() / 10
     # each pass's own contribution: the AccumulateGrad node's run in that pass
     for k, (name, _) in enumerate(model.named_parameters()):
         node = st.param_node(name)

@@ -205,7 +205,10 @@ class OptimizerStep:
     scale the gradients were produced at, None without GradScaler; `skipped`: GradScaler skipped the step
     (inf/NaN gradients); `grad_norm`: total 2-norm of the gradients it stepped with (unscaled, after
     clipping; None when skipped); `grad_norm_before_clip`: total 2-norm, unscaled, of those gradients as
-    the backward left them (what `clip_grad_norm_` returns when the loop clips)."""
+    the backward left them (what `clip_grad_norm_` returns when the loop clips). `grads`: parameter name →
+    `TensorTrace` of the gradient this very step used, in a step the tracer recorded (not kept in the trace
+    file): when one optimizer steps twice in a block, `st.params` holds the last step's and each record
+    its own."""
 
     optimizer: str
     params: list[str] = field(default_factory=list)
@@ -214,6 +217,7 @@ class OptimizerStep:
     skipped: bool = False
     grad_norm: float | None = None
     grad_norm_before_clip: float | None = None
+    grads: dict[str, TensorTrace] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -65,12 +65,16 @@ class Tracer:
     `compiled`: "eager" (the default) runs a compiled model's traced steps eagerly, so their trace has every
     op of its compiled regions; "opaque" leaves them compiled, each region one node (see
     tracer/record/compiled.py, NOTE [Compiled regions on a traced step]).
+    `norms_every`: the monitor takes the gradient norms every k-th step, k chosen from their measured cost
+    so that they cost at most 3% of a step (None, the default), or this k (1: every step); the losses and
+    GradScaler's skips are checked on every step (NOTE [Sampled norms] in tracer/monitor/sampling.py).
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
                  every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
                  thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True,
-                 recorder: str | None = None, compiled: str = "eager") -> None:
+                 recorder: str | None = None, compiled: str = "eager",
+                 norms_every: int | None = None) -> None:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
@@ -95,7 +99,8 @@ class Tracer:
         self._active = False
         self._statics = StructureCache()
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
-        self._monitor = Monitor(self, triggers) if monitor else None  # the every-step monitor (tracer/monitor/)
+        # the every-step monitor (tracer/monitor/)
+        self._monitor = Monitor(self, triggers, norms_every) if monitor else None
         # a repeated forward's attribution, carried between steps (NOTE [Carried forwards] in tracer/record/carry.py):
         # only with the monitor, whose wrapped backward calls see a backward without the mode
         self._carry = ForwardCarry() if monitor else None

@@ -47,10 +47,11 @@ def _step(tmp_path: Path | None = None, **opts: Any) -> Any:
 
 
 def _parts(text: str) -> tuple[dict[str, Any], bytes]:
-    data = re.search(r'<script type="application/json" id="gs-data">(.*?)</script>', text, re.S)
+    data = re.search(r'<script type="text/plain" id="gs-data">(.*?)</script>', text, re.S)
     cells = re.search(r'<script type="text/plain" id="gs-cells">(.*?)</script>', text, re.S)
     assert data and cells
-    return json.loads(data.group(1)), zlib.decompress(base64.b64decode(cells.group(1)))
+    return (json.loads(zlib.decompress(base64.b64decode(data.group(1))).decode("utf-8")),
+            zlib.decompress(base64.b64decode(cells.group(1))))
 
 
 def test_file_holds_the_step_and_refers_to_nothing_outside(tmp_path: Path) -> None:
@@ -94,9 +95,10 @@ def test_no_path_of_the_writers_machine(tmp_path: Path) -> None:
     st.problems.append(gradscape.Problem("no_grad", f"fc3.weight got no gradient ({home}/train.py:12)", None,
                                          "fc3.weight", f"{home}/train.py:12"))
     text = st.to_html(tmp_path / "send-me.html").read_text(encoding="utf-8")
+    data, _ = _parts(text)
+    text += json.dumps(data, ensure_ascii=False)  # the page data is deflated in the file: read it inflated too
     assert "alice" not in text and "/home/" not in text and "secret-model" not in text
     assert str(tmp_path) not in text
-    data, _ = _parts(text)
     sources = {n["source"] for n in data["nodes"] if n["source"]}
     assert sources and all(re.fullmatch(r"[\w.]+\.py:\d+", s) for s in sources), sources
     assert "(train.py:12)" in data["problems"][-1]["message"]
@@ -237,3 +239,28 @@ def test_the_12_layer_gpt_step_fits_in_5_mb(tmp_path: Path) -> None:
     assert path.stat().st_size <= 5 * 1024 * 1024
     assert len(data["nodes"]) == len(st.nodes) and len(data["states"]) > 100  # every block can be opened
     assert len(cells) == sum(h["rows"] * h["cols"] for h in data["heatmaps"].values() if h and "rows" in h)
+
+
+def test_pictures_and_views_past_the_files_budgets_are_left_out(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [Export budgets] in app/export/data.py: heatmap cells up to a budget (each slot past it keeps its
+    exact statistics and says why it has no picture), views laid out up to a number of elements."""
+    import gradscape.app.export.data as export_data
+    from bench.workloads import residual_stages
+
+    model = residual_stages(stages=4, blocks=8)  # a step that opens folded by module
+    with gradscape.Tracer(model) as tr, tr.step(0) as st:
+        model(torch.randn(2, 4)).pow(2).sum().backward()
+    full, full_cells = _parts(st.to_html(tmp_path / "full.html").read_text(encoding="utf-8"))
+    pictures = [h for h in full["heatmaps"].values() if h and "rows" in h]
+    assert len(pictures) > 4 and len(full["states"]) > 1 and full["states_left_out"] == 0
+    first = pictures[0]["rows"] * pictures[0]["cols"]
+    monkeypatch.setattr(export_data, "CELL_BUDGET", first)  # room for the first picture only
+    monkeypatch.setattr(export_data, "STATE_ELEMENTS", 1)  # the first view only
+    data, cells = _parts(st.to_html(tmp_path / "small.html").read_text(encoding="utf-8"))
+    kept = [h for h in data["heatmaps"].values() if h and "rows" in h]
+    assert len(kept) == 1 and len(cells) == first == len(full_cells[:first])
+    assert sum(1 for h in data["heatmaps"].values() if h == {"note": export_data.LEFT_OUT}) == len(pictures) - 1
+    folded = [e[0] for e in data["states"][""]["nodes"] if e[0].startswith("m:")]
+    assert list(data["states"]) == [""] and data["states_left_out"] == len(folded) > 0  # drawn, cannot be opened
+    assert data["nodes"] == full["nodes"]  # every node's statistics, still

@@ -154,7 +154,7 @@ class StepProblems:
         missing, st.not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses, unmade)
         out.extend(missing)
         self.detaches, self.no_grad_uses = [], {}
-        out.extend(layer_norms(st, view.model.module_params, self.history, unmade))
+        out.extend(layer_norms(st, view.model.module_params, self.history, unmade, view.model.module_types))
         out.extend(dead(st))
         return out
 

@@ -17,11 +17,11 @@ from gradscape.tracer.record.view import StepView
 from gradscape.tracer.summary.stats import median
 
 DEAD_ZEROS = 0.99  # a ReLU-like node sending back at least this fraction of zeros is dead
-LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of all layers'
+LAYER_FACTOR = 1e3  # a layer's gradient norm this far above (or below) the median of the layers of its kind
 HISTORY_FACTOR = 1e2  # a layer's gradient norm this far above (or below) the median of its own history
 HISTORY_LEN = 20  # traced steps a layer's norm is remembered for
 HISTORY_MIN = 5  # steps of history needed before comparing with it
-MIN_LAYERS = 3  # layers with a gradient needed before comparing a layer with the median of all
+MIN_LAYERS = 3  # layers of a kind with a gradient needed before comparing a layer with their median
 
 
 def op_name(name: str) -> str:
@@ -165,13 +165,20 @@ def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]
     return out, absent
 
 
-def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dict[str, deque[float]],
-                unmade: dict[str, tuple[float, bool]] | None = None) -> list[Problem]:
-    """Exploding / vanishing layers: a layer's parameter-gradient norm against the median of all layers
-    and against its own recent history (docs/problems.md has the thresholds). `unmade`: (norm, counted a NaN
-    or an Inf) of gradients not in `st.params` yet."""
+def kind_of(module: str, module_types: dict[str, str]) -> tuple[str, str]:
+    """A layer's kind: its class and its name with every index made `#` (`encoder.layer.#.attention.self.query`):
+    the same layer in each block of a stack, or each head of a `ModuleList`."""
+    return module_types.get(module, ""), _INDEX.sub(r"\1#", module)
+
+
+_INDEX = re.compile(r"(^|\.)\d+(?=\.|$)")
+
+
+def _norms_of_layers(st: StepTrace, module_params: dict[str, list[str]],
+                     unmade: dict[str, tuple[float, bool]]) -> dict[str, float]:
+    """Each layer's parameter-gradient norm (finite values only)."""
     norms: dict[str, float] = {}
-    params, unmade = st.params, unmade or {}
+    params = st.params
     for mod, plist in module_params.items():
         sq, seen = 0.0, False
         for p in plist:
@@ -187,28 +194,63 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dic
                 seen = True
         if seen:
             norms[mod] = math.sqrt(sq)
+    return norms
+
+
+def _against_kind(norms: dict[str, float], module_types: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Layers far from the median of the layers of their kind (at least `MIN_LAYERS` of them). Not the median
+    of all layers: a layer's norm is normal only against others that play its part (an attention query's is
+    about 1/1000 of the median of all layers at initialisation, as a freshly made BERT shows)."""
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for mod in norms:
+        kinds.setdefault(kind_of(mod, module_types), []).append(mod)
+    out: dict[str, tuple[str, str]] = {}
+    for (cls, pattern), mods in kinds.items():
+        if len(mods) < MIN_LAYERS:
+            continue
+        med = median(norms[m] for m in mods)
+        if med <= 0:
+            continue
+        peers = f"the median of the {len(mods)} layers of its kind ({cls} {pattern}: {med:.3g})"
+        for m in mods:
+            v = norms[m]
+            if v > LAYER_FACTOR * med:
+                out[m] = ("exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× {peers}")
+            elif v < med / LAYER_FACTOR:
+                out[m] = ("vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of {peers}")
+    return out
+
+
+def _against_history(v: float, past: deque[float] | None) -> tuple[str, str] | None:
+    """Far from the median of the layer's own norms over its last traced steps."""
+    # the median only when the bounds do not settle it (v within 100x of every past norm)
+    if past is None or len(past) < HISTORY_MIN or not (v > HISTORY_FACTOR * min(past) or
+                                                       v < max(past) / HISTORY_FACTOR):
+        return None
+    med = median(past)
+    if med > 0 and v > HISTORY_FACTOR * med:
+        return "exploding", f"{v:.3g}, over {HISTORY_FACTOR:g}× its median over the last {len(past)} traced " \
+                            f"steps ({med:.3g})"
+    if med > 0 and v < med / HISTORY_FACTOR:
+        return "vanishing", f"{v:.3g}, under 1/{HISTORY_FACTOR:g} of its median over the last {len(past)} " \
+                            f"traced steps ({med:.3g})"
+    return None
+
+
+def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dict[str, deque[float]],
+                unmade: dict[str, tuple[float, bool]] | None = None,
+                module_types: dict[str, str] | None = None) -> list[Problem]:
+    """Exploding / vanishing layers: a layer's parameter-gradient norm against the layers of its kind
+    (`kind_of`) and against its own recent history (docs/problems.md has the thresholds). `unmade`: (norm,
+    counted a NaN or an Inf) of gradients not in `st.params` yet."""
+    norms = _norms_of_layers(st, module_params, unmade or {})
+    by_kind = _against_kind(norms, module_types or {})
     out: list[Problem] = []
-    med_all = median(norms.values()) if len(norms) >= MIN_LAYERS else 0.0
     for mod, v in norms.items():
-        kind, why = None, ""
-        if med_all > 0 and v > LAYER_FACTOR * med_all:
-            kind, why = "exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× the median of all layers ({med_all:.3g})"
-        elif med_all > 0 and v < med_all / LAYER_FACTOR:
-            kind, why = "vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of the median of all layers ({med_all:.3g})"
-        past = history.get(mod)
-        # the median only when the bounds do not settle it (v within 100x of every past norm)
-        if kind is None and past is not None and len(past) >= HISTORY_MIN and \
-                (v > HISTORY_FACTOR * min(past) or v < max(past) / HISTORY_FACTOR):
-            med = median(past)
-            if med > 0 and v > HISTORY_FACTOR * med:
-                kind, why = "exploding", f"{v:.3g}, over {HISTORY_FACTOR:g}× its median over the last " \
-                                         f"{len(past)} traced steps ({med:.3g})"
-            elif med > 0 and v < med / HISTORY_FACTOR:
-                kind, why = "vanishing", f"{v:.3g}, under 1/{HISTORY_FACTOR:g} of its median over the last " \
-                                         f"{len(past)} traced steps ({med:.3g})"
-        if kind is not None:
+        found = by_kind.get(mod) or _against_history(v, history.get(mod))
+        if found is not None:
             pnode = next((st.param_node(p) for p in module_params[mod] if st.param_node(p) is not None), None)
-            out.append(Problem(kind, f"The gradient norm of layer {mod} is {why}.",
+            out.append(Problem(found[0], f"The gradient norm of layer {mod} is {found[1]}.",
                                None if pnode is None else pnode.id, module_params[mod][0], None))
     for mod, v in norms.items():
         past = history.get(mod)

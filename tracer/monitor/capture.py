@@ -34,6 +34,7 @@ from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.record.replay import replay_trigger
+from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
@@ -91,25 +92,36 @@ class OptRecord:
     before: torch.Tensor | None = None  # per-parameter norms before clipping, unscaled (1-d)
     total_before: torch.Tensor | None = None
     total_after: torch.Tensor | None = None
+    # traced steps: name → summary of what this step used (a `TensorTrace`, or a row of the native tables)
+    summaries: dict[str, Any] = field(default_factory=dict)
 
 
 class StepCapture:
     """The monitor's state for one block; `finish()` removes what it installed."""
 
-    def __init__(self, monitor: Any, step: int, traced: Any) -> None:
+    def __init__(self, monitor: Any, step: int, traced: Any, norms: bool = True) -> None:
         self.mon = monitor
         self.step = step
+        self.norms = norms  # this step takes the gradient norms (NOTE [Sampled norms] in `sampling.py`)
+        self.clock = NormClock()  # the time spent taking them
         # the Tracer's step context (`Tracer.traced_step`) when the step is traced (scheduled, by trigger, or
         # later by loss)
         self.traced = traced
         self.by_trigger = False  # a loss trigger started the trace inside this block
         self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
+        self.loss_values: list[float | None] = []  # those read on the CPU as they came (`_check_loss`)
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
         self.snaps: list[tuple[list[int], torch.Tensor]] = []
         self.records: list[OptRecord] = []
-        # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables)
+        # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables);
+        # the last step's when one optimizer stepped twice (each step's own: `OptRecord.summaries`)
         self.params_stepped: dict[str, Any] = {}
+        # the clipped gradients' norms after each `clip_grad_norm_` / `clip_grad_value_` (NOTE [Clipping seen])
+        self.clips: list[tuple[list[int], torch.Tensor]] = []
+        # what GradScaler unscaled, on a step without norms (its norms are taken if the step was skipped)
+        self.unscaled: list[tuple[list[int], list[torch.Tensor]]] = []
+        self.params_clipped: dict[str, Any] = {}  # traced steps: name → summary of the gradient as clipped
         self.trigger: tuple[str, dict[str, Any]] | None = None  # what the losses set off in this block
         self.checked = 0  # losses already read and given to the loss rules (on the CPU, as they come)
         self.installed = Installed(self)
@@ -132,8 +144,8 @@ class StepCapture:
             self.by_trigger = False  # the replay is the trace; this backward is training's (tracer/record/replay.py)
         rec = traced.rec if traced is not None and (self.by_trigger or traced.rec.forward.carried) else None
         out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
-        if api != "autograd.grad":
-            with _compat.DisableTorchFunction():
+        if api != "autograd.grad" and self.norms:
+            with _compat.DisableTorchFunction(), self.clock:
                 self._snapshot()
         return out
 
@@ -142,7 +154,9 @@ class StepCapture:
         traces this very backward; on another device the row is read later and the next step is traced."""
         if not roots or any(r is not None and r.device.type != "cpu" for r in roots):
             return
-        hit = self.mon.triggers.loss_trigger([None if r is None else float(r) for r in roots], first)
+        values = [None if r is None else float(r) for r in roots]
+        self.loss_values.extend(values)  # read already: a row without norms needs nothing else read (`rows.py`)
+        hit = self.mon.triggers.loss_trigger(values, first)
         self.checked = first + len(roots)
         if hit is None or self.trigger is not None:
             return
@@ -151,6 +165,7 @@ class StepCapture:
             self.mon.triggers.fire(hit[0], self.step)
             self.traced = self.mon.start_trace(self.step, hit[0], hit[1])
             self.by_trigger = True
+            self.norms = True  # a traced step has its norms: from this backward's on
 
     def _snapshot(self, idx: list[int] | None = None, grads: list[torch.Tensor] | None = None) -> None:
         """The norms of the gradients `grads` of parameters `idx` (default: every known parameter's `.grad`)."""
@@ -183,7 +198,11 @@ class StepCapture:
                 rec.found_inf.append(found_inf)
             by_grad = {id(p.grad): i for i, p in enumerate(self.mon.params) if p.grad is not None}
             known = [g for g in grads if id(g) in by_grad]
-            self._snapshot([by_grad[id(g)] for g in known], known)
+            idx = [by_grad[id(g)] for g in known]
+            if self.norms:
+                self._snapshot(idx, known)
+            else:  # kept until the block ends: their norms are taken if GradScaler skipped the step (`finish`)
+                self.unscaled.append((idx, known))
         except Exception as exc:
             log.warning("gradscape: the monitor could not read GradScaler's unscale: %s", exc)
 
@@ -220,6 +239,12 @@ class StepCapture:
         rec = self._open_record(opt)
         rec.stepped = True
         rec.lr = [g.get("lr") for g in opt.param_groups]
+        if not self.norms:
+            return
+        with self.clock:
+            self._norms_stepped(rec, opt)
+
+    def _norms_stepped(self, rec: OptRecord, opt: Any) -> None:
         rec.idx, grads = self._stepped(opt)
         if not grads:
             return
@@ -229,24 +254,57 @@ class StepCapture:
             rec.total_after = torch.linalg.vector_norm(after)
             rec.total_before = torch.linalg.vector_norm(before)
             if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
-                self._summarise_stepped(rec.idx, grads)
+                rec.summaries = self._summarise(rec.idx, grads)
+                self.params_stepped.update(rec.summaries)
         rec.before = before
 
-    def _summarise_stepped(self, idx: list[int], grads: list[torch.Tensor]) -> None:
-        """`params_stepped`: by the native recorder in one call where it records the step (a row of the step's
-        tensor table, made a `TensorTrace` by `stepped_traces`), else by the summariser one by one."""
-        rec, names, stepped = self.traced.rec, self.mon.names, self.params_stepped
+    # ------------------------------------------------------------------ clipping
+    def on_clip(self, api: str, params: list[Any]) -> None:
+        """`clip_grad_norm_` or `clip_grad_value_` has clipped the gradients of `params` (NOTE [Clipping seen]):
+        their norms now, for the row's clipped norm, and in a traced step their summaries, which are `st.params`
+        for the parameters no optimizer stepped with (an update written by hand: `p.data.add_(p.grad, ...)`)."""
+        try:
+            with _compat.DisableTorchFunction():
+                index = self.mon._index
+                idx: list[int] = []
+                grads: list[torch.Tensor] = []
+                for p in params:
+                    i, g = index.get(id(p)), p.grad
+                    if i is not None and g is not None:
+                        idx.append(i)
+                        grads.append(g)
+                if not idx:
+                    return
+                if self.norms:
+                    with self.clock:
+                        self.clips.append((idx, _norms(grads)))
+                if self.traced is not None:
+                    with grad_off():
+                        self.params_clipped.update(self._summarise(idx, grads))
+        except Exception as exc:  # the monitor never breaks the loop's clipping
+            log.warning("gradscape: the monitor could not read a %s: %s", api, exc)
+
+    def _summarise(self, idx: list[int], grads: list[torch.Tensor]) -> dict[str, Any]:
+        """Name → summary of each gradient: by the native recorder in one call where it records the step (a row
+        of the step's tensor table, made a `TensorTrace` by `as_traces`), else by the summariser one by one."""
+        rec, names, out = self.traced.rec, self.mon.names, {}
         rows = rec.native.summarise(grads) if rec.native is not None else [-1] * len(grads)
         summarise = rec.summ.summarise_no_grad
         for i, g, k in zip(idx, grads, rows):
-            stepped[names[i]] = k if k >= 0 else summarise(g, None)
+            out[names[i]] = k if k >= 0 else summarise(g, None)
+        return out
 
     def stepped_traces(self) -> dict[str, Any]:
-        """`params_stepped` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`)."""
+        """`st.params` as the loop's updates used them: the gradients clipped in the block (for an update by
+        hand), overridden by what each optimizer stepped with (the last step's, for one that stepped twice)."""
+        return self.as_traces({**self.params_clipped, **self.params_stepped})
+
+    def as_traces(self, summaries: dict[str, Any]) -> dict[str, Any]:
+        """`summaries` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`)."""
         native = self.traced.rec.native if self.traced is not None else None
         table = native.tables.tensors if native is not None and native.tables is not None else None
         out: dict[str, Any] = {}
-        for name, v in self.params_stepped.items():
+        for name, v in summaries.items():
             if not isinstance(v, int):
                 out[name] = v
             elif table is not None:
@@ -288,7 +346,10 @@ class StepCapture:
         self.traced = None
         self.records = []
         self.snaps = []
+        self.clips = []
+        self.unscaled = []
         self.params_stepped = {}
+        self.params_clipped = {}
 
     def finish(self) -> None:
         """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found
@@ -301,6 +362,10 @@ class StepCapture:
                     continue
                 opt = r.opt
                 r.lr = [g.get("lr") for g in opt.param_groups]
+                if not self.norms:  # a skipped step without norms: taken now, to say whose gradients held inf/NaN
+                    self.norms = True
+                    for idx, grads in self.unscaled:
+                        self._snapshot(idx, grads)
                 r.idx = self._stepped(opt)[0]
                 before = self.before_map()
                 if r.idx and all(i in before for i in r.idx):

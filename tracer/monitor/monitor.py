@@ -17,7 +17,8 @@ from typing import Any
 from gradscape.tracer import _compat
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
-from gradscape.tracer.monitor.rows import PendingRow, pending_row, resolve
+from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve
+from gradscape.tracer.monitor.sampling import NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
@@ -30,12 +31,13 @@ FLUSH_SECONDS = 1.0
 
 
 class Monitor:
-    def __init__(self, tracer: Any, triggers: Any) -> None:
+    def __init__(self, tracer: Any, triggers: Any, norms_every: int | None = None) -> None:
         # the Tracer owns its monitor: a proxy back, so that a Tracer dropped is freed at once with its model (a
         # cycle would keep a DDP model, and its process group, until the garbage collector or the interpreter's
         # exit, where gloo's teardown aborted the process: tests/test_distributed.py)
         self.tracer: Any = weakref.proxy(tracer)
         self.triggers = TriggerState(Triggers.resolve(triggers))
+        self.sampler = NormSampler(norms_every)  # which steps take the gradient norms (NOTE [Sampled norms])
         self.params: list[Any] = []
         self.names: list[str] = []
         self._index: dict[int, int] = {}  # id of a parameter (held in `params`) → its index
@@ -102,8 +104,12 @@ class Monitor:
 
     def end_step(self, cap: StepCapture, exc_info: tuple[Any, Any, Any]) -> None:
         try:
-            with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
-                self.pending.append(pending_row(cap, len(self.params), self.names))
+            plain = None if self.pending else plain_row(cap, len(self.params))
+            if plain is not None:  # nothing to wait for: the row joins the history now
+                self._take(plain[0], plain[1], plain[1]["losses"])
+            else:
+                with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
+                    self.pending.append(pending_row(cap, len(self.params), self.names))
         except Exception as exc:
             log.warning("gradscape: the monitor could not record step %s: %s", cap.step, exc)
         ts = cap.traced
@@ -111,7 +117,7 @@ class Monitor:
             self.resolve_ready()
             return
         steps = self.resolve_ready(force=True)
-        ts.rec.params.replaced = cap.params_stepped.keys()  # (NOTE [Parameter gradients]): not made twice
+        ts.rec.params.replaced = cap.params_stepped.keys() | cap.params_clipped.keys()  # NOTE [Parameter gradients]
         ts.before_emit = lambda st: self._fill_trace(st, cap, steps.get(cap.step, []))
         try:
             ts.__exit__(*exc_info)
@@ -121,6 +127,8 @@ class Monitor:
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
+        for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
+            o.grads = cap.as_traces(r.summaries)
         st.optimizer_steps = steps
         meta = self.trigger_meta.pop(st.step, None)
         if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers
@@ -181,7 +189,8 @@ class Monitor:
         for kind, d in found + later:
             if kind in ("loss_spike", "grad_spike"):
                 d["layer"] = rising_layer(self.window, row.step, norms)
-        self.window.append((row.step, list(norms)))
+        if wire["norms"]:  # (a row without norms says nothing of which layer rose: NOTE [Sampled norms])
+            self.window.append((row.step, list(norms)))
         if row.traced:
             self.found[row.step] = found + later
         elif later and trig.pending is None:
@@ -240,10 +249,12 @@ class MonitoredStep:
         self.i = i
         self.traced = traced
         self.cap: StepCapture | None = None
+        self.t0 = 0.0
 
     def __enter__(self) -> Any:
-        cap = self.cap = StepCapture(self.mon, self.i, self.traced)
+        cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.mon.sampler.due(self.traced is not None))
         cap.installed.install()
+        self.t0 = time.perf_counter()
         if self.traced is None:
             return None
         try:
@@ -255,6 +266,8 @@ class MonitoredStep:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         cap = self.cap
         assert cap is not None
+        if cap.norms and cap.traced is None:  # what the norms cost against the block's time (NOTE [Sampled norms])
+            self.mon.sampler.took(cap.clock.spent, time.perf_counter() - self.t0)
         try:
             cap.finish()
             self.mon.end_step(cap, (exc_type, exc, tb))

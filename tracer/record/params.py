@@ -11,11 +11,13 @@ NOTE [Parameter gradients]
     arrived (the usual single backward after `zero_grad()`), the arrival's summary is taken as it is:
     no second pass over the gradient.
 
-    With the monitor on, what each optimizer then stepped with replaces those entries
-    (tracer/monitor/capture.py), summarised in one call into the native recorder where it records the
-    step. An arrival so replaced is not made into a `TensorTrace` at all (`replaced`): the problem finder,
-    which judges the gradients as the backward left them (before clipping), gets each one's norm and
-    whether it counted a NaN or an Inf from the extension (`unmade`).
+    With the monitor on, what each optimizer then stepped with replaces those entries, and for a
+    parameter no optimizer stepped with, its gradient as a `clip_grad_norm_` / `clip_grad_value_` of the
+    block left it (an update written by hand; NOTE [Clipping seen]) (tracer/monitor/capture.py),
+    summarised in one call into the native recorder where it records the step. An arrival so replaced is
+    not made into a `TensorTrace` at all (`replaced`): the problem finder, which judges the gradients as
+    the backward left them (before clipping), gets each one's norm and whether it counted a NaN or an Inf
+    from the extension (`unmade`).
 """
 
 from __future__ import annotations

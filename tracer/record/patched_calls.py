@@ -21,6 +21,14 @@ NOTE [Patched backward]
     import grad`, then `grad(...)`) is the original. Its losses are not in the row; `loss.backward()`,
     `torch.autograd.grad(...)` and GradScaler are seen. Two monitored blocks of two Tracers open on one
     thread: the calls go to the innermost.
+
+NOTE [Clipping seen]
+    `clip_grad_norm_` and `clip_grad_value_` are seen the same way, after they return (the gradients
+    are clipped then): `torch.nn.utils.clip_grad._clip_grads_with_norm_`, which `clip_grad_norm_` looks
+    up in its module's globals at each call (so a `from torch.nn.utils import clip_grad_norm_` made
+    before the block is seen too), the public `clip_grads_with_norm_`, and `clip_grad_value_` under its
+    two names (one taken by name before the block opened is not seen). The capture takes the clipped
+    gradients' norms, and in a traced step their summaries (`on_clip` in tracer/monitor/capture.py).
 """
 
 from __future__ import annotations
@@ -40,6 +48,14 @@ _TARGETS: tuple[tuple[Any, str, str], ...] = (
     (torch.autograd, "grad", "autograd.grad"),
 )
 _UNSCALE = "_amp_foreach_non_finite_check_and_unscale_"
+# the gradient clipping of `torch.nn.utils` (NOTE [Clipping seen]): `clip_grad_norm_` calls its module's
+# `_clip_grads_with_norm_` by name, so that one wrapper sees it however the loop imported it
+_CLIPS: tuple[tuple[Any, str, str], ...] = (
+    (torch.nn.utils.clip_grad, "_clip_grads_with_norm_", "clip_grad_norm_"),
+    (torch.nn.utils, "clip_grads_with_norm_", "clip_grad_norm_"),
+    (torch.nn.utils.clip_grad, "clip_grad_value_", "clip_grad_value_"),
+    (torch.nn.utils, "clip_grad_value_", "clip_grad_value_"),
+)
 
 _lock = threading.Lock()
 _captures: dict[int, list[Any]] = {}  # thread id -> the captures of the untraced blocks open on it, innermost last
@@ -85,6 +101,21 @@ def _unscale_wrapper(original: Any) -> Any:
     return wrapper
 
 
+def _clip_wrapper(original: Any, api: str) -> Any:
+    @functools.wraps(original)
+    def wrapper(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+        caps = _captures.get(threading.get_ident()) if _captures else None
+        if not caps or getattr(_handling, "on", False) or compiling():
+            return original(parameters, *args, **kwargs)
+        if not isinstance(parameters, torch.Tensor):
+            parameters = list(parameters)  # a generator (`model.parameters()`) is read once: by the original
+        out = original(parameters, *args, **kwargs)
+        caps[-1].on_clip(api, [parameters] if isinstance(parameters, torch.Tensor) else parameters)
+        return out
+
+    return wrapper
+
+
 _made: dict[tuple[Any, str], tuple[Any, Any]] = {}  # (owner, name) -> (the original, its wrapper), made once
 
 
@@ -99,27 +130,48 @@ def _wrapper_of(owner: Any, name: str, make: Any) -> Any:
     return made[1]
 
 
+def _maker(make: Any, api: str) -> Any:
+    return lambda f: make(f, api)
+
+
+# (owner, name, the wrapper's maker) of every function wrapped, in the order they are put in place
+_PLAN: list[tuple[Any, str, Any]] = [
+    *[(owner, name, _maker(_backward_wrapper, api)) for owner, name, api in _TARGETS],
+    (torch, _UNSCALE, _unscale_wrapper),
+    *[(owner, name, _maker(_clip_wrapper, api)) for owner, name, api in _CLIPS]]
+
+
+_last: list[tuple[Any, Any]] = [(None, None)] * len(_PLAN)  # (original, wrapper) each was last put in place with
+
+
 def install(capture: Any) -> None:
     """The wrappers in place (if no other block put them there) and `capture` as this thread's innermost."""
     with _lock:
         if not _captures:
-            for owner, name, api in _TARGETS:
-                setattr(owner, name, _wrapper_of(owner, name, lambda f, api=api: _backward_wrapper(f, api)))
-            setattr(torch, _UNSCALE, _wrapper_of(torch, _UNSCALE, _unscale_wrapper))
+            for k, (owner, name, make) in enumerate(_PLAN):
+                original, wrapper = _last[k]
+                if getattr(owner, name) is not original:  # (the usual: the same original as last time)
+                    wrapper = _wrapper_of(owner, name, make)
+                    _last[k] = (_wrapped[wrapper], wrapper)
+                setattr(owner, name, wrapper)
         _captures.setdefault(threading.get_ident(), []).append(capture)
 
 
 def uninstall(capture: Any) -> None:
     """`capture` gone (from whichever thread it was installed on); the originals back when no block is left."""
     with _lock:
-        for tid, caps in list(_captures.items()):
-            if any(c is capture for c in caps):
-                caps[:] = [c for c in caps if c is not capture]
-                if not caps:
-                    del _captures[tid]
-                break
+        mine = _captures.get(threading.get_ident())
+        if mine is not None and any(c is capture for c in mine):  # (the usual: it is this thread's)
+            tid = threading.get_ident()
         else:
-            return
+            found = [t for t, caps in _captures.items() if any(c is capture for c in caps)]
+            if not found:
+                return
+            tid = found[0]
+        caps = _captures[tid]
+        caps[:] = [c for c in caps if c is not capture]
+        if not caps:
+            del _captures[tid]
         if _captures:
             return
         for (owner, name), (original, wrapper) in _made.items():

@@ -7,7 +7,7 @@ A batch of history rows, version `HISTORY_VERSION`:
      "rows": [{"step": int, "loss": float|None, "losses": [float|None], "grad_norm": float|None,
                "grad_norm_clipped": float|None, "param_norms": [float|None],   # aligned with "params"
                "lr": {optimizer: [float]}, "scale": float|None, "skipped": bool, "traced": bool,
-               "trigger": str|None}]}
+               "trigger": str|None, "norms": bool}]}
 
 `loss`: the first scalar backward root of the step (`losses`: every root, None for a non-scalar one);
 `grad_norm`: the total 2-norm, unscaled, of the gradients as the backward left them (before clipping);
@@ -15,8 +15,11 @@ A batch of history rows, version `HISTORY_VERSION`:
 `param_norms`: each parameter's gradient norm, as `grad_norm` (None: no gradient); `lr`: each
 optimizer's learning rate per param group; `scale`: GradScaler's scale (None without one); `skipped`:
 GradScaler skipped an optimizer step; `traced`: the step was traced; `trigger`: why, when no schedule
-asked for it (`tracer/monitor/triggers.py`). Floats may be NaN or infinite (that is what a monitor
-is for); the JSON API writes those as null and names them in `nonfinite`.
+asked for it (`tracer/monitor/triggers.py`); `norms`: the step took the gradient norms (the monitor takes
+them every k-th step where they would cost more than 3% of a step: NOTE [Sampled norms] in
+tracer/monitor/sampling.py); without them `grad_norm`, `grad_norm_clipped` and `param_norms` are None
+(a row written before this field existed had them: read as true). Floats may be NaN or infinite (that is
+what a monitor is for); the JSON API writes those as null and names them in `nonfinite`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class WireHistoryRow(TypedDict):
     skipped: bool
     traced: bool
     trigger: str | None
+    norms: bool
 
 
 class WireHistory(TypedDict):
@@ -113,6 +117,8 @@ def _row(r: Any, where: str, n_params: int) -> WireHistoryRow:
     trigger = r.get("trigger")
     if trigger is not None and trigger not in TRIGGERS:
         raise TraceFormatError(f"{where}.trigger: expected one of {list(TRIGGERS)} or nil, got {trigger!r}")
+    if type(r.get("norms", True)) is not bool:
+        raise TraceFormatError(f"{where}.norms: expected true or false")
     for key in ("skipped", "traced"):
         if type(r.get(key, False)) is not bool:
             raise TraceFormatError(f"{where}.{key}: expected true or false")
@@ -123,7 +129,7 @@ def _row(r: Any, where: str, n_params: int) -> WireHistoryRow:
             "param_norms": norms,
             "lr": {k: [x for x in _nums(v, f"{where}.lr[{k!r}]") if x is not None] for k, v in lr.items()},
             "scale": _num(r.get("scale"), f"{where}.scale"), "skipped": bool(r.get("skipped", False)),
-            "traced": bool(r.get("traced", False)), "trigger": trigger}
+            "traced": bool(r.get("traced", False)), "trigger": trigger, "norms": bool(r.get("norms", True))}
 
 
 def _num(v: Any, where: str) -> float | None:

@@ -155,16 +155,18 @@
     return m ? +m[1] : null;
   }
 
-  // The heatmaps' cell codes are one deflated, base64 blob (DecompressionStream: every current browser).
-  async function cellCodes(b64) {
+  // The page data and the heatmaps' cell codes are each one deflated, base64 blob (DecompressionStream:
+  // every current browser).
+  async function inflated(b64) {
     const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
     const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
     return new Uint8Array(await new Response(stream).arrayBuffer());
   }
 
   async function start() {
-    const D = GS.data = JSON.parse(document.getElementById("gs-data").textContent);
-    GS.codes = await cellCodes(document.getElementById("gs-cells").textContent.trim());
+    const text = new TextDecoder().decode(await inflated(document.getElementById("gs-data").textContent.trim()));
+    const D = GS.data = JSON.parse(text);
+    GS.codes = await inflated(document.getElementById("gs-cells").textContent.trim());
     document.getElementById("legend").appendChild(h("span", {}, [D.legend.title + " ", D.legend.min_label + " ",
       h("span", {class: "bar", style: `background: ${D.legend.css_gradient}`}), " " + D.legend.max_label]));
     problems();

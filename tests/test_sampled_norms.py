@@ -1,0 +1,103 @@
+"""The monitor's norms taken every k-th step (NOTE [Sampled norms] in tracer/monitor/sampling.py): k from
+the measured cost, the rows that say which steps have norms, the norms on those steps still what
+`clip_grad_norm_` returned, and the losses and GradScaler's skips still seen on every step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+import gradscape
+from gradscape.tracer.monitor.sampling import BUDGET, WARMUP, NormSampler
+
+
+def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
+    s = NormSampler()
+    assert [s.due(False) for _ in range(WARMUP)] == [True] * WARMUP  # measured first
+    s.took(20e-6, 120e-6)  # 20 us of norms in a 100 us step
+    assert s.k == math.ceil(20e-6 / (BUDGET * 100e-6)) == 7
+    s.took(20e-6, 120e-6)
+    s.took(25e-6, 5e-3)  # a stalled step raises neither the cost (the smallest) nor the time (the median)
+    assert s.k == 7
+    pattern = [s.due(False) for _ in range(14)]
+    assert pattern == ([False] * 6 + [True]) * 2
+    assert s.due(True) and s.due(False) is False  # a traced step takes them, and the count starts again
+    big = NormSampler()
+    big.took(30e-6, 50e-3)
+    assert big.k == 1  # 30 us against a 50 ms step: every step
+
+
+def test_a_fixed_k_and_its_checks() -> None:
+    s = NormSampler(3)
+    assert [s.due(False) for _ in range(7)] == [False, False, True, False, False, True, False]
+    s.took(1.0, 1.1)
+    assert s.k == 3  # fixed: not measured
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(ValueError, match="norms_every"):
+            gradscape.Tracer(nn.Linear(2, 1), norms_every=bad)
+
+
+def test_rows_say_which_steps_have_norms_and_those_match_clip_grad_norm() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr = gradscape.Tracer(model, every=5, norms_every=3, tensors="full")
+    clipped: dict[int, float] = {}
+    losses: dict[int, float] = {}
+    traces = {}
+    for i in range(12):
+        with tr.step(i) as st:
+            x = torch.randn(32, 6) * 10
+            loss = (model(x) - 1.0).pow(2).mean()
+            loss.backward()
+            clipped[i] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5))
+            opt.step()
+            opt.zero_grad()
+        losses[i] = float(loss.detach())
+        if st is not None:
+            traces[i] = st
+    rows = {r["step"]: r for r in tr.history}
+    # every 3rd step, counted from the last one with norms; traced steps (0, 5, 10) always have them
+    assert [i for i in rows if rows[i]["norms"]] == [0, 3, 5, 8, 10]
+    for i, r in rows.items():
+        assert r["loss"] == losses[i]  # every step: the loss
+        if r["norms"]:
+            assert r["grad_norm"] == pytest.approx(clipped[i], rel=1e-6)
+            assert r["grad_norm_clipped"] == pytest.approx(0.5, rel=1e-5)
+            assert set(r["param_norms"]) == {n for n, _ in model.named_parameters()}
+        else:
+            assert r["grad_norm"] is None and r["grad_norm_clipped"] is None and r["param_norms"] == {}
+            assert r["lr"] == {"SGD": [0.01]}
+    for i, st in traces.items():
+        assert st.optimizer_steps[0].grad_norm_before_clip == clipped[i]  # bitwise, as clip_grad_norm_'s
+
+
+def test_a_nonfinite_loss_and_a_grad_scaler_skip_are_seen_on_steps_without_norms() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+    tr = gradscape.Tracer(model, every=10 ** 6, norms_every=100)
+    for i in range(1, 9):
+        with tr.step(i):
+            x = torch.randn(8, 4)
+            if i == 6:
+                x[0, 0] = float("nan")  # a NaN loss
+            loss = model(x).pow(2).mean()
+            if i == 3:  # a finite loss whose weight gradient is NaN (sqrt's at 0 times 0): GradScaler skips
+                loss = loss + torch.sqrt(model.weight.sum() * 0.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    rows = {r["step"]: r for r in tr.history}
+    assert math.isfinite(rows[3]["loss"]) and not rows[3]["traced"]
+    assert rows[3]["skipped"] and rows[3]["norms"]  # the skip seen, and its norms taken to name the parameters
+    assert rows[3]["param_norms"]["weight"] != rows[3]["param_norms"]["weight"]  # NaN
+    assert [i for i in rows if rows[i]["skipped"]] == [3, 6]
+    assert rows[4]["traced"] and rows[4]["trigger"] == "amp_skipped"  # the step after the skip is traced
+    assert math.isnan(rows[6]["loss"]) and rows[6]["traced"] and rows[6]["trigger"] == "nonfinite"
+    assert not rows[2]["norms"] and not rows[7]["norms"]

@@ -1,0 +1,78 @@
+"""Which steps the monitor takes its gradient norms on.
+
+NOTE [Sampled norms]
+    The monitor's fused norms (NOTE [Norms before and after clipping] in `capture.py`) cost a fixed few
+    tens of µs a step: nothing against a 50 ms step, 15-30% of the regression program's (bench W6). The
+    monitor may cost at most `BUDGET` (3%) of a step. So it times its own norm calls (`NormClock`) and the
+    steps' blocks, and
+    takes the norms every k-th step, k the smallest whole number for which the norms' cost over k steps
+    is within the budget of one step: k = ceil(norm cost / (BUDGET × step time)), from the smallest norm
+    cost and the median block time (less the norms) of the recent norm steps (a step stalled by another
+    process raises neither). The first `WARMUP` steps take them (what is measured), and so does every
+    traced step (a trigger traces the step after the one that set it off: that one has its norms).
+    What is checked on every step, norms or not: the losses (a non-finite one, a loss spike) and
+    GradScaler's skip (its `found_inf`; the norms are then taken, to name the parameters that held
+    inf/NaN). Each history row says whether it has norms (`norms`); `grad_norm`, `param_norms` and
+    `grad_norm_clipped` are None on the others, and the grad-spike rule looks only at rows with norms.
+    On the steps that have them the norms are the same computation as before: `grad_norm_before_clip`
+    stays equal to what `clip_grad_norm_` returned. `Tracer(norms_every=k)` fixes k (1: every step).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from statistics import median
+
+BUDGET = 0.03  # of a step's time, the most the norms may cost on average
+WARMUP = 8  # first steps that always take the norms (and are measured)
+KEEP = 8  # norm steps whose costs are remembered
+K_MAX = 1000
+
+
+class NormClock:
+    """Seconds spent in one step's norm calls (`with clock:` around each)."""
+
+    __slots__ = ("spent", "_t0")
+
+    def __init__(self) -> None:
+        self.spent = 0.0
+        self._t0 = 0.0
+
+    def __enter__(self) -> NormClock:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.spent += time.perf_counter() - self._t0
+
+
+class NormSampler:
+    """`due(traced)`: whether this step takes the norms; `took(norm_s, step_s)` after each step that did."""
+
+    def __init__(self, every: int | None = None) -> None:
+        if every is not None and (type(every) is not int or every < 1):
+            raise ValueError(f"norms_every must be a positive int or None (chosen from the measured cost), "
+                             f"got {every!r}")
+        self.fixed = every
+        self.k = every or 1
+        self.steps = 0  # steps seen
+        self.since = 0  # steps since the last that took the norms
+        self.costs: deque[float] = deque(maxlen=KEEP)
+        self.times: deque[float] = deque(maxlen=KEEP)
+
+    def due(self, traced: bool) -> bool:
+        self.steps += 1
+        warm = self.fixed is None and self.steps <= WARMUP
+        take = traced or warm or self.since + 1 >= self.k
+        self.since = 0 if take else self.since + 1
+        return take
+
+    def took(self, norm_s: float, step_s: float) -> None:
+        """A step that took the norms: `norm_s` in its norm calls, `step_s` its block's whole time."""
+        if self.fixed is not None or step_s <= 0:
+            return
+        self.costs.append(norm_s)
+        self.times.append(step_s - norm_s)
+        self.k = min(K_MAX, max(1, math.ceil(min(self.costs) / (BUDGET * max(median(self.times), 1e-9)))))
