@@ -44,6 +44,8 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node.notrun", "style": {"border-style": "dotted", "opacity": 0.6}},
     {"selector": ".pending", "style": {"opacity": 0.25}},
     {"selector": "node.executed", "style": {"opacity": 1}},
+    # a NaN/Inf node at full strength wherever the player is (as the export, which has no player, draws it)
+    {"selector": "node.nan", "style": {"opacity": 1}},
     {"selector": "node.current", "style": {"border-color": "#ff8c00", "border-width": 5, "opacity": 1,
                                            "z-index": 10}},
     {"selector": "edge.incoming", "style": {"line-color": "#ff8c00", "target-arrow-color": "#ff8c00",
@@ -107,6 +109,8 @@ def _header(st: dict[str, Any]) -> Any:
         html.Label(["step", dcc.Dropdown(id=ids.STEP_SELECT, clearable=False, placeholder="—",
                                          options=st.get("step_options", []), value=st.get("step"))],
                    className="gs-field gs-step"),
+        html.Button("next problem", id=ids.NEXT_PROBLEM, className="gs-btn gs-next-problem", n_clicks=0,
+                    title="the next step a trigger traced or with problems, opened on its root-cause node"),
         dcc.Checklist(id=ids.FOLLOW, options=[{"label": " follow live", "value": "follow"}], value=["follow"],
                       className="gs-follow"),
         html.Label(["colour", dcc.Dropdown(id=ids.COLOR_BY, clearable=False, value="norm", options=[
@@ -171,7 +175,15 @@ def _inspector(st: dict[str, Any]) -> list[Any]:
 
 def opening(data: PageData) -> tuple[Any, str | None, list[int], int, Any, int | None]:
     """What the page opens with: the run options and the newest run, its ranks and the rank shown, the step
-    options and the newest step."""
+    options and the newest step. The newest step's graph is read first: the lists' labels (`StepFlags`)
+    then read its trigger and problems from it, not from a second read of the step."""
+    newest = data.runs()
+    if newest:
+        name = newest[-1]["run"]
+        first = compare.rank_field(data.ranks(name))[1]
+        steps = data.steps(name, first)
+        if steps:
+            data.graph(name, steps[-1], first)
     run_options, run = runs.run_choices(data, None, None)
     ranks = data.ranks(run) if run else []
     rank = compare.rank_field(ranks)[1]
