@@ -97,6 +97,12 @@
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
     },
+    stepPicked: function (step, options, follow) {
+      // a step shown that is not the newest means the page is not following the live run (app/ui/runs.py)
+      const nu = window.dash_clientside.no_update;
+      if (step === null || step === undefined || !options || !options.length || !(follow && follow.length)) return nu;
+      return options[options.length - 1].value === step ? nu : [];
+    },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them
       if (connected === false) return ["offline: no connection to the server", "gs-connection offline"];

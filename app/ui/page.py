@@ -85,7 +85,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         _header(st),
-        timeline.panel(),  # the run's history over every step (app/ui/timeline.py)
+        _band(),
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=_graph_area(st)),
             html.Div(className="gs-right", children=[
@@ -99,8 +99,17 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
     ])
 
 
+def _band() -> Any:
+    """The timeline (the run's history over every step, app/ui/timeline.py), with the connection status at
+    the right of its title line: placed over it, so a status that grows as the tracer's counts come in
+    moves nothing on the page (in the header it wrapped the header a line down a second after load)."""
+    return html.Div(className="gs-band", children=[
+        timeline.panel(), html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…")])
+
+
 def _header(st: dict[str, Any]) -> Any:
-    """Run, step, "follow live", colour, find, connection."""
+    """Run, step, "next problem", "follow live", colour, find. (The connection status is on the timeline's
+    line, where its counts can grow without moving anything: `_band`.)"""
     return html.Div(className="gs-header", children=[
         html.Div("gradscape", className="gs-title"),
         html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet",
@@ -119,7 +128,6 @@ def _header(st: dict[str, Any]) -> Any:
         html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module or parameter…",
                                          searchable=True, options=st.get("search", []))],
                    className="gs-field gs-search"),
-        html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…"),
     ])
 
 

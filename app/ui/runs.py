@@ -67,6 +67,12 @@ def register(app: dash.Dash, data: PageData) -> None:
                             State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"),
                             State(ids.RANK_SELECT, "options"), prevent_initial_call=True)
 
+    # a step other than the newest shown (picked in the list, or by anything else) while following the live
+    # run: following stops, visibly, so the next step streamed does not take the step away (`stepPicked`)
+    app.clientside_callback(ClientsideFunction("gradscape", "stepPicked"),
+                            Output(ids.FOLLOW, "value", allow_duplicate=True), Input(ids.STEP_SELECT, "value"),
+                            State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"), prevent_initial_call=True)
+
     # "next problem": the next step traced by a trigger or with problems, opened on its root-cause node, as a
     # deep link would open it; the page stops following the live run there (visibly)
     @app.callback(Output(ids.DEEP_LINK, "data", allow_duplicate=True),
