@@ -125,7 +125,7 @@ def _header(st: dict[str, Any]) -> Any:
         html.Label(["colour", dcc.Dropdown(id=ids.COLOR_BY, clearable=False, value="norm", options=[
             {"label": "‖grad‖ (log)", "value": "norm"}, {"label": "max |grad|", "value": "maxabs"},
             {"label": "fraction of zeros", "value": "zeros"}])], className="gs-field gs-color"),
-        html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module or parameter…",
+        html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module…",
                                          searchable=True, options=st.get("search", []))],
                    className="gs-field gs-search"),
     ])
@@ -141,7 +141,9 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
     return [html.Div(className="gs-graph-wrap", children=[drawn, html.Div(className="gs-graph-tools", children=[
                 html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
                 html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
-                            title="zoom to the selected node (or the player's current one)")])]),
+                            title="zoom to the selected node (or the player's current one)"),
+                # its words and what it does: assets/room.js (which remembers the choice)
+                html.Button("hide inspector", id=ids.INSPECTOR_TOGGLE, className="gs-btn")])]),
             # the legend's fixed part outside the callbacks' output: plotly's encoder takes a second pass
             # over any answer whose text holds "NaN" (docs/web-stack.md)
             html.Div(className="gs-legend", children=[

@@ -70,7 +70,7 @@ def timeline_figure(rows: list[dict[str, Any]], run: str | None) -> dict[str, An
     ticks = {"tickformat": ".2~g", "nticks": 4}
     top = 6 + (LABEL_LIFT + LABEL_ROW * rows_used if labels else 0)
     layout = {"uirevision": run or "", "margin": {"l": 48, "r": 90, "t": top, "b": 24},
-              "height": 170, "showlegend": True,
+              "height": 130, "showlegend": True,
               "legend": {"orientation": "h", "y": -0.22, "x": 0, "yanchor": "top", "font": {"size": 11}},
               "xaxis": {"title": {"text": ""}, "domain": [0, 0.9]},
               "yaxis": {"type": "log", "title": {"text": "loss"}, **ticks},
