@@ -26,12 +26,11 @@ TEXT_BOXES = """(root) => {
   const visible = (el) => el.checkVisibility({opacityProperty: true, visibilityProperty: true});
   const walker = document.createTreeWalker(scope, NodeFilter.SHOW_TEXT);
   for (let t = walker.nextNode(); t; t = walker.nextNode()) {
-    const text = t.textContent.trim();
+    const text = t.textContent.replace(/\u200b/g, '').trim();
     const el = t.parentElement;
     if (!text || !el || !visible(el) || el.closest('.dash-dropdown-options, [role=listbox], .modebar')) continue;
     let r;
-    if (el.closest('svg')) { if (el.tagName === 'tspan' && el.parentElement.tagName === 'text') continue;
-                            r = (el.tagName === 'tspan' ? el : el.closest('text') || el).getBoundingClientRect(); }
+    if (el.closest('svg')) r = el.getBoundingClientRect();  // a <text> or <tspan>: the text's own box
     else { const range = document.createRange(); range.selectNodeContents(t); r = range.getBoundingClientRect(); }
     if (r.width < 1 || r.height < 1) continue;
     const c = clipOf(el);

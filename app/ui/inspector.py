@@ -86,6 +86,10 @@ def slot_view(slot: dict[str, Any], kind: str, index: int, call: int | None = No
     if slot.get("note"):
         body.append(html.Div(slot["note"], className="gs-slot-note"))
     if fig is not None:
+        # titled once: the slot's own title line above says what the figure's title would
+        fig = {**fig, "layout": {**fig["layout"], "title": {"text": ""},
+                                 "margin": {**fig["layout"].get("margin", {}), "t": 8}}}
+        fig["layout"]["height"] = max(120, fig["layout"].get("height", 320) - 36)
         # the graph's box as tall as the figure: a shorter box let the plot draw over the next heading
         body.append(dcc.Graph(figure=fig, config={"displayModeBar": False, "responsive": True},
                               className="gs-heatmap", style={"height": f"{fig['layout'].get('height', 320)}px"}))

@@ -5,17 +5,12 @@ the room a person gives the graph (the timeline and the inspector folded away) k
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-import torch.nn.functional as F
+from demo_page import open_page, record_demo
 from page_geometry import clipped, overlapping, text_boxes
 from playwright.sync_api import Page
-
-import gradscape
-from gradscape.app.demo import make
 
 SIZES = [(1440, 900), (1280, 720)]
 LABEL_PX = 12  # the stylesheet's node label size at zoom 1 (app/ui/page.py)
@@ -27,31 +22,11 @@ IN_VIEW = """() => { const cy = window.cy, W = cy.width(), H = cy.height();
   return {nodes: ops.length, out: out, zoom: cy.zoom()}; }"""
 
 
-def _record_demo(store: Path, steps: int = 2) -> None:
-    torch.manual_seed(0)
-    net, batch = make("mlp")
-    tr = gradscape.Tracer(net, run="demo-mlp", sink=str(store))
-    for i in range(steps):
-        x, y = batch()  # type: ignore[operator]
-        with tr.step(i):
-            F.cross_entropy(net(x), y).backward()
-    tr.close()
-
-
-def _open(page: Page, url: str, inspector: bool = True) -> None:
-    page.goto(url)
-    page.wait_for_function("window.cy && window.cy.nodes().length > 0 && window.gradscape.graph.opened")
-    page.wait_for_function("(document.querySelector('#backward-player') || {innerText: ''}).innerText.includes(' of ')")
-    page.wait_for_function("document.querySelector('#timeline-graph .main-svg') !== null")
-    if inspector:
-        page.wait_for_function("(document.querySelector('#inspector')?.innerText || '').includes('(node n')")
-
-
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
 def test_the_demo_opens_whole_legible_and_nothing_overlaps(live_server: Any, page: Page, size: tuple[int, int]) -> None:
-    _record_demo(live_server.store_path)
+    record_demo(live_server.store_path)
     page.set_viewport_size({"width": size[0], "height": size[1]})
-    _open(page, live_server.url)
+    open_page(page, live_server.url)
     view = page.evaluate(IN_VIEW)
     assert view["nodes"] >= 16 and view["out"] == [], view  # the demo's 16 autograd nodes, every one in view
     assert view["zoom"] * LABEL_PX >= 9, view
@@ -62,9 +37,9 @@ def test_the_demo_opens_whole_legible_and_nothing_overlaps(live_server: Any, pag
 
 def test_the_room_given_to_the_graph_is_kept(live_server: Any, page: Page) -> None:
     """Folding the timeline and the inspector away gives the graph the room; the next visit keeps it."""
-    _record_demo(live_server.store_path)
+    record_demo(live_server.store_path)
     page.set_viewport_size({"width": 1440, "height": 900})  # tall enough for the timeline to start open
-    _open(page, live_server.url)
+    open_page(page, live_server.url)
     assert page.evaluate("document.getElementById('timeline').open")
     before = page.evaluate("(() => { const r = document.getElementById('graph').getBoundingClientRect();"
                            " return [r.width, r.height]; })()")
@@ -74,7 +49,7 @@ def test_the_room_given_to_the_graph_is_kept(live_server: Any, page: Page) -> No
     page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().height > {before[1] + 100}")
     folded = page.evaluate("(() => { const r = document.getElementById('graph').getBoundingClientRect();"
                            " return [r.width, r.height]; })()")
-    _open(page, live_server.url, inspector=False)  # the next visit (a reload) keeps the room
+    open_page(page, live_server.url, inspector=False)  # the next visit (a reload) keeps the room
     page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().width === {folded[0]}")
     page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().height === {folded[1]}")
     assert not page.evaluate("document.getElementById('timeline').open")
