@@ -4,8 +4,6 @@ shown; and nothing moves once the page is up (the connection status has its room
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +11,9 @@ from typing import Any
 
 import pytest
 import torch
+from history_stream import stored_steps, streaming_history
 from playwright.sync_api import Page
-from serving import TESTS, get_json
+from serving import get_json
 from zoo import build
 
 import gradscape
@@ -23,27 +22,15 @@ RUN = "os"
 
 
 def _steps(url: str) -> list[int]:
-    try:
-        return [s["step"] for s in get_json(f"{url}/api/runs/{RUN}/steps")["steps"]]
-    except Exception:  # the run is not there yet
-        return []
+    return stored_steps(url, RUN)
 
 
 @pytest.fixture
 def streaming(live_server: Any) -> Iterator[Any]:
     """A run streaming a traced step every 3 training steps, about 3 a second, for minutes."""
-    proc = subprocess.Popen([sys.executable, str(TESTS / "history_worker.py"), "--url", live_server.url, "--run", RUN,
-                             "--steps", "3000", "--every", "3", "--spike", "-1", "--pause", "0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        while len(_steps(live_server.url)) < 4:
-            assert time.monotonic() < deadline, "no steps arrived"
-            time.sleep(0.1)
+    with streaming_history(live_server.url, RUN, lambda: len(_steps(live_server.url)) >= 4,
+                           "--steps", "3000", "--every", "3", "--spike", "-1", "--pause", "0.1"):
         yield live_server
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
 
 
 def test_a_step_picked_while_following_stays_and_follow_live_goes_off(streaming: Any, page: Page) -> None:
