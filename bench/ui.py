@@ -49,6 +49,7 @@ sys.path.insert(0, str(HERE.parent))
 import dash  # noqa: E402
 import torch  # noqa: E402
 from dash import html  # noqa: E402
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 from workloads import build, lstm_loop, residual_stages  # noqa: E402
@@ -78,6 +79,7 @@ READY_PROBE = """
 })();
 """
 
+NO_ANSWER_MS = 60_000  # a first expand not drawn by then is reported as not answered ("a click that does nothing")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 
@@ -264,17 +266,26 @@ def first_expands(store: Path, which: str) -> list[float]:
         opening = pg.evaluate("window.cy.nodes().length")
         chosen = folded if which == "all" else folded[::max(1, len(folded) // max(1, int(which)))]
         settle(pg)  # a person's first click comes after the page has finished opening
+        stuck: list[str] = []  # clicks the page did not answer within NO_ANSWER_MS (it is left as it is then)
         for module in chosen:
-            out.append(expand_once(pg, module))
+            try:
+                out.append(expand_once(pg, module))
+            except PlaywrightTimeout:
+                stuck.append(module)
+                print(f"  first expand of {module}: no answer within {NO_ANSWER_MS / 1e3:.0f} s")
+                break
             print(f"  first expand of {module}: {out[-1]:.3f} s")
             fold_back(pg, module, opening)
         again = []  # the baseline, in the same run: the same clicks once the server has laid them out
-        for module in chosen[::max(1, len(chosen) // 10)]:
+        for module in ([] if stuck else chosen[::max(1, len(chosen) // 10)]):
             again.append(expand_once(pg, module))
             fold_back(pg, module, opening)
         browser.close()
     proc.terminate()
     proc.wait(30)
+    if stuck or not out:
+        print(f"first expand: {len(out)} answered, {stuck} not answered within {NO_ANSWER_MS / 1e3:.0f} s")
+        return out
     q = statistics.quantiles(out, n=20, method="inclusive") if len(out) > 1 else out * 19
     print(f"first expand, {len(out)} modules: p50 {statistics.median(out):.2f} s, p95 {q[18]:.2f} s, "
           f"max {max(out):.2f} s (page clock, click → module drawn); the same click once laid out: median "
@@ -354,7 +365,7 @@ def expand_once(pg: Any, module: str) -> float:
       window.cy.center(n); const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
       return {x: box.left + r.x, y: box.top + r.y}; }""", module)
     pg.mouse.click(at["x"], at["y"])
-    pg.wait_for_function("window.__gsExpand.t1 !== null && window.__gsExpand.t0 !== null")
+    pg.wait_for_function("window.__gsExpand.t1 !== null && window.__gsExpand.t0 !== null", timeout=NO_ANSWER_MS)
     t = pg.evaluate("window.__gsExpand")
     return float(t["t1"] - t["t0"]) / 1e3
 
