@@ -13,6 +13,7 @@ from typing import Any
 
 from gradscape.app import view
 from gradscape.app.server.state import DebugState
+from gradscape.app.step_flags import StepFlags
 from gradscape.tracer.collector import made_frozen
 from gradscape.tracer.store import RunInfo, TraceStore
 from gradscape.tracer.wire import TensorArrays, WireStep
@@ -55,8 +56,12 @@ class PageData:
     garbage collector's reach (`made_frozen`, NOTE [Kept frozen]); only where the process is the server's."""
 
     def __init__(self, store: TraceStore, debug: DebugState | None = None, size: int = 6,
-                 freeze: bool = False) -> None:
+                 freeze: bool = False, flags: StepFlags | None = None) -> None:
         self.store = store
+        # each step's trigger and problem count (the server's, shared with its JSON API), read through the
+        # graphs kept here when one is (the step the page opens on is read once, for both)
+        self.flags = flags or StepFlags(store)
+        self.flags.read = self._flag_read
         self.freeze = freeze
         self.debug = debug or DebugState()
         self.size = size
@@ -101,6 +106,12 @@ class PageData:
                 cache.popitem(last=False)
         pending.done(value)
         return value
+
+    def _flag_read(self, run: str, step: int, rank: int) -> WireStep:
+        key = (run, int(step), int(rank))
+        with self._lock:
+            kept = key in self._graphs or (id(self._graphs), key) in self._making
+        return self.graph(run, step, rank) if kept else self.store.read_indexed(run, step, rank)
 
     def runs(self) -> list[RunInfo]:
         """The runs, oldest update first (as the run select lists them)."""

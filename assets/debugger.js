@@ -40,7 +40,7 @@ window.dash_clientside = window.dash_clientside || {};
     return kept.concat([
       {selector: "node, " + MARK, style: {"opacity": 0.3}},
       {selector: ran.concat([MARK]).join(", "), style: {"opacity": 1, "border-color": "#2a9d2a", "border-width": 3}},
-      {selector: "node#" + E.node + current + ", " + MARK, style: {"opacity": 1, "border-color": "#d00000", "border-width": 6,
+      {selector: "node#" + E.node + current + ", " + MARK, style: {"opacity": 1, "border-color": "#1f4fd1", "border-style": "double", "border-width": 7,
                                                            "z-index": 20}},
     ]);
   };
@@ -125,6 +125,8 @@ window.dash_clientside = window.dash_clientside || {};
       }).catch(function () { /* offline: the next notification or reconnect reads the state again */ });
       return seq;
     },
+    // the threshold box only for the breakpoint it applies to ("a gradient norm above")
+    thresholdShown: function (kind) { return kind === "norm" ? {} : {display: "none"}; },
     write: function (setClicks, clearClicks, stepClicks, contClicks, kind, above, selected, run, step) {
       const trig = ((dash_clientside.callback_context.triggered || [])[0] || {}).prop_id || "";
       const set = window.dash_clientside.set_props;

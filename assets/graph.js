@@ -1,14 +1,15 @@
 /* gradscape graph view: the first viewport of a graph (labels legible), the full label on hover,
  * and the graph's "fit" and "zoom to selection" buttons (GS.graph, in the page's one namespace,
  * window.gradscape). dash-cytoscape's graph is window.cy.
- * Labels are 12 px in model units; LEGIBLE is the least zoom at which they are 10 px on screen. */
+ * Labels are 12 px in model units; LEGIBLE is the least zoom at which they are 9 px on screen. */
 (function () {
   const GS = window.gradscape, ID = GS.ids;  // the page's one namespace (its ids written into the page by the server)
-  const LEGIBLE = 10 / 12, MAX_OPEN = 1.5, PAD = 24;
+  const LEGIBLE = 9 / 12, MAX_OPEN = 1.5, PAD = 12;
   const G = GS.graph = GS.graph || {};
 
-  // A new graph: the whole of it when that keeps labels legible, else its width (never below
-  // legible), from the top (the loss end), centred on the root when wider than the panel.
+  // A new graph: the whole of it when that keeps labels legible, else as much of it as legible labels
+  // allow (never a zoom that fits its width only: a tall graph became a narrow column of unreadable
+  // labels), from the top (the loss end), centred on the root when wider than the panel.
   G.open = function (cy) {
     G.opened = true;
     const eles = cy.elements();
@@ -20,7 +21,7 @@
       cy.viewport({zoom: z, pan: {x: W / 2 - z * (bb.x1 + bb.w / 2), y: H / 2 - z * (bb.y1 + bb.h / 2)}});
       return;
     }
-    const z = Math.max(Math.min((W - 2 * PAD) / bb.w, MAX_OPEN), LEGIBLE);
+    const z = LEGIBLE;
     let cx = bb.x1 + bb.w / 2;
     if (bb.w * z > W - 2 * PAD) {
       const root = cy.nodes(".root");

@@ -5,6 +5,16 @@
 (function () {
   const GS = window.gradscape, ID = GS.ids;
   GS.live = {runSeq: 0, stepSeq: 0, stepsOf: null};  // the newest read's number; the run and rank it is for
+  // the lists' labels, worded as the server words them (app/step_flags.py `step_label`, `run_label`)
+  GS.live.stepLabel = function (s) {
+    const parts = ["step " + s.step];
+    if (s.trigger) parts.push(s.trigger);
+    if (s.problems) parts.push(s.problems + " problem" + (s.problems !== 1 ? "s" : ""));
+    return parts.join(" · ");
+  };
+  GS.live.runLabel = function (r) {
+    return r.run + " (" + r.steps + " steps" + (r.flagged ? " · " + r.flagged + " flagged)" : ")");
+  };
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     liveRuns: function (note, stepNote, current, shown) {
@@ -32,7 +42,7 @@
           const runs = body.runs.slice().sort(function (a, b) { return (a.updated > b.updated) - (a.updated < b.updated); });
           if (!runs.length) return;
           const names = runs.map(function (r) { return r.run; });
-          const options = runs.map(function (r) { return {label: r.run + " (" + r.steps + " steps)", value: r.run}; });
+          const options = runs.map(function (r) { return {label: GS.live.runLabel(r), value: r.run}; });
           if (newRun || names.indexOf(current) < 0) {
             window.dash_clientside.set_props(ID.RUN_SELECT, {
               options: options, value: names.indexOf(current) >= 0 ? current : names[names.length - 1]});
@@ -71,12 +81,14 @@
           const had = (shown || []).map(function (o) { return o.value; });
           // nothing new (the catch-up, or another rank's step) leaves the page where it is (a deep link may
           // have moved it)
-          if (steps.join(",") === had.join(",")) return;
+          const labels = body.steps.map(GS.live.stepLabel).join(",");
+          const hadLabels = (shown || []).map(function (o) { return o.label; }).join(",");
+          if (steps.join(",") === had.join(",") && labels === hadLabels) return;
           if (!steps.length) return;
           // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
           const box = document.querySelector("#" + ID.FOLLOW + " input");
           const following = !GS.link.pinned && (box ? box.checked : !!(follow && follow.length));
-          const props = {options: steps.map(function (s) { return {label: "step " + s, value: s}; })};
+          const props = {options: body.steps.map(function (s) { return {label: GS.live.stepLabel(s), value: s.step}; })};
           // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
           // the value is set only when following or when the step shown is gone
           if (following || steps.indexOf(current) < 0) props.value = steps[steps.length - 1];
@@ -84,6 +96,12 @@
         })
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
+    },
+    stepPicked: function (step, options, follow) {
+      // a step shown that is not the newest means the page is not following the live run (app/ui/runs.py)
+      const nu = window.dash_clientside.no_update;
+      if (step === null || step === undefined || !options || !options.length || !(follow && follow.length)) return nu;
+      return options[options.length - 1].value === step ? nu : [];
     },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them

@@ -8,12 +8,16 @@ is folded again (untimed), so every expand starts from the view the page opened 
 in the same run: a few of the same clicks again, once the server has laid them out (what this
 benchmark timed before: the server's cache, not a person's first click).
 
-    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5] [--expands all] [--loop 100000]
+    python bench/ui.py [--rounds 9] [--workload W4] [--big-rounds 5] [--expands all] [--loop 10000,100000]
 
-`--loop N` adds an LSTMCell loop step of about N autograd nodes (bench/pernode.py's), opened on a fresh
-server every round (a person's first open: the step decoded and laid out), and a first click on each
-of its folded modules: a module too big to draw (over `view.MAX_DRAWN` nodes) answers by staying
-folded with a line that says so, and that answer is what is timed.
+`--loop N[,M...]` adds an LSTMCell loop step of about N (and M...) autograd nodes (bench/pernode.py's),
+opened on a fresh server every round (a person's first open: the step decoded and laid out), and a
+first click on each of its folded modules: a module too big to draw (over `view.MAX_DRAWN` nodes)
+answers by staying folded with a line that says so, and that answer is what is timed.
+
+Every trace also gets a first click to heatmaps: on a fresh server, the page opened and settled, one
+click on a node other than the one shown, until the inspector has drawn that node's first heatmap (the
+page's clock, from the mouse press).
 
 "Interactive" is timed by the page's own clock: a script installed before any of the page's own
 (Playwright's `add_init_script`) checks the readiness condition on every DOM change and animation
@@ -45,6 +49,7 @@ sys.path.insert(0, str(HERE.parent))
 import dash  # noqa: E402
 import torch  # noqa: E402
 from dash import html  # noqa: E402
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 from workloads import build, lstm_loop, residual_stages  # noqa: E402
@@ -74,6 +79,7 @@ READY_PROBE = """
 })();
 """
 
+NO_ANSWER_MS = 60_000  # a first expand not drawn by then is reported as not answered ("a click that does nothing")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
 
@@ -146,8 +152,8 @@ def main() -> None:
     ap.add_argument("--workload", default="W4")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--big-rounds", type=int, default=5, help="rounds for the 10,000-node step (0: skip it)")
-    ap.add_argument("--loop", type=int, default=0, help="also an LSTMCell loop step of about this many nodes "
-                    "(100000: the scale goal), opened on a fresh server each round (0: skip it)")
+    ap.add_argument("--loop", default="", help="also LSTMCell loop steps of about these many nodes, comma "
+                    "separated (10000,100000: the scale goal), each opened on a fresh server each round")
     ap.add_argument("--expands", default="all", help="how many folded modules to expand (first expands): "
                     "'all' or a number, spread evenly over the page's folded modules")
     args = ap.parse_args()
@@ -166,16 +172,19 @@ def main() -> None:
     print(f"gradscape UI benchmark: torch {torch.__version__}, loadavg {os.getloadavg()}")
     print(f"{args.workload} {wl.name}, {nodes} autograd nodes")
     measure_open(store, empty_url, args.rounds)
+    first_heatmaps(store)
     first_expands(store, args.expands)
     if args.big_rounds > 0:
         big = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "big.sqlite"
         print(f"10k: 1,450 residual blocks in 50 stages, {record_big(big)} autograd nodes")
         measure_open(big, empty_url, args.big_rounds)
+        first_heatmaps(big)
         first_expands(big, args.expands)
-    if args.loop > 0:
+    for size in [int(n) for n in args.loop.split(",") if n.strip()]:
         loop = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "loop.sqlite"
-        print(f"LSTMCell loop: {record_loop(loop, args.loop)} autograd nodes")
+        print(f"LSTMCell loop: {record_loop(loop, size)} autograd nodes")
         measure_open(loop, empty_url, max(args.big_rounds, 3), fresh=True)
+        first_heatmaps(loop)
         first_expands(loop, "all")
 
 
@@ -233,6 +242,16 @@ def wait_ready(pg: Any, name: str) -> None:
                              "document.querySelector('#backward-player').innerText.includes(' of ')")
 
 
+def open_page(browser: Any, url: str) -> Any:
+    """A new page on `url`, open and interactive (its resource timings kept: `settle` counts them)."""
+    pg = browser.new_page(viewport={"width": 1500, "height": 950})
+    pg.set_default_timeout(120_000)
+    pg.goto(url)
+    pg.evaluate("performance.setResourceTimingBufferSize(1000000)")  # settle() counts requests
+    wait_ready(pg, "page")
+    return pg
+
+
 def first_expands(store: Path, which: str) -> list[float]:
     """Click each folded module of the opening view once, on a server that has never laid it out
     (a fresh `gradscape serve` per trace, as a person starts it); fold it back (untimed) between clicks.
@@ -241,33 +260,92 @@ def first_expands(store: Path, which: str) -> list[float]:
     out: list[float] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1500, "height": 950})
-        pg.set_default_timeout(120_000)
-        pg.goto(url)
-        pg.evaluate("performance.setResourceTimingBufferSize(1000000)")  # settle() counts requests
-        wait_ready(pg, "page")
+        pg = open_page(browser, url)
         pg.wait_for_function("window.gradscape.graph && window.gradscape.graph.opened")
         folded = pg.evaluate("window.cy.nodes().filter(n => n.id().startsWith('m:')).map(n => n.id())")
         opening = pg.evaluate("window.cy.nodes().length")
         chosen = folded if which == "all" else folded[::max(1, len(folded) // max(1, int(which)))]
         settle(pg)  # a person's first click comes after the page has finished opening
+        stuck: list[str] = []  # clicks the page did not answer within NO_ANSWER_MS (it is left as it is then)
         for module in chosen:
-            out.append(expand_once(pg, module))
+            try:
+                out.append(expand_once(pg, module))
+            except PlaywrightTimeout:
+                stuck.append(module)
+                print(f"  first expand of {module}: no answer within {NO_ANSWER_MS / 1e3:.0f} s")
+                break
             print(f"  first expand of {module}: {out[-1]:.3f} s")
             fold_back(pg, module, opening)
         again = []  # the baseline, in the same run: the same clicks once the server has laid them out
-        for module in chosen[::max(1, len(chosen) // 10)]:
+        for module in ([] if stuck else chosen[::max(1, len(chosen) // 10)]):
             again.append(expand_once(pg, module))
             fold_back(pg, module, opening)
         browser.close()
     proc.terminate()
     proc.wait(30)
+    if stuck or not out:
+        print(f"first expand: {len(out)} answered, {stuck} not answered within {NO_ANSWER_MS / 1e3:.0f} s")
+        return out
     q = statistics.quantiles(out, n=20, method="inclusive") if len(out) > 1 else out * 19
     print(f"first expand, {len(out)} modules: p50 {statistics.median(out):.2f} s, p95 {q[18]:.2f} s, "
           f"max {max(out):.2f} s (page clock, click → module drawn); the same click once laid out: median "
           f"{statistics.median(again):.2f} s over {len(again)}, ratio of medians "
           f"{statistics.median(out) / statistics.median(again):.2f}x")
     return out
+
+
+HEATMAP_PROBE = """
+(node) => {
+  // the page's own clock: from the mouse press on the node to the first frame after the inspector shows
+  // that node with a heatmap drawn
+  window.__gsHeat = {t0: null, t1: null};
+  document.addEventListener('mousedown', () => { window.__gsHeat.t0 = performance.now(); },
+                            {capture: true, once: true});
+  const frame = () => {
+    const ins = document.getElementById('inspector');
+    if (ins && ins.innerText.includes('(node ' + node + ',') && ins.querySelector('.gs-slot .main-svg')) {
+      requestAnimationFrame(() => { window.__gsHeat.t1 = performance.now(); });
+      return;
+    }
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+}
+"""
+
+
+def first_heatmaps(store: Path) -> float:
+    """A person's first click on a node (not the one the page opened on) on a fresh server, until the
+    inspector has drawn its heatmaps (page clock). Prints and returns the seconds."""
+    url, proc = serve_process(store)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
+        pg = open_page(browser, url)
+        pg.wait_for_function("(document.getElementById('inspector')?.innerText || '').includes('(node n')")
+        settle(pg)
+        node = pg.evaluate("""() => { const shown = document.getElementById('inspector').innerText;
+          const ops = window.cy.nodes().filter(n => /^n[0-9]+$/.test(n.id())
+            && !shown.includes('(node ' + n.id() + ','));
+          return ops.length ? ops[0].id() : null; }""")
+        if node is None:
+            browser.close()
+            proc.terminate()
+            proc.wait(30)
+            print("first click to heatmaps: no other node drawn")
+            return float("nan")
+        pg.evaluate(HEATMAP_PROBE, node)
+        at = pg.evaluate("""(id) => { const n = window.cy.getElementById(id); window.cy.center(n);
+          const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
+          return {x: box.left + r.x, y: box.top + r.y}; }""", node)
+        pg.mouse.click(at["x"], at["y"])
+        pg.wait_for_function("window.__gsHeat.t1 !== null && window.__gsHeat.t0 !== null")
+        t = pg.evaluate("window.__gsHeat")
+        browser.close()
+    proc.terminate()
+    proc.wait(30)
+    took = float(t["t1"] - t["t0"]) / 1e3
+    print(f"first click to heatmaps ({node}): {took:.2f} s (page clock, click → heatmap drawn)")
+    return took
 
 
 def settle(pg: Any) -> None:
@@ -287,7 +365,7 @@ def expand_once(pg: Any, module: str) -> float:
       window.cy.center(n); const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
       return {x: box.left + r.x, y: box.top + r.y}; }""", module)
     pg.mouse.click(at["x"], at["y"])
-    pg.wait_for_function("window.__gsExpand.t1 !== null && window.__gsExpand.t0 !== null")
+    pg.wait_for_function("window.__gsExpand.t1 !== null && window.__gsExpand.t0 !== null", timeout=NO_ANSWER_MS)
     t = pg.evaluate("window.__gsExpand")
     return float(t["t1"] - t["t0"]) / 1e3
 

@@ -1,6 +1,7 @@
 """A training loop with the monitor on, streaming into a gradscape server (the history tests and the
 timeline's browser test run it as a subprocess). One batch at step `--spike` is scaled ×100, so a
-trigger fires there. Prints one JSON line at the end: the Tracer's history rows and sink counts."""
+trigger fires there; at step `--nan` (if given) the loss is the log of a negative value, a NaN, and the
+optimizer does not step. Prints one JSON line at the end: the Tracer's history rows and sink counts."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--spike", type=int, default=30)
+    ap.add_argument("--nan", type=int, default=-1)
     ap.add_argument("--pause", type=float, default=0.0)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -33,9 +35,12 @@ def main() -> None:
         if i == args.spike:
             x, y = x * 100, y * 100
         with tr.step(i):
-            (model(x) - y).pow(2).mean().backward()
+            out = model(x)
+            loss = torch.log(-out.abs() - 1).mean() if i == args.nan else (out - y).pow(2).mean()
+            loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            if i != args.nan:
+                opt.step()
             opt.zero_grad()
         print(f"step {i}", flush=True)
         time.sleep(args.pause)

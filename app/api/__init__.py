@@ -19,7 +19,7 @@ from gradscape.app.server.state import ServerState
 def register_api(server: Flask, socketio: SocketIO, state: ServerState) -> None:
     """Every `/api/` route on one server, and the error handling they share."""
     register_errors(server)
-    register_runs(server, state.store)
+    register_runs(server, state.store, state.flags)
     register_history(server, state.store)
     register_debugger(server, socketio, state)
 

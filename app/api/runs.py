@@ -16,6 +16,7 @@ from flask import Flask, Response, jsonify, request
 
 from gradscape.app.api.errors import NotFound, check_index, check_run, error
 from gradscape.app.api.forms import graph_json, node_json, node_tensor_indices
+from gradscape.app.step_flags import StepFlags
 from gradscape.tracer.store import StoreError, TraceStore
 from gradscape.tracer.wire import TraceFormatError, WireStep
 
@@ -29,12 +30,13 @@ def _read_graph(store: TraceStore, run: str, step: int, rank: int = 0, *, one_no
         raise NotFound(f"no step {step} in run {run!r}" + (f" (rank {rank})" if rank else "")) from None
 
 
-def register_runs(server: Flask, store: TraceStore) -> None:
-    """The read routes."""
+def register_runs(server: Flask, store: TraceStore, flags: StepFlags) -> None:
+    """The read routes. A run has `flagged` (its steps traced by a trigger or with problems, rank 0); a step
+    has its `trigger` and its count of `problems` (`StepFlags`)."""
 
     @server.get("/api/runs")
     def api_runs() -> Response:
-        return jsonify({"runs": store.runs()})
+        return jsonify({"runs": [{**r, "flagged": flags.flagged(r["run"])} for r in store.runs()]})
 
     def rank_arg(run: str) -> int:
         """`?rank=` (default 0): BadParameter when malformed, NotFound when the run lacks that rank."""
@@ -54,7 +56,8 @@ def register_runs(server: Flask, store: TraceStore) -> None:
         steps = store.steps(run, rank)
         if not steps and run not in {r["run"] for r in store.runs()}:
             raise NotFound(f"no run {run!r}")
-        return jsonify({"run": run, "rank": rank, "ranks": store.ranks(run), "steps": steps})
+        steps_out = [{**s, **flags.step_json(run, rank, s["step"])} for s in steps]
+        return jsonify({"run": run, "rank": rank, "ranks": store.ranks(run), "steps": steps_out})
 
     @server.get("/api/runs/<run>/steps/<step>")
     def api_step(run: str, step: str) -> Response:

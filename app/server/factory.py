@@ -164,7 +164,7 @@ def create_app(store: str | TraceStore = "gradscape.sqlite", config: ServerConfi
         from gradscape.app.data import PageData
         from gradscape.app.ui import page
 
-        data = PageData(store, state.debug, freeze=config.freeze_graphs)
+        data = PageData(store, state.debug, freeze=config.freeze_graphs, flags=state.flags)
         ui.register(app, data, config.token)
         app.warm = lambda: page.warm(data)
         app.layout_key = lambda: tuple((r["run"], r["updated"], r["steps"], r["last_step"]) for r in store.runs())

@@ -11,6 +11,7 @@ from typing import Any
 
 from gradscape.app.server.notifier import Notifier
 from gradscape.app.server.security import ServerConfig
+from gradscape.app.step_flags import StepFlags
 from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.store import TraceStore
@@ -148,6 +149,10 @@ class ServerState:
     known_runs: set[str] = field(default_factory=set)
     owns_store: bool = False  # create_app opened it, so close() closes it
     closed: bool = False
+    flags: StepFlags = field(init=False)  # each stored step's trigger and problem count, read once
+
+    def __post_init__(self) -> None:
+        self.flags = StepFlags(self.store)
 
     def has_run(self, run: str) -> bool:
         """A run with a stored step or a tracer connected (on either namespace)."""

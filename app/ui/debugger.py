@@ -45,7 +45,7 @@ def panel() -> Any:
             html.Span("break on", className="gs-bp-label"),
             dcc.Dropdown(id=ids.BP_KIND, options=KINDS, value="node-name", clearable=False, className="gs-bp-kind"),
             dcc.Input(id=ids.BP_ABOVE, type="number", value=1000, debounce=False, className="gs-bp-above",
-                      placeholder="norm"),
+                      placeholder="norm", style={"display": "none"}),  # shown for a norm breakpoint only
             html.Button("break", id=ids.BP_SET, className="gs-btn", n_clicks=0),
             html.Button("clear", id=ids.BP_CLEAR, className="gs-btn", n_clicks=0),
         ]),
@@ -109,6 +109,8 @@ def register(app: Dash, data: PageData) -> None:
                             Input(ids.SOCKET, "data-paused"), Input(ids.SOCKET, "data-breakpoints"),
                             Input(ids.RUN_SELECT, "value"), State(ids.GRAPH, "stylesheet"),
                             prevent_initial_call=True)
+    app.clientside_callback(ClientsideFunction(fn, "thresholdShown"), Output(ids.BP_ABOVE, "style"),
+                            Input(ids.BP_KIND, "value"))
     app.clientside_callback(ClientsideFunction(fn, "write"), Output(ids.BP_SENT, "data"),
                             Input(ids.BP_SET, "n_clicks"), Input(ids.BP_CLEAR, "n_clicks"),
                             Input(ids.BP_STEP, "n_clicks"), Input(ids.BP_CONTINUE, "n_clicks"),

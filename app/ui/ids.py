@@ -26,6 +26,7 @@ SPEED = "player-speed"
 TICKER = "player-ticker"
 PLAYER_INFO = "player-info"
 FOLLOW = "follow-live"
+NEXT_PROBLEM = "next-problem"
 SAMPLE = "sample-select"
 TABS = "inspector-tabs"
 FLOW = "flow-chart"
@@ -35,6 +36,7 @@ LIVE_STEPS = "live-steps"
 LIVE_RUNS = "live-runs"
 GRAPH_FIT = "graph-fit"
 GRAPH_ZOOM_SELECTION = "graph-zoom-selection"
+INSPECTOR_TOGGLE = "inspector-toggle"  # folds the inspector's column away (assets/room.js)
 
 # breakpoints (app/ui/debugger.py); `bp-step` and `bp-continue` are public: tests and bookmarks rely on them
 BP_STEP = "bp-step"

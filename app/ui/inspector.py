@@ -86,9 +86,17 @@ def slot_view(slot: dict[str, Any], kind: str, index: int, call: int | None = No
     if slot.get("note"):
         body.append(html.Div(slot["note"], className="gs-slot-note"))
     if fig is not None:
+        # titled once: the slot's own title line above says what the figure's title would
+        fig = {**fig, "layout": {**fig["layout"], "title": {"text": ""},
+                                 "margin": {**fig["layout"].get("margin", {}), "t": 8}}}
+        fig["layout"]["height"] = max(120, fig["layout"].get("height", 320) - 36)
         # the graph's box as tall as the figure: a shorter box let the plot draw over the next heading
         body.append(dcc.Graph(figure=fig, config={"displayModeBar": False, "responsive": True},
                               className="gs-heatmap", style={"height": f"{fig['layout'].get('height', 320)}px"}))
+    if slot.get("key"):  # NaN/Inf cells: colours outside the map's scale, named
+        body.append(html.Div(["cells outside the scale: "] + [
+            html.Span([html.Span(className="gs-swatch", style={"background": k["colour"]}), k["name"]],
+                      className="gs-key-item") for k in slot["key"]], className="gs-nan-key"))
     body.append(_stats_table(slot.get("stats") or []))
     key = {"type": id_type, "kind": kind, "index": index, **({"call": call} if call is not None else {})}
     return html.Div(body, className="gs-slot", id=key)

@@ -44,6 +44,8 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node.notrun", "style": {"border-style": "dotted", "opacity": 0.6}},
     {"selector": ".pending", "style": {"opacity": 0.25}},
     {"selector": "node.executed", "style": {"opacity": 1}},
+    # a NaN/Inf node at full strength wherever the player is (as the export, which has no player, draws it)
+    {"selector": "node.nan", "style": {"opacity": 1}},
     {"selector": "node.current", "style": {"border-color": "#ff8c00", "border-width": 5, "opacity": 1,
                                            "z-index": 10}},
     {"selector": "edge.incoming", "style": {"line-color": "#ff8c00", "target-arrow-color": "#ff8c00",
@@ -83,7 +85,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         _header(st),
-        timeline.panel(),  # the run's history over every step (app/ui/timeline.py)
+        _band(),
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=_graph_area(st)),
             html.Div(className="gs-right", children=[
@@ -97,8 +99,17 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
     ])
 
 
+def _band() -> Any:
+    """The timeline (the run's history over every step, app/ui/timeline.py), with the connection status at
+    the right of its title line: placed over it, so a status that grows as the tracer's counts come in
+    moves nothing on the page (in the header it wrapped the header a line down a second after load)."""
+    return html.Div(className="gs-band", children=[
+        timeline.panel(), html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…")])
+
+
 def _header(st: dict[str, Any]) -> Any:
-    """Run, step, "follow live", colour, find, connection."""
+    """Run, step, "next problem", "follow live", colour, find. (The connection status is on the timeline's
+    line, where its counts can grow without moving anything: `_band`.)"""
     return html.Div(className="gs-header", children=[
         html.Div("gradscape", className="gs-title"),
         html.Label(["run", dcc.Dropdown(id=ids.RUN_SELECT, clearable=False, placeholder="no runs yet",
@@ -107,15 +118,16 @@ def _header(st: dict[str, Any]) -> Any:
         html.Label(["step", dcc.Dropdown(id=ids.STEP_SELECT, clearable=False, placeholder="—",
                                          options=st.get("step_options", []), value=st.get("step"))],
                    className="gs-field gs-step"),
+        html.Button("next problem", id=ids.NEXT_PROBLEM, className="gs-btn gs-next-problem", n_clicks=0,
+                    title="the next step a trigger traced or with problems, opened on its root-cause node"),
         dcc.Checklist(id=ids.FOLLOW, options=[{"label": " follow live", "value": "follow"}], value=["follow"],
                       className="gs-follow"),
         html.Label(["colour", dcc.Dropdown(id=ids.COLOR_BY, clearable=False, value="norm", options=[
             {"label": "‖grad‖ (log)", "value": "norm"}, {"label": "max |grad|", "value": "maxabs"},
             {"label": "fraction of zeros", "value": "zeros"}])], className="gs-field gs-color"),
-        html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module or parameter…",
+        html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module…",
                                          searchable=True, options=st.get("search", []))],
                    className="gs-field gs-search"),
-        html.Div(id=ids.CONNECTION, className="gs-connection", children="connecting…"),
     ])
 
 
@@ -129,7 +141,9 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
     return [html.Div(className="gs-graph-wrap", children=[drawn, html.Div(className="gs-graph-tools", children=[
                 html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
                 html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
-                            title="zoom to the selected node (or the player's current one)")])]),
+                            title="zoom to the selected node (or the player's current one)"),
+                # its words and what it does: assets/room.js (which remembers the choice)
+                html.Button("hide inspector", id=ids.INSPECTOR_TOGGLE, className="gs-btn")])]),
             # the legend's fixed part outside the callbacks' output: plotly's encoder takes a second pass
             # over any answer whose text holds "NaN" (docs/web-stack.md)
             html.Div(className="gs-legend", children=[
@@ -171,7 +185,15 @@ def _inspector(st: dict[str, Any]) -> list[Any]:
 
 def opening(data: PageData) -> tuple[Any, str | None, list[int], int, Any, int | None]:
     """What the page opens with: the run options and the newest run, its ranks and the rank shown, the step
-    options and the newest step."""
+    options and the newest step. The newest step's graph is read first: the lists' labels (`StepFlags`)
+    then read its trigger and problems from it, not from a second read of the step."""
+    newest = data.runs()
+    if newest:
+        name = newest[-1]["run"]
+        first = compare.rank_field(data.ranks(name))[1]
+        steps = data.steps(name, first)
+        if steps:
+            data.graph(name, steps[-1], first)
     run_options, run = runs.run_choices(data, None, None)
     ranks = data.ranks(run) if run else []
     rank = compare.rank_field(ranks)[1]

@@ -9,14 +9,17 @@ A deep link (`deepLink` in assets/links.js) and another run or rank chosen are a
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import dash
-from dash import ClientsideFunction, Input, Output, State, ctx
+from dash import ClientsideFunction, Input, Output, State, ctx, no_update
 
 from gradscape.app.data import PageData
+from gradscape.app.step_flags import next_flagged, root_cause, run_label, step_label
 from gradscape.app.ui import ids
 from gradscape.app.ui.address import link_rank
+from gradscape.tracer.store import StoreError
 
 
 def register(app: dash.Dash, data: PageData) -> None:
@@ -64,6 +67,22 @@ def register(app: dash.Dash, data: PageData) -> None:
                             State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"),
                             State(ids.RANK_SELECT, "options"), prevent_initial_call=True)
 
+    # a step other than the newest shown (picked in the list, or by anything else) while following the live
+    # run: following stops, visibly, so the next step streamed does not take the step away (`stepPicked`)
+    app.clientside_callback(ClientsideFunction("gradscape", "stepPicked"),
+                            Output(ids.FOLLOW, "value", allow_duplicate=True), Input(ids.STEP_SELECT, "value"),
+                            State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"), prevent_initial_call=True)
+
+    # "next problem": the next step traced by a trigger or with problems, opened on its root-cause node, as a
+    # deep link would open it; the page stops following the live run there (visibly)
+    @app.callback(Output(ids.DEEP_LINK, "data", allow_duplicate=True),
+                  Output(ids.FOLLOW, "value", allow_duplicate=True), Input(ids.NEXT_PROBLEM, "n_clicks"),
+                  State(ids.RUN_SELECT, "value"), State(ids.RANK_SELECT, "value"),
+                  State(ids.STEP_SELECT, "value"), prevent_initial_call=True)
+    def go_next_problem(_clicks: int | None, run: str | None, rank: int | None, step: int | None) -> tuple[Any, Any]:
+        link = next_problem(data, run, int(rank or 0), step)
+        return (link, []) if link else (no_update, no_update)
+
     # "live" (with the tracer's counts) / "offline" / "connecting…", in the browser: tracer status
     # notifications arrive up to ten times a second
     app.clientside_callback(ClientsideFunction("gradscape", "connection"), Output(ids.CONNECTION, "children"),
@@ -71,11 +90,28 @@ def register(app: dash.Dash, data: PageData) -> None:
                             Input(ids.SOCKET, "data-tracer"))
 
 
+def next_problem(data: PageData, run: str | None, rank: int, step: int | None) -> dict[str, Any] | None:
+    """Where "next problem" goes: the first flagged step after `step` (round to the first), with its root-cause
+    node, as a deep link (`{run, rank, step, node, at}`); None when no step of the run is flagged."""
+    if not run:
+        return None
+    target = next_flagged(data.flags.of(run, rank), step)
+    if target is None:
+        return None
+    try:
+        node = root_cause(data.graph(run, target, rank))
+    except StoreError:
+        return None
+    return {"run": run, "rank": rank, "step": target, **({"node": node} if node is not None else {}),
+            "at": time.time()}  # a new link each time: the same step picked again selects its node again
+
+
 def run_choices(data: PageData, link: dict[str, Any] | None, current: str | None) -> tuple[Any, Any]:
     """The runs as options, and the one to show: a deep link's, else the current one, else the newest."""
     runs = data.runs()
     names = [r["run"] for r in runs]
-    options = [{"label": f"{r['run']} ({r['steps']} steps)", "value": r["run"]} for r in runs]
+    options = [{"label": run_label(r["run"], r["steps"], data.flags.flagged(r["run"])), "value": r["run"]}
+               for r in runs]
     if link and link.get("run") in names:
         return options, link["run"]
     if current in names:
@@ -91,7 +127,8 @@ def step_choices(data: PageData, run: str | None, link: dict[str, Any] | None, c
     if not run:
         return [], None
     steps = data.steps(run, rank)
-    options = [{"label": f"step {s}", "value": s} for s in steps]
+    flags = data.flags.of(run, rank, steps)
+    options = [{"label": step_label(s, flags[s]), "value": s} for s in steps]
     if not steps:
         return options, None
     if link and link.get("run") == run and link_rank(link) == rank and link.get("step") in steps and \

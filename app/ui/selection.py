@@ -105,6 +105,13 @@ def selection(data: PageData, trigger: Any, run: str | None, step: int | None, r
     kept = False
     if node is None and trigger in (ids.STEP_SELECT, ids.RANK_SELECT) and selected and selected.get("run") == run:
         node, kept = selected.get("node"), True  # same node, new step or rank (ids are stable for the same model)
+    if trigger in (ids.DEEP_LINK, ids.STEP_SELECT, ids.RANK_SELECT) and selected and \
+            (node is None or not 0 <= node < len(wire["nodes"])) and \
+            (selected.get("run") != run or not 0 <= (selected.get("node") or 0) < len(wire["nodes"])):
+        # the node shown is of another run (or not in this step): the player's node of the step shown
+        # instead (where a new graph opens: fully run), never a node this run or step does not have
+        order = data.order(run, step, rank)["nodes"]
+        node, kept = (order[-1] if order else None), False
     if node is None or not 0 <= node < len(wire["nodes"]):
         return no_update, ({"run": run, "collapsed": new_folded} if new_folded is not None else no_update), \
             no_update

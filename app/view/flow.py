@@ -100,7 +100,7 @@ def _log_axis(title: str, values: list[float | None]) -> dict[str, Any]:
 
 
 # the flow chart's rows: one per layer, tall enough that no two layer names touch (labels are 11 px)
-ROW_PX, FLOW_MARGIN_PX, MIN_FLOW_PX = 20, 150, 320
+ROW_PX, FLOW_MARGIN_PX, MIN_FLOW_PX = 20, 178, 320
 
 
 def short_names(names: list[str]) -> list[str]:
@@ -136,13 +136,14 @@ def gradient_flow(wire: Wire) -> dict[str, Any]:
     ]
     layout = {"title": {"text": f"Gradient flow, step {wire.get('step')}"
                         "<br><sup>forward order, input at the top; RMS shown: the mean |g| is not recorded</sup>",
-                        "font": {"size": 14}},
+                        "font": {"size": 14}, "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 6}},
               "barmode": "overlay", "height": flow_height(len(rows)),
               "yaxis": {"title": {"text": "layer"}, "type": "category", "autorange": "reversed",
                         "automargin": True, "tickfont": {"size": 11}, "dtick": 1},
               "xaxis": {**_log_axis(Y_TITLE, maxes + rmses), "side": "top"},
               "legend": {"orientation": "h", "y": 0, "yanchor": "top", "x": 0},
-              "margin": {"l": 60, "r": 10, "t": 96, "b": 40}}
+              # room above the plot for the title and subtitle (at the top) and the top axis's title under them
+              "margin": {"l": 60, "r": 10, "t": 124, "b": 40}}
     return {"data": data, "layout": layout}
 
 

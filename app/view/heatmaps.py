@@ -26,6 +26,7 @@ from gradscape.tracer.wire import TensorArrays, WireArray, WireNode, WireTensor,
 
 DIVERGING = "RdBu_r"  # blue < 0 < red, white at 0
 NONFINITE_COLORS = {1: "#000000", 2: "#ff00ff", 3: "#00c000"}  # NaN, +Inf, -Inf cells drawn over the map
+NONFINITE_NAMES = {1: "NaN", 2: "+Inf", 3: "−Inf"}
 ARRIVING = "Arriving: grad_outputs (∂L/∂ outputs)"
 SENT = "Sent on: grad_inputs (∂L/∂ inputs)"
 
@@ -60,6 +61,8 @@ def heatmap_figure(z: np.ndarray, title: str, padding: np.ndarray | None = None,
             main[key] = w[key]
     if w.get("text") is not None:
         main["hovertemplate"] = "%{text}<extra></extra>"
+    if not (finite & ~pad).any():
+        main["showscale"] = False  # nothing finite to scale: the key under the map names the colours
     data: list[dict[str, Any]] = [main]
     bad = ~finite & ~pad
     if bad.any():
@@ -78,6 +81,15 @@ def heatmap_figure(z: np.ndarray, title: str, padding: np.ndarray | None = None,
               "xaxis": {"title": {"text": w.get("x_title", "col")}, **axis},
               "height": figure_height(z)}
     return {"data": data, "layout": layout}
+
+
+def nonfinite_key(z: np.ndarray, padding: np.ndarray | None = None) -> list[dict[str, str]]:
+    """The key of the non-finite cells a map shows (`{"name", "colour"}` for each of NaN, +Inf, −Inf there),
+    drawn under it: their colours are outside the map's scale."""
+    z = np.asarray(z, dtype=np.float64)
+    shown = np.ones(z.shape, dtype=bool) if padding is None else ~padding
+    present = {1: np.isnan(z) & shown, 2: np.isposinf(z) & shown, 3: np.isneginf(z) & shown}
+    return [{"name": NONFINITE_NAMES[k], "colour": NONFINITE_COLORS[k]} for k, m in present.items() if m.any()]
 
 
 def _to_lists(a: np.ndarray) -> list[list[float | None]]:
@@ -104,6 +116,10 @@ def stats_rows(t: WireTensor | None) -> list[dict[str, Any]]:
         else:
             value = stat(t, name)
             text = str(int(value)) if name in ("nan", "inf") and value is not None else fmt_num(value)
+            if name in ("norm", "mean", "std") and (stat(t, "nan") or 0) > 0:
+                value, text = math.nan, "nan"  # over values with a NaN among them (not the finite ones' norm)
+            elif name == "norm" and (stat(t, "inf") or 0) > 0:
+                value, text = math.inf, "inf"
         out.append({"stat": name, "value": value, "text": text})
     return out
 
@@ -167,6 +183,7 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
     where = positions(shape, z, pad, exact=exact, sample=shown)
     slot["figure"] = heatmap_figure(z, f"{slot['title']}<br><sup>{slot['view']} · {slot['source']}</sup>", pad,
                                     where)
+    slot["key"] = nonfinite_key(z, pad)
     return slot
 
 

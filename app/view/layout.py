@@ -91,7 +91,7 @@ __all__ = ["box_bounds", "box_overlaps", "count_crossings", "default_collapse", 
 
 
 def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: int = 6, dx: float = 110.0,
-                 dy: float = 70.0, module_gap: float = 0.5, max_visible: int = 300,
+                 dy: float = 48.0, module_gap: float = 0.5, max_visible: int = 300,
                  max_drawn: int | None = None) -> dict[str, Any]:
     """Positions of every drawn element, as JSON-ready data for `elements.cytoscape_elements`.
 

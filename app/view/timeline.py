@@ -40,33 +40,76 @@ def timeline_figure(rows: list[dict[str, Any]], run: str | None) -> dict[str, An
         traces.append({"type": "scatter", "mode": "lines", "name": "AMP scale", "x": steps, "yaxis": "y3",
                        "y": [_pos(r.get("scale")) for r in rows], "line": {"color": "#2ca02c", "dash": "dot"},
                        "hovertemplate": "step %{x}<br>scale %{y:g}<extra></extra>"})
-    marks = [r for r in rows if r.get("traced")]
+    marks = [r for r in rows if r.get("traced") and _marker_y(r) is not None]
     if marks:
-        traces.append({"type": "scatter", "mode": "markers+text", "name": "traced", "x": [r["step"] for r in marks],
-                       "y": [_marker_y(r) for r in marks], "customdata": [[r["step"], r.get("trigger") or ""]
-                                                                          for r in marks],
-                       "text": [r.get("trigger") or "" for r in marks], "textposition": "top center",
-                       "textfont": {"color": TRIGGER_COLOUR, "size": 11},
+        traces.append({"type": "scatter", "mode": "markers", "name": "traced", "x": [r["step"] for r in marks],
+                       "y": [_marker_y(r) for r in marks], "text": [r.get("trigger") or "" for r in marks],
+                       "customdata": [_why(r) for r in marks], "cliponaxis": False,
                        "marker": {"size": [11 if r.get("trigger") else 8 for r in marks], "line": {"width": 1},
                                   "color": [TRIGGER_COLOUR if r.get("trigger") else TRACED_COLOUR for r in marks]},
                        "hovertemplate": "step %{x} (traced%{customdata[1]}): click to open<extra></extra>"})
-        for t in traces[-1:]:
-            t["customdata"] = [[r["step"], f": {r['trigger']}" if r.get("trigger") else ""] for r in marks]
+    lost = [r for r in rows if r.get("traced") and _marker_y(r) is None]  # a NaN/Inf (or no) loss
+    if lost:
+        traces.append({"type": "scatter", "mode": "markers", "name": "NaN/Inf loss", "x": [r["step"] for r in lost],
+                       "y": [1.0] * len(lost), "yaxis": "y4", "customdata": [_why(r) for r in lost],
+                       "text": [r.get("trigger") or "" for r in lost], "cliponaxis": False,
+                       "marker": {"size": 12, "symbol": "triangle-down", "color": TRIGGER_COLOUR,
+                                  "line": {"width": 1, "color": "#000"}},
+                       "hovertemplate": "step %{x}: the loss is NaN/Inf (traced%{customdata[1]}): click to open"
+                                        "<extra></extra>"})
     skipped = [r for r in rows if r.get("skipped")]
     if skipped:
         traces.append({"type": "scatter", "mode": "markers", "name": "AMP skipped", "x": [r["step"] for r in skipped],
                        "y": [_marker_y(r) for r in skipped], "marker": {"symbol": "x", "color": "#9467bd"},
                        "hovertemplate": "step %{x}: GradScaler skipped it<extra></extra>"})
-    layout = {"uirevision": run or "", "margin": {"l": 48, "r": 90, "t": 8, "b": 28}, "height": 170,
-              "showlegend": True, "legend": {"orientation": "h", "y": 1.15, "x": 0},
+    labels = trigger_labels([r for r in rows if r.get("traced") and r.get("trigger")],
+                            (max(steps) - min(steps)) if steps else 1)
+    rows_used = 1 + max(((a["yshift"] - LABEL_LIFT) // LABEL_ROW for a in labels), default=-1)
+    # log axes' ticks as plain numbers (plotly's default labels a short decade's minor ticks with single
+    # digits beside full numbers: "4, 5, 8, 0.01225453, 2")
+    ticks = {"tickformat": ".2~g", "nticks": 4}
+    top = 6 + (LABEL_LIFT + LABEL_ROW * rows_used if labels else 0)
+    layout = {"uirevision": run or "", "margin": {"l": 48, "r": 90, "t": top, "b": 24},
+              "height": 130, "showlegend": True,
+              "legend": {"orientation": "h", "y": -0.22, "x": 0, "yanchor": "top", "font": {"size": 11}},
               "xaxis": {"title": {"text": ""}, "domain": [0, 0.9]},
-              "yaxis": {"type": "log", "title": {"text": "loss"}},
+              "yaxis": {"type": "log", "title": {"text": "loss"}, **ticks},
               "yaxis2": {"type": "log", "overlaying": "y", "side": "right", "title": {"text": "‖grad‖"},
-                         "showgrid": False},
+                         "showgrid": False, **ticks},
               "yaxis3": {"type": "log", "overlaying": "y", "side": "right", "position": 0.97, "anchor": "free",
-                         "showgrid": False, "title": {"text": "scale"}},
-              "clickmode": "event", "hovermode": "closest"}
+                         "showgrid": False, "title": {"text": "scale"}, **ticks},
+              # the top edge, where a step whose loss cannot be drawn (NaN/Inf) is marked
+              "yaxis4": {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+              "annotations": labels, "clickmode": "event", "hovermode": "closest"}
     return {"data": traces, "layout": layout}
+
+
+LABEL_ROW = 14  # px: one row of trigger labels above the plot
+LABEL_LIFT = 6  # px between the plot's top edge and the first row (a mark on the edge reaches into it)
+LABEL_ROWS = 2  # rows of labels; a label with no room in them is left out (its mark's hover still names it)
+PLOT_PX = 800  # the plot's width the labels are spaced for (less than the narrowest page gives it)
+
+
+def trigger_labels(rows: list[dict[str, Any]], span: float) -> list[dict[str, Any]]:
+    """A label above the plot for each triggered step (its trigger's name), in rows so no two overlap;
+    `span`: the steps the x axis shows."""
+    span = max(1.0, float(span)) * 1.1
+    ends: list[float] = [-math.inf] * LABEL_ROWS  # where each row's last label ends, in steps
+    out = []
+    for r in rows:
+        half = (7 * len(str(r["trigger"])) + 10) / 2 / PLOT_PX * span
+        row = next((k for k in range(LABEL_ROWS) if r["step"] - half > ends[k]), None)
+        if row is None:
+            continue
+        ends[row] = r["step"] + half
+        out.append({"x": r["step"], "xref": "x", "y": 1, "yref": "paper", "yanchor": "bottom",
+                    "yshift": LABEL_LIFT + LABEL_ROW * row, "text": str(r["trigger"]), "showarrow": False,
+                    "font": {"color": TRIGGER_COLOUR, "size": 11}})
+    return out
+
+
+def _why(r: dict[str, Any]) -> list[Any]:
+    return [r["step"], f": {r['trigger']}" if r.get("trigger") else ""]
 
 
 def _marker_y(r: dict[str, Any]) -> float | None:

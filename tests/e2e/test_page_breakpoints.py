@@ -71,8 +71,10 @@ def test_break_step_continue_from_the_page(live_server: Any, page: Page, worker_
     assert page.locator("#bp-nodes tr").count() == k
     assert page.locator("#bp-nodes tr.gs-bp-current").get_attribute("data-node") == str(fc2["id"])
     assert "‖·‖" in page.inner_text("#bp-nodes tr.gs-bp-current")
-    current = page.evaluate(f"window.cy.getElementById('n{fc2['id']}').style('border-color')")
-    assert current == "rgb(208,0,0)"
+    # marked as paused, in a style of its own: not a red border, which means NaN/Inf (node.nan, app/ui/page.py)
+    current = page.evaluate(f"(() => {{ const n = window.cy.getElementById('n{fc2['id']}');"
+                            f" return [n.style('border-color'), n.style('border-style')]; }})()")
+    assert current == ["rgb(31,79,209)", "double"], current
 
     # another site's page (here: the other loopback name, a different origin) cannot resume or clear it
     other = page.context.new_page()

@@ -4,15 +4,12 @@ arrive without undoing the person's zoom, and a click on a traced step opens it.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from history_stream import history_rows, streaming_history
 from playwright.sync_api import Page
-from serving import TESTS, get_json
 
 RUN = "tl"
 SPIKE = 25
@@ -22,27 +19,11 @@ POINTS = ("() => { const gd = document.querySelector('#timeline-graph .js-plotly
           " return gd && gd.data && gd.data.length ? gd.data[0].x.length : 0; }")
 
 
-def _rows(url: str) -> list[dict[str, Any]]:
-    try:
-        return list(get_json(f"{url}/api/runs/{RUN}/history")["steps"])
-    except Exception:  # the run is not there yet
-        return []
-
-
 @pytest.fixture
 def streaming(live_server: Any) -> Iterator[Any]:
-    proc = subprocess.Popen([sys.executable, str(TESTS / "history_worker.py"), "--url", live_server.url, "--run", RUN,
-                             "--steps", "3000", "--every", "1000", "--spike", str(SPIKE), "--pause", "0.02"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        while len(_rows(live_server.url)) <= SPIKE + 5:
-            assert time.monotonic() < deadline, "the history did not arrive"
-            time.sleep(0.1)
+    with streaming_history(live_server.url, RUN, lambda: len(history_rows(live_server.url, RUN)) > SPIKE + 5,
+                           "--steps", "3000", "--every", "1000", "--spike", str(SPIKE), "--pause", "0.02"):
         yield live_server
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
 
 
 def test_timeline_grows_keeps_the_zoom_and_opens_a_triggered_step(streaming: Any, page: Page) -> None:

@@ -1,0 +1,57 @@
+"""The page's layout as a person first sees it, at 1440×900 and 1280×720, in real Chromium against a real server
+holding the demo's MLP (app/demo.py, its first steps): every node of the graph in view with labels at least
+9 px high, no two pieces of text overlapping, none cut off by its box, and the graph's top edge still; and
+the room a person gives the graph (the timeline and the inspector folded away) kept on the next visit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from demo_page import open_page, record_demo
+from page_geometry import clipped, overlapping, text_boxes
+from playwright.sync_api import Page
+
+SIZES = [(1440, 900), (1280, 720)]
+LABEL_PX = 12  # the stylesheet's node label size at zoom 1 (app/ui/page.py)
+
+IN_VIEW = """() => { const cy = window.cy, W = cy.width(), H = cy.height();
+  const ops = cy.nodes().filter(n => !n.isParent());
+  const out = ops.filter(n => { const b = n.renderedBoundingBox({includeLabels: true});
+    return b.x1 < 0 || b.y1 < 0 || b.x2 > W || b.y2 > H; }).map(n => n.id());
+  return {nodes: ops.length, out: out, zoom: cy.zoom()}; }"""
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_the_demo_opens_whole_legible_and_nothing_overlaps(live_server: Any, page: Page, size: tuple[int, int]) -> None:
+    record_demo(live_server.store_path)
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    open_page(page, live_server.url)
+    view = page.evaluate(IN_VIEW)
+    assert view["nodes"] >= 16 and view["out"] == [], view  # the demo's 16 autograd nodes, every one in view
+    assert view["zoom"] * LABEL_PX >= 9, view
+    boxes = text_boxes(page)
+    assert overlapping(boxes) == []
+    assert clipped(boxes) == []
+
+
+def test_the_room_given_to_the_graph_is_kept(live_server: Any, page: Page) -> None:
+    """Folding the timeline and the inspector away gives the graph the room; the next visit keeps it."""
+    record_demo(live_server.store_path)
+    page.set_viewport_size({"width": 1440, "height": 900})  # tall enough for the timeline to start open
+    open_page(page, live_server.url)
+    assert page.evaluate("document.getElementById('timeline').open")
+    before = page.evaluate("(() => { const r = document.getElementById('graph').getBoundingClientRect();"
+                           " return [r.width, r.height]; })()")
+    page.click("#timeline > summary")
+    page.click("#inspector-toggle")
+    page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().width > {before[0] + 300}")
+    page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().height > {before[1] + 100}")
+    folded = page.evaluate("(() => { const r = document.getElementById('graph').getBoundingClientRect();"
+                           " return [r.width, r.height]; })()")
+    open_page(page, live_server.url, inspector=False)  # the next visit (a reload) keeps the room
+    page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().width === {folded[0]}")
+    page.wait_for_function(f"document.getElementById('graph').getBoundingClientRect().height === {folded[1]}")
+    assert not page.evaluate("document.getElementById('timeline').open")
+    page.click("#inspector-toggle")  # and it comes back
+    page.wait_for_function("document.querySelector('.gs-right').getBoundingClientRect().width > 300")

@@ -1,0 +1,105 @@
+"""One state on the page, in real Chromium against a real server: a step picked while a run streams stays
+picked and "follow live" goes off where the person sees it; a node shown is always of the run and step
+shown; and nothing moves once the page is up (the connection status has its room from the first paint)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from history_stream import stored_steps, streaming_history
+from playwright.sync_api import Page
+from serving import get_json
+from zoo import build
+
+import gradscape
+
+RUN = "os"
+
+
+def _steps(url: str) -> list[int]:
+    return stored_steps(url, RUN)
+
+
+@pytest.fixture
+def streaming(live_server: Any) -> Iterator[Any]:
+    """A run streaming a traced step every 3 training steps, about 3 a second, for minutes."""
+    with streaming_history(live_server.url, RUN, lambda: len(_steps(live_server.url)) >= 4,
+                           "--steps", "3000", "--every", "3", "--spike", "-1", "--pause", "0.1"):
+        yield live_server
+
+
+def test_a_step_picked_while_following_stays_and_follow_live_goes_off(streaming: Any, page: Page) -> None:
+    page.goto(streaming.url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    assert page.is_checked("#follow-live input")
+    page.click("#step-select")  # the person opens the step list and picks step 3
+    page.get_by_role("option", name="step 3", exact=True).click()
+    page.wait_for_function("document.querySelector('#step-select').innerText.trim() === 'step 3'")
+    page.wait_for_function("!document.querySelector('#follow-live input').checked", timeout=5_000)
+    have = len(_steps(streaming.url))
+    deadline = time.monotonic() + 30
+    while len(_steps(streaming.url)) < have + 3:  # newer steps arrive, and are announced to the page
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    page.wait_for_function(f"document.querySelector('#run-select').innerText.includes('{have + 3} steps')")
+    assert page.inner_text("#step-select").strip() == "step 3"
+    assert not page.is_checked("#follow-live input")
+    # ticked again, it follows: the newest step is shown once the next one arrives
+    page.click("#follow-live input")
+    newest = _steps(streaming.url)[-1]
+    page.wait_for_function(f"parseInt(document.querySelector('#step-select').innerText.slice(5)) > {newest}")
+
+
+def _record(store: Path, name: str | None, run: str) -> None:
+    """One step of a zoo model, or (`name` None) of a three-node sum of squares."""
+    case = build(name) if name else None
+    tr = gradscape.Tracer(case.model if case else None, run=run, sink=str(store))
+    with tr.step(0):
+        if case:
+            case.loss(case.model, case.batch).backward()
+        else:
+            x = torch.tensor([1.0, 2.0], requires_grad=True)
+            (x * x).sum().backward()
+    tr.close()
+
+
+def test_a_node_shown_belongs_to_the_run_shown(live_server: Any, page: Page) -> None:
+    """The newest run (the page's first) is the bigger one; a link to the other run must not keep its node."""
+    _record(live_server.store_path, None, "small")
+    _record(live_server.store_path, "mlp", "big")
+    small = get_json(f"{live_server.url}/api/runs/small/steps/0")
+    big = get_json(f"{live_server.url}/api/runs/big/steps/0")
+    assert big["order"][-1] >= len(small["nodes"])  # big's first node shown is not a node of small
+    page.goto(live_server.url + "/?run=small")
+    page.wait_for_function("(document.querySelector('#run-select')?.innerText || '').includes('small')")
+    page.wait_for_function(f"(document.querySelector('#backward-player')?.innerText || '')"
+                           f".includes(' of {len(small['order'])}: ')")
+    last = small["order"][-1]
+    page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{last},')")
+    assert small["nodes"][last]["name"] in page.inner_text("#inspector")
+    assert f"(n{last})" in page.inner_text("#backward-player")
+
+
+# the graph's top edge, sampled from the first script the page runs (times in ms since navigation)
+WATCH_TOP = """window.__tops = []; (function sample() {
+  const g = document.getElementById('graph');
+  if (g) window.__tops.push([performance.now(), g.getBoundingClientRect().top]);
+  if (performance.now() < 7000) setTimeout(sample, 50); })();"""
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (1280, 720)])
+def test_nothing_moves_after_load(streaming: Any, page: Page, size: tuple[int, int]) -> None:
+    """While a tracer streams (the connection status grows to its counts), the graph's top edge stays put
+    between 1 s and 6 s after load: a first click aimed at a node lands on it."""
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.add_init_script(WATCH_TOP)
+    page.goto(streaming.url)
+    page.wait_for_function("performance.now() > 6500 && window.__tops.length > 0", polling=200, timeout=60_000)
+    page.wait_for_function("(document.querySelector('#connection-status')?.innerText || '').includes('sent')")
+    tops = [t for ms, t in page.evaluate("window.__tops") if 1000 <= ms <= 6000]
+    assert tops and max(tops) - min(tops) <= 0.5, sorted(set(tops))
