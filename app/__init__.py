@@ -3,6 +3,7 @@ endpoint the tracer streams to, the JSON API, and the `gradscape` command.
 
     view/     pure functions from a step's wire form to what the page draws (no Dash)
     data.py   `PageData`: the stored steps the page's callbacks read, decoded once and cached
+    step_flags.py  which stored steps a trigger traced or hold problems (the step and run lists' marks)
     export/   the offline page of one step (one HTML file) and the notebook's inline display
     server/   the Flask and Socket.IO server: its state, security and namespaces, and `create_app`
     api/      the JSON API (runs, steps, nodes, tensors, history, the debugger)

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("sinks", [T + "sinks"]),
     ("tracer", [T + "tracing", T + "compare_step", T + "environment"]),
     ("view", [A + "view"]),
-    ("page data", [A + "data", A + "export"]),
+    ("page data", [A + "data", A + "step_flags", A + "export"]),
     ("server", [A + "server", A + "api", A + "ui"]),
     ("commands", [A + "notebook", A + "demo", A + "cli"]),
     ("public API", ["gradscape", "gradscape.__main__", "gradscape.integrations"]),

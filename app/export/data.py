@@ -157,7 +157,7 @@ def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
                 idx = s["tensor"]
                 if idx is not None and str(idx) not in heatmaps and idx in arrays:
                     thumb = arrays[idx]["thumb"]
-                    # NOTE [Export budgets]
+                    # see NOTE [Export budgets] above
                     if thumb is not None and len(cells) + math.prod(thumb["shape"]) > CELL_BUDGET:
                         heatmaps[str(idx)] = {"note": LEFT_OUT}
                         continue

@@ -7,6 +7,7 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     capture.py   what a block sees: losses, norms before/after clipping, GradScaler, optimizer steps
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row
+    sampling.py  the gradient norms taken every k-th step, k from their measured cost (NOTE [Sampled norms])
     triggers.py  the triggers, their rules, thresholds and caps
     problems.py  the monitor's problems (spikes, skipped AMP steps)
     monitor.py   one Tracer's monitor and the context of each step

@@ -33,8 +33,8 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.monitor.installed import Installed
-from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.monitor.sampling import NormClock
+from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
