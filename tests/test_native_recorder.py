@@ -267,9 +267,9 @@ def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypa
     seen: list[dict[str, tuple[float, bool]]] = []
     layer_norms = problems.layer_norms
 
-    def spy(st: Any, module_params: Any, history: Any, unmade: Any = None) -> Any:
+    def spy(st: Any, module_params: Any, history: Any, unmade: Any = None, *rest: Any) -> Any:
         seen.append(dict(unmade or {}))
-        return layer_norms(st, module_params, history, unmade)
+        return layer_norms(st, module_params, history, unmade, *rest)
 
     monkeypatch.setattr(problems, "layer_norms", spy)
     torch.manual_seed(0)

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from gradscape.tracer import _compat
+from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.compare import TrainingState
 from gradscape.tracer.record.compiled import EagerRegions
 from gradscape.tracer.record.global_hooks import compiling
@@ -247,7 +248,11 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
         try:
             new = [o for o in _tensors(model(*snap.args, **snap.kwargs)) if o.requires_grad]
             pairs = [(o, g) for o, g in zip(new, seeds) if g is not None]
-            torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            # handed to the recorder itself, not through the mode: torch 2.9's `autograd.backward` reaches no
+            # torch-function mode, and the monitor's wrapper of it is the one running this replay
+            with _compat.DisableTorchFunction():
+                rec._on_backward("autograd.backward", patched_calls.original_of(torch.autograd.backward),
+                                 ([o for o, _ in pairs], [g for _, g in pairs]), {})
         finally:
             regions.stop()
             rec.forward.stop()  # the step's own backward is training's: not recorded
