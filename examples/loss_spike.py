@@ -38,7 +38,7 @@ def main() -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     norms: list[dict[str, float]] = []  # each parameter's gradient norm, read from p.grad, step by step
     traced: list[gradscape.StepTrace] = []
-    with gradscape.Tracer(model, every=1000) as tr:
+    with gradscape.Tracer(model, every=1000, norms_every=1) as tr:  # norms on every step, not sampled
         for i, (x, y) in enumerate(batches(), start=1):  # from 1: step 0 would be scheduled
             with tr.step(i):
                 loss = (model(x) - y).pow(2).mean()

@@ -29,7 +29,8 @@ from gradscape.tracer.summary import kernel as _native
 sys.path.insert(0, str(Path(__file__).parent))
 from serving import ROOT, free_port, wait_http  # noqa: E402
 
-_SKIP_COPY = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.pyd",
+_SKIP_COPY = shutil.ignore_patterns(".git", ".venv", ".venv-torch-*", ".cache", "site", "build", "dist", "*.egg-info",
+                                    "__pycache__", "*.so", "*.pyd",
                                     ".pytest_cache", ".ruff_cache", ".mypy_cache", "runs", "*.sqlite*")
 
 

@@ -20,7 +20,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORKS = ("lightning", "pytorch_lightning", "transformers", "accelerate")
-_SKIP_COPY = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", "*.pyd",
+_SKIP_COPY = shutil.ignore_patterns(".git", ".venv", ".venv-torch-*", ".cache", "site", "build", "dist", "*.egg-info",
+                                    "__pycache__", "*.so", "*.pyd",
                                     ".pytest_cache", ".ruff_cache", ".mypy_cache", "runs", "*.sqlite*")
 
 
