@@ -101,10 +101,7 @@
       // a step shown that is not the newest means the page is not following the live run (app/ui/runs.py)
       const nu = window.dash_clientside.no_update;
       if (step === null || step === undefined || !options || !options.length || !(follow && follow.length)) return nu;
-      // a step the list does not hold yet is a newer one whose list is on its way: still following
-      const newest = options[options.length - 1].value;
-      if (!options.some(function (o) { return o.value === step; }) || step >= newest) return nu;
-      return [];
+      return options[options.length - 1].value === step ? nu : [];
     },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them
