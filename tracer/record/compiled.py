@@ -75,6 +75,8 @@ def compiled_meta(nodes: Any, regions: EagerRegions | None) -> str | None:
     """`st.meta["compiled"]` of a step (NOTE [Compiled regions on a traced step]), or None to leave it out."""
     if regions is not None and regions.entered:
         return "eager"
-    if _compat.dynamo_loaded() and any(n.kind == "compiled" for n in nodes):
-        return "opaque"
-    return None
+    if not _compat.dynamo_loaded():
+        return None
+    tables = getattr(nodes, "tables", None)  # a natively recorded step: its kind column, no NodeTrace made
+    kinds = tables.kinds if tables is not None else (n.kind for n in nodes)
+    return "opaque" if "compiled" in kinds else None
