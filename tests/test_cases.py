@@ -308,13 +308,18 @@ def test_trace_one_call() -> None:
     assert set(st.params) == {n for n, _ in case.model.named_parameters()}
 
 
-def test_a_compiled_module_keeps_its_graphs_across_traced_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compiled_module_keeps_its_graphs_across_traced_steps() -> None:
     import torch._functorch.config as functorch_config
-    from torch._dynamo.testing import CompileCounterWithBackend
 
     # the reference below retains the graph, which a compiled backward with donated buffers refuses (torch 2.9
-    # donates them here once an earlier test has compiled; the traced step itself retains nothing)
-    monkeypatch.setattr(functorch_config, "donated_buffer", False, raising=False)
+    # donates them here once an earlier test has compiled; the traced step itself retains nothing). torch's own
+    # `config.patch` restores the setting: a monkeypatch deleted it on undo, hiding it from every later compile
+    with functorch_config.patch(donated_buffer=False):
+        _compiled_module_keeps_its_graphs()
+
+
+def _compiled_module_keeps_its_graphs() -> None:
+    from torch._dynamo.testing import CompileCounterWithBackend
 
     torch.manual_seed(0)
     counter = CompileCounterWithBackend("aot_eager")
