@@ -25,7 +25,7 @@ T, A = "gradscape.tracer.", "gradscape.app."
 # Lowest first. Names without a prefix are gradscape/'s own.
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", [T + "_compat", T + "collector", "gradscape.tracer", "gradscape.app"]),
-    ("model", [T + "_model", T + "report"]),
+    ("model", [T + "_model", T + "report", T + "frames"]),
     ("forms", [T + "wire", T + "protocol"]),
     ("summaries", [T + "summary"]),
     ("recording", [T + "record", T + "debug"]),

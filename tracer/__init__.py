@@ -20,6 +20,7 @@ and at the top:
     compare_step.py   `Tracer.compare_compiled`: a step run compiled, then eager and traced
     _model.py         the data model (`StepTrace` and its parts)
     report.py         a text account of a step (`StepTrace.summary()`, `gradscape show`)
+    frames.py         a step as Apache Arrow tables (`st.nodes_table()`, `gradients_table()`, `params_table()`)
     store.py          the SQLite trace file (`TraceStore`, `load`), with its rooms: store_tables.py (the
                       tables and their migration), step_doc.py (a step's document and index row),
                       index_store.py (the step index), history_store.py (the run's history) and

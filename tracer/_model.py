@@ -291,6 +291,24 @@ class StepTrace:
 
         return format_step(self)
 
+    def nodes_table(self) -> Any:
+        """The step's nodes as a `pyarrow.Table`, a row each (NOTE [Step tables for analysis] in frames.py)."""
+        from gradscape.tracer.frames import nodes_table
+
+        return nodes_table(self)
+
+    def gradients_table(self) -> Any:
+        """Every gradient slot of every node's runs as a `pyarrow.Table` (NOTE [Step tables for analysis])."""
+        from gradscape.tracer.frames import gradients_table
+
+        return gradients_table(self, STAT_NAMES)
+
+    def params_table(self) -> Any:
+        """The parameters' gradients as a `pyarrow.Table` (NOTE [Step tables for analysis])."""
+        from gradscape.tracer.frames import params_table
+
+        return params_table(self, STAT_NAMES)
+
     def __repr__(self) -> str:
         rank = "" if self.rank is None else f", rank={self.rank}"
         return (f"StepTrace(run={self.run!r}, step={self.step}{rank}, nodes={len(self.nodes)}, "
