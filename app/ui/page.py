@@ -88,6 +88,10 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         _band(),
         html.Div(className="gs-main", children=[
             html.Div(className="gs-left", children=_graph_area(st)),
+            html.Div(id=ids.SPLIT, className="gs-split", role="separator", tabIndex="0",
+                     title="drag (or ← →) to share the width between the graph and the inspector; "
+                           "double-click: as it was", **{"aria-orientation": "vertical",
+                                                         "aria-label": "graph and inspector split"}),
             html.Div(className="gs-right", children=[
                 problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
                 dcc.Store(id=ids.PROBLEM_PICK),  # the problem line last clicked (outside the panel, which re-renders)

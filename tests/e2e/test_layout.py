@@ -55,3 +55,56 @@ def test_the_room_given_to_the_graph_is_kept(live_server: Any, page: Page) -> No
     assert not page.evaluate("document.getElementById('timeline').open")
     page.click("#inspector-toggle")  # and it comes back
     page.wait_for_function("document.querySelector('.gs-right').getBoundingClientRect().width > 300")
+
+
+WIDTHS = """(() => { const w = s => document.querySelector(s).getBoundingClientRect().width;
+  return {right: w('.gs-right'), graph: w('#graph'), cy: window.cy.width()}; })()"""
+
+
+def test_the_split_between_graph_and_inspector_drags_and_is_kept(live_server: Any, page: Page) -> None:
+    """Dragging the split gives the inspector (or the graph) the width the person chose; cytoscape draws
+    into the graph's new width; the next visit keeps it; the keyboard moves it; a double-click undoes it."""
+    record_demo(live_server.store_path)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    open_page(page, live_server.url)
+    before = page.evaluate(WIDTHS)
+    box = page.locator("#split").bounding_box()
+    assert box is not None and box["width"] >= 4
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x - 150, y, steps=5)
+    page.mouse.move(x - 200, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function(f"window.cy.width() < {before['cy'] - 150}")  # the graph's canvas follows
+    dragged = page.evaluate(WIDTHS)
+    assert abs(dragged["right"] - (before["right"] + 200)) <= 3, (before, dragged)
+    assert abs(dragged["graph"] - (before["graph"] - 200)) <= 3, (before, dragged)
+
+    open_page(page, live_server.url)  # the next visit keeps the width
+    page.wait_for_function(f"Math.abs(document.querySelector('.gs-right').getBoundingClientRect().width"
+                           f" - {dragged['right']}) <= 1")
+    page.focus("#split")
+    page.keyboard.press("ArrowRight")  # the inspector gives 40 px back
+    page.wait_for_function(f"Math.abs(document.querySelector('.gs-right').getBoundingClientRect().width"
+                           f" - {dragged['right'] - 40}) <= 1")
+    page.dblclick("#split")  # as the stylesheet shares the columns
+    page.wait_for_function(f"Math.abs(document.querySelector('.gs-right').getBoundingClientRect().width"
+                           f" - {before['right']}) <= 1")
+
+
+def test_the_split_keeps_the_graph_a_minimum(live_server: Any, page: Page) -> None:
+    """Dragged to the window's left edge, the split stops where the graph keeps 320 px."""
+    record_demo(live_server.store_path)
+    page.set_viewport_size({"width": 1280, "height": 720})
+    open_page(page, live_server.url)
+    box = page.locator("#split").bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + 2, y)
+    page.mouse.down()
+    page.mouse.move(5, y, steps=8)
+    page.mouse.up()
+    page.wait_for_function("document.documentElement.classList.contains('gs-split-set')")
+    got = page.evaluate(WIDTHS)
+    assert 319 <= got["graph"] <= 321, got
