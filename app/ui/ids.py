@@ -37,6 +37,7 @@ LIVE_RUNS = "live-runs"
 GRAPH_FIT = "graph-fit"
 GRAPH_ZOOM_SELECTION = "graph-zoom-selection"
 INSPECTOR_TOGGLE = "inspector-toggle"  # folds the inspector's column away (assets/room.js)
+MINIMAP = "minimap"  # the overview of a graph bigger than its panel (assets/minimap.js)
 SPLIT = "split"  # the draggable split between the graph and the inspector (assets/room.js)
 
 # breakpoints (app/ui/debugger.py); `bp-step` and `bp-continue` are public: tests and bookmarks rely on them

@@ -147,7 +147,10 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
                 html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
                             title="zoom to the selected node (or the player's current one)"),
                 # its words and what it does: assets/room.js (which remembers the choice)
-                html.Button("hide inspector", id=ids.INSPECTOR_TOGGLE, className="gs-btn")])]),
+                html.Button("hide inspector", id=ids.INSPECTOR_TOGGLE, className="gs-btn")]),
+                # the overview of a graph bigger than its panel: drawn and driven by assets/minimap.js
+                html.Canvas(id=ids.MINIMAP, className="gs-minimap", width=180, height=120,
+                            title="the whole graph: the box is what the panel shows; click or drag to go there")]),
             # the legend's fixed part outside the callbacks' output: plotly's encoder takes a second pass
             # over any answer whose text holds "NaN" (docs/web-stack.md)
             html.Div(className="gs-legend", children=[

@@ -108,3 +108,34 @@ def test_the_split_keeps_the_graph_a_minimum(live_server: Any, page: Page) -> No
     page.wait_for_function("document.documentElement.classList.contains('gs-split-set')")
     got = page.evaluate(WIDTHS)
     assert 319 <= got["graph"] <= 321, got
+
+
+MINIMAP = "document.getElementById('minimap').classList.contains('gs-shown')"
+
+
+def test_the_minimap_shows_a_graph_bigger_than_its_panel_and_takes_the_view_there(
+        live_server: Any, page: Page) -> None:
+    """The demo fits its panel: no minimap. Zoomed in, part of it is out of the panel: the minimap shows,
+    and a click at its top-left corner moves the view to the graph's top-left."""
+    record_demo(live_server.store_path)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    open_page(page, live_server.url)
+    assert page.evaluate(MINIMAP) is False
+    page.evaluate("(() => { const cy = window.cy; cy.zoom({level: 3, renderedPosition: "
+                  "{x: cy.width() / 2, y: cy.height() / 2}}); })()")
+    page.wait_for_function(MINIMAP)
+    box = page.locator("#minimap").bounding_box()
+    assert box is not None and box["width"] >= 100
+    # a click where the minimap draws the graph's top-left corner centres the view there
+    corner = page.evaluate("(() => { const bb = window.cy.elements().boundingBox();"
+                           " return {x: bb.x1, y: bb.y1, at: window.gradscape.minimap.place(bb.x1, bb.y1)}; })()")
+    assert 0 <= corner["at"]["x"] <= box["width"] and 0 <= corner["at"]["y"] <= box["height"], corner
+    page.mouse.click(box["x"] + corner["at"]["x"], box["y"] + corner["at"]["y"])
+    centre = ("(() => { const ex = window.cy.extent(); return [(ex.x1 + ex.x2) / 2, (ex.y1 + ex.y2) / 2]; })()")
+    # within two of the minimap's pixels (a click lands on a whole pixel), in the graph's units
+    bb = page.evaluate("(() => { const b = window.cy.elements().boundingBox(); return [b.w, b.h]; })()")
+    tol = 2 * max(bb[0] / (box["width"] - 8), bb[1] / (box["height"] - 8))  # 2 px at the minimap's scale
+    page.wait_for_function(f"(() => {{ const c = {centre}; return Math.abs(c[0] - {corner['x']}) <= {tol} &&"
+                           f" Math.abs(c[1] - {corner['y']}) <= {tol}; }})()")
+    page.click("#graph-fit")  # the whole graph in view again: the minimap goes
+    page.wait_for_function(f"!({MINIMAP})")
