@@ -56,6 +56,9 @@ STYLESHEET: list[dict[str, Any]] = [
 ]
 
 
+_SPLIT_ARIA: dict[str, Any] = {"aria-orientation": "vertical", "aria-label": "graph and inspector split"}
+
+
 def layout_function(data: PageData, token: str | None) -> Callable[[], Any]:
     """The page as Dash's layout function. Dash calls it twice for a person's first visit: on the server's
     first request of any kind (the page's address), only to check the layout's ids; and for
@@ -90,8 +93,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
             html.Div(className="gs-left", children=_graph_area(st)),
             html.Div(id=ids.SPLIT, className="gs-split", role="separator", tabIndex="0",
                      title="drag (or ← →) to share the width between the graph and the inspector; "
-                           "double-click: as it was", **{"aria-orientation": "vertical",
-                                                         "aria-label": "graph and inspector split"}),
+                           "double-click: as it was", **_SPLIT_ARIA),
             html.Div(className="gs-right", children=[
                 problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
                 dcc.Store(id=ids.PROBLEM_PICK),  # the problem line last clicked (outside the panel, which re-renders)

@@ -1,0 +1,123 @@
+"""What gradscape costs on whole training steps (bench/loops.py: several backward calls, two optimizers,
+a hand-written update, sparse matmul, transformers models, gradient accumulation), as ratios to the same
+step run plain in the same process.
+
+    python bench/loop_costs.py                         # every loop, 9 rounds
+    python bench/loop_costs.py --loops gan,gpt_micro8 --rounds 15
+
+Modes, interleaved (each round runs each mode once, rotating which goes first, after two warm-up steps of
+each; a step of a mode's own Tracer each time):
+
+    plain     the step as the program runs it
+    monitor   inside `with tr.step(i)` of a Tracer that never traces (every=10**9): the every-step monitor
+    traced    inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary"): every step traced
+
+It prints per loop the plain step's median, the monitor's and the traced step's median ratio (and their
+range), the traced step's cost in ms above the plain one, its nodes and backward calls, and whether its
+forward was carried (NOTE [Carried forwards] in tracer/record/carry.py). The gpt_micro rows are the
+micro-step curve: one step of k micro-batches, k = 1, 2, 8, 40.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+for p in (str(BENCH_DIR), str(BENCH_DIR.parent)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import torch  # noqa: E402
+from loops import LOOPS, Loop  # noqa: E402
+
+import gradscape  # noqa: E402
+
+MODES = ("plain", "monitor", "traced")
+
+
+class Timed:
+    """One loop's three modes, each with its own Tracer, timed step by step."""
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+        self.tracers = {"monitor": gradscape.Tracer(loop.model, run=f"{loop.name}-monitor", every=10 ** 9),
+                        "traced": gradscape.Tracer(loop.model, run=f"{loop.name}-traced", every=1,
+                                                   tensors="summary")}
+        self.i = {m: 0 for m in MODES}
+        self.times: dict[str, list[float]] = {m: [] for m in MODES}
+        self.last: gradscape.StepTrace | None = None
+        self.carried = False  # the last traced step's forward ran without the hooks and the mode
+
+
+    def run(self, mode: str) -> float:
+        self.i[mode] += 1
+        carry = getattr(self.tracers["traced"], "_carry", None)  # private: what the next traced step will do
+        ready = bool(carry is not None and carry.ready)
+        t0 = time.perf_counter()
+        if mode == "plain":
+            self.loop.step()
+        else:
+            with self.tracers[mode].step(self.i[mode]) as st:
+                self.loop.step()
+            if mode == "traced":
+                self.last = st
+                notes = st.meta.get("notes", []) if st is not None else []
+                self.carried = ready and not any("NOTE [Carried forwards]" in n for n in notes)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        for tr in self.tracers.values():
+            tr.close()
+
+
+def measure(name: str, rounds: int) -> str:
+    timed = Timed(LOOPS[name]())
+    try:
+        for mode in MODES:  # warm-up: the first traced steps record their forward, then it is carried
+            for _ in range(3 if mode == "traced" else 2):
+                timed.run(mode)
+        ratios: dict[str, list[float]] = {"monitor": [], "traced": []}
+        for r in range(rounds):
+            order = MODES[r % 3:] + MODES[:r % 3]
+            got = {m: timed.run(m) for m in order}
+            for m in ratios:
+                ratios[m].append(got[m] / got["plain"])
+            for m in MODES:
+                timed.times[m].append(got[m])
+        st = timed.last
+        plain = statistics.median(timed.times["plain"])
+        extra = statistics.median(timed.times["traced"]) - plain
+        carried = "yes" if timed.carried else "no"
+        nodes = len(st.nodes) if st is not None else 0
+        passes = len(st.passes) if st is not None else 0
+
+        def cell(m: str) -> str:
+            v = ratios[m]
+            return f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
+        return (f"{name:16s} {plain * 1e3:9.2f} {cell('monitor'):>20s} {cell('traced'):>20s} {extra * 1e3:9.2f} "
+                f"{nodes:7d} {passes:7d} {carried:>8s}")
+    finally:
+        timed.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--loops", default=",".join(LOOPS))
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")  # transformers' notes on its configs
+    torch.set_num_threads(1)  # one thread: the ratios are not each run's share of a busy machine's cores
+    print(f"torch {torch.__version__}, one thread, {args.rounds} interleaved rounds; ratios: median (range)")
+    print(f"{'loop':16s} {'plain ms':>9s} {'monitor':>20s} {'traced':>20s} {'+ms':>9s} {'nodes':>7s} "
+          f"{'passes':>7s} {'carried':>8s}")
+    for name in args.loops.split(","):
+        print(measure(name, args.rounds), flush=True)
+
+
+if __name__ == "__main__":
+    main()
