@@ -188,3 +188,75 @@ def test_a_second_backward_in_a_carried_step_keeps_the_first_ones_attribution() 
             added = [n for n in st.nodes if n.name in ("SumBackward0",) and n.kind == "op"]
             assert added and all(n.source is None and n.module is None for n in added)
     assert moded == [True, True, False, False, True]
+
+
+@pytest.mark.parametrize("micro", [2, 8])
+def test_gradient_accumulation_is_carried_call_by_call(micro: int) -> None:
+    """A step of `micro` backward calls: the first two steps record their forwards with the mode, the rest
+    run without it and still get every call's lines and modules, as a recorded step has them, and train
+    bit for bit as an untraced twin."""
+    torch.manual_seed(0)
+    model, twin = _Net(), _Net()
+    twin.load_state_dict(model.state_dict())
+    xs = [torch.randn(5, 3) for _ in range(micro)]
+    opt, opt_twin = torch.optim.SGD(model.parameters(), 0.1), torch.optim.SGD(twin.parameters(), 0.1)
+    seen: list[torch.Tensor] = []  # what torch's full backward hook gives as `out`'s grad_input, per call
+    model.out.register_full_backward_hook(lambda mod, gi, go: seen.append(gi[0]))
+    tr = gradscape.Tracer(model)
+    moded, steps = [], []
+    for i in range(5):
+        seen.clear()
+        with tr.step(i) as st:
+            moded.append(_mode_stack_len() > 0)
+            for x in xs:
+                (model(x).pow(2).mean() / micro).backward()  # @micro
+            opt.step()
+            opt.zero_grad()
+        for x in xs:
+            (twin(x).pow(2).mean() / micro).backward()
+        opt_twin.step()
+        opt_twin.zero_grad()
+        assert st is not None
+        steps.append(st)
+        for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+            assert torch.equal(p, q), (i, name)
+    assert moded == [True, True, False, False, False]
+    recorded, carried = steps[1], steps[4]
+    assert len(carried.passes) == micro and "notes" not in carried.meta
+
+    def attributed(st: gradscape.StepTrace) -> list[tuple[str | None, str, str | None]]:
+        return [(n.module, n.name, n.source) for n in st.nodes]
+    assert attributed(carried) == attributed(recorded)
+    ops = [n for n in carried.nodes if n.kind == "op"]
+    # every call's nodes have their module and line: the last call's as much as the first's
+    assert sum(n.source == _line("@micro") for n in ops) == 3 * micro  # PowBackward0, MeanBackward0, DivBackward0
+    assert all(n.source is not None for n in ops)
+    calls = carried.modules["out"].calls
+    assert len(calls) == micro and all(c.grad_input[0] is not None for c in calls)
+    for c, want in zip(calls, seen):  # each call's module gradient is torch's for that call
+        assert c.grad_input[0].stats["norm"] == pytest.approx(float(want.double().norm()), rel=1e-6)
+
+
+def test_a_call_that_differs_loses_only_its_own_attribution() -> None:
+    """Steps of two backward calls; in a carried step the second call's graph differs (an extra op): the
+    nodes the first call walked keep their lines and modules, the second's get none, and the step says so."""
+    from gradscape.tracer.record.carry import SECOND_PASS
+
+    torch.manual_seed(0)
+    model, x = _Net(), torch.randn(5, 3)
+    tr = gradscape.Tracer(model)
+    moded = []
+    for i in range(5):
+        with tr.step(i) as st:
+            moded.append(_mode_stack_len() > 0)
+            model(x).pow(2).mean().backward()  # @loss3
+            model(x, extra=i == 3).pow(2).mean().backward()
+        assert st is not None
+        model.zero_grad()
+        if i == 2:
+            first = sum(1 for n in st.nodes if n.kind == "op" and n.source == _line("@loss3"))
+        if i == 3:
+            assert st.meta["notes"] == [SECOND_PASS] and len(st.passes) == 2
+            assert sum(1 for n in st.nodes if n.kind == "op" and n.source == _line("@loss3")) == first
+            assert [n for n in st.nodes if n.name == "SinBackward0" and (n.source or n.module)] == []
+    assert moded == [True, True, False, False, True]

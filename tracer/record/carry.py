@@ -11,22 +11,27 @@ NOTE [Carried forwards]
 
     A step's forward is known by its `forward_key`: every walked node's name, kind and edges, its creation
     number counted from the step's start, the parameters and leaves. Two forwards with one key made the
-    same nodes, in the same order, from the same parameters.
+    same nodes, in the same order, from the same parameters. A step with several backward calls
+    (micro-batches of gradient accumulation, a GAN's passes, forward-forward's layer-local losses, an
+    LBFGS closure) has a key per call: the graph's as that call began, walked as far as it then was (the
+    call's own new nodes included).
 
     `ForwardCarry` (one per Tracer with the monitor on) keeps the last forward recorded with the hooks
-    and the mode: its key, every node's source line and module, and its module calls by node ids
-    (`CallPlan`, tracer/record/module_sums.py). Once two such steps in a row had the same key (`ready`),
-    the Tracer's next steps run without the hooks and the mode (the monitor's wrapped backward calls hand
-    the backward to the recorder: NOTE [Patched backward] in tracer/record/patched_calls.py). When the
-    backward starts, a carried step whose key is the kept one takes the kept module calls (its module sums
-    are planned from them), and at its end the kept lines and modules: what the hooks and the mode would
-    have given, had the same code made the same nodes. A carried step whose key differs has no lines,
-    modules or module calls, says so in `st.meta["notes"]`, and the next step runs with the hooks and the
-    mode again; so does a second backward in a carried step (its nodes get none).
+    and the mode: its calls' keys, every node's source line and module, and each call's module calls by
+    node ids (`CallPlan`, tracer/record/module_sums.py). Once two such steps in a row had the same keys
+    (`ready`), the Tracer's next steps run without the hooks and the mode (the monitor's wrapped backward
+    calls hand the backward to the recorder: NOTE [Patched backward] in tracer/record/patched_calls.py).
+    As each backward call starts, a carried step whose key for that call is the kept one takes the kept
+    module calls (its module sums are planned from them), and at its end the kept lines and modules: what
+    the hooks and the mode would have given, had the same code made the same nodes; each call's structure
+    is checked as a single call's is. A carried step whose first call's key differs has no lines, modules
+    or module calls, says so in `st.meta["notes"]`, and the next step runs with the hooks and the mode
+    again; a later call whose key differs (or one more call than the kept step made) leaves the nodes the
+    earlier calls walked attributed and its own nodes without, and says so too.
 
     Never carried: a step the Python recorder records (full tensors, an armed breakpoint); FSDP2 (its
-    module hook names the unsharded parameters); after a step with more than one backward, one whose
-    backward reached the recorder only through the mode (a backward function taken by name before the
+    module hook names the unsharded parameters); after a step whose backward reached the recorder only
+    through the mode (a backward function taken by name before the
     block opened, which the wrappers cannot see), or one with a compiled region (dynamo keeps a graph per
     function-mode stack: without the mode a traced step would run the graph compiled for untraced steps,
     which may differ, in donated buffers for one). A step whose problems include a parameter without a
@@ -54,9 +59,9 @@ NOT_CARRIED = ("this step ran without the forward's hooks and function mode, to 
                "theirs: its nodes have none of them; the next step records them")
 
 
-SECOND_PASS = ("a second backward in a step that ran without the forward's hooks and function mode (NOTE [Carried "
-               "forwards]): the nodes it added have no source line, module or module call; the next step records "
-               "them")
+SECOND_PASS = ("a backward call after the first, in a step that ran without the forward's hooks and function mode "
+               "(NOTE [Carried forwards]), made a graph other than the one the kept step's same call made: the "
+               "nodes it added have no source line, module or module call; the next step records them")
 
 
 BREAKPOINT_NEXT_STEP = ("a breakpoint was set while this step's forward ran without the forward's hooks and function "
@@ -75,55 +80,59 @@ def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
 class ForwardCarry:
     """The last forward recorded with the hooks and the mode, and whether the next step may go without."""
 
-    __slots__ = ("key", "sources", "modules", "plans", "marks", "ready")
-    key: tuple[Any, ...] | None
+    __slots__ = ("keys", "sources", "modules", "plans", "marks", "ready")
+    keys: list[tuple[Any, ...]]  # one per backward call of the kept step: its graph's key as that call began
     sources: list[str | None]
     modules: list[str | None]
-    plans: list[Any]
-    marks: list[tuple[int, int, tuple[int, int]]]  # the plans' `sum_marks`, made once for the steps that carry them
+    plans: list[list[Any]]  # per backward call: the module calls as far as the graph was walked then
+    marks: list[list[tuple[int, int, tuple[int, int]]]]  # per backward call: the plans' `sum_marks`
     ready: bool
 
     def __init__(self) -> None:
         self.reset()
 
-    def recorded(self, key: tuple[Any, ...], sources: list[str | None], modules: list[str | None],
-                 plans: list[Any], marks: list[tuple[int, int, tuple[int, int]]]) -> None:
-        """A step recorded with the hooks and the mode: its key, lines, modules, module calls and their marks."""
-        self.ready = key == self.key
-        self.key, self.sources, self.modules, self.plans, self.marks = key, sources, modules, plans, marks
+    def recorded(self, keys: list[tuple[Any, ...]], sources: list[str | None], modules: list[str | None],
+                 plans: list[list[Any]], marks: list[list[tuple[int, int, tuple[int, int]]]]) -> None:
+        """A step recorded with the hooks and the mode: its backward calls' keys, every node's line and module,
+        and each call's module calls and their marks."""
+        self.ready = bool(keys) and keys == self.keys
+        self.keys, self.sources, self.modules, self.plans, self.marks = keys, sources, modules, plans, marks
 
-    def carried(self, key: tuple[Any, ...]) -> list[Any] | None:
-        """A carried step's key, as its backward starts: the kept module calls when it is the kept key;
-        else None, and the next step runs with the hooks and the mode."""
-        if self.ready and key == self.key:
-            return self.plans
+    def carried(self, key: tuple[Any, ...], index: int) -> tuple[list[Any], list[Any]] | None:
+        """A carried step's key as its backward call `index` starts: the kept module calls and marks of that
+        call when the key is the kept one; else None, and the next step runs with the hooks and the mode."""
+        if self.ready and index < len(self.keys) and key == self.keys[index]:
+            return self.plans[index], self.marks[index]
         self.reset()
         return None
 
     def reset(self) -> None:
         """The next step runs with the hooks and the mode, and two such steps must agree again."""
-        self.key, self.sources, self.modules, self.plans, self.marks, self.ready = None, [], [], [], [], False
+        self.keys, self.sources, self.modules, self.plans, self.marks, self.ready = [], [], [], [], [], False
 
 
-def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[list[Any], list[Any]] | None,
-                calls: tuple[list[Any], list[Any]] | None) -> tuple[list[str | None], list[str | None]]:
+def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[list[Any], list[Any], int] | None,
+                calls: tuple[list[Any], list[Any], list[Any]] | None) -> tuple[list[str | None], list[str | None]]:
     """Every node's module and source line for a natively recorded step (`g`, its graph): its forward's
-    own (`forward`, the `ForwardRecorder`), or, for a carried step whose key matched the kept one, the
-    kept (modules, sources) `kept` (nodes past the kept step's, from a second backward, get None). A
-    recorded step's are kept in `carry` with `calls`, its module calls and their module-sum marks
-    (`ModuleSums.plans`, `.marks`); None: not to be kept (see the NOTE for when)."""
+    own (`forward`, the `ForwardRecorder`), or, for a carried step, the kept (modules, sources) `kept` for
+    its first `kept[2]` nodes, those the backward calls whose keys matched the kept ones walked (the nodes
+    of a call that did not match get None). A recorded step's are kept in `carry` with `calls`, its backward
+    calls' keys, module calls and their module-sum marks (`ModuleSums.plans`, `.marks`, as each call began);
+    None: not to be kept (see the NOTE for when)."""
     n = g.size
     if forward.carried:
         if kept is None:
             return [None] * n, [None] * n
-        if len(kept[0]) == n:  # the steps share the kept lists (read them, do not mutate them)
-            return kept
-        pad: list[str | None] = [None] * max(0, n - len(kept[0]))
-        return (kept[0] + pad)[:n], (kept[1] + pad)[:n]
+        mods, sources, upto = kept
+        if upto == n == len(mods):  # the steps share the kept lists (read them, do not mutate them)
+            return mods, sources
+        pad: list[str | None] = [None] * max(0, n - upto)
+        return (mods[:upto] + pad)[:n], (sources[:upto] + pad)[:n]
     mods, sources = forward.modules_of(g.seq.tolist()), forward.sources_of(g.seq)
     if carry is not None and forward.recorded:
         if calls is not None and not bool((g.kind == _COMPILED).any()):
-            carry.recorded(forward_key(g, forward.seq0), sources, mods, *calls)
+            keys, plans, marks = calls
+            carry.recorded(keys, sources, mods, plans, marks)
         else:
             carry.reset()
     return mods, sources

@@ -92,7 +92,10 @@ class StepRecorder:
         self.recorded_by = recorder
         self.carry = carry  # NOTE [Carried forwards] in tracer/record/carry.py (None: never carried)
         self.unwrapped = False  # a backward reached the recorder through the mode only, not the wrappers
-        self.kept: tuple[list[Any], list[Any]] | None = None  # carried and matched: the kept modules, sources
+        # carried and matched: the kept modules and sources, and how many nodes the matched backward calls walked
+        self.kept: tuple[list[Any], list[Any], int] | None = None
+        # recorded with the hooks and the mode: each backward call's key, module calls and marks as it began
+        self.call_keys: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
         self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
@@ -137,8 +140,8 @@ class StepRecorder:
         self.summ.finalize()
         st = StepTrace(run=self.run, step=self.step)
         if native is not None:
-            sums = self.module_sums
-            keep = None if self.unwrapped or len(self.passes) != 1 or sums.plans is None else (sums.plans, sums.marks)
+            keys = self.call_keys
+            keep = None if self.unwrapped or not self.passes or len(keys[0]) != len(self.passes) else keys
             attributed = attribution(self.carry, native.graph, self.forward, self.kept, keep)
             st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
             self.params.resolve(native)
@@ -262,24 +265,30 @@ class StepRecorder:
             self._carried_calls(index, native)
         else:
             self.module_sums.plan()
+            if native is not None and self.carry is not None and self.forward.recorded:
+                keys, plans, marks = self.call_keys  # NOTE [Carried forwards] in tracer/record/carry.py
+                keys.append(forward_key(native.graph, self.forward.seq0))
+                plans.append(self.module_sums.plans)
+                marks.append(self.module_sums.marks)
         self.hooks.watch_hidden_params(graph, self.model, self.handles)
         self.problems.at_backward(records, root_ids, values, index)  # problem finder
         return bp
 
     def _carried_calls(self, index: int, native: NativeStep | None) -> None:
-        """A carried step's module calls, as a backward starts: the kept step's when the graph's key is the kept
-        one (NOTE [Carried forwards] in tracer/record/carry.py); a second backward's new nodes get none."""
+        """A carried step's module calls, as backward call `index` starts: the kept step's same call's when the
+        graph's key is that call's (NOTE [Carried forwards] in tracer/record/carry.py); else the nodes it walked
+        get none."""
         carry = self.carry
         assert carry is not None
-        plans = carry.carried(forward_key(native.graph, self.forward.seq0)) if index == 0 and native else None
-        if index > 0:
-            carry.reset()
-            self._note(SECOND_PASS)
-        elif plans is None:
-            self._note(NOT_CARRIED)
-        else:
-            self.kept = (carry.modules, carry.sources)  # the carry may be reset before the step ends
-            self.module_sums.use(plans, carry.marks)
+        got = carry.carried(forward_key(native.graph, self.forward.seq0), index) if native else None
+        if got is None:
+            self._note(NOT_CARRIED if index == 0 else SECOND_PASS)
+            return
+        if index == 0:
+            self.kept = (carry.modules, carry.sources, 0)  # the carry may be reset before the step ends
+        if self.kept is not None and native is not None:
+            self.kept = (self.kept[0], self.kept[1], native.graph.size)
+        self.module_sums.use(*got)
 
     def _note(self, why: str) -> None:
         if why not in self.notes:
