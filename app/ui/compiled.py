@@ -1,8 +1,9 @@
-"""What the step shown says of torch.compile (`app.view.compiled`): its notes beside the step select (ran
-eagerly for tracing, replayed, not replayed and why, compared), the compiled-against-eager table
-(`#compiled-compare`, in the right column) and the colouring by that difference, offered in the colour
-select only for a step that has the comparison (NOTE [Difference colouring] in app/view/compiled.py).
-Each is absent, not empty, on a step it does not apply to."""
+"""What the step shown says of torch.compile (`app.view.compiled`): its notes over the graph's top left
+corner (`#step-notes`: ran eagerly for tracing, replayed, not replayed and why, compared), the
+compiled-against-eager table (`#compiled-compare`, in the right column) and the colouring by that
+difference, offered in the colour select only for a step that has the comparison
+(NOTE [Difference colouring] in app/view/compiled.py). Each is absent, not empty, on a step it does not
+apply to."""
 
 from __future__ import annotations
 

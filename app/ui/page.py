@@ -47,7 +47,7 @@ STYLESHEET: list[dict[str, Any]] = [
     # a NaN/Inf node at full strength wherever the player is (as the export, which has no player, draws it)
     {"selector": "node.nan", "style": {"opacity": 1}},
     # the parameter furthest from eager, under the colouring `compiled` (NOTE [Difference colouring])
-    {"selector": "node.worstdiff", "style": {"border-color": "#800026", "border-width": 4, "border-style": "solid"}},
+    {"selector": "node.worstdiff", "style": {"border-color": "#08306b", "border-width": 5, "border-style": "solid"}},
     {"selector": "node.current", "style": {"border-color": "#ff8c00", "border-width": 5, "opacity": 1,
                                            "z-index": 10}},
     {"selector": "edge.incoming", "style": {"line-color": "#ff8c00", "target-arrow-color": "#ff8c00",
@@ -121,8 +121,6 @@ def _header(st: dict[str, Any]) -> Any:
         html.Label(["step", dcc.Dropdown(id=ids.STEP_SELECT, clearable=False, placeholder="—",
                                          options=st.get("step_options", []), value=st.get("step"))],
                    className="gs-field gs-step"),
-        # what the step says of torch.compile; empty (and taking no room) for most steps
-        html.Div(id=ids.STEP_NOTES, className="gs-step-notes", children=(st.get("compiled") or {}).get("notes")),
         html.Button("next problem", id=ids.NEXT_PROBLEM, className="gs-btn gs-next-problem", n_clicks=0,
                     title="the next step a trigger traced or with problems, opened on its root-cause node"),
         dcc.Checklist(id=ids.FOLLOW, options=[{"label": " follow live", "value": "follow"}], value=["follow"],
@@ -143,7 +141,10 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
                            boxSelectionEnabled=False, className="gs-graph",
                            style={"width": "100%", "height": "100%"})
-    return [html.Div(className="gs-graph-wrap", children=[drawn, html.Div(className="gs-graph-tools", children=[
+    # what the step says of torch.compile (app/ui/compiled.py): over the graph's top left corner, where it
+    # moves nothing (in the header, a note wrapped the header a row down); empty for most steps
+    notes = html.Div(id=ids.STEP_NOTES, className="gs-step-notes", children=(st.get("compiled") or {}).get("notes"))
+    return [html.Div(className="gs-graph-wrap", children=[drawn, notes, html.Div(className="gs-graph-tools", children=[
                 html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
                 html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
                             title="zoom to the selected node (or the player's current one)"),

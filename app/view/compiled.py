@@ -11,12 +11,13 @@ does not apply to, and so is what is drawn of it.
 NOTE [Difference colouring]
     The colouring `DIFF` is offered only for a step with `compare_compiled`. A parameter's node (the one
     that names it: its AccumulateGrad) is coloured by the parameter's max |compiled − eager| on a log₁₀
-    scale from the smallest positive difference of the step to the largest (YlOrRd, without its two
-    palest colours, which read as white); a difference of exactly 0 is white (`ZERO_DIFF`), an infinite
-    one (a NaN on either side counts as infinite) and a parameter only one run gave a gradient to the top
-    of the scale, and every other node, which has no difference of its own, the "missing" grey. The
+    scale from the smallest positive difference of the step to the largest (YlOrBr, without its two
+    palest colours, which read as white, and with no pure red, a NaN's fill); a difference of exactly 0
+    is white (`ZERO_DIFF`), an infinite one (a NaN on either side counts as infinite) and a parameter
+    only one run gave a gradient to the top of the scale, and every other node, which has no difference
+    of its own, the "missing" grey. The
     parameter with the largest difference (`worst`, when it is not 0) also has the class `worstdiff` (a
-    thick dark border). A folded module shows the largest of its members.
+    thick dark blue border). A folded module shows the largest of its members.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from gradscape.app.view.colours import MISSING_COLOR, color_of
 from gradscape.app.view.step_fields import Wire, fmt_num, step_index
 
 DIFF = "compiled"  # the colouring by compiled − eager difference (a `color_by` value)
-DIFF_LABEL = "compiled − eager |Δ| (log)"
-# YlOrRd (plotly.colors.sequential.YlOrRd) without its two palest colours: sequential, and apart from white
-DIFF_SCALE = ("#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026")
+DIFF_LABEL = "|compiled − eager|"
+# YlOrBr (plotly.colors.sequential.YlOrBr) without its two palest colours: sequential, apart from white, and
+# with no pure red in it (red is a NaN's fill)
+DIFF_SCALE = ("#fee391", "#fec44f", "#fe9929", "#ec7014", "#cc4c02", "#993404", "#662506")
 ZERO_DIFF = "#ffffff"  # a parameter whose compiled and eager gradients are equal
 DIFF_TITLE = "max |compiled − eager| per parameter (log₁₀)"
 

@@ -73,8 +73,9 @@ def test_a_traced_compiled_step_says_it_ran_eagerly_and_an_eager_step_does_not(l
     page.wait_for_function(f"{NOTES}.includes('ran eagerly for tracing')")
     note = page.locator("#step-notes .gs-step-note").first
     assert note.is_visible()
-    box, header = note.bounding_box(), page.locator(".gs-header").bounding_box()
-    assert box is not None and header is not None and header["y"] <= box["y"] < header["y"] + header["height"]
+    box, graph = note.bounding_box(), page.locator(".gs-graph-wrap").bounding_box()  # over the graph's corner
+    assert box is not None and graph is not None and graph["y"] <= box["y"] < graph["y"] + 40
+    assert graph["x"] <= box["x"] < graph["x"] + 40
     assert "compare" not in page.inner_text("#step-notes")
     assert not page.locator("#compiled-compare").is_visible()  # no comparison on this step: no table
     assert DIFF_LABEL not in colour_labels(page)  # nor its colouring
