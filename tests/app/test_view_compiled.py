@@ -73,13 +73,36 @@ def test_a_compiled_models_traced_step_says_it_ran_eagerly_and_an_eager_one_says
     assert not has_comparison(step_to_wire(st))
 
 
+def loss_trigger_step(detached: bool) -> dict[str, Any]:
+    """The step a NaN loss (step 2: a NaN in the batch) traced through its trigger; `detached`: a loss on the
+    model's outputs cut from it, which cannot be replayed."""
+    net = model()
+    with gradscape.Tracer(net, every=10 ** 6) as tr:
+        for i in (1, 2):
+            x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+            if i == 2:
+                x[0, 0] = math.nan
+            with tr.step(i):
+                out = net(x)
+                F.cross_entropy(out.detach().requires_grad_() if detached else out, y).backward()
+    (st,) = tr.steps
+    return step_to_wire(st)
+
+
 def test_replayed_and_refused_replays_say_so() -> None:
-    wire = traced(model(), {"replay": {"forward": "replayed", "calls": 1, "outputs": 1}, "compiled": "eager"})
-    assert [n["kind"] for n in step_notes(wire)] == ["compiled", "replay"]
-    assert step_notes(wire)[1]["text"] == "replayed eagerly"
-    why = "no call of the model was seen in the block"
-    refused = traced(model(), {"replay": {"forward": "not replayed", "why": why}, "compiled": "opaque"})
-    assert [n["text"] for n in step_notes(refused)] == ["compiled regions kept whole", f"not replayed: {why}"]
+    assert [(n["kind"], n["text"]) for n in step_notes(loss_trigger_step(False))] == [("replay", "replayed eagerly")]
+    (note,) = step_notes(loss_trigger_step(True))
+    assert note["kind"] == "replay-refused" and note["text"].startswith("not replayed: ")
+    assert "does not depend" in note["text"]  # the tracer's reason, as it gave it
+
+
+def test_a_compiled_region_kept_whole_says_so() -> None:
+    net = model()
+    cm = torch.compile(net, backend="aot_eager")
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    with gradscape.Tracer(cm, compiled="opaque", monitor=False) as tr, tr.step(0) as st:
+        F.cross_entropy(cm(x), y).backward()
+    assert [n["text"] for n in step_notes(step_to_wire(st))] == ["compiled regions kept whole"]
 
 
 def test_rows_put_the_missing_first_then_the_largest_difference(compared_bias: tuple[dict[str, Any], Any]) -> None:
