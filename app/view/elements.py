@@ -122,7 +122,8 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks
     _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
-    data["title"] = label.replace("\n", " · ") + f" (folded; click to expand)\n∂L/∂output: {data['value_text']}"
+    what = "largest max |compiled − eager| inside" if marks.color_by == DIFF else "∂L/∂output"
+    data["title"] = label.replace("\n", " · ") + f" (folded; click to expand)\n{what}: {data['value_text']}"
     classes = ["collapsed"] + (["nan"] if nan or inf else [])
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}

@@ -143,6 +143,14 @@ def test_the_graph_is_coloured_by_the_difference(compared_bias: tuple[dict[str, 
     assert [k["name"] for k in step_marks(compared, DIFF).legend["key"]] == ["0: equal", "no parameter"]
 
 
+def test_a_folded_module_shows_its_largest_difference(compared_bias: tuple[dict[str, Any], Any]) -> None:
+    compared, (diff, _, _) = compared_bias
+    folded = {e["data"]["module"]: e for e in cytoscape_elements(compared, layout_graph(compared, ["0", "2"]), DIFF)
+              if e["group"] == "nodes" and "collapsed" in e["classes"]}
+    assert folded["0"]["data"]["value"] == abs(diff) and folded["2"]["data"]["value"] == math.inf
+    assert "largest max |compiled − eager| inside" in folded["0"]["data"]["title"]
+
+
 def test_no_worst_is_marked_when_every_difference_is_zero() -> None:
     net = model()
     grads = {n: torch.randn_like(p) for n, p in net.named_parameters()}
