@@ -15,7 +15,7 @@ boxes), `timeline` (the run's history as figures), `elements`
 (cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
 (the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `order` (the
 player's order), `modules` (the module tab), `compare`, `problems`, and `compiled` (what a step says of
-torch.compile: its header's notes, the compiled-against-eager table and the colouring by that
+torch.compile: its notes, the compiled-against-eager table and the colouring by that
 difference); `step_fields` reads the fields of a step (its wire form) for all of them. The collector's
 threshold is raised while a layout runs (`raised_gc_threshold`, NOTE [Raised threshold] in
 tracer/collector.py). See docs/graph-view.md.

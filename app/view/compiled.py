@@ -1,7 +1,7 @@
-"""What a step says of torch.compile, as the page shows it: the notes of its header (`step_notes`: the step
+"""What a step says of torch.compile, as the page shows it: its notes (`step_notes`, over the graph; the step
 ran its compiled regions eagerly for tracing, was replayed, or was not, and why), and the comparison of the
 compiled and the eager gradients (`Tracer.compare_compiled`) as table rows (`compare_rows`) and as a
-colouring of the graph (`DIFF`: each parameter's node by its max |compiled − eager|, `diff_marks`).
+colouring of the graph (`DIFF`: each parameter's node by its max |compiled − eager|, `diff_values`).
 
 They read `wire["meta"]` only: `compiled` (NOTE [Compiled regions on a traced step] in
 tracer/record/compiled.py), `replay` (NOTE [Replayed loss triggers] in tracer/record/replay.py) and
@@ -48,8 +48,9 @@ def number(v: Any) -> float | None:
 
 
 def step_notes(wire: Wire) -> list[dict[str, str]]:
-    """What the step's header says of torch.compile: `kind` (`compiled`, `replay`, `compare`), a short `text`
-    and a longer `title`; none for a step none of it applies to."""
+    """What the step says of torch.compile (over the graph; in the offline file's header): `kind` (`compiled`,
+    `replay`, `replay-refused`, `compare`), a short `text` and a longer `title`; none for a step none of it
+    applies to."""
     meta = wire["meta"]
     out: list[dict[str, str]] = []
     compiled = meta.get("compiled")

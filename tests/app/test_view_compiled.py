@@ -1,4 +1,4 @@
-"""What a step says of torch.compile on the page (`app.view.compiled`), on real traces: the header's notes, the
+"""What a step says of torch.compile on the page (`app.view.compiled`), on real traces: its notes, the
 compare table's rows and the colouring by compiled − eager difference (NOTE [Difference colouring]).
 
 The comparison here is the tracer's own `differences` of gradients made up in the test (a parameter equal,
