@@ -223,3 +223,85 @@ def test_inductor_gpt_traced_step_is_eager_and_compare_compiled_sees_its_roundin
         assert rec[name]["max_abs"] == float((c.double() - e.double()).abs().max()), name
         assert torch.equal(dict(model.named_parameters())[name].grad, c), name  # training's: the compiled ones
     assert any(r["max_abs"] > 0 for r in rec.values())  # inductor's fused kernels round otherwise
+
+
+class TiedGPT(GPT):
+    """bench/workloads.py's toy GPT with its head tied to the token embedding, bias-free, as nanoGPT's model
+    (and GPT-2's) has it: the one tied weight gets the sum of both uses' gradients."""
+
+    def __init__(self) -> None:
+        super().__init__(vocab=16, seq_len=8, n_layers=2, d_model=16, n_heads=2)
+        self.head = nn.Linear(16, 16, bias=False)
+        self.head.weight = self.tok_emb.weight
+
+
+ACCUM = 3  # micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps)
+
+
+def micro_loss(model: Callable[[torch.Tensor], torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.float16):
+        return lm_loss(model, idx) / ACCUM
+
+
+def stepped_with(passes: list[tuple[torch.Tensor, ...]], scale: float, max_norm: float) -> list[torch.Tensor]:
+    """What the optimizer steps with, from each micro-step's `torch.autograd.grad`: summed in their order (as
+    `.grad` accumulates them), unscaled (times 1/scale: a power of two, exact) and clipped by torch's own
+    `clip_grad_norm_`."""
+    leaves = []
+    for k, grads in enumerate(zip(*passes)):
+        total = grads[0].clone()
+        for g in grads[1:]:
+            total += g
+        leaves.append(torch.zeros_like(total, requires_grad=True))
+        leaves[k].grad = total * (1.0 / scale)
+    torch.nn.utils.clip_grad_norm_(leaves, max_norm)
+    return [p.grad for p in leaves]  # type: ignore[misc]
+
+
+@pytest.mark.slow
+def test_a_nanogpt_style_compiled_loop_traces_op_by_op_with_the_eager_gradients() -> None:
+    """nanoGPT's training loop in its shape, on the CPU under inductor: a tied GPT, `torch.compile`, AdamW with
+    decayed and undecayed groups, GradScaler over float16 autocast, 3 micro-steps per step, clipping, every 2nd
+    step traced. A traced step has every op as a node, and each micro-step's gradient at each parameter is
+    `torch.autograd.grad` of the eager model's, bit for bit; so is what the optimizer stepped with."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = TiedGPT()
+    cm = torch.compile(model)  # inductor
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    names, params = zip(*model.named_parameters())
+    assert "head.weight" not in names  # tied: one parameter
+    frames = counters["frames"]["total"]
+    with gradscape.Tracer(cm, every=2, tensors="full") as tr:
+        for i in range(4):
+            micro = [batch(ACCUM * i + k) for k in range(ACCUM)]
+            scale = float(scaler.get_scale())
+            want = [torch.autograd.grad(scaler.scale(micro_loss(model, idx)), params) for idx in micro] \
+                if i % 2 == 0 else None
+            with tr.step(i) as st:
+                for idx in micro:
+                    scaler.scale(micro_loss(cm, idx)).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad(set_to_none=True)
+            if want is None:
+                assert st is None
+                continue
+            assert st is not None and st.meta["compiled"] == "eager" and len(st.passes) == ACCUM
+            assert not [n for n in st.nodes if n.kind == "compiled"]
+            assert {"NativeLayerNormBackward0", "EmbeddingBackward0", "GeluBackward0"} <= {n.name for n in st.nodes}
+            for k, name in enumerate(names):
+                node = st.param_node(name)
+                assert node is not None and len(node.runs) == ACCUM, name
+                for run, g in zip(node.runs, (w[k] for w in want), strict=True):
+                    assert np.array_equal(run.grad_outputs[0].values, g.numpy()), (i, name, run.pass_index)
+            for name, g in zip(names, stepped_with(want, scale, 1.0), strict=True):
+                assert np.array_equal(st.params[name].values, g.numpy()), (i, name)
+    assert counters["frames"]["total"] - frames == 1  # compiled once, at step 1 (step 0 ran eagerly)

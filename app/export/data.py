@@ -13,7 +13,9 @@ view layer (`gradscape.app.view`), so the file draws what the live page draws. N
 - The inspector: `slot_figures` / `slot_of` (labels, titles, statistics, which 2-D view) and each
   tensor's heatmap once, quantised to 8 bits over the map's own symmetric range (the colour scale
   has no more levels than that; the statistics next to it are exact), in one base64 blob.
-- The problems: `problem_lines`. The player: the backward order.
+- The problems: `problem_lines`. The player: the backward order. The header's notes: `step_notes` (a
+  compiled model's step ran eagerly, was replayed, was compared; the comparison's table and colouring
+  are the live page's only).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from gradscape.app.view import MAX_DRAWN, cytoscape_elements, default_collapse, expand_one_level, layout_graph, legend
+from gradscape.app.view.compiled import step_notes
 from gradscape.app.view.heatmaps import ARRIVING, SENT, slot_figures, slot_of
 from gradscape.app.view.layout import box_bounds
 from gradscape.app.view.problems import problem_lines
@@ -62,6 +65,7 @@ def page_data(wire: WireStep) -> tuple[dict[str, Any], bytes]:
         "elements": elements, "edge_labels": edge_labels, "states": states, "show": show,
         "states_left_out": left_out,
         "nodes": nodes, "heatmaps": heatmaps, "problems": problem_lines(wire)["lines"],
+        "notes": step_notes(wire),  # what the step says of torch.compile, in the header (`step_html`)
         "titles": {"grad_outputs": ARRIVING, "grad_inputs": SENT},
         "order": [n["id"] for n in sorted((n for n in wire["nodes"] if n["order"] is not None),
                                           key=lambda n: n["order"] or 0)],

@@ -72,6 +72,7 @@ def step_html(wire: WireStep) -> str:
     parts = {
         "title": html.escape(f"gradscape · {where}"),
         "heading": html.escape(where),
+        "notes": "".join(_note(n) for n in data["notes"]),
         "css": _assets_css() + "\n" + (PAGE / "page.css").read_text(encoding="utf-8"),
         "data": _packed(_json_script(data).encode("utf-8")),
         "cells": _packed(cells),
@@ -79,6 +80,12 @@ def step_html(wire: WireStep) -> str:
     }
     template = (PAGE / "page.html").read_text(encoding="utf-8")
     return _MARK.sub(lambda m: parts[m.group(1)], template)  # one pass: nothing inserted is read as a mark
+
+
+def _note(note: dict[str, str]) -> str:
+    """A note of the step's header (`app.view.compiled.step_notes`), as the live page draws it."""
+    return (f'<span class="gs-step-note gs-note-{html.escape(note["kind"])}" title="{html.escape(note["title"])}">'
+            f'{html.escape(note["text"])}</span>')
 
 
 def write_html(step: StepTrace | WireStep, path: str | os.PathLike[str]) -> Path:

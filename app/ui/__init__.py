@@ -1,6 +1,7 @@
 """The Dash page: the layout (`page`) and one module per panel, each with its callbacks: the header's
 run and step lists (`runs`), the graph (`graph`), node selection and folds (`selection`), the inspector
-(`inspector`), the backward player (`player`), the problems panel (`problems`), ranks and the compare view
+(`inspector`), the backward player (`player`), the problems panel (`problems`), what a step says of
+torch.compile (`compiled`: notes, the compiled-against-eager table, its colouring), ranks and the compare view
 (`compare`), breakpoints (`debugger`), the run's history (`timeline`); the page's address (`address`)
 and element ids (`ids`). Everything they read comes through `app.data.PageData`; callbacks are small,
 the work is done by `app.view` (which imports no Dash). The page's scripts are in assets/."""
@@ -16,6 +17,7 @@ def register(app: dash.Dash, data: PageData, token: str | None) -> None:
     """Every panel's callbacks, and the page as the layout (the newest step already drawn)."""
     from gradscape.app.ui import (
         compare,
+        compiled,
         debugger,
         graph,
         inspector,
@@ -35,6 +37,7 @@ def register(app: dash.Dash, data: PageData, token: str | None) -> None:
         panel.register(app, data)
     player.register(app)
     problems.register(app, data)
+    compiled.register(app, data)
     debugger.register(app, data)
     timeline.register(app, data)  # the run's history: registered last, where it always was
     app.layout = page.layout_function(data, token)

@@ -89,6 +89,8 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
         wire = data.graph(run, step, rank)
     except StoreError as exc:
         return [], None, 0, 0, None, str(exc), []
+    if color_by == view.DIFF and not view.has_comparison(wire):
+        color_by = "norm"  # a step without the comparison (the colour select is set back: app/ui/compiled.py)
     folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
     layout = data.layout(run, step, folded, rank)
     marks = data.marks(run, step, color_by or "norm", rank)
@@ -105,6 +107,9 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
 
 
 def _legend(info: dict[str, Any]) -> Any:
+    # a colouring's own key after the scale (the difference colouring's white and grey: app/view/compiled.py)
+    key = [html.Span([html.Span(className="gs-swatch", style={"background": k["colour"]}), k["name"]],
+                     className="gs-key-item") for k in info.get("key", [])]
     return [html.Span(info.get("title", "")), html.Span(info.get("min_label", "")),
             html.Div(className="bar", style={"background": info.get("css_gradient", "#ccc")}),
-            html.Span(info.get("max_label", ""))]  # then "red border: NaN/Inf", fixed in the page (page.py)
+            html.Span(info.get("max_label", "")), *key]  # then "red border: NaN/Inf", fixed in the page (page.py)

@@ -14,7 +14,7 @@ from dash_socketio import DashSocketIO
 
 from gradscape.app import view
 from gradscape.app.data import PageData
-from gradscape.app.ui import compare, debugger, graph, ids, inspector, player, problems, runs, timeline
+from gradscape.app.ui import compare, compiled, debugger, graph, ids, inspector, player, problems, runs, timeline
 from gradscape.app.view.ids import node_element
 from gradscape.tracer import protocol
 
@@ -46,6 +46,8 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node.executed", "style": {"opacity": 1}},
     # a NaN/Inf node at full strength wherever the player is (as the export, which has no player, draws it)
     {"selector": "node.nan", "style": {"opacity": 1}},
+    # the parameter furthest from eager, under the colouring `compiled` (NOTE [Difference colouring])
+    {"selector": "node.worstdiff", "style": {"border-color": "#08306b", "border-width": 5, "border-style": "solid"}},
     {"selector": "node.current", "style": {"border-color": "#ff8c00", "border-width": 5, "opacity": 1,
                                            "z-index": 10}},
     {"selector": "edge.incoming", "style": {"line-color": "#ff8c00", "target-arrow-color": "#ff8c00",
@@ -96,6 +98,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
                            "double-click: as it was", **_SPLIT_ARIA),
             html.Div(className="gs-right", children=[
                 problems.panel(st.get("problems")),  # the problems panel (app/ui/problems.py)
+                compiled.panel(st.get("compiled")),  # compiled against eager (app/ui/compiled.py)
                 dcc.Store(id=ids.PROBLEM_PICK),  # the problem line last clicked (outside the panel, which re-renders)
                 debugger.panel(),  # breakpoints (app/ui/debugger.py)
                 compare.panel(st.get("ranks")),  # rank select and compare view (app/ui/compare.py)
@@ -128,9 +131,9 @@ def _header(st: dict[str, Any]) -> Any:
                     title="the next step a trigger traced or with problems, opened on its root-cause node"),
         dcc.Checklist(id=ids.FOLLOW, options=[{"label": " follow live", "value": "follow"}], value=["follow"],
                       className="gs-follow"),
-        html.Label(["colour", dcc.Dropdown(id=ids.COLOR_BY, clearable=False, value="norm", options=[
-            {"label": "‖grad‖ (log)", "value": "norm"}, {"label": "max |grad|", "value": "maxabs"},
-            {"label": "fraction of zeros", "value": "zeros"}])], className="gs-field gs-color"),
+        html.Label(["colour", dcc.Dropdown(id=ids.COLOR_BY, clearable=False, value="norm",
+                                           options=(st.get("compiled") or {}).get("colours", compiled.COLOUR_OPTIONS))],
+                   className="gs-field gs-color"),
         html.Label(["find", dcc.Dropdown(id=ids.SEARCH, placeholder="node, module…",
                                          searchable=True, options=st.get("search", []))],
                    className="gs-field gs-search"),
@@ -144,7 +147,10 @@ def _graph_area(st: dict[str, Any]) -> list[Any]:
                            stylesheet=STYLESHEET, autoRefreshLayout=False, minZoom=0.05, maxZoom=3,
                            boxSelectionEnabled=False, className="gs-graph",
                            style={"width": "100%", "height": "100%"})
-    return [html.Div(className="gs-graph-wrap", children=[drawn, html.Div(className="gs-graph-tools", children=[
+    # what the step says of torch.compile (app/ui/compiled.py): over the graph's top left corner, where it
+    # moves nothing (in the header, a note wrapped the header a row down); empty for most steps
+    notes = html.Div(id=ids.STEP_NOTES, className="gs-step-notes", children=(st.get("compiled") or {}).get("notes"))
+    return [html.Div(className="gs-graph-wrap", children=[drawn, notes, html.Div(className="gs-graph-tools", children=[
                 html.Button("fit", id=ids.GRAPH_FIT, title="show the whole graph", className="gs-btn"),
                 html.Button("zoom to selection", id=ids.GRAPH_ZOOM_SELECTION, className="gs-btn",
                             title="zoom to the selected node (or the player's current one)"),
@@ -243,4 +249,5 @@ def initial_state(data: PageData) -> dict[str, Any]:
     return {"run_options": run_options, "run": run, "step_options": step_options, "step": step,
             "elements": elements, "order": order, "slider_max": last, "slider_value": value, "legend": legend,
             "info": info, "player": player, "selected": selected, "inspector": panel,
-            "problems": problems.lines_of(data, run, step, rank), "ranks": ranks}
+            "problems": problems.lines_of(data, run, step, rank), "ranks": ranks,
+            "compiled": compiled.payload(data, run, step, rank)}

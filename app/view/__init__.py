@@ -14,9 +14,11 @@ steps: `layers`, `layered`, `ordering` with `crossings`, `x_coordinates`, and `b
 boxes), `timeline` (the run's history as figures), `elements`
 (cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
 (the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `order` (the
-player's order), `modules` (the module tab), `compare` and `problems`; `step_fields` reads the fields of
-a step (its wire form) for all of them. The collector's threshold is raised while a layout runs
-(`raised_gc_threshold`, NOTE [Raised threshold] in tracer/collector.py). See docs/graph-view.md.
+player's order), `modules` (the module tab), `compare`, `problems`, and `compiled` (what a step says of
+torch.compile: its notes, the compiled-against-eager table and the colouring by that
+difference); `step_fields` reads the fields of a step (its wire form) for all of them. The collector's
+threshold is raised while a layout runs (`raised_gc_threshold`, NOTE [Raised threshold] in
+tracer/collector.py). See docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (
@@ -30,6 +32,7 @@ from gradscape.app.view.collapse import (
     visible_element,
 )
 from gradscape.app.view.colours import COLOR_BY, legend
+from gradscape.app.view.compiled import COMPARE_COLUMNS, DIFF, DIFF_LABEL, compare_rows, has_comparison, step_notes
 from gradscape.app.view.elements import cytoscape_elements
 from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_rows, norm_over_steps
 from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
@@ -43,9 +46,13 @@ __all__ = [
     "MAX_DRAWN",
     "StepMarks",
     "COLOR_BY",
+    "COMPARE_COLUMNS",
+    "DIFF",
+    "DIFF_LABEL",
     "SEARCH_HITS",
     "backward_hook_note",
     "collapse_module",
+    "compare_rows",
     "count_crossings",
     "cytoscape_elements",
     "default_collapse",
@@ -56,6 +63,7 @@ __all__ = [
     "find",
     "flow_rows",
     "gradient_flow",
+    "has_comparison",
     "layout_graph",
     "legend",
     "module_detail",
@@ -73,6 +81,7 @@ __all__ = [
     "slot_figures",
     "stats_rows",
     "step_marks",
+    "step_notes",
     "visible_count",
     "visible_element",
 ]

@@ -74,14 +74,14 @@ def range_of(values: list[float | None], color_by: str) -> tuple[float, float]:
     return lo, hi
 
 
-def color_of(fraction: float | None) -> str:
-    """A colour of the sequential scale for a position in [0, 1] (None: the 'missing' grey)."""
+def color_of(fraction: float | None, scale: tuple[str, ...] = SCALE) -> str:
+    """A colour of the sequential `scale` for a position in [0, 1] (None: the 'missing' grey)."""
     if fraction is None:
         return MISSING_COLOR
-    f = min(max(fraction, 0.0), 1.0) * (len(SCALE) - 1)
-    i = min(int(f), len(SCALE) - 2)
+    f = min(max(fraction, 0.0), 1.0) * (len(scale) - 1)
+    i = min(int(f), len(scale) - 2)
     t = f - i
-    a, b = SCALE[i], SCALE[i + 1]
+    a, b = scale[i], scale[i + 1]
     rgb = [round(int(a[k:k + 2], 16) * (1 - t) + int(b[k:k + 2], 16) * t) for k in (1, 3, 5)]
     return "#" + "".join(f"{c:02x}" for c in rgb)
 

@@ -11,7 +11,8 @@ Classes a stylesheet can select on:
     nodes: the node kind (`op param leaf compiled checkpoint custom hook`), `root` (where backward
     started), `notrun` (did not execute in this step), `collapsed` (a folded module), `module` (a
     box), `nan` (a NaN or Inf in its gradients; `data.badge` says which), `zerograd` (the gradient
-    that arrived is all zeros);
+    that arrived is all zeros), `worstdiff` (colouring `compiled`: the parameter whose compiled gradient is
+    furthest from the eager one);
     edges: `merged` (stands for several wire edges), `up` (closes a cycle that folding made),
     `bent` (a long edge routed through `data.bend_d` / `data.bend_w`, for the style
     `{"curve-style": "segments", "edge-distances": "node-position", "segment-distances":
@@ -33,10 +34,10 @@ from gradscape.app.view.colours import (
     NAN_FILL,
     PAGE_BACKGROUND,
     arrived,
-    colour_fields,
     statistic,
     text_color,
 )
+from gradscape.app.view.compiled import DIFF
 from gradscape.app.view.ids import box_element, module_of, node_element, node_of
 from gradscape.app.view.marks import StepMarks, step_marks
 from gradscape.app.view.step_fields import (
@@ -84,15 +85,16 @@ def _op_element(wire: Wire, node: WireNode, info: dict[str, Any], roots: set[int
         "kind": node["kind"] or "op", "module": node["module"], "param": node["param"],
         "line": node["source"], "order": node["order"], "shape": fmt_shape(out_shape),
         "badge": _badge_text(nan, inf), "nan": nan, "inf": inf,
-        **colour_fields(marks.values[node["id"]], marks.color_by, marks.lo, marks.hi),
-        "w": info["w"], "h": info["h"],
+        **marks.fields(marks.values[node["id"]]), "w": info["w"], "h": info["h"],
     }
+    if marks.worst is not None and node["param"] == marks.worst:
+        classes.append("worstdiff")  # NOTE [Difference colouring] in app/view/compiled.py
     _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
     where = " · ".join(str(p) for p in (node["module"] or node["param"], node["source"]) if p)
-    data["title"] = f"{node['name']}" + (f" · {where}" if where else "") + f"\n∂L/∂output {data['shape']}: " + \
-        data["value_text"]
+    what = "max |compiled − eager|" if marks.color_by == DIFF else f"∂L/∂output {data['shape']}"
+    data["title"] = f"{node['name']}" + (f" · {where}" if where else "") + f"\n{what}: " + data["value_text"]
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}
 
@@ -104,7 +106,7 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks
     calls = mod["calls"] if mod else []
     go = calls[0]["go"] if calls else []
     got = tensor(wire, go[0]) if go else None
-    if got is not None:
+    if got is not None and marks.color_by != DIFF:
         value = statistic(got, marks.color_by)
     else:  # no module-level gradient (never called, or its output needed none): the largest inside
         vals = [v for v in (marks.values[i] for i in members) if v is not None]
@@ -115,12 +117,13 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks
     label = module_label(wire, prefix, len(members))
     data: dict[str, Any] = {"id": eid, "label": label, "module": prefix, "kind": "module", "type": kind,
                             "count": len(members), "badge": _badge_text(nan, inf), "nan": nan, "inf": inf,
-                            **colour_fields(value, marks.color_by, marks.lo, marks.hi), "w": info["w"],
+                            **marks.fields(value), "w": info["w"],
                             "h": info["h"]}
     _paint(data)
     if info.get("parent"):
         data["parent"] = box_element(info["parent"])
-    data["title"] = label.replace("\n", " · ") + f" (folded; click to expand)\n∂L/∂output: {data['value_text']}"
+    what = "largest max |compiled − eager| inside" if marks.color_by == DIFF else "∂L/∂output"
+    data["title"] = label.replace("\n", " · ") + f" (folded; click to expand)\n{what}: {data['value_text']}"
     classes = ["collapsed"] + (["nan"] if nan or inf else [])
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gradscape.app.view.colours import check_color_by, legend, range_of
+from gradscape.app.view.colours import check_color_by, colour_fields, legend, range_of
+from gradscape.app.view.compiled import DIFF, diff_fields, diff_legend, diff_range, diff_values, worst_param
 from gradscape.app.view.step_fields import Wire, step_index
 
 
@@ -26,14 +27,26 @@ class StepMarks:
     badges: list[tuple[int, int]]  # per node id: NaN and Inf counts over its grad_outputs and grad_inputs
     legend: dict[str, Any]  # `colours.legend` of the step
     flagged: bool = False  # some node has a badge
+    worst: str | None = None  # `DIFF` only: the parameter with the largest difference (NOTE [Difference colouring])
+
+    def fields(self, value: float | None) -> dict[str, Any]:
+        """`value`, `color` and `value_text` of an element whose statistic is `value`."""
+        if self.color_by == DIFF:
+            return diff_fields(value, self.lo, self.hi)
+        return colour_fields(value, self.color_by, self.lo, self.hi)
 
 
 def step_marks(wire: Wire, color_by: str = "norm") -> StepMarks:
-    check_color_by(color_by)
+    """`color_by`: one of `COLOR_BY`, or `DIFF` (compiled − eager, for a step with `compare_compiled`)."""
     index = step_index(wire)  # the statistics and NaN/Inf counts of every node, without reading the nodes
-    values = index.values[color_by]
     badges = [(0, 0)] * index.n_nodes
     for node, nan, inf in index.badges:
         badges[node] = (nan, inf)
+    if color_by == DIFF:
+        values = diff_values(wire)
+        lo, hi = diff_range(values)
+        return StepMarks(DIFF, lo, hi, values, badges, diff_legend(lo, hi), bool(index.badges), worst_param(wire))
+    check_color_by(color_by)
+    values = index.values[color_by]
     lo, hi = range_of(values, color_by)
     return StepMarks(color_by, lo, hi, values, badges, legend(wire, color_by, (lo, hi)), bool(index.badges))

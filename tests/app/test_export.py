@@ -264,3 +264,21 @@ def test_pictures_and_views_past_the_files_budgets_are_left_out(tmp_path: Path,
     folded = [e[0] for e in data["states"][""]["nodes"] if e[0].startswith("m:")]
     assert list(data["states"]) == [""] and data["states_left_out"] == len(folded) > 0  # drawn, cannot be opened
     assert data["nodes"] == full["nodes"]  # every node's statistics, still
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's own notes on what it compiles
+def test_the_header_says_what_a_compiled_models_step_did(tmp_path: Path) -> None:
+    """As the live page's header (app/view/compiled.py): a compiled model's traced step ran eagerly; an eager
+    model's step says nothing."""
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(4, 6)
+    cm = torch.compile(model, backend="aot_eager")
+    cm(x).sum().backward()  # compiled, untraced
+    with gradscape.Tracer(cm, monitor=False) as tr, tr.step(0) as st:
+        cm(x).sum().backward()
+    header = re.search(r'<div class="gs-header">(.*?)</div>\s*<div class="gs-main">', st.to_html(tmp_path / "c.html")
+                       .read_text(encoding="utf-8"), re.S)
+    assert header and re.search(r'<span class="gs-step-note gs-note-compiled" title="[^"]+">ran eagerly for tracing '
+                                r'\(compiled model\)</span>', header.group(1))
+    plain = _step().to_html(tmp_path / "e.html").read_text(encoding="utf-8")
+    assert '<div class="gs-step-notes"></div>' in plain and '<span class="gs-step-note' not in plain
