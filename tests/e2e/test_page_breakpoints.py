@@ -14,6 +14,7 @@ from playwright.sync_api import Page
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bp_harness import call, paused, reference_params, wait_for  # noqa: E402
+from page_geometry import text_boxes  # noqa: E402
 
 
 class _Srv:
@@ -152,6 +153,12 @@ def test_paused_heatmaps_on_the_page(live_server: Any, page: Page, worker_factor
     assert len(z) == 16 and all(a == pytest.approx(b, rel=2**-8, abs=1e-8) for r, s in zip(z, want)
                                 for a, b in zip(r, s))
     assert page.locator("#bp-nodes tr.gs-bp-picked").get_attribute("data-order") == str(k - 1)
+    # the paused nodes' table is read whole across: no text cut at its right (or left) edge, at the
+    # narrowest the right column gets
+    page.set_viewport_size({"width": 1024, "height": 800})
+    cut = [t["text"] for t in text_boxes(page, "#bp-nodes")
+           if t["clip"] and (t["box"][2] > t["clip"][2] + 1 or t["box"][0] < t["clip"][0] - 1)]
+    assert cut == []
 
     # a click on the first row (the loss's node) shows its gradients
     page.click("#bp-nodes tr[data-order='0']")
