@@ -29,6 +29,7 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node.root", "style": {"border-width": 3, "border-color": "#000", "font-weight": "bold"}},
     {"selector": "node.collapsed", "style": {"shape": "round-rectangle", "border-width": 3, "border-color": "#2b5d9c",
                                              "font-size": 13, "text-wrap": "wrap", "font-weight": "bold"}},
+    {"selector": "node.more", "style": {"border-style": "dashed"}},  # calls not drawn yet (a click draws more)
     {"selector": "node.module", "style": {"background-opacity": 0.06, "background-color": "#2b5d9c",
                                        "border-color": "#2b5d9c", "border-width": 1, "label": "data(label)",
                                        "text-valign": "top", "text-halign": "center", "font-size": 12,
