@@ -84,6 +84,10 @@ def test_a_ten_thousand_node_loop_opens_at_its_first_click(live_server: Any, pag
     assert calls > 500
     _open(page, live_server.url)
     page.wait_for_function("window.cy.getElementById('m:cell').length === 1")
+    # what the line under the graph says meanwhile: the click is answered at once, in words
+    page.evaluate("""() => { window.__said = []; const info = document.querySelector('#graph-info');
+      new MutationObserver(() => window.__said.push(info.innerText))
+        .observe(info, {subtree: true, childList: true, characterData: true}); }""")
     start = time.monotonic()
     _click(page, "m:cell")
     page.wait_for_function(f"({CALLS_DRAWN})('cell') === 50 && "
@@ -92,3 +96,4 @@ def test_a_ten_thousand_node_loop_opens_at_its_first_click(live_server: Any, pag
     assert took < 5.0, f"first expand of a 10k-node loop took {took:.1f} s"
     label = page.evaluate("window.cy.getElementById('c:cell#more').data('label')")
     assert label.startswith(f"cell · calls 51–{calls}")
+    assert any(t.startswith("opening cell") for t in page.evaluate("window.__said"))
