@@ -84,7 +84,7 @@ from gradscape.app.view.crossings import count_crossings
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
 from gradscape.app.view.ordering import order_layers
-from gradscape.app.view.step_fields import Wire, prefixes
+from gradscape.app.view.step_fields import Wire, inside, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
 from gradscape.tracer.collector import raised_gc_threshold
 
@@ -123,9 +123,10 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
         # the default folds' graph draws its elements: as many as fit, nothing to fold again (no module tree).
         # A module opened into its calls draws a few of them: counted as folded here
         if max_drawn is not None and (vg is None or len(vg.elements) > max_drawn):
-            fitted, refolded = fit_drawn(wire, folded | views.keys(), max_drawn)
+            inner = {f for f in folded if any(inside(f, m) for m in views)}  # in an opened call: kept as asked
+            fitted, refolded = fit_drawn(wire, (folded - inner) | views.keys(), max_drawn)
             views = {m: v for m, v in views.items() if m in fitted}
-            folded = fitted - views.keys()
+            folded = (fitted - views.keys()) | {f for f in inner if any(inside(f, m) for m in views)}
         if refolded or vg is None:
             vg = collapse_graph(wire, folded, normalised=True, views=views)
         return {**_layout(wire, vg, sweeps, dx, dy, module_gap), "collapsed": fold_tokens(folded, views),

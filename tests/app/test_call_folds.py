@@ -15,6 +15,7 @@ from gradscape.app.view import after_tap, cytoscape_elements, layout_graph, open
 from gradscape.app.view.call_folds import CALLS_SHOWN, CallView, fold_tokens, split_folds
 from gradscape.app.view.calls import call_members
 from gradscape.app.view.ids import call_element, call_of, more_element
+from gradscape.app.view.layered import ProperGraph
 from gradscape.tracer.wire import step_to_wire
 
 STEPS = 120
@@ -130,3 +131,16 @@ def test_a_loop_inside_another_module_opens_a_level_then_into_calls() -> None:
     assert second is not None and f"encoder.cell#calls={CALLS_SHOWN}" in second
     lay = layout_graph(wire, second, max_drawn=300)
     assert lay["nodes"][call_element("encoder.cell", 50)]["label"].startswith("encoder.cell · call 50 of 60")
+
+
+def test_a_fan_of_long_edges_shares_one_lane() -> None:
+    """NOTE [Shared lanes]: a folded read-out that feeds every call drawn, one layer further down each time."""
+    n = 21
+    layer = [0] + list(range(2, n + 1))  # vertex 0 at the top, vertex k at layer k + 1
+    groups: list[tuple[str, ...]] = [()] * n
+    fan = ProperGraph(layer, groups, [(0, k) for k in range(1, n)])
+    assert len(fan.layer) - n == n - 1  # one dummy a layer, shared (one a layer an edge: 190)
+    for k, route in enumerate(fan.routes, 1):
+        assert route[0] == 0 and route[-1] == k and len(route) == k + 2  # a dummy a layer passed
+    few = ProperGraph(layer[:4], groups[:4], [(0, 1), (0, 2), (0, 3)])  # below `FAN`: a lane each
+    assert len(few.layer) - 4 == 1 + 2 + 3
