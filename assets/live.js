@@ -4,7 +4,8 @@
  * tracer's counts. Everything here lives in the page's one namespace, window.gradscape. */
 (function () {
   const GS = window.gradscape, ID = GS.ids;
-  GS.live = {runSeq: 0, stepSeq: 0, stepsOf: null};  // the newest read's number; the run and rank it is for
+  // the newest read's number; the run and rank it is for; whether the person picked a step (not following)
+  GS.live = {runSeq: 0, stepSeq: 0, stepsOf: null, picked: false};
   // the lists' labels, worded as the server words them (app/step_flags.py `step_label`, `run_label`)
   GS.live.stepLabel = function (s) {
     const parts = ["step " + s.step];
@@ -87,21 +88,31 @@
           if (!steps.length) return;
           // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
           const box = document.querySelector("#" + ID.FOLLOW + " input");
-          const following = !GS.link.pinned && (box ? box.checked : !!(follow && follow.length));
+          // (a step the person picked a moment ago turns the box off once `stepPicked` has answered)
+          const following = !GS.link.pinned && !GS.live.picked && (box ? box.checked : !!(follow && follow.length));
           const props = {options: body.steps.map(function (s) { return {label: GS.live.stepLabel(s), value: s.step}; })};
           // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
           // the value is set only when following or when the step shown is gone
-          if (following || steps.indexOf(current) < 0) props.value = steps[steps.length - 1];
+          if (following || steps.indexOf(current) < 0) {
+            props.value = steps[steps.length - 1];
+            // the page's own step, marked in the same update (NOTE [Who changed the step] in app/ui/runs.py)
+            window.dash_clientside.set_props(ID.STEP_SET_BY_PAGE, {data: {step: props.value}});
+          }
           window.dash_clientside.set_props(ID.STEP_SELECT, props);
         })
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
     },
-    stepPicked: function (step, options, follow) {
-      // a step shown that is not the newest means the page is not following the live run (app/ui/runs.py)
+    stepPicked: function (step, options, follow, byPage) {
+      // a step the person picked that is not the newest: the page stops following the live run. A step the
+      // page set itself (marked in `byPage`: NOTE [Who changed the step] in app/ui/runs.py) is no pick,
+      // whatever the step list holds yet
       const nu = window.dash_clientside.no_update;
       if (step === null || step === undefined || !options || !options.length || !(follow && follow.length)) return nu;
-      return options[options.length - 1].value === step ? nu : [];
+      if (byPage && byPage.step === step) return nu;
+      if (options[options.length - 1].value === step) return nu;
+      GS.live.picked = true;  // until the person ticks "follow live" again (the box may not show it yet)
+      return [];
     },
     connection: function (connected, tracer) {
       // the /ui socket's state, and the tracer's own counts when it reports them
@@ -115,5 +126,8 @@
       }
       return [text, "gs-connection live"];
     },
+  });
+  document.addEventListener("click", function (evt) {
+    if (evt.target && evt.target.closest && evt.target.closest("#" + ID.FOLLOW)) GS.live.picked = false;
   });
 })();

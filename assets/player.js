@@ -43,8 +43,12 @@
   // step's order (app/view/order.py `exec_order`) comes once per step, with each node's module; a fold or an
   // expand sends only the elements, and this runs again over them
   function drawnElements(order, elements) {
-    const drawn = new Set();
-    (elements || []).forEach(function (e) { if (e.group === "nodes" && e.data) drawn.add(e.data.id); });
+    const drawn = new Set(), inCall = {};  // node id -> the folded call that holds it (app/view/call_folds.py)
+    (elements || []).forEach(function (e) {
+      if (e.group !== "nodes" || !e.data) return;
+      drawn.add(e.data.id);
+      (e.data.members || []).forEach(function (n) { inCall[n] = e.data.id; });
+    });
     const hiding = {};  // module index -> its folded element, or null
     const folded = function (m) {
       if (!(m in hiding)) {
@@ -60,7 +64,7 @@
     const modOf = order.module_of || [];
     return order.nodes.map(function (n, k) {
       const id = E.node + n;
-      return drawn.has(id) ? id : (modOf[k] >= 0 ? folded(modOf[k]) : null);
+      return drawn.has(id) ? id : (inCall[n] || (modOf[k] >= 0 ? folded(modOf[k]) : null));
     });
   }
   // A selection made here, in the browser (the player, a click on a node). Noted at once, not when `focus`

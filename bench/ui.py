@@ -12,8 +12,10 @@ benchmark timed before: the server's cache, not a person's first click).
 
 `--loop N[,M...]` adds an LSTMCell loop step of about N (and M...) autograd nodes (bench/pernode.py's),
 opened on a fresh server every round (a person's first open: the step decoded and laid out), and a
-first click on each of its folded modules: a module too big to draw (over `view.MAX_DRAWN` nodes)
-answers by staying folded with a line that says so, and that answer is what is timed.
+first click on each of its folded modules: the loop's cell opens into its calls, the first 50 drawn
+folded (app/view/call_folds.py), and a click on its first call and on its "more" node are timed too; a
+module too big to draw (over `view.MAX_DRAWN` nodes) answers by staying folded with a line that says so.
+`--loop-only` times only that (python bench/ui.py --loop 1000,10000,100000 --loop-only).
 
 Every trace also gets a first click to heatmaps: on a fresh server, the page opened and settled, one
 click on a node other than the one shown, until the inspector has drawn that node's first heatmap (the
@@ -51,6 +53,7 @@ import torch  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
+from ui_calls import call_clicks  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 from workloads import build, lstm_loop, residual_stages  # noqa: E402
 
@@ -156,7 +159,15 @@ def main() -> None:
                     "separated (10000,100000: the scale goal), each opened on a fresh server each round")
     ap.add_argument("--expands", default="all", help="how many folded modules to expand (first expands): "
                     "'all' or a number, spread evenly over the page's folded modules")
+    ap.add_argument("--loop-only", action="store_true", help="only the --loop steps' first expands and their "
+                    "calls' clicks (no W4, no 10k step, no open or heatmap timings)")
     args = ap.parse_args()
+    if args.loop_only:
+        for size in [int(n) for n in args.loop.split(",") if n.strip()]:
+            loop = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "loop.sqlite"
+            print(f"LSTMCell loop: {record_loop(loop, size)} autograd nodes")
+            first_expands(loop, "all")
+        return
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -275,6 +286,8 @@ def first_expands(store: Path, which: str) -> list[float]:
                 print(f"  first expand of {module}: no answer within {NO_ANSWER_MS / 1e3:.0f} s")
                 break
             print(f"  first expand of {module}: {out[-1]:.3f} s")
+            if pg.evaluate(f"window.cy.getElementById('c:{module[2:]}#more').length === 1"):
+                call_clicks(pg, module[2:], settle, NO_ANSWER_MS)
             fold_back(pg, module, opening)
         again = []  # the baseline, in the same run: the same clicks once the server has laid them out
         for module in ([] if stuck else chosen[::max(1, len(chosen) // 10)]):

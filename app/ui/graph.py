@@ -97,8 +97,9 @@ def graph_payload(data: PageData, run: str | None, step: int | None, color_by: s
     elements = view.cytoscape_elements(wire, layout, color_by or "norm", marks)
     order = data.order(run, step, rank) if with_order else None
     drawn = sum(1 for e in elements if "source" not in e.get("data", {}))
+    folds = [f for f in layout["collapsed"] if "#" not in f]  # the rest: modules opened into their calls
     info = (f"{len(wire['nodes'])} autograd nodes, {len(wire['edges'])} edges; {drawn} drawn"
-            + (f", {len(layout['collapsed'])} modules folded (click one to open it)" if layout["collapsed"] else "")
+            + (f", {len(folds)} modules folded (click one to open it)" if folds else "")
             + "".join(f"; {m} stays folded: opened, it would draw over {view.MAX_DRAWN:,} nodes (find or step "
                       "to one of its nodes to see it in the inspector)" for m in layout["refolded"]))
     last = max(len(wire["execution"]) - 1, 0)  # a new graph opens fully executed; the player rewinds it

@@ -29,6 +29,7 @@ STYLESHEET: list[dict[str, Any]] = [
     {"selector": "node.root", "style": {"border-width": 3, "border-color": "#000", "font-weight": "bold"}},
     {"selector": "node.collapsed", "style": {"shape": "round-rectangle", "border-width": 3, "border-color": "#2b5d9c",
                                              "font-size": 13, "text-wrap": "wrap", "font-weight": "bold"}},
+    {"selector": "node.more", "style": {"border-style": "dashed"}},  # calls not drawn yet (a click draws more)
     {"selector": "node.module", "style": {"background-opacity": 0.06, "background-color": "#2b5d9c",
                                        "border-color": "#2b5d9c", "border-width": 1, "label": "data(label)",
                                        "text-valign": "top", "text-halign": "center", "font-size": 12,
@@ -88,6 +89,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.INSPECTED, data=st.get("selected")),
         dcc.Store(id=ids.COLLAPSED),
         dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
+        dcc.Store(id=ids.STEP_SET_BY_PAGE, data={"step": st.get("step")}),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         _header(st),
         _band(),

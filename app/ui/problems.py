@@ -84,6 +84,6 @@ def register(app: dash.Dash, data: PageData) -> None:
             return no_update, no_update, no_update
         folded = collapsed.get("collapsed") if collapsed and collapsed.get("run") == run else None
         current = data.layout(run, step, folded, rank)["collapsed"]
-        new_folded = sorted(view.reveal(wire, current, node))
+        new_folded = view.reveal_node(wire, current, node)
         sel = {"run": run, "rank": rank, "step": step, "node": node}
         return sel, ({"run": run, "collapsed": new_folded} if new_folded != current else no_update), address(sel)

@@ -5,6 +5,15 @@ Live data: the /ui socket only says *what changed* ("run r has step 12"); the li
 the JSON API, in the browser (`liveRuns`, `liveSteps` in assets/live.js), so merged notifications lose
 nothing and no server callback's answer is dropped by Dash when its input changes while it is in flight.
 A deep link (`deepLink` in assets/links.js) and another run or rank chosen are answered on the server here.
+
+NOTE [Who changed the step]: "follow live" goes off when the *person* picks a step other than the newest
+(in the step list; the timeline and a link naming a step turn it off themselves), never when the page
+changed the step on its own. Every step the page sets itself (`sync_steps` here for a run, rank or link
+chosen; `liveSteps` in assets/live.js for a new step while following) is also written into
+`ids.STEP_SET_BY_PAGE` in the same update, so `stepPicked` tells the two apart by who set the value rather
+than by whether the step list has caught up with it. Judged by the list alone, a link naming only the run
+raced: `sync_steps` answered with the step the page was rendered with while newer steps had arrived, and that
+older step, though the page's own choice, turned following off (tests/e2e/test_live.py).
 """
 
 from __future__ import annotations
@@ -47,15 +56,18 @@ def register(app: dash.Dash, data: PageData) -> None:
                             prevent_initial_call=True)
 
     @app.callback(Output(ids.STEP_SELECT, "options"), Output(ids.STEP_SELECT, "value"),
+                  Output(ids.STEP_SET_BY_PAGE, "data"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.DEEP_LINK, "data"), Input(ids.RANK_SELECT, "value"),
                   State(ids.STEP_SELECT, "value"),
                   prevent_initial_call=True)  # first load: the layout already holds the steps
     def sync_steps(run: str | None, link: dict[str, Any] | None, rank: int | None,
-                   current: int | None) -> tuple[Any, Any]:
-        """The steps of the run's shown rank (the rank is set first: `compare.sync_ranks`)."""
+                   current: int | None) -> tuple[Any, Any, Any]:
+        """The steps of the run's shown rank (the rank is set first: `compare.sync_ranks`), and the step
+        shown, marked as the page's own (NOTE [Who changed the step])."""
         fired = ctx.triggered_prop_ids  # several can change in one update: the deep link wins
         trigger = ids.DEEP_LINK if f"{ids.DEEP_LINK}.data" in fired else ids.RUN_SELECT
-        return step_choices(data, run, link, current, trigger, int(rank or 0))
+        options, value = step_choices(data, run, link, current, trigger, int(rank or 0))
+        return options, value, {"step": value}
 
     # A `step` notification (or the server's catch-up when the socket (re)connects) → the steps of the
     # shown rank, read from the JSON API in the browser and set on the step list there (a lost update left
@@ -67,11 +79,13 @@ def register(app: dash.Dash, data: PageData) -> None:
                             State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"),
                             State(ids.RANK_SELECT, "options"), prevent_initial_call=True)
 
-    # a step other than the newest shown (picked in the list, or by anything else) while following the live
-    # run: following stops, visibly, so the next step streamed does not take the step away (`stepPicked`)
+    # a step other than the newest picked by the person while following the live run: following stops,
+    # visibly, so the next step streamed does not take the step away (`stepPicked`). A step the page showed
+    # itself never does (NOTE [Who changed the step])
     app.clientside_callback(ClientsideFunction("gradscape", "stepPicked"),
                             Output(ids.FOLLOW, "value", allow_duplicate=True), Input(ids.STEP_SELECT, "value"),
-                            State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"), prevent_initial_call=True)
+                            State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"),
+                            State(ids.STEP_SET_BY_PAGE, "data"), prevent_initial_call=True)
 
     # "next problem": the next step traced by a trigger or with problems, opened on its root-cause node, as a
     # deep link would open it; the page stops following the live run there (visibly)

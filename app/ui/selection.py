@@ -86,22 +86,19 @@ def selection(data: PageData, trigger: Any, run: str | None, step: int | None, r
     new_folded: list[str] | None = None
     if trigger == ids.GRAPH and tap:
         el = str(tap.get("id", ""))
-        if (module := element.module_of(el)) is not None:
-            return no_update, {"run": run, "collapsed": sorted(view.expand_one_level(wire, current, module))}, \
-                no_update
-        if (box := element.box_of(el)) is not None:
-            return no_update, {"run": run, "collapsed": sorted(view.collapse_module(current, box))}, no_update
+        if (folds := view.after_tap(wire, current, el)) is not None:  # a fold, a folded call or a box
+            return no_update, {"run": run, "collapsed": folds}, no_update
         node = element.node_of(el)
     elif trigger == ids.SEARCH and found:
         if (node := element.node_of(found)) is not None:
-            new_folded = sorted(view.reveal(wire, current, node))
+            new_folded = view.reveal_node(wire, current, node)
         elif (module := element.module_of(found)) is not None:
             new_folded = sorted(view.expand_module(current, module))
     elif trigger in (ids.DEEP_LINK, ids.STEP_SELECT, ids.RANK_SELECT) and link and link.get("run") == run \
             and link_rank(link) == rank and link.get("step") == step and link.get("node") is not None \
             and (trigger == ids.DEEP_LINK or not selected or selected.get("step") != step):
         node = link["node"]  # the page was opened from a deep link: once run, rank and step are in place
-        new_folded = sorted(view.reveal(wire, current, node)) if 0 <= node < len(wire["nodes"]) else None
+        new_folded = view.reveal_node(wire, current, node) if 0 <= node < len(wire["nodes"]) else None
     kept = False
     if node is None and trigger in (ids.STEP_SELECT, ids.RANK_SELECT) and selected and selected.get("run") == run:
         node, kept = selected.get("node"), True  # same node, new step or rank (ids are stable for the same model)

@@ -13,11 +13,12 @@ The rooms: `ids` (the graph's element ids, made and read there only), `layout` a
 steps: `layers`, `layered`, `ordering` with `crossings`, `x_coordinates`, and `boxes` for the module
 boxes), `timeline` (the run's history as figures), `elements`
 (cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
-(the find box), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow), `order` (the
-player's order), `modules` (the module tab), `compare`, `problems`, and `compiled` (what a step says of
-torch.compile: its notes, the compiled-against-eager table and the colouring by that
-difference); `step_fields` reads the fields of a step (its wire form) for all of them. The collector's
-threshold is raised while a layout runs (`raised_gc_threshold`, NOTE [Raised threshold] in
+(the find box), `calls` (which nodes each call of a module made) with `call_folds` (a module opened into
+its calls) and `folds` (what a click on a fold does), `heatmaps` over `grid` (a tensor as a 2-D grid),
+`flow` (gradient flow), `order` (the player's order), `modules` (the module tab), `compare`, `problems`,
+and `compiled` (what a step says of torch.compile: its notes, the compiled-against-eager table and the
+colouring by that difference); `step_fields` reads the fields of a step (its wire form) for all of them.
+The collector's threshold is raised while a layout runs (`raised_gc_threshold`, NOTE [Raised threshold] in
 tracer/collector.py). See docs/graph-view.md.
 """
 
@@ -35,6 +36,7 @@ from gradscape.app.view.colours import COLOR_BY, legend
 from gradscape.app.view.compiled import COMPARE_COLUMNS, DIFF, DIFF_LABEL, compare_rows, has_comparison, step_notes
 from gradscape.app.view.elements import cytoscape_elements
 from gradscape.app.view.flow import flow_rows, gradient_flow, norm_over_rows, norm_over_steps
+from gradscape.app.view.folds import after_tap, open_module, reveal_node
 from gradscape.app.view.heatmaps import explain, node_tensors, slot_figures, stats_rows
 from gradscape.app.view.layout import count_crossings, layout_graph
 from gradscape.app.view.marks import StepMarks, step_marks
@@ -45,6 +47,7 @@ from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, s
 __all__ = [
     "MAX_DRAWN",
     "StepMarks",
+    "after_tap",
     "COLOR_BY",
     "COMPARE_COLUMNS",
     "DIFF",
@@ -72,9 +75,11 @@ __all__ = [
     "node_tensors",
     "norm_over_rows",
     "norm_over_steps",
+    "open_module",
     "order_name",
     "param_rows",
     "reveal",
+    "reveal_node",
     "search",
     "search_index",
     "searched_on_server",

@@ -16,7 +16,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradscape.app.view.ids import box_element, module_element, module_of, node_element, node_of
+from gradscape.app.view.call_folds import CALLS_SHOWN, CallView
+from gradscape.app.view.calls import call_label, call_members, more_label
+from gradscape.app.view.ids import (
+    box_element,
+    call_element,
+    module_element,
+    module_of,
+    more_element,
+    node_element,
+    node_of,
+)
 from gradscape.app.view.step_fields import (
     Wire,
     inside,
@@ -39,6 +49,7 @@ class VisibleGraph:
     parent: dict[str, str | None]  # element -> the innermost expanded module (box) around it
     boxes: dict[str, str | None]  # box module -> the box around it
     edges: dict[tuple[str, str], list[tuple[int, int, int]]] = field(default_factory=dict)  # merged
+    labels: dict[str, str] = field(default_factory=dict)  # folded call -> its label (app/view/call_folds.py)
 
     def count(self) -> int:
         """Cytoscape elements this draws: nodes, boxes and (merged) edges."""
@@ -75,11 +86,12 @@ def box_label(wire: Wire, prefix: str) -> str:
     return prefix + (f" ({kind})" if kind else "")
 
 
-def element_size(wire: Wire, eid: str, members: list[int] | None = None) -> tuple[float, float]:
-    """(width, height) of a drawn node element (`n12` or `m:blocks.3`)."""
-    if (module := module_of(eid)) is not None:
-        lines = module_label(wire, module, len(members or [])).split("\n")
-        return max(text_width(line, MODULE_FONT) for line in lines), MODULE_H
+def element_size(wire: Wire, eid: str, members: list[int] | None = None,
+                 label: str | None = None) -> tuple[float, float]:
+    """(width, height) of a drawn node element (`n12`, `m:blocks.3`, or a folded call with its `label`)."""
+    if (module := module_of(eid)) is not None or label is not None:
+        text = label if label is not None else module_label(wire, module or "", len(members or []))
+        return max(text_width(line, MODULE_FONT) for line in text.split("\n")), MODULE_H
     node = node_of(eid)
     if node is None:
         raise ValueError(f"{eid!r} is not a drawn node element")
@@ -95,9 +107,11 @@ def normalise(wire: Wire, collapsed: Iterable[str]) -> set[str]:
     return {p for p in wanted if not any(q in wanted for q in prefixes(parent_prefix(p)))}
 
 
-def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = False) -> VisibleGraph:
-    """The drawn graph when the modules in `collapsed` are folded: O(nodes × depth + edges).
-    `normalised=True` skips `normalise` when the caller already did it."""
+def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = False,
+                   views: dict[str, CallView] | None = None) -> VisibleGraph:
+    """The drawn graph when the modules in `collapsed` are folded and those in `views` are opened into their
+    calls (`app.view.call_folds`, checked by `valid_views`): O(nodes × depth + edges). `normalised=True`
+    skips `normalise` when the caller already did it."""
     folded = set(collapsed) if normalised else normalise(wire, collapsed)
     elements: list[str] = []
     rep: list[str] = []
@@ -105,9 +119,12 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     parent: dict[str, str | None] = {}
     boxes: dict[str, str | None] = {}
     index = step_index(wire)
+    by_call, call_box, which = _call_places(wire, views or {})
     placed: dict[int, tuple[str | None, str | None]] = {}  # module code → (its fold's element, box)
     for nid, code in enumerate(index.module_code):
-        if (place := placed.get(code)) is None:
+        if (call := by_call.get(nid)) is not None:
+            place: tuple[str | None, str | None] = (call, call_box[call])
+        elif (place := placed.get(code)) is None:  # type: ignore[assignment]
             path = prefixes(index.module_of(nid))
             fold = next((p for p in path if p in folded), None)
             place = placed[code] = ((None, path[-1] if path else None) if fold is None
@@ -128,7 +145,30 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
         a, b = rep[src], rep[dst]
         if a != b:
             edges.setdefault((a, b), []).append((src, dst, slot))
-    return VisibleGraph(elements, rep, members, parent, boxes, edges)
+    labels = {e: call_label(wire, call_box[e], k, len(members[e])) if k is not None
+              else more_label(wire, call_box[e], (views or {})[call_box[e]].shown, CALLS_SHOWN)
+              for e, k in which.items() if e in members}
+    return VisibleGraph(elements, rep, members, parent, boxes, edges, labels)
+
+
+def _call_places(wire: Wire, views: dict[str, CallView]) -> tuple[dict[int, str], dict[str, str],
+                                                                     dict[str, int | None]]:
+    """For the modules opened into their calls: node id → its folded call's element (none for a call opened
+    or a node of no single call), that element → the module (its box), and which call it is (None: the
+    calls not drawn yet)."""
+    by_call: dict[int, str] = {}
+    box: dict[str, str] = {}
+    which: dict[str, int | None] = {}
+    for module, view in views.items():
+        more = more_element(module)
+        for k, nodes in enumerate(call_members(wire, module).calls, 1):
+            if k in view.opened or not nodes:
+                continue
+            eid = call_element(module, k) if k <= view.shown else more
+            box[eid] = module
+            which[eid] = k if k <= view.shown else None
+            by_call.update(dict.fromkeys(nodes, eid))
+    return by_call, box, which
 
 
 def visible_count(wire: Wire, collapsed: Iterable[str]) -> int:

@@ -3,6 +3,9 @@
     n12          node 12 of the step (a wire node id)
     m:blocks.3   a folded module, drawn as one node
     g:blocks.3   the box of an expanded module (a compound parent)
+    c:cell#17    call 17 (of 1, 2, ...) of module `cell`, folded (a module opened into its calls:
+                 app/view/calls.py)
+    c:cell#more  the calls of `cell` not drawn yet, as one node: a click draws the next ones
 
 The layout (app/view/collapse.py), the elements, the search and the page's callbacks all make and read
 them through the functions below.
@@ -13,6 +16,8 @@ from __future__ import annotations
 NODE_PREFIX = "n"
 MODULE_PREFIX = "m:"
 BOX_PREFIX = "g:"
+CALL_PREFIX = "c:"
+MORE = "more"
 
 
 def node_element(node_id: int) -> str:
@@ -25,6 +30,26 @@ def module_element(module: str) -> str:
 
 def box_element(module: str) -> str:
     return BOX_PREFIX + module
+
+
+def call_element(module: str, call: int) -> str:
+    """Call `call` (counted from 1) of `module`, folded."""
+    return f"{CALL_PREFIX}{module}#{int(call)}"
+
+
+def more_element(module: str) -> str:
+    """The calls of `module` not drawn yet."""
+    return f"{CALL_PREFIX}{module}#{MORE}"
+
+
+def call_of(element: str) -> tuple[str, int | None] | None:
+    """`"c:cell#17"` → `("cell", 17)`, `"c:cell#more"` → `("cell", None)`; None for any other element."""
+    if not element.startswith(CALL_PREFIX) or "#" not in element:
+        return None
+    module, _, which = element[len(CALL_PREFIX):].rpartition("#")
+    if which == MORE:
+        return module, None
+    return (module, int(which)) if which.isdigit() else None
 
 
 def node_of(element: str) -> int | None:
@@ -57,4 +82,4 @@ def node_index(ref: str | int) -> int:
 
 def table() -> dict[str, str]:
     """The prefixes, for the page's scripts (`window.gradscape.elements`)."""
-    return {"node": NODE_PREFIX, "module": MODULE_PREFIX, "box": BOX_PREFIX}
+    return {"node": NODE_PREFIX, "module": MODULE_PREFIX, "box": BOX_PREFIX, "call": CALL_PREFIX}

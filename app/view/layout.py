@@ -69,6 +69,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gradscape.app.view.boxes import box_bounds, box_overlaps, separate_boxes
+from gradscape.app.view.call_folds import CallView, fold_tokens, split_folds, valid_views
 from gradscape.app.view.collapse import (
     VisibleGraph,
     box_label,
@@ -83,7 +84,7 @@ from gradscape.app.view.crossings import count_crossings
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
 from gradscape.app.view.ordering import order_layers
-from gradscape.app.view.step_fields import Wire, prefixes
+from gradscape.app.view.step_fields import Wire, inside, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
 from gradscape.tracer.collector import raised_gc_threshold
 
@@ -95,28 +96,41 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
                  max_drawn: int | None = None) -> dict[str, Any]:
     """Positions of every drawn element, as JSON-ready data for `elements.cytoscape_elements`.
 
-    `collapsed`: module prefixes to fold; None means `default_collapse(wire, max_visible)` and an
-    empty set draws every node. `sweeps=0` keeps the insertion (node id) order: the baseline the
+    `collapsed`: module prefixes to fold, and modules opened into their calls (tokens of
+    `app.view.call_folds`); None means `default_collapse(wire, max_visible)` and an empty set draws every
+    node. `sweeps=0` keeps the insertion (node id) order: the baseline the
     crossing reduction is measured against.
 
     Returns `{"collapsed": [...], "nodes": {element: {"x", "y", "layer", "parent", "members"?}},
     "boxes": {module: parent module | None}, "edges": [{"id", "source", "target", "slots", "up",
-    "bends"}], "layers", "crossings", "width", "height"}`; a folded module's entry lists the node ids it
-    holds (`members`).
+    "bends"}], "layers", "crossings", "width", "height"}`; a folded module's or call's entry lists the node
+    ids it holds (`members`), a folded call's its `label`. `"collapsed"` is the fold list as the page keeps
+    it (the views' tokens included).
     An edge's `slots` are the `[src, dst, slot]` wire edges it stands for; `bends` are the points
     `[x, y]` a long edge is routed through (empty for an edge between neighbouring layers).
     `max_drawn`: with it, modules are folded again past that many drawn nodes and folds
     (`collapse.fit_drawn`), and `"refolded"` lists them.
     """
     with raised_gc_threshold():
-        folded, vg = default_folds(wire, max_visible) if collapsed is None else (normalise(wire, collapsed), None)
+        views: dict[str, CallView] = {}
+        if collapsed is None:
+            folded, vg = default_folds(wire, max_visible)
+        else:
+            asked, views = split_folds(collapsed)
+            folded, vg = normalise(wire, asked), None
+            views = valid_views(wire, folded, views)
         refolded: list[str] = []
-        # the default folds' graph draws its elements: as many as fit, nothing to fold again (no module tree)
+        # the default folds' graph draws its elements: as many as fit, nothing to fold again (no module tree).
+        # A module opened into its calls draws a few of them: counted as folded here
         if max_drawn is not None and (vg is None or len(vg.elements) > max_drawn):
-            folded, refolded = fit_drawn(wire, folded, max_drawn)
+            inner = {f for f in folded if any(inside(f, m) for m in views)}  # in an opened call: kept as asked
+            fitted, refolded = fit_drawn(wire, (folded - inner) | views.keys(), max_drawn)
+            views = {m: v for m, v in views.items() if m in fitted}
+            folded = (fitted - views.keys()) | {f for f in inner if any(inside(f, m) for m in views)}
         if refolded or vg is None:
-            vg = collapse_graph(wire, folded, normalised=True)
-        return {**_layout(wire, vg, sweeps, dx, dy, module_gap), "collapsed": sorted(folded), "refolded": refolded}
+            vg = collapse_graph(wire, folded, normalised=True, views=views)
+        return {**_layout(wire, vg, sweeps, dx, dy, module_gap), "collapsed": fold_tokens(folded, views),
+                "refolded": refolded}
 
 
 def _layout(wire: Wire, vg: VisibleGraph, sweeps: int, dx: float, dy: float, module_gap: float) -> dict[str, Any]:
@@ -129,7 +143,7 @@ def _layout(wire: Wire, vg: VisibleGraph, sweeps: int, dx: float, dy: float, mod
     for v in range(len(proper.layer)):
         rows[proper.layer[v]].append(v)
     rows = order_layers(rows, proper, sweeps)
-    sizes = [element_size(wire, e, vg.members.get(e)) for e in vg.elements]
+    sizes = [element_size(wire, e, vg.members.get(e), vg.labels.get(e)) for e in vg.elements]
     x = _place_x(rows, proper, [w for w, _ in sizes], dx, dx * module_gap)
     ys = layer_y(layer, groups, len(rows), dy)
     labels = {b: box_label(wire, b) for b in vg.boxes}
@@ -141,6 +155,8 @@ def _layout(wire: Wire, vg: VisibleGraph, sweeps: int, dx: float, dy: float, mod
                                  "parent": vg.parent[eid], "w": round(sizes[v][0], 1), "h": sizes[v][1]}
         if eid in vg.members:
             entry["members"] = vg.members[eid]
+        if eid in vg.labels:
+            entry["label"] = vg.labels[eid]
         nodes[eid] = entry
     edges = []
     for k, ((a, b), slots) in enumerate(vg.edges.items()):

@@ -145,11 +145,6 @@ def test_a_link_naming_a_step_pins_it(streaming: Any, page: Page) -> None:
     clean_console(page)
 
 
-@pytest.mark.xfail(reason="known defect, issue 49 open: after the page's one-state work, the follow-live switch races "
-                          "the step list (a step shown before its list arrives turns following off); failed on main "
-                          "2026-12-02 in the full run and alone (a guard in live.js stepPicked fixed it alone, "
-                          "but then failed the step-picked "
-                          "test in a longer run, so it was taken back)", strict=False)
 def test_a_link_naming_only_the_run_follows_live(streaming: Any, page: Page) -> None:
     open_page(page, f"{streaming.url}/?run={RUN}")
     assert page.is_checked("#follow-live input") is True
