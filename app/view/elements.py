@@ -139,7 +139,7 @@ def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) 
     calls = (wire["modules"].get(module) or {"calls": []})["calls"]
     go = calls[call - 1]["go"] if call is not None and 0 < call <= len(calls) else []
     got = tensor(wire, go[0]) if go else None
-    if got is not None:
+    if got is not None and marks.color_by != DIFF:
         value = statistic(got, marks.color_by)
     else:
         vals = [v for v in (marks.values[i] for i in members) if v is not None]
@@ -149,13 +149,14 @@ def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) 
     label = info.get("label") or eid
     data: dict[str, Any] = {"id": eid, "label": label, "module": module, "call": call, "kind": "call",
                             "type": module_type(wire, module), "count": len(members), "badge": _badge_text(nan, inf),
-                            "nan": nan, "inf": inf, **colour_fields(value, marks.color_by, marks.lo, marks.hi),
+                            "nan": nan, "inf": inf, **marks.fields(value),
                             "w": info["w"], "h": info["h"], "parent": box_element(module)}
     if call is not None and len(members) <= 1000:
         data["members"] = members  # the player finds its nodes in it (assets/player.js)
     _paint(data)
     what = "click to open its ops" if call is not None else "click to draw more calls"
-    data["title"] = label.replace("\n", " · ") + f" (folded; {what})\n∂L/∂output: {data['value_text']}"
+    shown = "largest max |compiled − eager| inside" if marks.color_by == DIFF else "∂L/∂output"
+    data["title"] = label.replace("\n", " · ") + f" (folded; {what})\n{shown}: {data['value_text']}"
     classes = ["collapsed", "call"] + (["more"] if call is None else []) + (["nan"] if nan or inf else [])
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}
