@@ -53,7 +53,7 @@ import torch  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-from ui_calls import call_clicks  # noqa: E402
+from ui_calls import call_clicks, click_element  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 from workloads import build, lstm_loop, residual_stages  # noqa: E402
 
@@ -374,10 +374,7 @@ def expand_once(pg: Any, module: str) -> float:
     """One person's click on `module` (brought into view first); seconds until its box is drawn."""
     box = "g:" + module[2:]
     pg.evaluate(EXPAND_PROBE, box)
-    at = pg.evaluate("""(id) => { const n = window.cy.getElementById(id);
-      window.cy.center(n); const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
-      return {x: box.left + r.x, y: box.top + r.y}; }""", module)
-    pg.mouse.click(at["x"], at["y"])
+    click_element(pg, module)
     pg.wait_for_function("window.__gsExpand.t1 !== null && window.__gsExpand.t0 !== null", timeout=NO_ANSWER_MS)
     t = pg.evaluate("window.__gsExpand")
     return float(t["t1"] - t["t0"]) / 1e3

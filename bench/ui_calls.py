@@ -23,13 +23,18 @@ CLICK_PROBE = """
 """
 
 
-def click_timed(pg: Any, element: str, done: str, limit_ms: float) -> float:
-    """A person's click on `element` (brought into view first); seconds until the JS condition `done` holds."""
-    pg.evaluate(CLICK_PROBE, done)
+def click_element(pg: Any, element: str) -> None:
+    """A person's click on the graph's `element`, brought into view first (centred)."""
     at = pg.evaluate("""(id) => { const n = window.cy.getElementById(id);
       window.cy.center(n); const r = n.renderedPosition(), box = window.cy.container().getBoundingClientRect();
       return {x: box.left + r.x, y: box.top + r.y}; }""", element)
     pg.mouse.click(at["x"], at["y"])
+
+
+def click_timed(pg: Any, element: str, done: str, limit_ms: float) -> float:
+    """A person's click on `element` (brought into view first); seconds until the JS condition `done` holds."""
+    pg.evaluate(CLICK_PROBE, done)
+    click_element(pg, element)
     pg.wait_for_function("window.__gsClick.t1 !== null && window.__gsClick.t0 !== null", timeout=limit_ms)
     t = pg.evaluate("window.__gsClick")
     return float(t["t1"] - t["t0"]) / 1e3
