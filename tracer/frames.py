@@ -56,14 +56,23 @@ def _stats(t: TensorTrace, names: Sequence[str]) -> list[Any]:
     return out
 
 
+def _table(pa: Any, schema: Any, rows: Iterable[list[Any]]) -> pa.Table:
+    """`rows` (lists in `schema`'s order) as a table, made column by column."""
+    columns: list[list[Any]] = [[] for _ in schema.names]
+    for row in rows:
+        for col, v in zip(columns, row):
+            col.append(v)
+    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+
+
 def nodes_table(st: StepTrace) -> pa.Table:
     """One row per autograd node of `st` (NOTE [Step tables for analysis])."""
     pa = _pyarrow()
     schema = pa.schema([("node", pa.int64()), ("name", pa.string()), ("kind", pa.string()),
                         ("module", pa.string()), ("param", pa.string()), ("source", pa.string()),
                         ("order", pa.int64()), ("time_us", pa.float64()), ("runs", pa.int64())])
-    rows = [(n.id, n.name, n.kind, n.module, n.param, n.source, n.order, n.time_us, len(n.runs)) for n in st.nodes]
-    return pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    return _table(pa, schema, ([n.id, n.name, n.kind, n.module, n.param, n.source, n.order, n.time_us, len(n.runs)]
+                               for n in st.nodes))
 
 
 def _slot_rows(st: StepTrace, names: Sequence[str]) -> Iterable[list[Any]]:
@@ -87,11 +96,7 @@ def gradients_table(st: StepTrace, stat_names: Sequence[str]) -> pa.Table:
                         ("slot", pa.int64()), ("label", pa.string()), ("shape", pa.list_(pa.int64())),
                         ("dtype", pa.string()), ("device", pa.string()), ("numel", pa.int64()),
                         *_stat_fields(pa, stat_names)])
-    columns: list[list[Any]] = [[] for _ in schema.names]
-    for row in _slot_rows(st, stat_names):
-        for col, v in zip(columns, row):
-            col.append(v)
-    return pa.Table.from_arrays([pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema)
+    return _table(pa, schema, _slot_rows(st, stat_names))
 
 
 def params_table(st: StepTrace, stat_names: Sequence[str]) -> pa.Table:
@@ -100,5 +105,4 @@ def params_table(st: StepTrace, stat_names: Sequence[str]) -> pa.Table:
     pa = _pyarrow()
     schema = pa.schema([("param", pa.string()), ("shape", pa.list_(pa.int64())), ("dtype", pa.string()),
                         *_stat_fields(pa, stat_names)])
-    rows = [[name, list(t.shape), t.dtype, *_stats(t, stat_names)] for name, t in st.params.items()]
-    return pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    return _table(pa, schema, ([name, list(t.shape), t.dtype, *_stats(t, stat_names)] for name, t in st.params.items()))

@@ -284,10 +284,11 @@ class StepRecorder:
         if got is None:
             self._note(NOT_CARRIED if index == 0 else SECOND_PASS)
             return
-        if index == 0:
-            self.kept = (carry.modules, carry.sources, 0)  # the carry may be reset before the step ends
-        if self.kept is not None and native is not None:
-            self.kept = (self.kept[0], self.kept[1], native.graph.size)
+        assert native is not None  # `got` is None without the native graph
+        # the kept lists, taken at the first call (the carry may be reset before the step ends), and the nodes
+        # the matched calls walked
+        mods, sources = (carry.modules, carry.sources) if index == 0 or self.kept is None else self.kept[:2]
+        self.kept = (mods, sources, native.graph.size)
         self.module_sums.use(*got)
 
     def _note(self, why: str) -> None:
