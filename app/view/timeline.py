@@ -70,7 +70,7 @@ def timeline_figure(rows: list[dict[str, Any]], run: str | None) -> dict[str, An
     ticks = {"tickformat": ".2~g", "nticks": 4}
     top = 6 + (LABEL_LIFT + LABEL_ROW * rows_used if labels else 0)
     layout = {"uirevision": run or "", "margin": {"l": 48, "r": 90, "t": top, "b": 24},
-              "height": 130, "showlegend": True,
+              "height": HEIGHT, "showlegend": True,
               "legend": {"orientation": "h", "y": -0.22, "x": 0, "yanchor": "top", "font": {"size": 11}},
               "xaxis": {"title": {"text": ""}, "domain": [0, 0.9]},
               "yaxis": {"type": "log", "title": {"text": "loss"}, **ticks},
@@ -84,6 +84,11 @@ def timeline_figure(rows: list[dict[str, Any]], run: str | None) -> dict[str, An
     return {"data": traces, "layout": layout}
 
 
+# px, the figure's height (assets/timeline.css holds the same). Plotly shrinks every margin when the plot
+# between them would be under 64 px tall, the top one too, which then cuts off the labels' second row: with
+# two rows of labels (a 40 px top margin) and the legend below (plotly grows the bottom margin to about 37 px,
+# or 50 at a window narrow enough to wrap the legend) 160 px leaves the plot 70 px or more
+HEIGHT = 160
 LABEL_ROW = 14  # px: one row of trigger labels above the plot
 LABEL_LIFT = 6  # px between the plot's top edge and the first row (a mark on the edge reaches into it)
 LABEL_ROWS = 2  # rows of labels; a label with no room in them is left out (its mark's hover still names it)

@@ -42,15 +42,18 @@ def _open(page: Page, url: str) -> None:
 def test_every_triggered_step_is_drawn_and_the_nan_sits_labelled_at_the_top(streaming: Any, page: Page) -> None:
     page.set_viewport_size({"width": 1440, "height": 900})
     _open(page, streaming.url)
-    # every triggered step has a mark drawn (a point with a position), in the figure as plotly laid it out
-    marks = page.evaluate(f"""() => {{ const gd = {FIGURE}; const out = [];
-        const top = gd._fullLayout._size.t, box = gd.getBoundingClientRect();
+    # every triggered step has a mark drawn (a point with a position), in the figure as plotly laid it out;
+    # the timeline's text and its figure come from different callbacks and plotly draws after Dash hands it
+    # the figure, so this waits until the drawn figure holds both marks
+    marks = page.wait_for_function(f"""() => {{ const gd = {FIGURE}; const out = [];
+        if (!gd || !gd._fullLayout || !gd.calcdata) return null;
+        const top = gd._fullLayout._size.t;
         gd._fullData.forEach((t, k) => {{ const cd = gd.calcdata[k] || [];
           cd.forEach((p, i) => {{ const c = (t.customdata || [])[i];
             if (c && c[1] && p.x !== undefined && isFinite(p.y)) {{
               const ya = gd._fullLayout[(t.yaxis || 'y').replace('y', 'yaxis')];
               out.push({{step: c[0], trigger: c[1], py: ya._offset + ya.c2p(p.y) - top}}); }} }}); }});
-        return out; }}""")
+        return out.length >= 2 ? out : null; }}""").json_value()
     steps = sorted(m["step"] for m in marks)
     assert steps == [SPIKE, NAN], marks
     nan = next(m for m in marks if m["step"] == NAN)
