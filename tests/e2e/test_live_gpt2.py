@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from serving import get_json, worker
 
 from .conftest import CHROMIUM, CHROMIUM_ARGS, LiveServer, _serve
@@ -127,8 +128,19 @@ PLAYER_IN_VIEW = """() => {
 }"""
 
 
+# what the player, its slider and the page's focus held when it did not reach a position (CI's log names it)
+PLAYER_STATE = """() => { const P = window.gradscape.player, c = P.current || {};
+  return {position: c.position, step: c.step, run: c.run, sigEnd: (c.sig || '').slice(-40), hold: P.hold,
+          clicks: P.clicks, nodes: P.order && P.order.nodes.length, focus: document.activeElement &&
+          (document.activeElement.id || document.activeElement.tagName),
+          info: (document.querySelector('#player-info') || {innerText: ''}).innerText}; }"""
+
+
 def _player_at(page: Page, position: int) -> None:
-    page.wait_for_function(f"window.gradscape.player.current.position === {position}", timeout=10_000)
+    try:
+        page.wait_for_function(f"window.gradscape.player.current.position === {position}", timeout=10_000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"the player never reached {position}: {page.evaluate(PLAYER_STATE)}") from None
 
 
 def test_the_player_brings_its_node_into_view_and_the_inspector(gpt2_stream: LiveServer, page: Page) -> None:

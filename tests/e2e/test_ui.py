@@ -276,6 +276,10 @@ def test_a_new_run_appears_in_the_run_list_and_the_shown_run_stays(live_server: 
     _open(page, live_server.url)
     page.wait_for_function("(document.querySelector('#connection-status') || {innerText: ''})"
                            ".innerText.includes('live')")
+    # the dropdown opened first (its options are in the page only while it is open): the time below is the
+    # server's push and the page's answer to it, not Playwright's click on a loaded machine
+    page.click("#run-select")
+    page.wait_for_selector("text=first (1 steps)", timeout=5_000)
     case = build("mlp")
     tr = make_tracer(case.model, run="second", sink=live_server.url)
     with tr.step(0):
@@ -285,7 +289,6 @@ def test_a_new_run_appears_in_the_run_list_and_the_shown_run_stays(live_server: 
     while 0 not in sink.acked and time.monotonic() < deadline:  # type: ignore[attr-defined]
         time.sleep(0.01)
     t_stored = time.monotonic()
-    page.click("#run-select")  # open the dropdown: its options are in the page only while it is open
     page.wait_for_selector("text=second (1 steps)", timeout=5_000)
     assert time.monotonic() - t_stored < 2.0
     page.keyboard.press("Escape")
