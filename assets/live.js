@@ -16,6 +16,28 @@
   GS.live.runLabel = function (r) {
     return r.run + " (" + r.steps + " steps" + (r.flagged ? " · " + r.flagged + " flagged)" : ")");
   };
+  // The step the page asked the graph of while following, until its order arrives (`drawn`, from
+  // assets/player.js); an answer that never comes (an error) stops holding the follow after DRAW_WAIT_MS
+  const DRAW_WAIT_MS = 10000;
+  GS.live.asked = null;
+  GS.live.drawing = function () {
+    return GS.live.asked !== null && performance.now() - GS.live.asked.at < DRAW_WAIT_MS;
+  };
+  GS.live.ask = function (step) {
+    GS.live.asked = {step: step, at: performance.now()};
+    // the page's own step, marked in the same update (NOTE [Who changed the step] in app/ui/runs.py)
+    window.dash_clientside.set_props(ID.STEP_SET_BY_PAGE, {data: {step: step}});
+  };
+  // a step's graph drawn: a newer step that came meanwhile is asked for now, if the page still follows
+  GS.live.drawn = function () {
+    GS.live.asked = null;
+    if (!GS.live.behind) return;
+    GS.live.behind = false;
+    const box = document.querySelector("#" + ID.FOLLOW + " input");
+    if (GS.link.pinned || GS.live.picked || (box && !box.checked)) return;
+    GS.live.ask(GS.live.newest);
+    window.dash_clientside.set_props(ID.STEP_SELECT, {value: GS.live.newest});
+  };
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
     liveRuns: function (note, stepNote, current, shown) {
@@ -93,10 +115,17 @@
           const props = {options: body.steps.map(function (s) { return {label: GS.live.stepLabel(s), value: s.step}; })};
           // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
           // the value is set only when following or when the step shown is gone
-          if (following || steps.indexOf(current) < 0) {
-            props.value = steps[steps.length - 1];
-            // the page's own step, marked in the same update (NOTE [Who changed the step] in app/ui/runs.py)
-            window.dash_clientside.set_props(ID.STEP_SET_BY_PAGE, {data: {step: props.value}});
+          GS.live.newest = steps[steps.length - 1];
+          GS.live.behind = false;
+          if (following && GS.live.drawing()) {
+            // the step followed before is not drawn yet: asked again now, Dash would drop that answer, and
+            // under a stream quicker than the graph draws no answer ever lands, while the player's keys wait
+            // on it (they read the slider's max, an output of the same callback). The newest step is asked
+            // for once the graph in flight is drawn (`GS.live.drawn`)
+            GS.live.behind = true;
+          } else if (following || steps.indexOf(current) < 0) {
+            props.value = GS.live.newest;
+            GS.live.ask(props.value);
           }
           window.dash_clientside.set_props(ID.STEP_SELECT, props);
         })

@@ -97,6 +97,7 @@
       const trig = dash_clientside.callback_context.triggered.map(function (t) { return t.prop_id; });
       const fresh = trig.indexOf(ID.EXEC_ORDER + ".data") >= 0;  // a new step (its order comes once per step)
       const redrawn = fresh || trig.indexOf(ID.GRAPH + ".elements") >= 0;  // that, or a fold or an expand
+      if (fresh && GS.live) GS.live.drawn();  // the live follow asks for the next step only now (assets/live.js)
       if (redrawn || !P.order || P.order.nodes !== stepOrder.nodes || P.drawnFrom !== elements) {
         P.order = Object.assign({}, stepOrder, {elements: drawnElements(stepOrder, elements)});
         P.drawnFrom = elements;
