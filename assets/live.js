@@ -118,10 +118,9 @@
           GS.live.newest = steps[steps.length - 1];
           GS.live.behind = false;
           if (following && GS.live.drawing()) {
-            // the step followed before is not drawn yet: asked again now, Dash would drop that answer, and
-            // under a stream quicker than the graph draws no answer ever lands, while the player's keys wait
-            // on it (they read the slider's max, an output of the same callback). The newest step is asked
-            // for once the graph in flight is drawn (`GS.live.drawn`)
+            // the step followed before is not drawn yet: one graph in flight at a time (a Dash callback asked
+            // again drops its answer in flight, and the player's keys wait on this one: they read the slider's
+            // max, one of its outputs). The newest step is asked for once that graph is drawn (`GS.live.drawn`)
             GS.live.behind = true;
           } else if (following || steps.indexOf(current) < 0) {
             props.value = GS.live.newest;
