@@ -16,25 +16,30 @@
   GS.live.runLabel = function (r) {
     return r.run + " (" + r.steps + " steps" + (r.flagged ? " · " + r.flagged + " flagged)" : ")");
   };
-  // The step the page asked the graph of while following, until its order arrives (`drawn`, from
+  // When the page asked for a step's graph while following, until its order arrives (`drawn`, from
   // assets/player.js); an answer that never comes (an error) stops holding the follow after DRAW_WAIT_MS
   const DRAW_WAIT_MS = 10000;
-  GS.live.asked = null;
+  GS.live.askedAt = null;
   GS.live.drawing = function () {
-    return GS.live.asked !== null && performance.now() - GS.live.asked.at < DRAW_WAIT_MS;
+    return GS.live.askedAt !== null && performance.now() - GS.live.askedAt < DRAW_WAIT_MS;
   };
   GS.live.ask = function (step) {
-    GS.live.asked = {step: step, at: performance.now()};
+    GS.live.askedAt = performance.now();
     // the page's own step, marked in the same update (NOTE [Who changed the step] in app/ui/runs.py)
     window.dash_clientside.set_props(ID.STEP_SET_BY_PAGE, {data: {step: step}});
   };
+  // "follow live" as the page shows it now (a deep link may have just turned it off), else as the follow
+  // store held it (`follow`); a step the person picked a moment ago turns the box off once `stepPicked` answers
+  GS.live.following = function (follow) {
+    const box = document.querySelector("#" + ID.FOLLOW + " input");
+    return !GS.link.pinned && !GS.live.picked && (box ? box.checked : !!(follow && follow.length));
+  };
   // a step's graph drawn: a newer step that came meanwhile is asked for now, if the page still follows
   GS.live.drawn = function () {
-    GS.live.asked = null;
+    GS.live.askedAt = null;
     if (!GS.live.behind) return;
     GS.live.behind = false;
-    const box = document.querySelector("#" + ID.FOLLOW + " input");
-    if (GS.link.pinned || GS.live.picked || (box && !box.checked)) return;
+    if (!GS.live.following(GS.live.behindFollow)) return;
     GS.live.ask(GS.live.newest);
     window.dash_clientside.set_props(ID.STEP_SELECT, {value: GS.live.newest});
   };
@@ -108,10 +113,7 @@
           const hadLabels = (shown || []).map(function (o) { return o.label; }).join(",");
           if (steps.join(",") === had.join(",") && labels === hadLabels) return;
           if (!steps.length) return;
-          // "follow live" as the page shows it now (a deep link may have just turned it off), else as it was
-          const box = document.querySelector("#" + ID.FOLLOW + " input");
-          // (a step the person picked a moment ago turns the box off once `stepPicked` has answered)
-          const following = !GS.link.pinned && !GS.live.picked && (box ? box.checked : !!(follow && follow.length));
+          const following = GS.live.following(follow);
           const props = {options: body.steps.map(function (s) { return {label: GS.live.stepLabel(s), value: s.step}; })};
           // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
           // the value is set only when following or when the step shown is gone
@@ -122,6 +124,7 @@
             // again drops its answer in flight, and the player's keys wait on this one: they read the slider's
             // max, one of its outputs). The newest step is asked for once that graph is drawn (`GS.live.drawn`)
             GS.live.behind = true;
+            GS.live.behindFollow = follow;
           } else if (following || steps.indexOf(current) < 0) {
             props.value = GS.live.newest;
             GS.live.ask(props.value);
