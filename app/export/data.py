@@ -3,12 +3,7 @@ view layer (`gradscape.app.view`), so the file draws what the live page draws. N
 
     data = page_data(wire)           # wire: the whole step, arrays included (`step_to_wire`)
 
-- The graph: a page without a server cannot lay out again, so every view a person can open is laid
-  out here. The step opens folded as the live page opens it (`default_collapse`); opening a folded
-  module is `expand_one_level`, as on the page. Each module that can be opened gets the layout of
-  the step with the modules around it open (`states`, keyed by that module; "" is the first view,
-  and each state names the one it was opened from). So the file opens one path of modules at a
-  time: opening a module elsewhere folds the path that was open.
+- The graph: the views a person can open, laid out here (`app.export.views`).
 - Colours, labels, sizes and classes: `cytoscape_elements`, the same for an element in every state.
 - The inspector: `slot_figures` / `slot_of` (labels, titles, statistics, which 2-D view) and each
   tensor's heatmap once, quantised to 8 bits over the map's own symmetric range (the colour scale
@@ -21,30 +16,23 @@ view layer (`gradscape.app.view`), so the file draws what the live page draws. N
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from gradscape.app.view import MAX_DRAWN, cytoscape_elements, default_collapse, expand_one_level, layout_graph, legend
+from gradscape.app.export.views import fold_states
+from gradscape.app.view import legend
 from gradscape.app.view.compiled import step_notes
 from gradscape.app.view.heatmaps import ARRIVING, SENT, slot_figures, slot_of
-from gradscape.app.view.layout import box_bounds
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.wire import TensorArrays, WireStep
 from gradscape.tracer.wire.lazy import indexed
 
 LEVELS = 250  # heatmap cell codes 0..250 run from -m to +m (125: 0)
 NAN_CODE, POS_INF_CODE, NEG_INF_CODE, PAD_CODE = 251, 252, 253, 254
-DEFAULT_STATE = ""
-# NOTE [Export budgets]: a 10,290-node step wrote 29.65 MB in 33 s, and a one-pass 10k-node LSTMCell loop
-# took 266 s, laying out every view that can be opened (up to 400, each of the whole graph). The file lays
-# out views breadth first until `STATE_ELEMENTS` elements are placed in all (the first view always; a
-# module past the budget stays folded in the file: `states_left_out` counts those of the views laid out),
-# and keeps heatmap cells up to `CELL_BUDGET` bytes, in node order (a slot past it keeps its statistics and
-# says why it has no picture). `gradscape serve` shows everything.
-STATE_ELEMENTS = 30_000
+# NOTE [Export budgets] (app/export/views.py) bounds the views laid out; the heatmaps' cells are kept up to
+# `CELL_BUDGET` bytes, in node order (a slot past it keeps its statistics and says why it has no picture).
 CELL_BUDGET = 3 * 1024 * 1024
 LEFT_OUT = "picture left out of this file (its pictures' budget is spent); the statistics are exact"
 
@@ -74,77 +62,6 @@ def page_data(wire: WireStep) -> tuple[dict[str, Any], bytes]:
     }, bytes(cells)
 
 
-# ---------------------------------------------------------------------------- graph states
-def fold_states(wire: WireStep, max_states: int = 400, budget: int | None = None) -> tuple[
-        dict[str, Any], dict[str, str], dict[str, Any], dict[int, str], int]:
-    """(elements, edge labels, states, the state that shows each node, modules left folded), breadth first
-    from the first view: a module is laid out opened from the state where it first appears folded. At
-    most `max_states` states, and none past `budget` elements placed in all (NOTE [Export budgets]); a
-    module past either stays folded in the file."""
-    elements: dict[str, Any] = {}
-    edge_labels: dict[str, str] = {}
-    states: dict[str, Any] = {}
-    show: dict[int, str] = {}
-    queue: deque[tuple[str, str | None, set[str]]] = deque([(DEFAULT_STATE, None, default_collapse(wire))])
-    queued = {DEFAULT_STATE}
-    placed, budget = 0, STATE_ELEMENTS if budget is None else budget
-    while queue and len(states) < max_states and (not states or placed < budget):
-        key, parent, collapsed = queue.popleft()
-        layout = layout_graph(wire, collapsed, max_drawn=MAX_DRAWN)
-        placed += len(layout["nodes"])
-        states[key] = view_state(wire, layout, parent, elements, edge_labels)
-        for eid in layout["nodes"]:
-            if eid.startswith("n"):
-                show.setdefault(int(eid[1:]), key)
-        for module in layout["collapsed"]:
-            if module not in queued:
-                queued.add(module)
-                queue.append((module, key, expand_one_level(wire, collapsed, module)))
-    return elements, edge_labels, states, show, len(queue)
-
-
-def _r(v: float) -> float:
-    return round(float(v), 1)
-
-
-def view_state(wire: WireStep, layout: dict[str, Any], parent: str | None, elements: dict[str, Any],
-           edge_labels: dict[str, str]) -> dict[str, Any]:
-    """One laid-out view: `nodes` [[element, x, y, w, h]] (centres), `boxes` [[module, x1, y1, x2, y2]],
-    `edges` [[source, target, classes, [x, y, ...] bends]]; what each element looks like goes once
-    into `elements`, each edge's slot labels into `edge_labels`."""
-    drawn = cytoscape_elements(wire, layout, "norm")
-    bounds = box_bounds(layout)
-    nodes, boxes, edges = [], [], []
-    for el in drawn:
-        d = el["data"]
-        if el["group"] == "edges":
-            edge_labels.setdefault(f"{d['source']}>{d['target']}", d["label"])
-            continue
-        if d["id"] not in elements:
-            elements[d["id"]] = _look(d, el.get("classes", ""), layout)
-        if d["kind"] == "box":
-            x1, y1, x2, y2 = bounds.get(d["module"], (0.0, 0.0, 0.0, 0.0))
-            boxes.append([d["module"], _r(x1), _r(y1), _r(x2), _r(y2)])
-        else:
-            p = el["position"]
-            nodes.append([d["id"], _r(p["x"]), _r(p["y"]), _r(d["w"]), _r(d["h"])])
-    for e in layout["edges"]:
-        classes = ("up" if e.get("up") else "") + (" merged" if len(e["slots"]) > 1 else "")
-        edges.append([e["source"], e["target"], classes.strip(), [_r(c) for pt in e.get("bends") or [] for c in pt]])
-    return {"parent": parent, "nodes": nodes, "boxes": boxes, "edges": edges}
-
-
-def _look(d: dict[str, Any], classes: str, layout: dict[str, Any]) -> dict[str, Any]:
-    """What an element looks like whatever the state: label, fill, label colour, classes, hover title."""
-    look = {"label": d["label"], "fill": d.get("fill"), "text": d.get("text_color"), "classes": classes,
-            "title": d.get("title", d["label"]), "kind": d["kind"]}
-    if d["kind"] == "module":
-        look["members"] = layout["nodes"][d["id"]].get("members") or []
-    if "node" in d:
-        look["node"] = d["node"]
-    return look
-
-
 # ---------------------------------------------------------------------------- inspector
 def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
                    cells: bytearray) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -165,7 +82,7 @@ def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
                     if thumb is not None and len(cells) + math.prod(thumb["shape"]) > CELL_BUDGET:
                         heatmaps[str(idx)] = {"note": LEFT_OUT}
                         continue
-                    slot = slot_of(wire, kind, s["slot"], idx, s["label"], {idx: arrays[idx]})
+                    slot = slot_of(wire, kind, s["slot"], idx, s["label"], {idx: arrays[idx]}, plotly=False)
                     heatmaps[str(idx)] = heatmap(slot, cells)
         nodes.append({"id": n["id"], "name": n["name"], "kind": n["kind"], "module": n["module"],
                       "param": n["param"], "source": n["source"], "schema": n["schema"], "order": n["order"],
@@ -182,29 +99,27 @@ def _slot_text(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def heatmap(slot: dict[str, Any], cells: bytearray) -> dict[str, Any] | None:
-    """One slot's heatmap from its plotly figure (`heatmaps.heatmap_figure`): its cell codes (appended
-    to `cells`), the symmetric range, the cells' tensor indices and the words for its view and source."""
-    fig = slot["figure"]
-    if fig is None:
+    """One slot's heatmap from its cells (`heatmaps.slot_of(..., plotly=False)`): its cell codes (appended
+    to `cells`), the symmetric range (the live page's: the largest finite |value|, 1 when none), the
+    cells' tensor indices and the words for its view and source."""
+    grid = slot.get("grid")
+    if grid is None:
         return None if slot["note"] is None else {"note": slot["note"]}
-    main = fig["data"][0]
-    z = np.array([[np.nan if v is None else v for v in row] for row in main["z"]], dtype=np.float64)
-    marks = None
-    if len(fig["data"]) > 1:
-        marks = np.array([[np.nan if v is None else v for v in row] for row in fig["data"][1]["z"]])
-    m = float(main["zmax"])
-    codes = np.full(z.shape, PAD_CODE, dtype=np.uint8)
+    z, pad, where = np.asarray(grid["z"], dtype=np.float64), grid["pad"], grid["where"]
     ok = np.isfinite(z)
+    m = float(np.abs(z[ok]).max()) if ok.any() else 0.0
+    m = m if m > 0 else 1.0
+    codes = np.full(z.shape, PAD_CODE, dtype=np.uint8)
     codes[ok] = np.clip(np.rint((z[ok] / m + 1.0) / 2.0 * LEVELS), 0, LEVELS).astype(np.uint8)
-    if marks is not None:
-        for code, mark in ((NAN_CODE, 1.0), (POS_INF_CODE, 2.0), (NEG_INF_CODE, 3.0)):
-            codes[marks == mark] = code
-    layout = fig["layout"]
+    bad = ~ok & ~pad
+    codes[bad & np.isnan(z)] = NAN_CODE
+    codes[bad & np.isposinf(z)] = POS_INF_CODE
+    codes[bad & np.isneginf(z)] = NEG_INF_CODE
     offset = len(cells)
     cells += codes.tobytes()
     return {"rows": int(z.shape[0]), "cols": int(z.shape[1]), "m": m, "offset": offset,
-            "x": _edges(main.get("x")), "y": _edges(main.get("y")), "ticks": layout["xaxis"]["showticklabels"],
-            "x_title": layout["xaxis"]["title"]["text"], "y_title": layout["yaxis"]["title"]["text"],
+            "x": _edges(where.get("x")), "y": _edges(where.get("y")), "ticks": where.get("ticks", True),
+            "x_title": where.get("x_title", "col"), "y_title": where.get("y_title", "row"),
             "view": slot["view"], "source": slot["source"], "note": slot["note"]}
 
 

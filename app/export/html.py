@@ -25,6 +25,7 @@ from typing import Any
 
 from gradscape.app.export.data import page_data
 from gradscape.tracer._model import StepTrace
+from gradscape.tracer.collector import raised_gc_threshold
 from gradscape.tracer.store import load
 from gradscape.tracer.wire import WireStep, step_to_wire
 
@@ -35,15 +36,25 @@ _ABSOLUTE = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\:\"'<>|]+[/\
 _MARK = re.compile(r"<!--gs:(\w+)-->")
 
 
+_PLAIN = (int, float, bool, type(None))
+# keys whose values the page data builds from numbers only (statistics, shapes, cell edges, the order)
+_NUMBERS = frozenset({"stats", "in_shapes", "out_shapes", "x", "y", "order"})
+
+
 def scrub_paths(obj: Any) -> Any:
     """`obj` (JSON-ready data) with every absolute path in its strings cut to the file name:
-    `/home/me/proj/train.py:41` becomes `train.py:41`."""
-    if isinstance(obj, str):
-        return _ABSOLUTE.sub("", obj)
-    if isinstance(obj, list):
-        return [scrub_paths(v) for v in obj]
+    `/home/me/proj/train.py:41` becomes `train.py:41`. (Numbers, and strings with no separator, are
+    passed by without a regex: a 10k-node step holds millions of them.)"""
+    kind = type(obj)
+    if kind in _PLAIN:
+        return obj
+    if kind is str or isinstance(obj, str):
+        return _ABSOLUTE.sub("", obj) if "/" in obj or "\\" in obj else obj
+    if kind is list or isinstance(obj, list):
+        return [v if type(v) in _PLAIN else scrub_paths(v) for v in obj]
     if isinstance(obj, dict):
-        return {scrub_paths(k) if isinstance(k, str) else k: scrub_paths(v) for k, v in obj.items()}
+        return {scrub_paths(k) if isinstance(k, str) else k: v if k in _NUMBERS else scrub_paths(v)
+                for k, v in obj.items()}
     return obj
 
 
@@ -66,8 +77,11 @@ def _packed(raw: bytes) -> str:
 
 def step_html(wire: WireStep) -> str:
     """The page of one step as HTML text; `wire` is the whole step, arrays included."""
-    data, cells = page_data(wire)
-    data = scrub_paths(data)
+    # NOTE [Raised threshold] (tracer/collector.py): a 10k-node step's page data is millions of objects
+    with raised_gc_threshold():
+        data, cells = page_data(wire)
+        # the laid-out views hold element ids (module names) and numbers only: most of the data, and no path
+        data = {**scrub_paths({k: v for k, v in data.items() if k != "states"}), "states": data["states"]}
     where = f"run {data['run']} · step {data['step']}" + (f" · rank {data['rank']}" if data["rank"] else "")
     parts = {
         "title": html.escape(f"gradscape · {where}"),

@@ -2,7 +2,7 @@
 opens it, coloured as the page colours it), the problems, and the statistics of the busiest nodes with
 each slot's label. What `StepTrace._repr_html_` returns.
 
-The drawing is the first view of the offline page (`app.export.data.view_state`), so the notebook,
+The drawing is the first view of the offline page (`app.export.views.view_state`), so the notebook,
 the HTML file and the live page draw the same boxes, labels and colours. Styles are attributes on the
 SVG itself: a notebook's own CSS does not know ours.
 """
@@ -13,7 +13,7 @@ import html
 import math
 from typing import Any
 
-from gradscape.app.export.data import view_state
+from gradscape.app.export.views import view_state
 from gradscape.app.view import default_collapse, layout_graph
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.app.view.problems import problem_lines

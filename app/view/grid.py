@@ -141,14 +141,15 @@ def _fmt_value(v: float, exact: bool) -> str:
 
 
 def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, exact: bool,
-              sample: int = 0) -> dict[str, Any]:
+              sample: int = 0, words: bool = True) -> dict[str, Any]:
     """Where each cell of a 2-D view `z` of a tensor of `shape` sits in the tensor.
 
     Returns plotly heatmap keys: `x`/`y` as cell edges in the tensor's own indices (edge i − 0.5,
     so an axis runs to the tensor's last row even when a cell averages several), `text` (per cell:
     which indices it holds or averages, and its value) and the axis titles. 4-D gradients are shown
     as tiles, one per channel; their cells name channel, rows and columns and the axes carry no
-    index ticks (an index there would belong to no single channel)."""
+    index ticks (an index there would belong to no single channel). `words=False` leaves `text` None (the
+    offline file draws no hover: `app.export.data`)."""
     rows_z, cols_z = z.shape
     pad = np.zeros(z.shape, dtype=bool) if padding is None else padding
     if len(shape) == 4 and shape[0] and shape[1]:
@@ -156,8 +157,8 @@ def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, ex
         gr, gc = _grid(c)
         th, tw = max(rows_z // gr, 1), max(cols_z // gc, 1)
         ye, xe = block_edges(h, th), block_edges(w, tw)
-        text = []
-        for i in range(rows_z):
+        text: list[list[str]] | None = [] if words else None
+        for i in range(rows_z if words else 0):
             line = []
             ti, ci = divmod(i, th)
             for j in range(cols_z):
@@ -171,7 +172,7 @@ def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, ex
                         f"{_axis_words('col', xe[cj], xe[cj + 1])}"
                 what = "" if count == 1 else f" (mean of {count})"
                 line.append(f"{where}{what}<br>{_fmt_value(float(z[i, j]), exact and count == 1)}")
-            text.append(line)
+            text.append(line)  # type: ignore[union-attr]
         return {"text": text, "x": None, "y": None, "blocked": th < h or tw < w,
                 "x_title": f"{gc} tiles across, each {w} cols", "y_title": f"{gr} tiles down, each {h} rows",
                 "ticks": False}
@@ -186,7 +187,7 @@ def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, ex
     if blocked:
         out["y"] = [e - 0.5 for e in ye]
         out["x"] = [e - 0.5 for e in xe]
-    if blocked or rank_words:
+    if (blocked or rank_words) and words:
         row_words = [_row_words(list(shape), ye[i], ye[i + 1]) for i in range(rows_z)]
         col_words = [_axis_words("col", xe[j], xe[j + 1]) for j in range(cols_z)]
         text = []

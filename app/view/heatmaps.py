@@ -142,7 +142,7 @@ def _no_thumb_note(wire: Wire, t: WireTensor) -> str:
 
 
 def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays],
-          sample: int, max_side: int) -> dict[str, Any]:
+          sample: int, max_side: int, plotly: bool = True) -> dict[str, Any]:
     t = tensor(wire, index)
     slot: dict[str, Any] = {"kind": kind, "slot": j, "label": label, "tensor": index, "shape": None, "dtype": None,
                             "title": label, "source": None, "view": None, "figure": None, "stats": [], "note": None}
@@ -180,18 +180,23 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
         return slot
     if len(shape) == 4 and shape[0]:
         shown = min(max(shown, 0), shape[0] - 1)
-    where = positions(shape, z, pad, exact=exact, sample=shown)
+    where = positions(shape, z, pad, exact=exact, sample=shown, words=plotly)
+    slot["key"] = nonfinite_key(z, pad)
+    if not plotly:  # the cells themselves, for a page that draws its own (the offline file)
+        slot["grid"] = {"z": z, "pad": pad, "where": where}
+        return slot
     slot["figure"] = heatmap_figure(z, f"{slot['title']}<br><sup>{slot['view']} · {slot['source']}</sup>", pad,
                                     where)
-    slot["key"] = nonfinite_key(z, pad)
     return slot
 
 
 def slot_of(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays], *,
-            sample: int = 0, max_side: int = 128) -> dict[str, Any]:
+            sample: int = 0, max_side: int = 128, plotly: bool = True) -> dict[str, Any]:
     """One gradient as the inspector shows it (heatmap, label, shape, statistics): the slot of
-    `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output)."""
-    return _slot(wire, kind, j, index, label, arrays, sample, max_side)
+    `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output).
+    `plotly=False`: no figure and no per-cell hover words, but the 2-D view's cells and where they sit
+    (`grid`: `z`, `pad`, `where` from `grid.positions`), for the offline file, which draws its own."""
+    return _slot(wire, kind, j, index, label, arrays, sample, max_side, plotly)
 
 
 def _output_label(node: WireNode, i: int, count: int) -> str:

@@ -243,9 +243,10 @@ def test_the_12_layer_gpt_step_fits_in_5_mb(tmp_path: Path) -> None:
 
 def test_pictures_and_views_past_the_files_budgets_are_left_out(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """NOTE [Export budgets] in app/export/data.py: heatmap cells up to a budget (each slot past it keeps its
-    exact statistics and says why it has no picture), views laid out up to a number of elements."""
+    """NOTE [Export budgets] in app/export/views.py: heatmap cells up to a budget (each slot past it keeps its
+    exact statistics and says why it has no picture), views laid out up to a budget of work."""
     import gradscape.app.export.data as export_data
+    import gradscape.app.export.views as export_views
     from bench.workloads import residual_stages
 
     model = residual_stages(stages=4, blocks=8)  # a step that opens folded by module
@@ -256,13 +257,15 @@ def test_pictures_and_views_past_the_files_budgets_are_left_out(tmp_path: Path,
     assert len(pictures) > 4 and len(full["states"]) > 1 and full["states_left_out"] == 0
     first = pictures[0]["rows"] * pictures[0]["cols"]
     monkeypatch.setattr(export_data, "CELL_BUDGET", first)  # room for the first picture only
-    monkeypatch.setattr(export_data, "STATE_ELEMENTS", 1)  # the first view only
+    monkeypatch.setattr(export_views, "STATE_WORK", 1)  # the first view only
     data, cells = _parts(st.to_html(tmp_path / "small.html").read_text(encoding="utf-8"))
     kept = [h for h in data["heatmaps"].values() if h and "rows" in h]
     assert len(kept) == 1 and len(cells) == first == len(full_cells[:first])
     assert sum(1 for h in data["heatmaps"].values() if h == {"note": export_data.LEFT_OUT}) == len(pictures) - 1
-    folded = [e[0] for e in data["states"][""]["nodes"] if e[0].startswith("m:")]
-    assert list(data["states"]) == [""] and data["states_left_out"] == len(folded) > 0  # drawn, cannot be opened
+    first = data["states"][""]
+    folds = [e[0] for e in first["nodes"] if e[0].startswith("m:")] + [f"g:{b[0]}" for b in first["boxes"]]
+    # drawn, but none opens a view: the page says so when one is clicked (tests/e2e/test_export.py)
+    assert list(data["states"]) == [""] and first["opens"] == {} and data["states_left_out"] == len(folds) > 0
     assert data["nodes"] == full["nodes"]  # every node's statistics, still
 
 

@@ -1,12 +1,14 @@
 /* gradscape offline page: the graph (SVG) and the backward player. Everything it draws was laid out by
- * the view layer when the file was written (app/export/data.py): `D.states[key]` is one view of the
- * graph (key "" the first one, folded by module; key M the view with module M opened), `D.elements`
- * how each element looks. No network, no library: this file and inspector.js are the page's code. */
+ * the view layer when the file was written (app/export/views.py): `D.states[key]` is one view of the
+ * graph (key "" the first one, folded by module; another keyed by the fold clicked to open it), its
+ * `opens` the view each fold and box in it shows, `D.elements` how each element looks. No network, no
+ * library: this file and inspector.js are the page's code. */
 (function () {
   "use strict";
   const GS = window.gradscapeExport = window.gradscapeExport || {};
   const SVG = "http://www.w3.org/2000/svg";
   const BOX_FILL = "#2b5d9c", PAD = 24, CHAR = 0.58;
+  const INFO = "click a fold to open it, a box to fold it; drag to pan, wheel to zoom";
 
   function el(tag, attrs, parent) {
     const e = document.createElementNS(SVG, tag);
@@ -21,7 +23,7 @@
   }
 
   GS.graph = {
-    state: null, view: {k: 1, x: 0, y: 0}, drawn: {}, bounds: null,
+    state: null, view: {k: 1, x: 0, y: 0}, drawn: {}, looks: {}, bounds: null,
 
     // Draw state `key` (a view laid out in Python); keeps the selection when it is drawn there.
     show(key) {
@@ -31,6 +33,7 @@
       const svg = document.querySelector("#graph svg"), vp = svg.querySelector(".gs-viewport");
       vp.textContent = "";
       this.drawn = {};
+      this.looks = {};
       const boxes = el("g", {class: "gs-boxes"}, vp), edges = el("g", {class: "gs-edges"}, vp);
       const nodes = el("g", {class: "gs-nodes"}, vp);
       let x1 = Infinity, y1 = Infinity, x2 = -Infinity, y2 = -Infinity;
@@ -58,8 +61,9 @@
         const label = D.edge_labels[src + ">" + dst];
         if (label) el("title", {}, p).textContent = label;
       }
-      for (const [id, x, y, w, h] of st.nodes) {
-        const look = D.elements[id];
+      for (const [id, x, y, w, h, here] of st.nodes) {
+        // the calls not drawn yet look different in each view (how many are left): `here` says how
+        const look = this.looks[id] = here ? Object.assign({}, D.elements[id], here) : D.elements[id];
         const g = el("g", {class: "gs-node " + (look.classes || ""), "data-id": id,
                            transform: `translate(${x - w / 2},${y - h / 2})`}, nodes);
         el("rect", {width: w, height: h, rx: 6, fill: look.fill}, g);
@@ -83,22 +87,26 @@
       const key = "n" + id;
       if (this.drawn[key]) return key;
       for (const eid in this.drawn) {
-        const look = GS.data.elements[eid];
+        const look = this.looks[eid];
         if (look.members && look.members.indexOf(id) >= 0) return eid;
       }
       return null;
     },
 
-    // open a folded module (its own state), or fold an open box back (the state it was opened from)
-    open(module) { if (GS.data.states[module]) { this.show(module); this.centre("g:" + module); } },
-    fold(module) {
-      const D = GS.data;
-      let path = [], key = this.state;
-      while (key) { path.unshift(key); key = D.states[key].parent; }
-      const first = path.find(k => k === module || k.startsWith(module + "."));
-      if (first === undefined) return;
-      this.show(D.states[first].parent);
-      this.centre("m:" + module);
+    // a click on a fold (a module, a call, the calls not drawn yet) or a box: the view it shows, laid out
+    // when the file was written; one past the file's budget says so (never a click that does nothing)
+    go(eid) {
+      const target = GS.data.states[this.state].opens[eid], info = document.getElementById("graph-info");
+      if (target === undefined) {
+        info.textContent = "this fold was not laid out in this file (its views' budget is spent): " +
+          "gradscape serve opens every fold";
+        info.classList.add("gs-left-out");
+        return;
+      }
+      info.classList.remove("gs-left-out");
+      info.textContent = INFO;
+      this.show(target);
+      this.centre(this.drawn[eid] ? eid : (eid.startsWith("g:") ? "m:" + eid.slice(2) : "g:" + eid.slice(2).split("#")[0]));
     },
 
     apply() {
@@ -144,9 +152,9 @@
         const node = e.target.closest(".gs-node"), box = e.target.closest(".gs-box");
         if (node) {
           const id = node.getAttribute("data-id");
-          if (id.startsWith("m:")) this.open(id.slice(2));
-          else GS.select.node(+id.slice(1), false);
-        } else if (box) this.fold(box.getAttribute("data-module"));
+          if (id.startsWith("n")) GS.select.node(+id.slice(1), false);
+          else this.go(id);
+        } else if (box) this.go(box.getAttribute("data-id"));
       });
       svg.addEventListener("wheel", e => {
         e.preventDefault();
@@ -209,7 +217,7 @@
       const D = GS.data, ran = new Set(D.order.slice(0, this.at)), all = this.at >= D.order.length;
       const cur = all ? null : this.current(), curEl = cur === null ? null : GS.graph.elementOf(cur);
       for (const eid in GS.graph.drawn) {
-        const look = D.elements[eid], members = look.members || (look.node !== undefined ? [look.node] : []);
+        const look = GS.graph.looks[eid], members = look.members || (look.node !== undefined ? [look.node] : []);
         const g = GS.graph.drawn[eid];
         g.classList.toggle("pending", !all && !members.some(m => ran.has(m)));
         g.classList.toggle("current", eid === curEl);
