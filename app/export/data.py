@@ -45,14 +45,14 @@ def page_data(wire: WireStep) -> tuple[dict[str, Any], bytes]:
                                        for i, t in enumerate(wire["tensors"])}
     elements, edge_labels, states, show, left_out = fold_states(wire)
     cells = bytearray()
-    nodes, heatmaps = inspector_data(wire, arrays, cells)
+    nodes, heatmaps, stats = inspector_data(wire, arrays, cells)
     return {
         "run": wire["run"], "step": wire["step"], "rank": wire.get("rank"), "error": wire.get("error"),
         "legend": {k: v for k, v in legend(wire, "norm").items() if k in ("title", "min_label", "max_label",
                                                                              "css_gradient")},
         "elements": elements, "edge_labels": edge_labels, "states": states, "show": show,
         "states_left_out": left_out,
-        "nodes": nodes, "heatmaps": heatmaps, "problems": problem_lines(wire)["lines"],
+        "nodes": nodes, "heatmaps": heatmaps, "stats": stats, "problems": problem_lines(wire)["lines"],
         "notes": step_notes(wire),  # what the step says of torch.compile, in the header (`step_html`)
         "titles": {"grad_outputs": ARRIVING, "grad_inputs": SENT},
         "order": [n["id"] for n in sorted((n for n in wire["nodes"] if n["order"] is not None),
@@ -64,13 +64,15 @@ def page_data(wire: WireStep) -> tuple[dict[str, Any], bytes]:
 
 # ---------------------------------------------------------------------------- inspector
 def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
-                   cells: bytearray) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                   cells: bytearray) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """(each node's inspector text and slots, the heatmaps of the tensors they name, their cell codes
-    appended to `cells`). A tensor shared by two slots (an edge's two ends) is drawn once."""
+    appended to `cells`, and each tensor's statistics rows [[stat, text]]). A tensor shared by two slots (an
+    edge's two ends) is drawn and counted once: a slot names its tensor."""
     nodes = []
     heatmaps: dict[str, Any] = {}
+    memo: dict[int, Any] = {}  # each tensor's statistics, once
     for n in wire["nodes"]:
-        panel = slot_figures(wire, n["id"], {})  # labels, titles, statistics: no arrays, so no figures here
+        panel = slot_figures(wire, n["id"], {}, memo=memo)  # labels, titles, statistics: no arrays, so no figures here
         slots = {}
         for kind in ("grad_outputs", "grad_inputs"):
             slots[kind] = [_slot_text(s) for s in panel[kind]["slots"]]
@@ -82,20 +84,20 @@ def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
                     if thumb is not None and len(cells) + math.prod(thumb["shape"]) > CELL_BUDGET:
                         heatmaps[str(idx)] = {"note": LEFT_OUT}
                         continue
-                    slot = slot_of(wire, kind, s["slot"], idx, s["label"], {idx: arrays[idx]}, plotly=False)
+                    slot = slot_of(wire, kind, s["slot"], idx, s["label"], {idx: arrays[idx]}, plotly=False,
+                                   memo=memo)
                     heatmaps[str(idx)] = heatmap(slot, cells)
         nodes.append({"id": n["id"], "name": n["name"], "kind": n["kind"], "module": n["module"],
                       "param": n["param"], "source": n["source"], "schema": n["schema"], "order": n["order"],
                       "explain": panel["explain"], "time_us": n["t"],
                       "in_shapes": n["in_shapes"], "out_shapes": n["out_shapes"],
                       "grad_outputs": slots["grad_outputs"], "grad_inputs": slots["grad_inputs"]})
-    return nodes, heatmaps
+    return nodes, heatmaps, {str(i): [[r["stat"], r["text"]] for r in rows] for i, rows in memo.items()}
 
 
 def _slot_text(s: dict[str, Any]) -> dict[str, Any]:
-    return {"label": s["label"], "title": s["title"], "tensor": s["tensor"], "shape": s["shape"],
-            "dtype": s["dtype"], "note": s["note"] if s["tensor"] is None else None,
-            "stats": [[r["stat"], r["text"]] for r in s["stats"]]}
+    return {"label": s["label"], "title": s["title"], "tensor": s["tensor"],
+            "note": s["note"] if s["tensor"] is None else None}
 
 
 def heatmap(slot: dict[str, Any], cells: bytearray) -> dict[str, Any] | None:
@@ -117,10 +119,13 @@ def heatmap(slot: dict[str, Any], cells: bytearray) -> dict[str, Any] | None:
     codes[bad & np.isneginf(z)] = NEG_INF_CODE
     offset = len(cells)
     cells += codes.tobytes()
+    # the non-finite cells present, named under the map as on the live page (its colours are off the scale)
+    key = [name for code, name in ((NAN_CODE, "nan"), (POS_INF_CODE, "pos_inf"), (NEG_INF_CODE, "neg_inf"))
+           if bad.any() and (codes == code).any()]
     return {"rows": int(z.shape[0]), "cols": int(z.shape[1]), "m": m, "offset": offset,
             "x": _edges(where.get("x")), "y": _edges(where.get("y")), "ticks": where.get("ticks", True),
             "x_title": where.get("x_title", "col"), "y_title": where.get("y_title", "row"),
-            "view": slot["view"], "source": slot["source"], "note": slot["note"]}
+            "view": slot["view"], "source": slot["source"], "note": slot["note"], "key": key}
 
 
 def _edges(edges: list[float] | None) -> list[int] | None:

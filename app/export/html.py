@@ -36,26 +36,52 @@ _ABSOLUTE = re.compile(r"(?<![\w.:/])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\:\"'<>|]+[/\
 _MARK = re.compile(r"<!--gs:(\w+)-->")
 
 
-_PLAIN = (int, float, bool, type(None))
-# keys whose values the page data builds from numbers only (statistics, shapes, cell edges, the order)
-_NUMBERS = frozenset({"stats", "in_shapes", "out_shapes", "x", "y", "order"})
+# where a path may be in a JSON text: two separators ('/' or a JSON-escaped '\\') around a segment. A JSON
+# text has no separator outside its strings, so each such place is inside one string (`scrub_json`)
+_CANDIDATE = re.compile(r'[/\\][^\s/\\:"\'<>|]+[/\\]')
 
 
 def scrub_paths(obj: Any) -> Any:
     """`obj` (JSON-ready data) with every absolute path in its strings cut to the file name:
-    `/home/me/proj/train.py:41` becomes `train.py:41`. (Numbers, and strings with no separator, are
-    passed by without a regex: a 10k-node step holds millions of them.)"""
-    kind = type(obj)
-    if kind in _PLAIN:
-        return obj
-    if kind is str or isinstance(obj, str):
-        return _ABSOLUTE.sub("", obj) if "/" in obj or "\\" in obj else obj
-    if kind is list or isinstance(obj, list):
-        return [v if type(v) in _PLAIN else scrub_paths(v) for v in obj]
+    `/home/me/proj/train.py:41` becomes `train.py:41`."""
+    if isinstance(obj, str):
+        return _ABSOLUTE.sub("", obj)
+    if isinstance(obj, list):
+        return [scrub_paths(v) for v in obj]
     if isinstance(obj, dict):
-        return {scrub_paths(k) if isinstance(k, str) else k: v if k in _NUMBERS else scrub_paths(v)
-                for k, v in obj.items()}
+        return {scrub_paths(k) if isinstance(k, str) else k: scrub_paths(v) for k, v in obj.items()}
     return obj
+
+
+def scrub_json(text: str) -> str:
+    """JSON text with every absolute path in its strings cut, as `scrub_paths` cuts them in the data: only
+    the strings with two separators are read (a 10k-node step's page data has a million strings)."""
+    out, done, seen = [], 0, 0
+    for m in _CANDIDATE.finditer(text):
+        if m.start() < seen:
+            continue  # a string already read
+        first, last = _quote(text, m.start(), -1), _quote(text, m.end(), 1)
+        seen = last + 1
+        raw = json.loads(text[first:seen])
+        clean = _ABSOLUTE.sub("", raw)
+        if clean != raw:
+            out += [text[done:first], json.dumps(clean, ensure_ascii=False)]
+            done = seen
+    return "".join(out) + text[done:]
+
+
+def _quote(text: str, at: int, way: int) -> int:
+    """The JSON string's own quote before (`way` −1) or after (1) index `at` inside it: the nearest one
+    not escaped (not after an odd run of backslashes)."""
+    i = at
+    while True:
+        i = text.rfind('"', 0, i) if way < 0 else text.find('"', i)
+        slashes = 0
+        while text[i - 1 - slashes] == "\\":
+            slashes += 1
+        if slashes % 2 == 0:
+            return i
+        i = i if way < 0 else i + 1
 
 
 def _assets_css() -> str:
@@ -66,8 +92,10 @@ def _assets_css() -> str:
 
 
 def _json_script(data: Any) -> str:
-    """JSON safe inside a <script> element: no `<` at all, so no `</script>` or `<!--` can end it early."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    """JSON safe inside a <script> element: no `<` at all, so no `</script>` or `<!--` can end it early; no
+    path of the writer's machine (`scrub_json`)."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return scrub_json(text).replace("<", "\\u003c")
 
 
 def _packed(raw: bytes) -> str:
@@ -80,15 +108,14 @@ def step_html(wire: WireStep) -> str:
     # NOTE [Raised threshold] (tracer/collector.py): a 10k-node step's page data is millions of objects
     with raised_gc_threshold():
         data, cells = page_data(wire)
-        # the laid-out views hold element ids (module names) and numbers only: most of the data, and no path
-        data = {**scrub_paths({k: v for k, v in data.items() if k != "states"}), "states": data["states"]}
-    where = f"run {data['run']} · step {data['step']}" + (f" · rank {data['rank']}" if data["rank"] else "")
+        packed = _packed(_json_script(data).encode("utf-8"))
+    where = scrub_paths(f"run {data['run']} · step {data['step']}" + (f" · rank {data['rank']}" if data["rank"] else ""))
     parts = {
         "title": html.escape(f"gradscape · {where}"),
         "heading": html.escape(where),
-        "notes": "".join(_note(n) for n in data["notes"]),
+        "notes": "".join(_note(n) for n in scrub_paths(data["notes"])),
         "css": _assets_css() + "\n" + (PAGE / "page.css").read_text(encoding="utf-8"),
-        "data": _packed(_json_script(data).encode("utf-8")),
+        "data": packed,
         "cells": _packed(cells),
         "scripts": "\n".join((PAGE / name).read_text(encoding="utf-8") for name in SCRIPTS).replace("</", "<\\/"),
     }

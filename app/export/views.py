@@ -37,7 +37,7 @@ DEFAULT_STATE = ""
 # the whole step (its folds) and places its elements, so the views are laid out breadth first until
 # `STATE_WORK` (the step's nodes + the elements placed, summed over the views) is spent: the first view
 # always. `gradscape serve` shows everything. The heatmaps' budget is `data.CELL_BUDGET`.
-STATE_WORK = 400_000
+STATE_WORK = 300_000
 MAX_STATES = 400
 
 

@@ -142,7 +142,7 @@ def _no_thumb_note(wire: Wire, t: WireTensor) -> str:
 
 
 def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays],
-          sample: int, max_side: int, plotly: bool = True) -> dict[str, Any]:
+          sample: int, max_side: int, plotly: bool = True, memo: dict[int, Any] | None = None) -> dict[str, Any]:
     t = tensor(wire, index)
     slot: dict[str, Any] = {"kind": kind, "slot": j, "label": label, "tensor": index, "shape": None, "dtype": None,
                             "title": label, "source": None, "view": None, "figure": None, "stats": [], "note": None}
@@ -150,7 +150,12 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
         slot["note"] = "no gradient (None): this input needs none, or nothing flowed here"
         return slot
     shape = list(t["shape"])
-    slot.update(shape=shape, dtype=t["dtype"], stats=stats_rows(t),
+    rows = memo.get(index) if memo is not None and index is not None else None
+    if rows is None:
+        rows = stats_rows(t)
+        if memo is not None and index is not None:
+            memo[index] = rows
+    slot.update(shape=shape, dtype=t["dtype"], stats=rows,
                 title=f"{label} · {fmt_shape(shape)} {t['dtype']}".rstrip())
     entry = arrays.get(index) if index is not None else None
     values = _decode(entry["values"] if entry else None, "values")
@@ -181,22 +186,24 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
     if len(shape) == 4 and shape[0]:
         shown = min(max(shown, 0), shape[0] - 1)
     where = positions(shape, z, pad, exact=exact, sample=shown, words=plotly)
-    slot["key"] = nonfinite_key(z, pad)
-    if not plotly:  # the cells themselves, for a page that draws its own (the offline file)
+    if not plotly:  # the cells themselves, for a page that draws its own (the offline file: its own key)
         slot["grid"] = {"z": z, "pad": pad, "where": where}
         return slot
+    slot["key"] = nonfinite_key(z, pad)
     slot["figure"] = heatmap_figure(z, f"{slot['title']}<br><sup>{slot['view']} · {slot['source']}</sup>", pad,
                                     where)
     return slot
 
 
 def slot_of(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays], *,
-            sample: int = 0, max_side: int = 128, plotly: bool = True) -> dict[str, Any]:
+            sample: int = 0, max_side: int = 128, plotly: bool = True,
+            memo: dict[int, Any] | None = None) -> dict[str, Any]:
     """One gradient as the inspector shows it (heatmap, label, shape, statistics): the slot of
     `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output).
     `plotly=False`: no figure and no per-cell hover words, but the 2-D view's cells and where they sit
-    (`grid`: `z`, `pad`, `where` from `grid.positions`), for the offline file, which draws its own."""
-    return _slot(wire, kind, j, index, label, arrays, sample, max_side, plotly)
+    (`grid`: `z`, `pad`, `where` from `grid.positions`), for the offline file, which draws its own. `memo`:
+    each tensor's statistics rows by index, kept across calls (a tensor is two slots: an edge's ends)."""
+    return _slot(wire, kind, j, index, label, arrays, sample, max_side, plotly, memo)
 
 
 def _output_label(node: WireNode, i: int, count: int) -> str:
@@ -215,7 +222,7 @@ def _input_label(node: WireNode, j: int) -> str:
 
 
 def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArrays], *, sample: int = 0,
-                 max_side: int = 128) -> dict[str, Any]:
+                 max_side: int = 128, memo: dict[int, Any] | None = None) -> dict[str, Any]:
     """Everything the inspector shows for one node.
 
     `arrays`: `read_arrays(run, step, indices)` for the node's tensor indices (`node_tensors`);
@@ -232,10 +239,11 @@ def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArra
     return {
         "node": node_element(k), "name": node["name"], "explain": explain(wire, k),
         "grad_outputs": {"title": ARRIVING, "slots": [
-            _slot(wire, "grad_outputs", i, idx, _output_label(node, i, len(go)), arrays, sample, max_side)
+            _slot(wire, "grad_outputs", i, idx, _output_label(node, i, len(go)), arrays, sample, max_side,
+                  memo=memo)
             for i, idx in enumerate(go)]},
         "grad_inputs": {"title": SENT, "slots": [
-            _slot(wire, "grad_inputs", j, idx, _input_label(node, j), arrays, sample, max_side)
+            _slot(wire, "grad_inputs", j, idx, _input_label(node, j), arrays, sample, max_side, memo=memo)
             for j, idx in enumerate(gi)]},
     }
 

@@ -20,7 +20,7 @@ from torch import nn
 import gradscape
 from gradscape.app import cli
 from gradscape.app.export.data import LEVELS, PAD_CODE
-from gradscape.app.export.html import scrub_paths
+from gradscape.app.export.html import scrub_json, scrub_paths
 from gradscape.app.view import default_collapse
 from gradscape.tracer.wire import step_to_wire
 
@@ -113,9 +113,14 @@ def test_no_path_of_the_writers_machine(tmp_path: Path) -> None:
     ("http://127.0.0.1:8050/api/runs", "http://127.0.0.1:8050/api/runs"),
     ("mat2 → fc2.weight (transposed)", "mat2 → fc2.weight (transposed)"),
     ("1/2/3 of a [4/8] view", "1/2/3 of a [4/8] view"),
+    ('said "go"\n/home/a/b/c.py:7', 'said "go"\nc.py:7'),
+    ("∂L/∂output", "∂L/∂output"),
 ])
 def test_scrub_paths(given: str, kept: str) -> None:
     assert scrub_paths({"k": [given]}) == {"k": [kept]}
+    # the same cut on the page data's JSON text, a key and its neighbours untouched
+    text = json.dumps({given: [1, given, {"n": 2.5, "s": "x"}], "after": "a\"b"}, ensure_ascii=False)
+    assert json.loads(scrub_json(text)) == {kept: [1, kept, {"n": 2.5, "s": "x"}], "after": "a\"b"}
 
 
 def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from playwright.sync_api import Page, Route
@@ -141,6 +142,12 @@ def test_problems_and_player(page: Page, tmp_path: Path) -> None:
     if first.node is not None:
         problems.locator(".gs-problem-node").first.click()
         page.wait_for_function(f"location.hash === '#node={first.node}'")
+    # a node that sent a NaN on: its map names the NaN cells' colour, outside the scale, as the live page does
+    sick = next(n for n in st.nodes if any(g is not None and g.thumb is not None and
+                                           np.isnan(np.asarray(g.thumb, dtype=np.float64)).any()
+                                           for g in n.grad_inputs))
+    page.evaluate(f"location.hash = '#node={sick.id}'")
+    page.wait_for_function("[...document.querySelectorAll('#inspector .gs-nan-key')].some(k => k.textContent.includes('NaN'))")
     # the player: back to the start, then one node at a time in the order autograd ran them
     order = st.order
     page.locator("#player-slider").fill("0")

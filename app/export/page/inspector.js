@@ -8,6 +8,7 @@
   const SCALE = [[0, [5, 10, 172]], [0.35, [106, 137, 247]], [0.5, [190, 190, 190]], [0.6, [220, 170, 132]],
                  [0.7, [230, 145, 90]], [1, [178, 10, 28]]];
   const NONFINITE = {nan: [0, 0, 0], pos_inf: [255, 0, 255], neg_inf: [0, 192, 0]};
+  const NONFINITE_NAMES = {nan: "NaN", pos_inf: "+Inf", neg_inf: "−Inf"};  // (NONFINITE_NAMES there)
 
   function h(tag, attrs, children) {
     const e = document.createElement(tag);
@@ -82,12 +83,18 @@
     if (hm && hm.rows !== undefined) {
       parts.push(h("div", {class: "gs-slot-note", text: `${hm.view} · ${hm.source}`}));
       parts.push(heatmapCanvas(hm));
+      if (hm.key && hm.key.length) {  // NaN/Inf cells: colours outside the map's scale, named as on the live page
+        parts.push(h("div", {class: "gs-nan-key"}, ["cells outside the scale: "].concat(hm.key.map(k =>
+          h("span", {class: "gs-key-item"}, [h("span", {class: "gs-swatch", style: `background: rgb(${NONFINITE[k]})`}),
+                                             NONFINITE_NAMES[k]])))));
+      }
       parts.push(h("div", {class: "gs-slot-note", text: `colour: −${hm.m.toPrecision(3)} … 0 … +${hm.m.toPrecision(3)}`
         + ` (${hm.y_title} × ${hm.x_title})`}));
     }
     const note = slot.note || (hm && hm.note);
     if (note) parts.push(h("div", {class: "gs-slot-note", text: note}));
-    if (slot.stats.length) parts.push(statsTable(slot.stats));
+    const rows = slot.tensor === null ? null : GS.data.stats[slot.tensor];
+    if (rows && rows.length) parts.push(statsTable(rows));
     return h("div", {class: "gs-slot", "data-tensor": slot.tensor === null ? "" : slot.tensor}, parts);
   }
 
