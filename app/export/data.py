@@ -5,7 +5,7 @@ view layer (`gradscape.app.view`), so the file draws what the live page draws. N
 
 - The graph: the views a person can open, laid out here (`app.export.views`).
 - Colours, labels, sizes and classes: `cytoscape_elements`, the same for an element in every state.
-- The inspector: `slot_figures` / `slot_of` (labels, titles, statistics, which 2-D view) and each
+- The inspector: `slot_figures(..., plotly=False)` (labels, titles, statistics, which 2-D view) and each
   tensor's heatmap once, quantised to 8 bits over the map's own symmetric range (the colour scale
   has no more levels than that; the statistics next to it are exact), in one base64 blob.
 - The problems: `problem_lines`. The player: the backward order. The header's notes: `step_notes` (a
@@ -24,7 +24,7 @@ import numpy as np
 from gradscape.app.export.views import fold_states
 from gradscape.app.view import legend
 from gradscape.app.view.compiled import step_notes
-from gradscape.app.view.heatmaps import ARRIVING, SENT, slot_figures, slot_of
+from gradscape.app.view.heatmaps import ARRIVING, SENT, slot_figures
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.wire import TensorArrays, WireStep
 from gradscape.tracer.wire.lazy import indexed
@@ -72,21 +72,14 @@ def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
     heatmaps: dict[str, Any] = {}
     memo: dict[int, Any] = {}  # each tensor's statistics, once
     for n in wire["nodes"]:
-        panel = slot_figures(wire, n["id"], {}, memo=memo)  # labels, titles, statistics: no arrays, so no figures here
+        pick = _pictures(n, arrays, heatmaps, len(cells))
+        panel = slot_figures(wire, n["id"], pick, plotly=False, memo=memo)
         slots = {}
         for kind in ("grad_outputs", "grad_inputs"):
             slots[kind] = [_slot_text(s) for s in panel[kind]["slots"]]
             for s in panel[kind]["slots"]:
-                idx = s["tensor"]
-                if idx is not None and str(idx) not in heatmaps and idx in arrays:
-                    thumb = arrays[idx]["thumb"]
-                    # see NOTE [Export budgets] above
-                    if thumb is not None and len(cells) + math.prod(thumb["shape"]) > CELL_BUDGET:
-                        heatmaps[str(idx)] = {"note": LEFT_OUT}
-                        continue
-                    slot = slot_of(wire, kind, s["slot"], idx, s["label"], {idx: arrays[idx]}, plotly=False,
-                                   memo=memo)
-                    heatmaps[str(idx)] = heatmap(slot, cells)
+                if s["tensor"] in pick and str(s["tensor"]) not in heatmaps:
+                    heatmaps[str(s["tensor"])] = heatmap(s, cells)
         nodes.append({"id": n["id"], "name": n["name"], "kind": n["kind"], "module": n["module"],
                       "param": n["param"], "source": n["source"], "schema": n["schema"], "order": n["order"],
                       "explain": panel["explain"], "time_us": n["t"],
@@ -95,13 +88,31 @@ def inspector_data(wire: WireStep, arrays: Mapping[int, TensorArrays],
     return nodes, heatmaps, {str(i): [[r["stat"], r["text"]] for r in rows] for i, rows in memo.items()}
 
 
+def _pictures(node: Mapping[str, Any], arrays: Mapping[int, TensorArrays], heatmaps: dict[str, Any],
+              used: int) -> dict[int, TensorArrays]:
+    """The arrays of `node`'s tensors not drawn yet, while their cells fit NOTE [Export budgets] (`used`
+    bytes spent); a tensor past it gets the note saying so in `heatmaps`."""
+    pick: dict[int, TensorArrays] = {}
+    for idx in (node["go"] or []) + (node["gi"] or []):
+        if idx is None or str(idx) in heatmaps or idx in pick or idx not in arrays:
+            continue
+        thumb = arrays[idx]["thumb"]
+        size = math.prod(thumb["shape"]) if thumb is not None else 0
+        if used + size > CELL_BUDGET:
+            heatmaps[str(idx)] = {"note": LEFT_OUT}
+            continue
+        pick[idx] = arrays[idx]
+        used += size
+    return pick
+
+
 def _slot_text(s: dict[str, Any]) -> dict[str, Any]:
     return {"label": s["label"], "title": s["title"], "tensor": s["tensor"],
             "note": s["note"] if s["tensor"] is None else None}
 
 
 def heatmap(slot: dict[str, Any], cells: bytearray) -> dict[str, Any] | None:
-    """One slot's heatmap from its cells (`heatmaps.slot_of(..., plotly=False)`): its cell codes (appended
+    """One slot's heatmap from its cells (`heatmaps.slot_figures(..., plotly=False)`): its cell codes (appended
     to `cells`), the symmetric range (the live page's: the largest finite |value|, 1 when none), the
     cells' tensor indices and the words for its view and source."""
     grid = slot.get("grid")
@@ -109,19 +120,26 @@ def heatmap(slot: dict[str, Any], cells: bytearray) -> dict[str, Any] | None:
         return None if slot["note"] is None else {"note": slot["note"]}
     z, pad, where = np.asarray(grid["z"], dtype=np.float64), grid["pad"], grid["where"]
     ok = np.isfinite(z)
-    m = float(np.abs(z[ok]).max()) if ok.any() else 0.0
+    whole = bool(ok.all())  # most maps: no NaN/Inf, so no masks
+    finite = z if whole else z[ok]
+    m = float(np.abs(finite).max()) if finite.size else 0.0
     m = m if m > 0 else 1.0
-    codes = np.full(z.shape, PAD_CODE, dtype=np.uint8)
-    codes[ok] = np.clip(np.rint((z[ok] / m + 1.0) / 2.0 * LEVELS), 0, LEVELS).astype(np.uint8)
-    bad = ~ok & ~pad
-    codes[bad & np.isnan(z)] = NAN_CODE
-    codes[bad & np.isposinf(z)] = POS_INF_CODE
-    codes[bad & np.isneginf(z)] = NEG_INF_CODE
+    levels = np.clip(np.rint((finite / m + 1.0) / 2.0 * LEVELS), 0, LEVELS).astype(np.uint8)
+    key: list[str] = []
+    if whole:
+        codes = levels
+    else:
+        codes = np.full(z.shape, PAD_CODE, dtype=np.uint8)
+        codes[ok] = levels
+        bad = ~ok & ~pad
+        # the non-finite cells present, named under the map as on the live page (their colours are off the scale)
+        for code, name, mask in ((NAN_CODE, "nan", np.isnan(z)), (POS_INF_CODE, "pos_inf", np.isposinf(z)),
+                                 (NEG_INF_CODE, "neg_inf", np.isneginf(z))):
+            if (hit := bad & mask).any():
+                codes[hit] = code
+                key.append(name)
     offset = len(cells)
     cells += codes.tobytes()
-    # the non-finite cells present, named under the map as on the live page (its colours are off the scale)
-    key = [name for code, name in ((NAN_CODE, "nan"), (POS_INF_CODE, "pos_inf"), (NEG_INF_CODE, "neg_inf"))
-           if bad.any() and (codes == code).any()]
     return {"rows": int(z.shape[0]), "cols": int(z.shape[1]), "m": m, "offset": offset,
             "x": _edges(where.get("x")), "y": _edges(where.get("y")), "ticks": where.get("ticks", True),
             "x_title": where.get("x_title", "col"), "y_title": where.get("y_title", "row"),

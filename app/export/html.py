@@ -109,7 +109,8 @@ def step_html(wire: WireStep) -> str:
     with raised_gc_threshold():
         data, cells = page_data(wire)
         packed = _packed(_json_script(data).encode("utf-8"))
-    where = scrub_paths(f"run {data['run']} · step {data['step']}" + (f" · rank {data['rank']}" if data["rank"] else ""))
+    rank = f" · rank {data['rank']}" if data["rank"] else ""
+    where = scrub_paths(f"run {data['run']} · step {data['step']}{rank}")
     parts = {
         "title": html.escape(f"gradscape · {where}"),
         "heading": html.escape(where),

@@ -222,8 +222,8 @@ def _input_label(node: WireNode, j: int) -> str:
 
 
 def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArrays], *, sample: int = 0,
-                 max_side: int = 128, memo: dict[int, Any] | None = None) -> dict[str, Any]:
-    """Everything the inspector shows for one node.
+                 max_side: int = 128, plotly: bool = True, memo: dict[int, Any] | None = None) -> dict[str, Any]:
+    """Everything the inspector shows for one node (`plotly`, `memo`: as `slot_of`).
 
     `arrays`: `read_arrays(run, step, indices)` for the node's tensor indices (`node_tensors`);
     indices missing from it get statistics only. `sample`: which sample of a 4-D gradient to tile
@@ -239,11 +239,11 @@ def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArra
     return {
         "node": node_element(k), "name": node["name"], "explain": explain(wire, k),
         "grad_outputs": {"title": ARRIVING, "slots": [
-            _slot(wire, "grad_outputs", i, idx, _output_label(node, i, len(go)), arrays, sample, max_side,
-                  memo=memo)
+            _slot(wire, "grad_outputs", i, idx, _output_label(node, i, len(go)), arrays, sample, max_side, plotly,
+                  memo)
             for i, idx in enumerate(go)]},
         "grad_inputs": {"title": SENT, "slots": [
-            _slot(wire, "grad_inputs", j, idx, _input_label(node, j), arrays, sample, max_side, memo=memo)
+            _slot(wire, "grad_inputs", j, idx, _input_label(node, j), arrays, sample, max_side, plotly, memo)
             for j, idx in enumerate(gi)]},
     }
 

@@ -147,7 +147,8 @@ def test_problems_and_player(page: Page, tmp_path: Path) -> None:
                                            np.isnan(np.asarray(g.thumb, dtype=np.float64)).any()
                                            for g in n.grad_inputs))
     page.evaluate(f"location.hash = '#node={sick.id}'")
-    page.wait_for_function("[...document.querySelectorAll('#inspector .gs-nan-key')].some(k => k.textContent.includes('NaN'))")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#inspector .gs-nan-key')].some(k => k.textContent.includes('NaN'))")
     # the player: back to the start, then one node at a time in the order autograd ran them
     order = st.order
     page.locator("#player-slider").fill("0")
