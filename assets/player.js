@@ -45,9 +45,11 @@
   function drawnElements(order, elements) {
     const drawn = new Set(), inCall = {};  // node id -> the folded call that holds it (app/view/call_folds.py)
     (elements || []).forEach(function (e) {
-      if (e.group !== "nodes" || !e.data) return;
+      // dash-cytoscape hands back its elements as {data, position} after a node is dragged or tapped (no
+      // `group`): a node is then an element with no edge's `source`
+      if (!e.data || (e.group ? e.group !== "nodes" : e.data.source !== undefined)) return;
       drawn.add(e.data.id);
-      (e.data.members || []).forEach(function (n) { inCall[n] = e.data.id; });
+      (e.data.ranges || []).forEach(function (r) { for (let n = r[0]; n <= r[1]; n++) inCall[n] = e.data.id; });
     });
     const hiding = {};  // module index -> its folded element, or null
     const folded = function (m) {

@@ -5,8 +5,8 @@ in summary mode, against the same step in a SQLite trace file written in the sam
                                                      LSTMCell loop (lstm10000) ≤ 5 MB, the loop's in ≤ 5 s
 
 Prints, per workload: nodes, tensors, the file's size and its parts (page data JSON, heatmap cells,
-scripts and styles), the views laid out (one per fold that opens, within NOTE [Export budgets] in app/export/views.py), the time to write it, and
-the ratio to the step's trace file.
+scripts and styles), the views laid out (one per fold that opens, within NOTE [Export budgets] in
+app/export/views.py), the time to write it, and the ratio to the step's trace file.
 """
 
 from __future__ import annotations

@@ -131,6 +131,17 @@ def _module_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks
             "classes": " ".join(classes)}
 
 
+def id_ranges(ids: list[int]) -> list[list[int]]:
+    """Node ids as [first, last] runs of consecutive ids, in order: `[3, 4, 5, 9]` → `[[3, 5], [9, 9]]`."""
+    out: list[list[int]] = []
+    for i in sorted(ids):
+        if out and out[-1][1] == i - 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
 def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) -> dict[str, Any]:
     """A folded call of a module opened into its calls (`c:cell#17`), or its calls not drawn yet
     (`c:cell#more`): coloured by what arrived at the call's output, else the largest value inside."""
@@ -151,8 +162,10 @@ def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) 
                             "type": module_type(wire, module), "count": len(members), "badge": _badge_text(nan, inf),
                             "nan": nan, "inf": inf, **marks.fields(value),
                             "w": info["w"], "h": info["h"], "parent": box_element(module)}
-    if call is not None and len(members) <= 1000:
-        data["members"] = members  # the player finds its nodes in it (assets/player.js)
+    # the player finds its nodes in it (assets/player.js), under "more" and in a call of 10k ops too: as
+    # [first, last] runs of ids (a call's nodes are mostly one run; 538 runs for the 8,070 under "more" of
+    # a 10k-node loop)
+    data["ranges"] = id_ranges(members)
     _paint(data)
     what = "click to open its ops" if call is not None else "click to draw more calls"
     shown = "largest max |compiled − eager| inside" if marks.color_by == DIFF else "∂L/∂output"

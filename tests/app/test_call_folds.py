@@ -53,6 +53,10 @@ def test_the_fold_tokens_read_back() -> None:
     assert split_folds(["enc.cell#call=2"])[1]["enc.cell"].shown == CALLS_SHOWN
 
 
+def _ids(ranges: list[list[int]]) -> list[int]:
+    return [n for a, b in ranges for n in range(a, b + 1)]
+
+
 def test_a_click_on_the_folded_loop_draws_its_first_calls_folded_and_a_more_node(loop: dict[str, Any]) -> None:
     start = opening(loop)
     assert "cell" in start
@@ -67,8 +71,11 @@ def test_a_click_on_the_folded_loop_draws_its_first_calls_folded_and_a_more_node
     # what the page draws: each call's node, labelled, coloured, its members for the player
     els = {e["data"]["id"]: e for e in cytoscape_elements(loop, lay)}
     c17 = els[call_element("cell", 17)]
-    assert "call" in c17["classes"] and c17["data"]["members"] == call_members(loop, "cell").calls[16]
-    assert "more" in els[more_element("cell")]["classes"]
+    assert "call" in c17["classes"] and _ids(c17["data"]["ranges"]) == call_members(loop, "cell").calls[16]
+    more = els[more_element("cell")]
+    # the calls not drawn yet hold every node of those calls, for the player
+    assert "more" in more["classes"] and _ids(more["data"]["ranges"]) == sorted(
+        n for c in call_members(loop, "cell").calls[CALLS_SHOWN:] for n in c)
     assert els[more_element("cell")]["data"]["label"].startswith(f"cell · calls {CALLS_SHOWN + 1}–{STEPS}")
 
 

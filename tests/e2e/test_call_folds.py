@@ -59,7 +59,8 @@ def test_the_folded_loop_opens_into_its_calls_a_call_into_its_ops_and_more_draws
     more = page.evaluate("window.cy.getElementById('c:cell#more').data('label')")
     assert more.startswith(f"cell · calls 51–{calls}")
     # a call opens into its ops
-    ops = page.evaluate("window.cy.getElementById('c:cell#3').data('members')")
+    ops = page.evaluate("window.cy.getElementById('c:cell#3').data('ranges')"
+                        ".flatMap(r => Array.from({length: r[1] - r[0] + 1}, (_, i) => r[0] + i))")
     assert len(ops) > 5
     _click(page, "c:cell#3")
     page.wait_for_function("ids => window.cy.getElementById('c:cell#3').length === 0 && "
@@ -97,3 +98,28 @@ def test_a_ten_thousand_node_loop_opens_at_its_first_click(live_server: Any, pag
     label = page.evaluate("window.cy.getElementById('c:cell#more').data('label')")
     assert label.startswith(f"cell · calls 51–{calls}")
     assert any(t.startswith("opening cell") for t in page.evaluate("window.__said"))
+
+
+def test_the_player_lights_the_fold_that_holds_its_node_under_more(live_server: Any, page: Page) -> None:
+    """The backward pass starts at the loop's last call, which is not drawn yet when `cell` opens (calls 1-50
+    drawn): the player's node there lights the "more" node that holds it, not nothing."""
+    calls = _record_loop(live_server.store_path, 900)
+    assert calls > 50
+    st = gradscape.load(live_server.store_path, "loop", 0)
+    _open(page, live_server.url)
+    _click(page, "m:cell")
+    page.wait_for_function(f"({CALLS_DRAWN})('cell') === 50")
+    # the player to the start of the backward order, as a person does: the slider's handle, then Home
+    page.locator("#player-slider [role=slider]").first.click()
+    page.keyboard.press("Home")
+    page.wait_for_function("window.gradscape.player.current.position === 0")
+    page.click("#graph-info")  # the arrow keys step the player when no field has the focus
+    for position in range(1, 40):  # past the loss and the read-out, to the first op of the last call
+        node = page.evaluate("window.gradscape.player.current.node")
+        if st.nodes[node].module == "cell":
+            break
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"window.gradscape.player.current.position === {position}")
+    assert st.nodes[node].module == "cell"
+    assert page.evaluate("window.gradscape.player.current.element") == "c:cell#more"
+    page.wait_for_function("window.cy.getElementById('c:cell#more').hasClass('current')")
