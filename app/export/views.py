@@ -12,7 +12,8 @@ and each click on a fold in the file shows one of them.
   also by how many are drawn then: `c:cell#more@100`), laid out from the view where that fold was
   first found. So the file opens one path of folds at a time: a fold opened from another view
   shows the view it was laid out in, where the path that was open is folded.
-- A click on a box folds it: the view the path was at before the box's module was opened.
+- A click on a box folds it: the view the path was at before the box's module was opened (before
+  its call was opened into ops, when one is: as on the live page).
 - Each view's `opens` says which view each fold and box in it shows. The views are laid out breadth
   first until NOTE [Export budgets] is spent; a fold past it has no entry, and the page says so.
 """
@@ -103,7 +104,8 @@ def _one_call_open(folds: list[str], eid: str) -> list[str]:
 
 def _box_targets(states: dict[str, Any], key: str) -> dict[str, str]:
     """A click on a box in view `key` folds its module: the view the path there was at before its first
-    fold inside that module. A box open from the first view has none here (it is laid out as a fold)."""
+    fold inside that module, or before its first call opened into ops, when one is. A box open from the
+    first view has none here (it is laid out as a fold)."""
     path = []
     at: str | None = key
     while at:
@@ -112,7 +114,9 @@ def _box_targets(states: dict[str, Any], key: str) -> dict[str, str]:
     path.reverse()
     out = {}
     for module, *_ in states[key]["boxes"]:
-        first = next((k for k in path if inside(_fold_module(k), module)), None)
+        # as on the live page: a call of the module opened into its ops folds back first, then the module
+        opened = [k for k in path if (c := call_of(k)) is not None and c[0] == module and c[1] is not None]
+        first = opened[0] if opened else next((k for k in path if inside(_fold_module(k), module)), None)
         if first is not None and states[first]["parent"] is not None:
             out[f"g:{module}"] = states[first]["parent"]
     return out

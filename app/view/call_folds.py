@@ -93,6 +93,15 @@ def show_more(wire: Wire, folds: Iterable[str], views: dict[str, CallView], modu
     return fold_tokens(folds, {**views, module: CallView(shown, set(view.opened))})
 
 
+def fold_calls(folds: Iterable[str], views: dict[str, CallView], module: str) -> list[str] | None:
+    """The calls of `module` opened into their ops folded back, its calls still drawn (a first click on its
+    box); None when none is open (the click folds the module whole: `fold_whole`)."""
+    view = views.get(module)
+    if view is None or not view.opened:
+        return None
+    return fold_tokens(folds, {**views, module: CallView(view.shown)})
+
+
 def fold_whole(folds: Iterable[str], views: dict[str, CallView], module: str) -> list[str]:
     """`module` folded again (its box clicked): its views and those inside it forgotten."""
     kept = {f for f in folds if not inside(f, module)} | {module}

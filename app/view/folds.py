@@ -4,7 +4,8 @@ prefixes folded and the modules opened into their calls (tokens of `app.view.cal
 A click on a folded module opens it: a module called many times into its calls (`cell · call 17 of 300`,
 the first `CALLS_SHOWN`), any other one level (`collapse.expand_one_level`: its own submodules stay
 folded). A click on a folded call opens it into its ops, one on the calls not drawn yet draws the next
-ones, one on a module's box folds the module again. Every click on a fold changes what is drawn.
+ones. A click on a module's box folds its calls opened into ops back, when it has some, else the module.
+Every click on a fold changes what is drawn.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 
 from gradscape.app.view.call_folds import (
     CallView,
+    fold_calls,
     fold_tokens,
     fold_whole,
     open_call,
@@ -44,8 +46,8 @@ def after_tap(wire: Wire, collapsed: Iterable[str], element: str) -> list[str] |
     if (module := module_of(element)) is not None:
         return open_module(wire, collapsed, module)
     folds, views = split_folds(collapsed)
-    if (box := box_of(element)) is not None:
-        return fold_whole(folds, views, box)
+    if (box := box_of(element)) is not None:  # its opened calls fold back first, then the module whole
+        return fold_calls(folds, views, box) or fold_whole(folds, views, box)
     if (call := call_of(element)) is not None:
         owner, k = call
         return open_call(folds, views, owner, k) if k is not None else show_more(wire, folds, views, owner)

@@ -96,8 +96,10 @@ def test_a_call_opens_into_its_ops_and_more_draws_the_next_calls(loop: dict[str,
     assert last is not None
     lay = layout_graph(loop, last, max_drawn=300)
     assert call_element("cell", STEPS) in lay["nodes"] and more_element("cell") not in lay["nodes"]
-    # the box folds the whole module again, forgetting its calls
-    assert after_tap(loop, last, "g:cell") == sorted({f for f in last if "#" not in f} | {"cell"})
+    # the box folds call 17 back first (every call drawn stays drawn), then the whole module, forgetting its calls
+    calls = after_tap(loop, last, "g:cell")
+    assert calls == sorted(f for f in last if f != "cell#call=17")
+    assert after_tap(loop, calls, "g:cell") == sorted({f for f in last if "#" not in f} | {"cell"})
 
 
 def test_a_node_found_inside_the_folded_loop_opens_its_call_only(loop: dict[str, Any]) -> None:

@@ -71,7 +71,11 @@ def test_the_folded_loop_opens_into_its_calls_a_call_into_its_ops_and_more_draws
     page.wait_for_function(f"window.cy.getElementById('c:cell#{calls}').length === 1")
     assert page.evaluate("window.cy.getElementById('c:cell#more').length") == 0
     assert page.evaluate("window.cy.getElementById('c:cell#3').length") == 0  # the opened call stays open
-    # the box folds the whole loop again (a tap on the box itself: its middle is covered by what it holds)
+    # the box folds the opened call back first, every call staying drawn (a tap on the box itself: its middle
+    # is covered by what it holds), then the whole loop
+    page.evaluate("void window.cy.getElementById('g:cell').emit('tap')")
+    page.wait_for_function("window.cy.getElementById('c:cell#3').length === 1")
+    assert page.evaluate(f"({CALLS_DRAWN})('cell')") == calls
     page.evaluate("void window.cy.getElementById('g:cell').emit('tap')")
     page.wait_for_function("window.cy.getElementById('m:cell').length === 1")
     assert page.evaluate(f"({CALLS_DRAWN})('cell')") == 0
