@@ -38,7 +38,7 @@ DEFAULT_STATE = ""
 # the whole step (its folds: about 40 ms at 10k nodes) and places its elements, so the views are laid out
 # breadth first until `STATE_WORK` (the step's nodes + the elements placed, summed over the views) is
 # spent: the first view always. The 10k-node loop gets 20 views (the step, `cell` and `head` opened into
-# their calls, 17 calls opened) and writes 3.8 MB in 4.4 s (`bench/export.py lstm10000`); the 12-layer GPT
+# their calls, 17 calls opened) and writes 3.8 MB in 4.4–5.6 s (`bench/export.py lstm10000`); the 12-layer GPT
 # all 139 of its views. `gradscape serve` shows everything. The heatmaps' budget is `data.CELL_BUDGET`.
 STATE_WORK = 200_000
 MAX_STATES = 400
