@@ -24,7 +24,7 @@ from collections import deque
 from typing import Any
 
 from gradscape.app.view import MAX_DRAWN, cytoscape_elements, default_collapse, layout_graph
-from gradscape.app.view.call_folds import fold_tokens, split_folds
+from gradscape.app.view.call_folds import fold_calls, fold_tokens, split_folds
 from gradscape.app.view.folds import after_tap
 from gradscape.app.view.ids import call_of, module_of
 from gradscape.app.view.layout import box_bounds
@@ -99,7 +99,7 @@ def _one_call_open(folds: list[str], eid: str) -> list[str]:
     owner = call_of(eid)
     if owner is None or owner[1] is None:
         return folds
-    return [f for f in folds if not f.startswith(f"{owner[0]}#call=")]
+    return fold_calls(*split_folds(folds), owner[0]) or folds
 
 
 def _box_targets(states: dict[str, Any], key: str) -> dict[str, str]:

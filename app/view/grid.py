@@ -140,6 +140,28 @@ def _fmt_value(v: float, exact: bool) -> str:
     return f"{v:.9g}" if exact else f"{v:.4g}"
 
 
+def _tile_words(z: np.ndarray, pad: np.ndarray, c: int, gc: int, th: int, tw: int, ye: list[int], xe: list[int],
+                exact: bool, sample: int) -> list[list[str]]:
+    """Each cell's hover words of a 4-D gradient tiled one channel a tile (`positions`)."""
+    text = []
+    for i in range(z.shape[0]):
+        line = []
+        ti, ci = divmod(i, th)
+        for j in range(z.shape[1]):
+            tj, cj = divmod(j, tw)
+            ch = ti * gc + tj
+            if pad[i, j] or ch >= c:
+                line.append("no channel here (padding)")
+                continue
+            count = (ye[ci + 1] - ye[ci]) * (xe[cj + 1] - xe[cj])
+            where = f"sample {sample}, channel {ch}, {_axis_words('row', ye[ci], ye[ci + 1])}, " \
+                    f"{_axis_words('col', xe[cj], xe[cj + 1])}"
+            what = "" if count == 1 else f" (mean of {count})"
+            line.append(f"{where}{what}<br>{_fmt_value(float(z[i, j]), exact and count == 1)}")
+        text.append(line)
+    return text
+
+
 def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, exact: bool,
               sample: int = 0, words: bool = True) -> dict[str, Any]:
     """Where each cell of a 2-D view `z` of a tensor of `shape` sits in the tensor.
@@ -157,22 +179,7 @@ def positions(shape: list[int], z: np.ndarray, padding: np.ndarray | None, *, ex
         gr, gc = _grid(c)
         th, tw = max(rows_z // gr, 1), max(cols_z // gc, 1)
         ye, xe = block_edges(h, th), block_edges(w, tw)
-        text: list[list[str]] | None = [] if words else None
-        for i in range(rows_z if words else 0):
-            line = []
-            ti, ci = divmod(i, th)
-            for j in range(cols_z):
-                tj, cj = divmod(j, tw)
-                ch = ti * gc + tj
-                if pad[i, j] or ch >= c:
-                    line.append("no channel here (padding)")
-                    continue
-                count = (ye[ci + 1] - ye[ci]) * (xe[cj + 1] - xe[cj])
-                where = f"sample {sample}, channel {ch}, {_axis_words('row', ye[ci], ye[ci + 1])}, " \
-                        f"{_axis_words('col', xe[cj], xe[cj + 1])}"
-                what = "" if count == 1 else f" (mean of {count})"
-                line.append(f"{where}{what}<br>{_fmt_value(float(z[i, j]), exact and count == 1)}")
-            text.append(line)  # type: ignore[union-attr]
+        text = _tile_words(z, pad, c, gc, th, tw, ye, xe, exact, sample) if words else None
         return {"text": text, "x": None, "y": None, "blocked": th < h or tw < w,
                 "x_title": f"{gc} tiles across, each {w} cols", "y_title": f"{gr} tiles down, each {h} rows",
                 "ticks": False}

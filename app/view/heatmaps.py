@@ -196,14 +196,10 @@ def _slot(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: 
 
 
 def slot_of(wire: Wire, kind: str, j: int, index: int | None, label: str, arrays: Mapping[int, TensorArrays], *,
-            sample: int = 0, max_side: int = 128, plotly: bool = True,
-            memo: dict[int, Any] | None = None) -> dict[str, Any]:
+            sample: int = 0, max_side: int = 128) -> dict[str, Any]:
     """One gradient as the inspector shows it (heatmap, label, shape, statistics): the slot of
-    `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output).
-    `plotly=False`: no figure and no per-cell hover words, but the 2-D view's cells and where they sit
-    (`grid`: `z`, `pad`, `where` from `grid.positions`), for the offline file, which draws its own. `memo`:
-    each tensor's statistics rows by index, kept across calls (a tensor is two slots: an edge's ends)."""
-    return _slot(wire, kind, j, index, label, arrays, sample, max_side, plotly, memo)
+    `slot_figures`, for any tensor of the step (the module tab uses it for grad_input/grad_output)."""
+    return _slot(wire, kind, j, index, label, arrays, sample, max_side)
 
 
 def _output_label(node: WireNode, i: int, count: int) -> str:
@@ -223,7 +219,7 @@ def _input_label(node: WireNode, j: int) -> str:
 
 def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArrays], *, sample: int = 0,
                  max_side: int = 128, plotly: bool = True, memo: dict[int, Any] | None = None) -> dict[str, Any]:
-    """Everything the inspector shows for one node (`plotly`, `memo`: as `slot_of`).
+    """Everything the inspector shows for one node.
 
     `arrays`: `read_arrays(run, step, indices)` for the node's tensor indices (`node_tensors`);
     indices missing from it get statistics only. `sample`: which sample of a 4-D gradient to tile
@@ -231,6 +227,9 @@ def slot_figures(wire: Wire, node_id: int | str, arrays: Mapping[int, TensorArra
     "grad_outputs": {"title", "slots"}, "grad_inputs": {"title", "slots"}}`; each slot has its
     label, shape, dtype, a `figure` (plotly dict, None without values), `source` ("full values" or
     "thumbnail: block means of …"), `view` (which 2-D view) and `stats` rows.
+    `plotly=False`: no figure and no per-cell hover words, but the 2-D view's cells and where they sit
+    (`grid`: `z`, `pad`, `where` from `grid.positions`), for the offline file, which draws its own. `memo`:
+    each tensor's statistics rows by index, kept across calls (a tensor is two slots: an edge's ends).
     """
     k = node_index(node_id)
     node = wire["nodes"][k]
