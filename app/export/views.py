@@ -7,7 +7,7 @@ and each click on a fold in the file shows one of them.
 - The first view (key `""`) is folded as the live page opens the step (`default_collapse`).
 - A click on a fold opens it as a click on the live page does (`app.view.folds.after_tap`): a module
   one level, or, called many times, into its calls (`cell · call 17 of 300`, the first `CALLS_SHOWN`);
-  a folded call into its ops; the calls not drawn yet into the next ones.
+  a folded call into its ops; the calls not drawn yet into the next ones; a run of ops into its ops.
 - Each view is keyed by the fold clicked to open it (`m:cell`, `c:cell#17`; the calls not drawn yet
   also by how many are drawn then: `c:cell#more@100`), laid out from the view where that fold was
   first found. So the file opens one path of folds at a time: a fold opened from another view
@@ -26,8 +26,9 @@ from typing import Any
 from gradscape.app.view import MAX_DRAWN, cytoscape_elements, default_collapse, layout_graph
 from gradscape.app.view.call_folds import fold_calls, fold_tokens, split_folds
 from gradscape.app.view.folds import after_tap
-from gradscape.app.view.ids import call_of, module_of
+from gradscape.app.view.ids import call_of, module_of, run_of
 from gradscape.app.view.layout import box_bounds
+from gradscape.app.view.op_runs import fold_runs
 from gradscape.app.view.step_fields import Wire, inside
 
 __all__ = ["DEFAULT_STATE", "STATE_WORK", "fold_states", "view_state"]
@@ -55,7 +56,8 @@ def _target(key: str, folds: list[str]) -> str:
 
 def _clickable(layout: dict[str, Any]) -> list[str]:
     """The folds drawn in a view (modules, calls, the calls not drawn yet), in drawing order."""
-    return [e for e in layout["nodes"] if module_of(e) is not None or call_of(e) is not None]
+    return [e for e in layout["nodes"] if module_of(e) is not None or call_of(e) is not None
+            or run_of(e) is not None]
 
 
 def fold_states(wire: Wire, max_states: int = MAX_STATES, budget: int | None = None) -> tuple[
@@ -95,7 +97,10 @@ def fold_states(wire: Wire, max_states: int = MAX_STATES, budget: int | None = N
 
 def _one_call_open(folds: list[str], eid: str) -> list[str]:
     """The folds a click on call `eid` starts from: no other call of its module open (the file opens one
-    path at a time, so the views do not multiply as calls opened together would)."""
+    path at a time, so the views do not multiply as calls opened together would); a click on a run, no other
+    run of its box open."""
+    if (run := run_of(eid)) is not None:
+        return fold_runs(folds, run[0]) or folds
     owner = call_of(eid)
     if owner is None or owner[1] is None:
         return folds
@@ -114,8 +119,10 @@ def _box_targets(states: dict[str, Any], key: str) -> dict[str, str]:
     path.reverse()
     out = {}
     for module, *_ in states[key]["boxes"]:
-        # as on the live page: a call of the module opened into its ops folds back first, then the module
-        opened = [k for k in path if (c := call_of(k)) is not None and c[0] == module and c[1] is not None]
+        # as on the live page: a run of ops in the box opened folds back first, then a call of the module
+        # opened into its ops, then the module
+        opened = [k for k in path if (r := run_of(k)) is not None and inside(r[0], module)] or \
+            [k for k in path if (c := call_of(k)) is not None and c[0] == module and c[1] is not None]
         first = opened[0] if opened else next((k for k in path if inside(_fold_module(k), module)), None)
         if first is not None and states[first]["parent"] is not None:
             out[f"g:{module}"] = states[first]["parent"]
@@ -123,9 +130,11 @@ def _box_targets(states: dict[str, Any], key: str) -> dict[str, str]:
 
 
 def _fold_module(key: str) -> str | None:
-    """The module of the fold a view was opened by (`m:blocks.3`, `c:cell#17`, `c:cell#more@100`)."""
+    """The module of the fold a view was opened by (`m:blocks.3`, `c:cell#17`, `c:cell#more@100`, `o:scan#0.2`)."""
     if (module := module_of(key)) is not None:
         return module
+    if (run := run_of(key)) is not None:
+        return run[0]
     owner = call_of(key.partition("@")[0])
     return owner[0] if owner else None
 
@@ -170,7 +179,7 @@ def _look(d: dict[str, Any], classes: str, layout: dict[str, Any]) -> dict[str, 
     """What an element looks like: label, fill, label colour, classes, hover title; a fold's node ids."""
     look = {"label": d["label"], "fill": d.get("fill"), "text": d.get("text_color"), "classes": classes,
             "title": d.get("title", d["label"]), "kind": d["kind"]}
-    if d["kind"] in ("module", "call"):
+    if d["kind"] in ("module", "call", "run"):
         look["members"] = layout["nodes"][d["id"]].get("members") or []
     if "node" in d:
         look["node"] = d["node"]

@@ -40,12 +40,12 @@ def split_folds(collapsed: Iterable[str]) -> tuple[set[str], dict[str, CallView]
             folds.add(item)
             continue
         key, _, value = what.partition("=")
-        if not value.isdigit():
+        if key not in ("calls", "call") or not value.isdigit():  # a run of ops opened: `op_runs.split_runs`
             continue
         view = views.setdefault(module, CallView(0))
         if key == "calls":
             view.shown = max(view.shown, int(value))
-        elif key == "call":
+        else:
             view.opened.add(int(value))
     for view in views.values():
         view.shown = view.shown or CALLS_SHOWN

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gradscape.app.view.call_folds import CALLS_SHOWN, CallView
 from gradscape.app.view.calls import call_label, call_members, more_label
 from gradscape.app.view.ids import (
@@ -26,8 +28,11 @@ from gradscape.app.view.ids import (
     more_element,
     node_element,
     node_of,
+    run_of,
 )
+from gradscape.app.view.op_runs import RUNS_FROM, Run, cut_runs, drawn_ops
 from gradscape.app.view.step_fields import (
+    StepIndex,
     Wire,
     inside,
     module_type,
@@ -108,10 +113,11 @@ def normalise(wire: Wire, collapsed: Iterable[str]) -> set[str]:
 
 
 def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = False,
-                   views: dict[str, CallView] | None = None) -> VisibleGraph:
+                   views: dict[str, CallView] | None = None, runs: set[Run] | None = None) -> VisibleGraph:
     """The drawn graph when the modules in `collapsed` are folded and those in `views` are opened into their
-    calls (`app.view.call_folds`, checked by `valid_views`): O(nodes × depth + edges). `normalised=True`
-    skips `normalise` when the caller already did it."""
+    calls (`app.view.call_folds`, checked by `valid_views`), a box's ops in runs past `op_runs.RUNS_FROM`
+    (`runs`: those opened): O(nodes × depth + edges). `normalised=True` skips `normalise` when the caller
+    already did it."""
     folded = set(collapsed) if normalised else normalise(wire, collapsed)
     elements: list[str] = []
     rep: list[str] = []
@@ -119,7 +125,9 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     parent: dict[str, str | None] = {}
     boxes: dict[str, str | None] = {}
     index = step_index(wire)
-    by_call, call_box, which = _call_places(wire, views or {})
+    by_call, call_box, which, in_call = _call_places(wire, views or {})
+    in_run, run_box, run_labels = _in_runs(wire, index, folded, by_call, in_call, runs or set())
+    by_call, call_box = by_call | in_run, call_box | run_box
     placed: dict[int, tuple[str | None, str | None]] = {}  # module code → (its fold's element, box)
     for nid, code in enumerate(index.module_code):
         if (call := by_call.get(nid)) is not None:
@@ -148,27 +156,50 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     labels = {e: call_label(wire, call_box[e], k, len(members[e])) if k is not None
               else more_label(wire, call_box[e], (views or {})[call_box[e]].shown, CALLS_SHOWN)
               for e, k in which.items() if e in members}
-    return VisibleGraph(elements, rep, members, parent, boxes, edges, labels)
+    return VisibleGraph(elements, rep, members, parent, boxes, edges, labels | run_labels)
+
+
+def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, str], in_call: dict[int, int],
+             opened: set[Run]) -> tuple[dict[int, str], dict[str, str], dict[str, str]]:
+    """The ops drawn one by one in an open module's box, past `RUNS_FROM` of one call, folded into runs
+    (`op_runs`): node id → its run's element, the run's box, the runs' labels. Only a module with over
+    `RUNS_FROM` nodes of its own is looked at."""
+    codes = np.asarray(index.module_code, dtype=np.int64)
+    big = np.nonzero(np.bincount(codes + 1) > RUNS_FROM)[0] - 1
+    groups: dict[tuple[str, int], list[int]] = {}
+    for code in big[big >= 0].tolist():
+        path = prefixes(index.modules[code])
+        if any(p in folded for p in path):
+            continue
+        for nid in np.nonzero(codes == code)[0].tolist():
+            if nid not in by_call:
+                groups.setdefault((path[-1], in_call.get(nid, 0)), []).append(nid)
+    where, labels = cut_runs(wire, groups, opened)
+    return where, {e: (run_of(e) or ("",))[0] for e in labels}, labels
 
 
 def _call_places(wire: Wire, views: dict[str, CallView]) -> tuple[dict[int, str], dict[str, str],
-                                                                     dict[str, int | None]]:
+                                                                     dict[str, int | None], dict[int, int]]:
     """For the modules opened into their calls: node id → its folded call's element (none for a call opened
-    or a node of no single call), that element → the module (its box), and which call it is (None: the
-    calls not drawn yet)."""
+    or a node of no single call), that element → the module (its box), which call it is (None: the
+    calls not drawn yet); and node id → its call, for the calls opened into ops."""
     by_call: dict[int, str] = {}
     box: dict[str, str] = {}
     which: dict[str, int | None] = {}
+    in_call: dict[int, int] = {}
     for module, view in views.items():
         more = more_element(module)
         for k, nodes in enumerate(call_members(wire, module).calls, 1):
-            if k in view.opened or not nodes:
+            if k in view.opened:
+                in_call.update(dict.fromkeys(nodes, k))
+                continue
+            if not nodes:
                 continue
             eid = call_element(module, k) if k <= view.shown else more
             box[eid] = module
             which[eid] = k if k <= view.shown else None
             by_call.update(dict.fromkeys(nodes, eid))
-    return by_call, box, which
+    return by_call, box, which, in_call
 
 
 def visible_count(wire: Wire, collapsed: Iterable[str]) -> int:
@@ -192,14 +223,30 @@ class _ModuleTree:
                 self.size[p] += counts[code]
         self.called = {name for name, m in wire["modules"].items() if m["calls"]}
 
-    def loose(self, folded: set[str]) -> dict[str, int]:
-        """For each open module (neither folded nor inside a fold), how many of its nodes are drawn one by
-        one. `folded` is normalised."""
+    def own(self, p: str) -> int:
+        """Nodes of `p` itself, in no submodule."""
+        return self.size[p] - sum(self.size[k] for k in self.children.get(p, []))
+
+    def in_runs(self, folded: set[str], opened: Counter[str]) -> int:
+        """How many fewer elements the open modules draw for their own ops drawn in runs (`op_runs`) than
+        one by one. `folded` is normalised."""
+        saved = 0
+        stack = [p for p in self.children.get(None, []) if p not in folded]
+        while stack:
+            p = stack.pop()
+            own = self.own(p)
+            saved += own - drawn_ops(own, opened[p])
+            stack.extend(k for k in self.children.get(p, []) if k not in folded)
+        return saved
+
+    def loose(self, folded: set[str], opened: Counter[str] | None = None) -> dict[str, int]:
+        """For each open module (neither folded nor inside a fold), how many elements its nodes drawn one by
+        one make (its own ops past `RUNS_FROM` as runs, `opened` of them opened). `folded` is normalised."""
         out: dict[str, int] = {}
 
         def count(p: str) -> int:  # p is open; recursion is as deep as the module nesting
             kids = self.children.get(p, [])
-            n = self.size[p] - sum(self.size[k] for k in kids)  # nodes of p itself, in no submodule
+            n = drawn_ops(self.own(p), (opened or Counter())[p])
             n += sum(count(k) for k in kids if k not in folded)
             out[p] = n
             return n
@@ -267,20 +314,24 @@ def default_folds(wire: Wire, max_visible: int = 300, min_nodes: int = 10) -> tu
 MAX_DRAWN = 10_000  # nodes and folded modules the page draws at most (a 10k-node step opened whole fits)
 
 
-def fit_drawn(wire: Wire, folded: set[str], max_drawn: int = MAX_DRAWN) -> tuple[set[str], list[str]]:
+def fit_drawn(wire: Wire, folded: set[str], max_drawn: int = MAX_DRAWN,
+              runs: Iterable[Run] = ()) -> tuple[set[str], list[str]]:
     """`folded` (normalised), with open modules folded again until at most `max_drawn` nodes and folds
     are drawn; and the modules folded again. A module called 6,000 times in a loop holds 90,000 nodes:
     opened whole, laying it out took the server down, and no browser draws that many. Each time the open
     module folded is the innermost open one that brings the count under `max_drawn` by itself (so
     opening `encoder.cell` of a loop folds `encoder.cell` again, not `encoder`), else the one with the
-    most nodes drawn one by one."""
+    most nodes drawn one by one. A module's own ops past `RUNS_FROM` count as their runs (`runs`: those
+    opened), as `collapse_graph` draws them."""
     n_nodes = len(wire["nodes"])
     if n_nodes + len(folded) <= max_drawn:  # fits whatever is open: no module tree to build (every layout)
         return set(folded), []
     tree = _ModuleTree(wire)
+    opened = Counter(box for box, _call, _run in runs)
     folded, refolded = set(folded), []
-    while (excess := len(folded) + n_nodes - sum(tree.size[p] for p in folded) - max_drawn) > 0:
-        loose = tree.loose(folded)
+    while (excess := len(folded) + n_nodes - sum(tree.size[p] for p in folded) - tree.in_runs(folded, opened)
+           - max_drawn) > 0:
+        loose = tree.loose(folded, opened)
         if not loose:
             break
         enough = [p for p in loose if loose[p] - 1 >= excess]  # folded, p's loose nodes become one

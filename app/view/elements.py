@@ -6,12 +6,13 @@ callback is `cytoscape_elements(wire, layout_graph(wire, collapsed), color_by)`.
 Every element has an explicit `group` ("nodes"/"edges"). Element ids: `n12` (node 12),
 `m:blocks.3` (a folded module), `g:blocks.3` (the box of an expanded module: a compound parent,
 `data.parent` of what is drawn inside it), `c:cell#17` and `c:cell#more` (a folded call of a module
-opened into its calls, and its calls not drawn yet: app/view/call_folds.py), `e:<source>><target>` (edges).
+opened into its calls, and its calls not drawn yet: app/view/call_folds.py), `o:scan#0.3` (a run of a
+box's ops: app/view/op_runs.py), `e:<source>><target>` (edges).
 
 Classes a stylesheet can select on:
     nodes: the node kind (`op param leaf compiled checkpoint custom hook`), `root` (where backward
-    started), `notrun` (did not execute in this step), `collapsed` (a folded module or call; `call` too
-    for a call, `more` for the calls not drawn yet), `module` (a
+    started), `notrun` (did not execute in this step), `collapsed` (a folded module, call or run; `call` too
+    for a call, `more` for the calls not drawn yet, `run` for a run of ops), `module` (a
     box), `nan` (a NaN or Inf in its gradients; `data.badge` says which), `zerograd` (the gradient
     that arrived is all zeros), `worstdiff` (colouring `compiled`: the parameter whose compiled gradient is
     furthest from the eager one);
@@ -40,7 +41,7 @@ from gradscape.app.view.colours import (
     text_color,
 )
 from gradscape.app.view.compiled import DIFF
-from gradscape.app.view.ids import box_element, call_of, module_of, node_element, node_of
+from gradscape.app.view.ids import box_element, call_of, module_of, node_element, node_of, run_of
 from gradscape.app.view.marks import StepMarks, step_marks
 from gradscape.app.view.step_fields import (
     StepIndex,
@@ -143,9 +144,11 @@ def id_ranges(ids: list[int]) -> list[list[int]]:
 
 
 def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) -> dict[str, Any]:
-    """A folded call of a module opened into its calls (`c:cell#17`), or its calls not drawn yet
-    (`c:cell#more`): coloured by what arrived at the call's output, else the largest value inside."""
-    module, call = call_of(eid) or ("", None)
+    """A folded call of a module opened into its calls (`c:cell#17`), its calls not drawn yet
+    (`c:cell#more`), or a run of a box's ops (`o:scan#0.3`): coloured by what arrived at the call's output,
+    else the largest value inside."""
+    run = run_of(eid)
+    module, call = (run[0], None) if run else call_of(eid) or ("", None)
     members = info.get("members") or []
     calls = (wire["modules"].get(module) or {"calls": []})["calls"]
     go = calls[call - 1]["go"] if call is not None and 0 < call <= len(calls) else []
@@ -158,7 +161,8 @@ def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) 
     nan = sum(marks.badges[i][0] for i in members) if marks.flagged else 0
     inf = sum(marks.badges[i][1] for i in members) if marks.flagged else 0
     label = info.get("label") or eid
-    data: dict[str, Any] = {"id": eid, "label": label, "module": module, "call": call, "kind": "call",
+    data: dict[str, Any] = {"id": eid, "label": label, "module": module, "call": call,
+                            "kind": "run" if run else "call",
                             "type": module_type(wire, module), "count": len(members), "badge": _badge_text(nan, inf),
                             "nan": nan, "inf": inf, **marks.fields(value),
                             "w": info["w"], "h": info["h"], "parent": box_element(module)}
@@ -167,10 +171,11 @@ def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) 
     # a 10k-node loop)
     data["ranges"] = id_ranges(members)
     _paint(data)
-    what = "click to open its ops" if call is not None else "click to draw more calls"
+    what = "click to open its ops" if call is not None or run else "click to draw more calls"
     shown = "largest max |compiled − eager| inside" if marks.color_by == DIFF else "∂L/∂output"
     data["title"] = label.replace("\n", " · ") + f" (folded; {what})\n{shown}: {data['value_text']}"
-    classes = ["collapsed", "call"] + (["more"] if call is None else []) + (["nan"] if nan or inf else [])
+    classes = ["collapsed", "run" if run else "call"] + (["more"] if call is None and not run else []) \
+        + (["nan"] if nan or inf else [])
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}
 
@@ -238,7 +243,7 @@ def cytoscape_elements(wire: Wire, layout: dict[str, Any], color_by: str = "norm
     for eid, info in layout["nodes"].items():
         nid = node_of(eid)
         if nid is None:
-            out.append(_call_element(wire, eid, info, marks) if call_of(eid) is not None
+            out.append(_call_element(wire, eid, info, marks) if call_of(eid) is not None or run_of(eid) is not None
                        else _module_element(wire, eid, info, marks))
         else:
             out.append(_op_element(wire, wire["nodes"][nid], info, roots, marks))

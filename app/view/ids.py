@@ -6,6 +6,10 @@
     c:cell#17    call 17 (of 1, 2, ...) of module `cell`, folded (a module opened into its calls:
                  app/view/calls.py)
     c:cell#more  the calls of `cell` not drawn yet, as one node: a click draws the next ones
+    o:scan#0.3   run 3 (of 1, 2, ...) of the ops drawn in box `scan`, folded: a box of over a thousand
+                 ops draws them in runs of a few hundred, in the order backward ran them (of the
+                 module's own ops: call 0; of its call 17 opened into ops: `o:scan#17.3`;
+                 app/view/op_runs.py)
 
 The layout (app/view/collapse.py), the elements, the search and the page's callbacks all make and read
 them through the functions below.
@@ -17,6 +21,7 @@ NODE_PREFIX = "n"
 MODULE_PREFIX = "m:"
 BOX_PREFIX = "g:"
 CALL_PREFIX = "c:"
+RUN_PREFIX = "o:"
 MORE = "more"
 
 
@@ -52,6 +57,20 @@ def call_of(element: str) -> tuple[str, int | None] | None:
     return (module, int(which)) if which.isdigit() else None
 
 
+def run_element(box: str, call: int, run: int) -> str:
+    """Run `run` (counted from 1) of the ops drawn in box `box`: its own (`call` 0) or call `call`'s."""
+    return f"{RUN_PREFIX}{box}#{int(call)}.{int(run)}"
+
+
+def run_of(element: str) -> tuple[str, int, int] | None:
+    """`"o:scan#0.3"` → `("scan", 0, 3)`; None for any other element."""
+    if not element.startswith(RUN_PREFIX) or "#" not in element:
+        return None
+    box, _, which = element[len(RUN_PREFIX):].rpartition("#")
+    call, dot, run = which.partition(".")
+    return (box, int(call), int(run)) if dot and call.isdigit() and run.isdigit() else None
+
+
 def node_of(element: str) -> int | None:
     """`"n12"` → 12; None for any other element (a module, a box, an edge)."""
     digits = element[len(NODE_PREFIX):]
@@ -82,4 +101,4 @@ def node_index(ref: str | int) -> int:
 
 def table() -> dict[str, str]:
     """The prefixes, for the page's scripts (`window.gradscape.elements`)."""
-    return {"node": NODE_PREFIX, "module": MODULE_PREFIX, "box": BOX_PREFIX, "call": CALL_PREFIX}
+    return {"node": NODE_PREFIX, "module": MODULE_PREFIX, "box": BOX_PREFIX, "call": CALL_PREFIX, "run": RUN_PREFIX}

@@ -83,6 +83,7 @@ from gradscape.app.view.collapse import (
 from gradscape.app.view.crossings import count_crossings
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
+from gradscape.app.view.op_runs import Run, run_tokens, split_runs
 from gradscape.app.view.ordering import order_layers
 from gradscape.app.view.step_fields import Wire, inside, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
@@ -113,24 +114,26 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     """
     with raised_gc_threshold():
         views: dict[str, CallView] = {}
+        runs: set[Run] = set()
         if collapsed is None:
             folded, vg = default_folds(wire, max_visible)
         else:
             asked, views = split_folds(collapsed)
-            folded, vg = normalise(wire, asked), None
+            folded, vg, runs = normalise(wire, asked), None, split_runs(collapsed)
             views = valid_views(wire, folded, views)
         refolded: list[str] = []
         # the default folds' graph draws its elements: as many as fit, nothing to fold again (no module tree).
         # A module opened into its calls draws a few of them: counted as folded here
         if max_drawn is not None and (vg is None or len(vg.elements) > max_drawn):
             inner = {f for f in folded if any(inside(f, m) for m in views)}  # in an opened call: kept as asked
-            fitted, refolded = fit_drawn(wire, (folded - inner) | views.keys(), max_drawn)
+            fitted, refolded = fit_drawn(wire, (folded - inner) | views.keys(), max_drawn, runs)
             views = {m: v for m, v in views.items() if m in fitted}
             folded = (fitted - views.keys()) | {f for f in inner if any(inside(f, m) for m in views)}
         if refolded or vg is None:
-            vg = collapse_graph(wire, folded, normalised=True, views=views)
-        return {**_layout(wire, vg, sweeps, dx, dy, module_gap), "collapsed": fold_tokens(folded, views),
-                "refolded": refolded}
+            vg = collapse_graph(wire, folded, normalised=True, views=views, runs=runs)
+        kept = {r for r in runs if r[0] in vg.boxes}  # the runs opened in a box still drawn
+        return {**_layout(wire, vg, sweeps, dx, dy, module_gap),
+                "collapsed": fold_tokens(folded, views) + run_tokens(kept), "refolded": refolded}
 
 
 def _layout(wire: Wire, vg: VisibleGraph, sweeps: int, dx: float, dy: float, module_gap: float) -> dict[str, Any]:

@@ -74,3 +74,28 @@ def test_every_fold_opens_a_view_in_the_file_and_every_node_is_drawn_by_one(
     assert sorted(map(int, data["show"])) == [n.id for n in st.nodes]
     for node, key in data["show"].items():
         assert f"n{node}" in _drawn(states[key])
+
+
+def test_a_scan_of_a_thousand_ops_opens_into_runs_and_a_run_into_its_ops(tmp_path: Path) -> None:
+    from tests.app.test_op_runs import STEPS, Model
+
+    torch = pytest.importorskip("torch")
+    model = Model()
+    with gradscape.Tracer(model) as tr, tr.step(0) as st:
+        model(torch.randn(STEPS, 2, 4)).pow(2).mean().backward()
+    data, _ = _parts(st.to_html(tmp_path / "scan.html").read_text(encoding="utf-8"))
+    states = data["states"]
+    opened = states[states[""]["opens"]["m:scan"]]
+    runs = [e for e in _drawn(opened) if e.startswith("o:scan#0.")]
+    assert len(runs) >= 3 and data["elements"]["o:scan#0.2"]["label"].startswith("scan\nops 501–1,000 of ")
+    second = states[opened["opens"]["o:scan#0.2"]]
+    ops = {e for e in _drawn(second) if e.startswith("n")} - set(_drawn(opened))
+    assert len(ops) == 500 and all(st.nodes[int(e[1:])].module == "scan" for e in ops)
+    assert "o:scan#0.2" not in _drawn(second) and "o:scan#0.3" in _drawn(second)
+    # a run opened from there shows only itself opened (one path at a time); the box folds the run back
+    third = states[second["opens"]["o:scan#0.3"]]
+    assert "o:scan#0.2" in _drawn(third) and "o:scan#0.3" not in _drawn(third)
+    assert second["opens"]["g:scan"] == states[""]["opens"]["m:scan"]
+    for key, view in states.items():
+        folds = [e for e in _drawn(view) if not e.startswith("n")] + [f"g:{b[0]}" for b in view["boxes"]]
+        assert set(view["opens"]) == set(folds), key
