@@ -15,7 +15,10 @@ opened on a fresh server every round (a person's first open: the step decoded an
 first click on each of its folded modules: the loop's cell opens into its calls, the first 50 drawn
 folded (app/view/call_folds.py), and a click on its first call and on its "more" node are timed too; a
 module too big to draw (over `view.MAX_DRAWN` nodes) answers by staying folded with a line that says so.
-`--loop-only` times only that (python bench/ui.py --loop 1000,10000,100000 --loop-only).
+`scan10000` in `--loop` is a scan of about 10,000 ops written out in one module called once
+(`workloads.scan_loop`): it opens into runs of its ops (app/view/op_runs.py), and a click on its first run is
+timed too. `--loop-only` times only that (python bench/ui.py --loop 10000,100000,scan10000,scan100000
+--loop-only).
 
 Every trace also gets a first click to heatmaps: on a fresh server, the page opened and settled, one
 click on a node other than the one shown, until the inspector has drawn that node's first heatmap (the
@@ -53,9 +56,9 @@ import torch  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-from ui_calls import call_clicks, click_element  # noqa: E402
+from ui_calls import call_clicks, click_element, run_clicks  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
-from workloads import build, lstm_loop, residual_stages  # noqa: E402
+from workloads import build, lstm_loop, residual_stages, scan_loop  # noqa: E402
 
 import gradscape  # noqa: E402
 from gradscape.app.server import ServerConfig, create_app  # noqa: E402
@@ -112,9 +115,10 @@ def serve_process(store: Path) -> tuple[str, subprocess.Popen[bytes]]:
     raise TimeoutError(f"gradscape serve did not answer at {url}")
 
 
-def record_loop(store: Path, nodes: int) -> int:
-    """One step of bench/pernode.py's LSTMCell loop of about `nodes` autograd nodes."""
-    wl = lstm_loop(nodes)
+def record_loop(store: Path, spec: str) -> int:
+    """One step of bench/pernode.py's LSTMCell loop of about `spec` autograd nodes (`scan10000`: a scan of
+    about 10,000 ops in one module, `workloads.scan_loop`)."""
+    wl = scan_loop(int(spec[4:])) if spec.startswith("scan") else lstm_loop(int(spec))
     with gradscape.Tracer(wl.model, run="bench", sink=str(store), tensors="summary") as tr, tr.step(0) as st:
         wl.loss(wl.model, wl.batch()).backward()
     return len(st.nodes) if st else 0
@@ -163,9 +167,9 @@ def main() -> None:
                     "calls' clicks (no W4, no 10k step, no open or heatmap timings)")
     args = ap.parse_args()
     if args.loop_only:
-        for size in [int(n) for n in args.loop.split(",") if n.strip()]:
+        for size in [n.strip() for n in args.loop.split(",") if n.strip()]:
             loop = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "loop.sqlite"
-            print(f"LSTMCell loop: {record_loop(loop, size)} autograd nodes")
+            print(f"{'scan' if size.startswith('scan') else 'LSTMCell'} loop: {record_loop(loop, size)} autograd nodes")
             first_expands(loop, "all")
         return
     import logging
@@ -191,9 +195,9 @@ def main() -> None:
         measure_open(big, empty_url, args.big_rounds)
         first_heatmaps(big)
         first_expands(big, args.expands)
-    for size in [int(n) for n in args.loop.split(",") if n.strip()]:
+    for size in [n.strip() for n in args.loop.split(",") if n.strip()]:
         loop = Path(tempfile.mkdtemp(prefix="gradscape-ui-")) / "loop.sqlite"
-        print(f"LSTMCell loop: {record_loop(loop, size)} autograd nodes")
+        print(f"{'scan' if size.startswith('scan') else 'LSTMCell'} loop: {record_loop(loop, size)} autograd nodes")
         measure_open(loop, empty_url, max(args.big_rounds, 3), fresh=True)
         first_heatmaps(loop)
         first_expands(loop, "all")
@@ -288,6 +292,8 @@ def first_expands(store: Path, which: str) -> list[float]:
             print(f"  first expand of {module}: {out[-1]:.3f} s")
             if pg.evaluate(f"window.cy.getElementById('c:{module[2:]}#more').length === 1"):
                 call_clicks(pg, module[2:], settle, NO_ANSWER_MS)
+            if pg.evaluate(f"window.cy.getElementById('o:{module[2:]}#0.1').length === 1"):
+                run_clicks(pg, module[2:], settle, NO_ANSWER_MS)
             fold_back(pg, module, opening)
         again = []  # the baseline, in the same run: the same clicks once the server has laid them out
         for module in ([] if stuck else chosen[::max(1, len(chosen) // 10)]):

@@ -1,6 +1,7 @@
 """bench/ui.py's clicks inside a module opened into its calls (app/view/call_folds.py): on its first call
-(which opens into its ops) and on its "more" node (which draws the next calls), each timed by the page's
-own clock from the mouse press to the first frame that shows the answer."""
+(which opens into its ops) and on its "more" node (which draws the next calls); and inside a module opened
+into runs of its ops (app/view/op_runs.py), on its first run. Each timed by the page's own clock from the
+mouse press to the first frame that shows the answer."""
 
 from __future__ import annotations
 
@@ -54,4 +55,14 @@ def call_clicks(pg: Any, module: str, settle: Callable[[Any], None], limit_ms: f
     took = click_timed(pg, f"c:{module}#more", f"window.cy.getElementById('c:{module}#{shown + 1}').length === 1",
                        limit_ms)
     print(f"  a click on {module}'s 'more' ({shown} calls drawn, the next drawn): {took:.3f} s")
+    settle(pg)
+
+
+def run_clicks(pg: Any, module: str, settle: Callable[[Any], None], limit_ms: float) -> None:
+    """A module opened into runs of its ops: a click on its first run, until that run's ops are drawn."""
+    settle(pg)
+    ops = pg.evaluate(f"window.cy.getElementById('o:{module}#0.1').data('count')")
+    took = click_timed(pg, f"o:{module}#0.1", f"window.cy.getElementById('o:{module}#0.1').length === 0 && "
+                       f"window.cy.getElementById('g:{module}').children().length > {ops}", limit_ms)
+    print(f"  a click on {module}'s first run (opens its {ops} ops): {took:.3f} s")
     settle(pg)

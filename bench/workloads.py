@@ -266,6 +266,49 @@ def lstm_loop(nodes: int = 10_000, device: str | torch.device = "cpu", batch: in
     return Workload(f"lstm{nodes}", model, make_batch, loss)
 
 
+class _Scan(nn.Module):
+    """A recurrence written out in the forward, h ← tanh(h·w + x_t·u) (hidden 32), then a Linear read-out:
+    four autograd nodes per time step, every one the scan's own (no submodule, one call)."""
+
+    def __init__(self, hidden: int = 32) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(hidden) * 0.5)
+        self.u = nn.Parameter(torch.randn(4, hidden) * 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[1], self.w.shape[0])
+        for xt in x:
+            h = torch.tanh(h * self.w + xt @ self.u)
+        return h
+
+
+class _ScanLoop(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scan = _Scan()
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.scan(x))
+
+
+def scan_loop(nodes: int = 10_000, device: str | torch.device = "cpu", batch: int = 8) -> Workload:
+    """`_Scan` over time to about `nodes` autograd nodes, all in one module called once (its ops open in
+    runs: app/view/op_runs.py), mean-squared error against random targets."""
+    torch.manual_seed(SEED)
+    model = _ScanLoop().to(device)
+    steps = max(1, nodes // 4)
+
+    def make_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        g = _generator(SEED + 5)
+        return torch.randn(steps, batch, 4, generator=g).to(device), torch.randn(batch, 1, generator=g).to(device)
+
+    def loss(model: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.mse_loss(model(b[0]), b[1])
+
+    return Workload(f"scan{nodes}", model, make_batch, loss)
+
+
 # the small programs build on the definitions above; bench scripts import this file as `workloads`,
 # the tests as `bench.workloads`
 if __package__:

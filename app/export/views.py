@@ -28,7 +28,7 @@ from gradscape.app.view.call_folds import fold_calls, fold_tokens, split_folds
 from gradscape.app.view.folds import after_tap
 from gradscape.app.view.ids import call_of, module_of, run_of
 from gradscape.app.view.layout import box_bounds
-from gradscape.app.view.op_runs import fold_runs
+from gradscape.app.view.op_runs import fold_runs, split_runs
 from gradscape.app.view.step_fields import Wire, inside
 
 __all__ = ["DEFAULT_STATE", "STATE_WORK", "fold_states", "view_state"]
@@ -46,7 +46,10 @@ MAX_STATES = 400
 
 
 def _target(key: str, folds: list[str]) -> str:
-    """A view's key: the fold clicked to open it; for the calls not drawn yet, also how many are drawn."""
+    """A view's key: the fold clicked to open it; for the calls or runs not drawn yet, also how many are
+    drawn."""
+    if (run := run_of(key)) is not None:
+        return key if run[2] else f"{key}@{split_runs(folds).drawn(run[:2])}"
     owner = call_of(key)
     if owner is None or owner[1] is not None:
         return key
@@ -133,7 +136,7 @@ def _fold_module(key: str) -> str | None:
     """The module of the fold a view was opened by (`m:blocks.3`, `c:cell#17`, `c:cell#more@100`, `o:scan#0.2`)."""
     if (module := module_of(key)) is not None:
         return module
-    if (run := run_of(key)) is not None:
+    if (run := run_of(key.partition("@")[0])) is not None:
         return run[0]
     owner = call_of(key.partition("@")[0])
     return owner[0] if owner else None
@@ -146,7 +149,7 @@ def _r(v: float) -> float:
 def view_state(wire: Wire, layout: dict[str, Any], parent: str | None, elements: dict[str, Any],
                edge_labels: dict[str, str]) -> dict[str, Any]:
     """One laid-out view: `nodes` [[element, x, y, w, h]] (centres; a sixth item, {label, members}, where
-    the element looks different here: the calls not drawn yet), `boxes` [[module, x1, y1, x2, y2]],
+    the element looks different here: the calls or runs not drawn yet), `boxes` [[module, x1, y1, x2, y2]],
     `edges` [[source, target, classes, [x, y, ...] bends]], `opens` (filled by `fold_states`); what each
     element looks like goes once into `elements`, each edge's slot labels into `edge_labels`."""
     drawn = cytoscape_elements(wire, layout, "norm")
@@ -167,7 +170,7 @@ def view_state(wire: Wire, layout: dict[str, Any], parent: str | None, elements:
             continue
         p = el["position"]
         nodes.append([d["id"], _r(p["x"]), _r(p["y"]), _r(d["w"]), _r(d["h"])])
-        if look != elements[d["id"]] or (d["kind"] == "call" and d.get("call") is None):  # the calls left
+        if look != elements[d["id"]] or "more" in look["classes"].split():  # the calls or runs left
             nodes[-1].append({"label": look["label"], "title": look["title"], "members": look.get("members", [])})
     for e in layout["edges"]:
         classes = ("up" if e.get("up") else "") + (" merged" if len(e["slots"]) > 1 else "")

@@ -30,7 +30,7 @@ from gradscape.app.view.ids import (
     node_of,
     run_of,
 )
-from gradscape.app.view.op_runs import RUNS_FROM, Run, cut_runs, drawn_ops
+from gradscape.app.view.op_runs import RUNS_FROM, Run, Runs, cut_runs, drawn_ops
 from gradscape.app.view.step_fields import (
     StepIndex,
     Wire,
@@ -113,11 +113,12 @@ def normalise(wire: Wire, collapsed: Iterable[str]) -> set[str]:
 
 
 def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = False,
-                   views: dict[str, CallView] | None = None, runs: set[Run] | None = None) -> VisibleGraph:
+                   views: dict[str, CallView] | None = None, runs: Runs | None = None,
+                   every_run: bool = False) -> VisibleGraph:
     """The drawn graph when the modules in `collapsed` are folded and those in `views` are opened into their
     calls (`app.view.call_folds`, checked by `valid_views`), a box's ops in runs past `op_runs.RUNS_FROM`
-    (`runs`: those opened): O(nodes × depth + edges). `normalised=True` skips `normalise` when the caller
-    already did it."""
+    (`runs`: those opened and drawn; `every_run`: all drawn): O(nodes × depth + edges). `normalised=True`
+    skips `normalise` when the caller already did it."""
     folded = set(collapsed) if normalised else normalise(wire, collapsed)
     elements: list[str] = []
     rep: list[str] = []
@@ -126,7 +127,7 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     boxes: dict[str, str | None] = {}
     index = step_index(wire)
     by_call, call_box, which, in_call = _call_places(wire, views or {})
-    in_run, run_box, run_labels = _in_runs(wire, index, folded, by_call, in_call, runs or set())
+    in_run, run_box, run_labels = _in_runs(wire, index, folded, by_call, in_call, runs or Runs(), every_run)
     by_call, call_box = by_call | in_run, call_box | run_box
     placed: dict[int, tuple[str | None, str | None]] = {}  # module code → (its fold's element, box)
     for nid, code in enumerate(index.module_code):
@@ -160,7 +161,7 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
 
 
 def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, str], in_call: dict[int, int],
-             opened: set[Run]) -> tuple[dict[int, str], dict[str, str], dict[str, str]]:
+             runs: Runs, every: bool) -> tuple[dict[int, str], dict[str, str], dict[str, str]]:
     """The ops drawn one by one in an open module's box, past `RUNS_FROM` of one call, folded into runs
     (`op_runs`): node id → its run's element, the run's box, the runs' labels. Only a module with over
     `RUNS_FROM` nodes of its own is looked at."""
@@ -174,7 +175,7 @@ def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, 
         for nid in np.nonzero(codes == code)[0].tolist():
             if nid not in by_call:
                 groups.setdefault((path[-1], in_call.get(nid, 0)), []).append(nid)
-    where, labels = cut_runs(wire, groups, opened)
+    where, labels = cut_runs(wire, groups, runs, every)
     return where, {e: (run_of(e) or ("",))[0] for e in labels}, labels
 
 
@@ -327,7 +328,7 @@ def fit_drawn(wire: Wire, folded: set[str], max_drawn: int = MAX_DRAWN,
     if n_nodes + len(folded) <= max_drawn:  # fits whatever is open: no module tree to build (every layout)
         return set(folded), []
     tree = _ModuleTree(wire)
-    opened = Counter(box for box, _call, _run in runs)
+    opened = Counter(box for box, _call, _run in runs)  # the runs opened
     folded, refolded = set(folded), []
     while (excess := len(folded) + n_nodes - sum(tree.size[p] for p in folded) - tree.in_runs(folded, opened)
            - max_drawn) > 0:

@@ -12,7 +12,7 @@ box's ops: app/view/op_runs.py), `e:<source>><target>` (edges).
 Classes a stylesheet can select on:
     nodes: the node kind (`op param leaf compiled checkpoint custom hook`), `root` (where backward
     started), `notrun` (did not execute in this step), `collapsed` (a folded module, call or run; `call` too
-    for a call, `more` for the calls not drawn yet, `run` for a run of ops), `module` (a
+    for a call, `run` for a run of ops, `more` for the calls or runs not drawn yet), `module` (a
     box), `nan` (a NaN or Inf in its gradients; `data.badge` says which), `zerograd` (the gradient
     that arrived is all zeros), `worstdiff` (colouring `compiled`: the parameter whose compiled gradient is
     furthest from the eager one);
@@ -171,11 +171,11 @@ def _call_element(wire: Wire, eid: str, info: dict[str, Any], marks: StepMarks) 
     # a 10k-node loop)
     data["ranges"] = id_ranges(members)
     _paint(data)
-    what = "click to open its ops" if call is not None or run else "click to draw more calls"
+    more = run[2] == 0 if run else call is None
+    what = f"click to draw more {'runs' if run else 'calls'}" if more else "click to open its ops"
     shown = "largest max |compiled − eager| inside" if marks.color_by == DIFF else "∂L/∂output"
     data["title"] = label.replace("\n", " · ") + f" (folded; {what})\n{shown}: {data['value_text']}"
-    classes = ["collapsed", "run" if run else "call"] + (["more"] if call is None and not run else []) \
-        + (["nan"] if nan or inf else [])
+    classes = ["collapsed", "run" if run else "call"] + (["more"] if more else []) + (["nan"] if nan or inf else [])
     return {"group": "nodes", "data": data, "position": {"x": info["x"], "y": info["y"]},
             "classes": " ".join(classes)}
 

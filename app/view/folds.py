@@ -74,7 +74,7 @@ def reveal_node(wire: Wire, collapsed: Iterable[str], node_id: int) -> list[str]
     folds, views = split_folds(tokens)
     folded = normalise(wire, folds)
     vg = collapse_graph(wire, folded, normalised=True, views=valid_views(wire, folded, views),
-                        runs=split_runs(tokens))
+                        runs=split_runs(tokens), every_run=True)
     run = run_of(vg.rep[node_id])
     return open_run(tokens, run) if run is not None else tokens
 

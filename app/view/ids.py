@@ -10,6 +10,7 @@
                  ops draws them in runs of a few hundred, in the order backward ran them (of the
                  module's own ops: call 0; of its call 17 opened into ops: `o:scan#17.3`;
                  app/view/op_runs.py)
+    o:scan#0.more  the runs of box `scan` not drawn yet, as one node: a click draws the next ones
 
 The layout (app/view/collapse.py), the elements, the search and the page's callbacks all make and read
 them through the functions below.
@@ -58,17 +59,20 @@ def call_of(element: str) -> tuple[str, int | None] | None:
 
 
 def run_element(box: str, call: int, run: int) -> str:
-    """Run `run` (counted from 1) of the ops drawn in box `box`: its own (`call` 0) or call `call`'s."""
-    return f"{RUN_PREFIX}{box}#{int(call)}.{int(run)}"
+    """Run `run` (counted from 1; 0: the runs not drawn yet) of the ops drawn in box `box`: its own (`call` 0)
+    or call `call`'s."""
+    return f"{RUN_PREFIX}{box}#{int(call)}.{int(run) if run else MORE}"
 
 
 def run_of(element: str) -> tuple[str, int, int] | None:
-    """`"o:scan#0.3"` → `("scan", 0, 3)`; None for any other element."""
+    """`"o:scan#0.3"` → `("scan", 0, 3)`, `"o:scan#0.more"` → `("scan", 0, 0)`; None for any other element."""
     if not element.startswith(RUN_PREFIX) or "#" not in element:
         return None
     box, _, which = element[len(RUN_PREFIX):].rpartition("#")
     call, dot, run = which.partition(".")
-    return (box, int(call), int(run)) if dot and call.isdigit() and run.isdigit() else None
+    if not dot or not call.isdigit() or not (run.isdigit() or run == MORE):
+        return None
+    return box, int(call), int(run) if run != MORE else 0
 
 
 def node_of(element: str) -> int | None:

@@ -83,7 +83,7 @@ from gradscape.app.view.collapse import (
 from gradscape.app.view.crossings import count_crossings
 from gradscape.app.view.layered import SPACING, Group, ProperGraph, corners
 from gradscape.app.view.layers import band_layers, layer_y
-from gradscape.app.view.op_runs import Run, run_tokens, split_runs
+from gradscape.app.view.op_runs import Runs, run_tokens, split_runs
 from gradscape.app.view.ordering import order_layers
 from gradscape.app.view.step_fields import Wire, inside, prefixes
 from gradscape.app.view.x_coordinates import x_coordinates
@@ -114,7 +114,7 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
     """
     with raised_gc_threshold():
         views: dict[str, CallView] = {}
-        runs: set[Run] = set()
+        runs = Runs()
         if collapsed is None:
             folded, vg = default_folds(wire, max_visible)
         else:
@@ -126,12 +126,13 @@ def layout_graph(wire: Wire, collapsed: Iterable[str] | None = None, *, sweeps: 
         # A module opened into its calls draws a few of them: counted as folded here
         if max_drawn is not None and (vg is None or len(vg.elements) > max_drawn):
             inner = {f for f in folded if any(inside(f, m) for m in views)}  # in an opened call: kept as asked
-            fitted, refolded = fit_drawn(wire, (folded - inner) | views.keys(), max_drawn, runs)
+            fitted, refolded = fit_drawn(wire, (folded - inner) | views.keys(), max_drawn, runs.opened)
             views = {m: v for m, v in views.items() if m in fitted}
             folded = (fitted - views.keys()) | {f for f in inner if any(inside(f, m) for m in views)}
         if refolded or vg is None:
             vg = collapse_graph(wire, folded, normalised=True, views=views, runs=runs)
-        kept = {r for r in runs if r[0] in vg.boxes}  # the runs opened in a box still drawn
+        kept = Runs({r for r in runs.opened if r[0] in vg.boxes},  # those of a box still drawn
+                    {g: n for g, n in runs.shown.items() if g[0] in vg.boxes})
         return {**_layout(wire, vg, sweeps, dx, dy, module_gap),
                 "collapsed": fold_tokens(folded, views) + run_tokens(kept), "refolded": refolded}
 

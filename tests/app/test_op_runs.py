@@ -15,10 +15,10 @@ import gradscape
 from gradscape.app.view import after_tap, cytoscape_elements, layout_graph, reveal_node
 from gradscape.app.view.call_folds import split_folds
 from gradscape.app.view.ids import call_element, node_of, run_element, run_of
-from gradscape.app.view.op_runs import RUN_OPS, RUNS_FROM, run_tokens, split_runs
+from gradscape.app.view.op_runs import RUN_OPS, RUNS_FROM, RUNS_SHOWN, Runs, run_tokens, split_runs
 from gradscape.tracer.wire import step_to_wire
 
-STEPS = 320  # five ops a time step: about 1,600 ops in the scan's box, four runs
+STEPS = 320  # four ops a time step: about 1,280 ops in the scan's box, seven runs
 
 
 class Scan(nn.Module):
@@ -53,11 +53,11 @@ class Twice(Model):
         return self.head(self.scan(xs) + self.scan(xs.flip(0)))
 
 
-def traced(model: nn.Module) -> dict[str, Any]:
+def traced(model: nn.Module, steps: int = STEPS) -> dict[str, Any]:
     torch.manual_seed(0)
     tr = gradscape.Tracer(model, tensors="summary")
     with tr.step(0) as st:
-        model(torch.randn(STEPS, 2, 4)).pow(2).mean().backward()
+        model(torch.randn(steps, 2, 4)).pow(2).mean().backward()
     return step_to_wire(st)
 
 
@@ -85,11 +85,12 @@ def opened_scan(wire: dict[str, Any]) -> list[str]:
 
 
 def test_the_run_tokens_read_back_and_are_no_call_folds() -> None:
-    items = ["head", "scan#run=0.3", "enc.scan#run=17.2", "cell#calls=50"]
-    assert split_runs(items) == {("scan", 0, 3), ("enc.scan", 17, 2)}
-    assert run_tokens(split_runs(items)) == ["enc.scan#run=17.2", "scan#run=0.3"]
+    items = ["head", "scan#run=0.3", "enc.scan#run=17.2", "cell#calls=50", "scan#runs=0.100"]
+    assert split_runs(items) == Runs({("scan", 0, 3), ("enc.scan", 17, 2)}, {("scan", 0): 100})
+    assert run_tokens(split_runs(items)) == ["enc.scan#run=17.2", "scan#run=0.3", "scan#runs=0.100"]
     assert split_folds(items) == ({"head"}, split_folds(["cell#calls=50"])[1])
     assert run_of(run_element("enc.scan", 17, 2)) == ("enc.scan", 17, 2) and run_of("c:cell#17") is None
+    assert run_element("scan", 0, 0) == "o:scan#0.more" and run_of("o:scan#0.more") == ("scan", 0, 0)
 
 
 def test_an_opened_scan_draws_its_ops_in_runs_in_backward_order(scan: dict[str, Any]) -> None:
@@ -117,7 +118,7 @@ def test_a_click_on_a_run_draws_its_ops_and_the_box_folds_it_back_then_the_modul
     ops = scan_ops(scan)
     second = after_tap(scan, folds, run_element("scan", 0, 2))
     assert second is not None and "scan#run=0.2" in second
-    lay = layout_graph(scan, second, max_drawn=1000)
+    lay = layout_graph(scan, second, max_drawn=600)
     assert run_element("scan", 0, 2) not in lay["nodes"] and run_element("scan", 0, 1) in lay["nodes"]
     assert all(f"n{n}" in lay["nodes"] for n in ops[RUN_OPS:2 * RUN_OPS])
     assert lay["collapsed"] == second and lay["refolded"] == []
@@ -160,3 +161,28 @@ def test_a_call_of_over_a_thousand_ops_opens_into_runs_of_that_call() -> None:
     assert inner is not None and "scan#run=1.1" in inner and "scan#call=1" in inner
     drawn = layout_graph(wire, inner, max_drawn=1000)
     assert sum(1 for e in drawn["nodes"] if node_of(e) is not None) >= RUN_OPS
+
+
+def test_a_scan_of_over_fifty_runs_draws_fifty_and_a_node_for_the_rest() -> None:
+    wire = traced(Model(), steps=2_600)  # 10,402 ops: 53 runs
+    ops = scan_ops(wire)
+    runs = -(-len(ops) // RUN_OPS)
+    assert runs > RUNS_SHOWN
+    folds = opened_scan(wire)
+    lay = layout_graph(wire, folds, max_drawn=10_000)
+    drawn = [e for e in lay["nodes"] if run_of(e) is not None]
+    assert drawn == [run_element("scan", 0, k) for k in range(1, RUNS_SHOWN + 1)] + ["o:scan#0.more"]
+    rest = lay["nodes"]["o:scan#0.more"]
+    assert sorted(rest["members"]) == sorted(ops[RUNS_SHOWN * RUN_OPS:])
+    assert rest["label"] == f"scan\nops {RUNS_SHOWN * RUN_OPS + 1:,}–{len(ops):,} of {len(ops):,}"
+    els = {e["data"]["id"]: e for e in cytoscape_elements(wire, lay)}
+    assert "more" in els["o:scan#0.more"]["classes"].split() and "more" not in els[drawn[0]]["classes"].split()
+    # a click on it draws the rest; a node found in the last run opens that run
+    more = after_tap(wire, lay["collapsed"], "o:scan#0.more")
+    assert more is not None and f"scan#runs=0.{2 * RUNS_SHOWN}" in more
+    lay = layout_graph(wire, more, max_drawn=10_000)
+    assert run_element("scan", 0, runs) in lay["nodes"] and "o:scan#0.more" not in lay["nodes"]
+    found = reveal_node(wire, folds, ops[-1])
+    assert f"scan#run=0.{runs}" in found
+    lay = layout_graph(wire, found, max_drawn=10_000)
+    assert f"n{ops[-1]}" in lay["nodes"] and "o:scan#0.more" in lay["nodes"]
