@@ -39,8 +39,9 @@
     const id = G.tapped, at = G.tappedAt, shown = G.shownBefore || {};
     G.tapped = G.tappedAt = G.shownBefore = null;
     if (!id) return;  // a new colouring, or a search hit revealed (the focus brings it into view)
-    // a folded call (`c:cell#17`) or the calls not drawn yet (`c:cell#more`) open inside their module's box
-    const name = id.startsWith("c:") ? id.slice(2, id.lastIndexOf("#")) : id.slice(2);
+    // a folded call (`c:cell#17`), the calls not drawn yet (`c:cell#more`) or a run of ops (`o:scan#0.3`) open
+    // inside their module's box
+    const name = id.startsWith("c:") || id.startsWith("o:") ? id.slice(2, id.lastIndexOf("#")) : id.slice(2);
     let el = cy.getElementById("g:" + name);
     if (!el.length) el = cy.getElementById("m:" + name);
     if (!el.length) return;
@@ -125,12 +126,14 @@
     cy.on("viewport", function () { tip().style.display = "none"; });
     cy.on("tap", "node", function (evt) {
       const id = evt.target.id();
-      if (!id.startsWith("m:") && !id.startsWith("g:") && !id.startsWith("c:")) return;
+      if (!["m:", "g:", "c:", "o:"].some(function (p) { return id.startsWith(p); })) return;  // app/view/ids.py
       const r = evt.target.renderedBoundingBox();
       G.tapped = id;
       // the click is answered at once, in words, while the server lays the graph out (a fold of a
       // 100k-node loop takes a moment): the graph's answer replaces the line
-      const what = id.startsWith("g:") ? "folding " + id.slice(2) : "opening " + (evt.target.data("label") || id).split("\n")[0];
+      const label = (evt.target.data("label") || id).split("\n");  // a run: its module and which ops
+      const what = id.startsWith("g:") ? "folding " + id.slice(2)
+        : "opening " + (id.startsWith("o:") ? label.join(" · ") : label[0]);
       window.dash_clientside.set_props(ID.GRAPH_INFO, {children: what + "…"});
       G.tappedAt = {x: (r.x1 + r.x2) / 2, y: r.y1};  // where the module is on screen (G.refresh keeps it)
       G.shownBefore = onScreen(cy);

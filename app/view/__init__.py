@@ -8,18 +8,18 @@ is a few lines over these functions and everything is testable on real traces wi
     elements = cytoscape_elements(wire, layout, "norm")
     panel = slot_figures(wire, node, store.read_arrays(run, step, node_tensors(wire, node)))
 
-The rooms: `ids` (the graph's element ids, made and read there only), `layout` and `collapse`
-(positions, folded modules; no networkx model of the step: docs/graph-view.md says why; the layout's
-steps: `layers`, `layered`, `ordering` with `crossings`, `x_coordinates`, and `boxes` for the module
-boxes), `timeline` (the run's history as figures), `elements`
-(cytoscape elements) with `colours` and `marks` (what they show of each node, once per step), `search`
-(the find box), `calls` (which nodes each call of a module made) with `call_folds` (a module opened into
-its calls) and `folds` (what a click on a fold does), `heatmaps` over `grid` (a tensor as a 2-D grid),
-`flow` (gradient flow), `order` (the player's order), `modules` (the module tab), `compare`, `problems`,
-and `compiled` (what a step says of torch.compile: its notes, the compiled-against-eager table and the
-colouring by that difference); `step_fields` reads the fields of a step (its wire form) for all of them.
-The collector's threshold is raised while a layout runs (`raised_gc_threshold`, NOTE [Raised threshold] in
-tracer/collector.py). See docs/graph-view.md.
+The rooms: `ids` (the graph's element ids, made and read there only), `layout` and `collapse` (positions,
+folded modules; no networkx model of the step: docs/graph-view.md says why; the layout's steps: `layers`,
+`layered`, `ordering` with `crossings`, `x_coordinates`, and `boxes` for the module boxes), `timeline` (the
+run's history as figures), `elements` (cytoscape elements) with `colours` and `marks` (what they show of
+each node, once per step), `search` (the find box), `calls` (which nodes each call of a module made) with
+`call_folds` (a module opened into its calls), `op_runs` (a box's ops in runs, past a thousand) and `folds`
+(what a click on a fold does), `heatmaps` over `grid` (a tensor as a 2-D grid), `flow` (gradient flow),
+`order` (the player's order), `modules` (the module tab), `compare`, `problems`, and `compiled` (what a step
+says of torch.compile: its notes, the compiled-against-eager table and the colouring by that difference);
+`step_fields` reads the fields of a step (its wire form) for all of them. The collector's threshold is
+raised while a layout runs (`raised_gc_threshold`, NOTE [Raised threshold] in tracer/collector.py). See
+docs/graph-view.md.
 """
 
 from gradscape.app.view.collapse import (

@@ -52,10 +52,14 @@ def test_a_scan_of_ten_thousand_ops_opens_into_runs_and_a_run_into_its_ops(live_
     ops = page.evaluate("window.cy.getElementById('o:scan#0.2').data('ranges')"
                         ".flatMap(r => Array.from({length: r[1] - r[0] + 1}, (_, i) => r[0] + i))")
     assert len(ops) == 200 and all(st.nodes[n].module == "scan" for n in ops)
+    page.evaluate("""() => { window.__said = []; const info = document.querySelector('#graph-info');
+      new MutationObserver(() => window.__said.push(info.innerText))
+        .observe(info, {subtree: true, childList: true, characterData: true}); }""")
     _click(page, "o:scan#0.2")
     page.wait_for_function("ids => window.cy.getElementById('o:scan#0.2').length === 0 && "
                            "ids.every(n => window.cy.getElementById('n' + n).length === 1)", arg=ops)
     assert page.evaluate(RUNS_DRAWN) == 50  # the other runs stay folded
+    assert any(t.startswith(f"opening scan · ops 201–400 of {own:,}") for t in page.evaluate("window.__said"))
     _click(page, "o:scan#0.more")
     last = -(-own // 200)
     page.wait_for_function(f"window.cy.getElementById('o:scan#0.{last}').length === 1")
