@@ -132,7 +132,7 @@
       // the click is answered at once, in words, while the server lays the graph out (a fold of a
       // 100k-node loop takes a moment): the graph's answer replaces the line
       const label = (evt.target.data("label") || id).split("\n");  // a run: its module and which ops
-      const what = id.startsWith("g:") ? "folding " + id.slice(2)
+      const what = id.startsWith("g:") ? "folding " + (id.indexOf("#") >= 0 ? label[0] : id.slice(2))
         : "opening " + (id.startsWith("o:") ? label.join(" · ") : label[0]);
       window.dash_clientside.set_props(ID.GRAPH_INFO, {children: what + "…"});
       G.tappedAt = {x: (r.x1 + r.x2) / 2, y: r.y1};  // where the module is on screen (G.refresh keeps it)

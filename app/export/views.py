@@ -122,6 +122,11 @@ def _box_targets(states: dict[str, Any], key: str) -> dict[str, str]:
     path.reverse()
     out = {}
     for module, *_ in states[key]["boxes"]:
+        if "#" in module:  # an opened call's box (`cell#17`): the view its call was opened from
+            opened_by = f"c:{module}"
+            if opened_by in path and states[opened_by]["parent"] is not None:
+                out[f"g:{module}"] = states[opened_by]["parent"]
+            continue
         # as on the live page: a run of ops in the box opened folds back first, then a call of the module
         # opened into its ops, then the module
         opened = [k for k in path if (r := run_of(k)) is not None and inside(r[0], module)] or \

@@ -5,7 +5,9 @@ clicked; a call opens into its ops (which calls made which nodes: `app.view.call
 The page keeps what is folded as one list of strings (`ids.COLLAPSED`, the layout's `"collapsed"`): the
 module prefixes folded, and for a module opened into its calls the tokens `cell#calls=50` (how many calls
 are drawn) and `cell#call=17` (call 17 opened into its ops). `split_folds` reads them back; a module name
-never holds `#` (a module's qualified name is attribute names joined by dots).
+never holds `#` (a module's qualified name is attribute names joined by dots). A call opened into its ops
+draws them in a box of its own, `cell#17` (`g:cell#17`, labelled `cell · call 17 of 300`), inside the
+module's: a click on it folds that call back alone.
 """
 
 from __future__ import annotations
@@ -100,6 +102,16 @@ def fold_calls(folds: Iterable[str], views: dict[str, CallView], module: str) ->
     if view is None or not view.opened:
         return None
     return fold_tokens(folds, {**views, module: CallView(view.shown)})
+
+
+def fold_call(folds: Iterable[str], views: dict[str, CallView], box: str) -> list[str] | None:
+    """The call whose box is `box` (`cell#17`: a call opened into its ops is drawn in a box of its own)
+    folded back alone; None for a module's box."""
+    module, mark, call = box.partition("#")
+    view = views.get(module)
+    if not mark or not call.isdigit() or view is None:
+        return None
+    return fold_tokens(folds, {**views, module: CallView(view.shown, view.opened - {int(call)})})
 
 
 def fold_whole(folds: Iterable[str], views: dict[str, CallView], module: str) -> list[str]:

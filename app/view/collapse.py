@@ -86,7 +86,11 @@ def module_label(wire: Wire, prefix: str, count: int) -> str:
 
 
 def box_label(wire: Wire, prefix: str) -> str:
-    """An expanded module's box label: `encoder.layers.0 (TransformerEncoderLayer)`."""
+    """An expanded module's box label: `encoder.layers.0 (TransformerEncoderLayer)`; an opened call's,
+    `cell · call 17 of 300`."""
+    module, mark, call = prefix.partition("#")
+    if mark:
+        return f"{module} · call {call} of {len((wire['modules'].get(module) or {'calls': []})['calls'])}"
     kind = module_type(wire, prefix)
     return prefix + (f" ({kind})" if kind else "")
 
@@ -127,7 +131,9 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     boxes: dict[str, str | None] = {}
     index = step_index(wire)
     by_call, call_box, which, in_call = _call_places(wire, views or {})
-    in_run, run_box, run_labels = _in_runs(wire, index, folded, by_call, in_call, runs or Runs(), every_run)
+    in_box = {nid: f"{index.module_of(nid)}#{k}" for nid, (k, direct) in in_call.items() if direct}
+    in_run, run_box, run_labels = _in_runs(wire, index, folded, by_call, in_call, in_box, runs or Runs(),
+                                           every_run)
     by_call, call_box = by_call | in_run, call_box | run_box
     placed: dict[int, tuple[str | None, str | None]] = {}  # module code → (its fold's element, box)
     for nid, code in enumerate(index.module_code):
@@ -141,6 +147,7 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
         eid, box = place
         if eid is None:
             eid = node_element(nid)
+            box = in_box.get(nid, box)  # an op of a call opened: in the call's box
         else:
             members.setdefault(eid, []).append(nid)
         rep.append(eid)
@@ -160,8 +167,9 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     return VisibleGraph(elements, rep, members, parent, boxes, edges, labels | run_labels)
 
 
-def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, str], in_call: dict[int, int],
-             runs: Runs, every: bool) -> tuple[dict[int, str], dict[str, str], dict[str, str]]:
+def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, str],
+             in_call: dict[int, tuple[int, bool]], in_box: dict[int, str], runs: Runs,
+             every: bool) -> tuple[dict[int, str], dict[str, str], dict[str, str]]:
     """The ops drawn one by one in an open module's box, past `RUNS_FROM` of one call, folded into runs
     (`op_runs`): node id → its run's element, the run's box, the runs' labels. Only a module with over
     `RUNS_FROM` nodes of its own is looked at."""
@@ -174,25 +182,28 @@ def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, 
             continue
         for nid in np.nonzero(codes == code)[0].tolist():
             if nid not in by_call:
-                groups.setdefault((path[-1], in_call.get(nid, 0)), []).append(nid)
+                groups.setdefault((in_box.get(nid, path[-1]), in_call.get(nid, (0, False))[0]), []).append(nid)
     where, labels = cut_runs(wire, groups, runs, every)
     return where, {e: (run_of(e) or ("",))[0] for e in labels}, labels
 
 
 def _call_places(wire: Wire, views: dict[str, CallView]) -> tuple[dict[int, str], dict[str, str],
-                                                                     dict[str, int | None], dict[int, int]]:
+                                                                     dict[str, int | None],
+                                                                     dict[int, tuple[int, bool]]]:
     """For the modules opened into their calls: node id → its folded call's element (none for a call opened
     or a node of no single call), that element → the module (its box), which call it is (None: the
-    calls not drawn yet); and node id → its call, for the calls opened into ops."""
+    calls not drawn yet); and node id → its call, and whether it is an op of the module itself (drawn in
+    the call's box, `cell#17`: `step_fields.prefixes`), for the calls opened into ops."""
     by_call: dict[int, str] = {}
     box: dict[str, str] = {}
     which: dict[str, int | None] = {}
-    in_call: dict[int, int] = {}
+    in_call: dict[int, tuple[int, bool]] = {}
+    index = step_index(wire)
     for module, view in views.items():
         more = more_element(module)
         for k, nodes in enumerate(call_members(wire, module).calls, 1):
-            if k in view.opened:
-                in_call.update(dict.fromkeys(nodes, k))
+            if k in view.opened:  # (which call, an op of the module itself: not of a submodule)
+                in_call.update((n, (k, index.module_of(n) == module)) for n in nodes)
                 continue
             if not nodes:
                 continue

@@ -5,8 +5,9 @@ opened (`app.view.op_runs`).
 A click on a folded module opens it: a module called many times into its calls (`cell · call 17 of 300`,
 the first `CALLS_SHOWN`), any other one level (`collapse.expand_one_level`: its own submodules stay
 folded). A click on a folded call opens it into its ops, one on the calls not drawn yet draws the next
-ones, one on a run of ops (`scan · ops 501–1,000 of 10,000`) draws its ops. A click on a module's box folds
-its runs opened back, when it has some, else its calls opened into ops, else the module.
+ones, one on a run of ops (`scan · ops 201–400 of 10,000`) draws its ops. A click on a module's box folds
+its runs opened back, when it has some, else its calls opened into ops, else the module; one on an opened
+call's box (`cell · call 17 of 300`) folds that call back alone.
 Every click on a fold changes what is drawn.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 
 from gradscape.app.view.call_folds import (
     CallView,
+    fold_call,
     fold_calls,
     fold_tokens,
     fold_whole,
@@ -55,6 +57,8 @@ def after_tap(wire: Wire, collapsed: Iterable[str], element: str) -> list[str] |
         return open_module(wire, collapsed, module) + runs
     folds, views = split_folds(collapsed)
     if (box := box_of(element)) is not None:  # its opened runs and calls fold back first, then the module whole
+        if (one := fold_call(folds, views, box)) is not None:  # an opened call's box: its runs, then the call
+            return fold_runs(collapsed, box) or one + runs
         return (fold_runs(collapsed, box) or (fold_calls(folds, views, box) or fold_whole(folds, views, box))
                 + runs)
     if (call := call_of(element)) is not None:

@@ -124,14 +124,18 @@ def module_type(wire: Wire, prefix: str) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def prefixes(module: str | None) -> tuple[str, ...]:
     """`blocks.3.attn` → `("blocks", "blocks.3", "blocks.3.attn")` (outermost first); cached, since
-    every node of a module asks for the same answer."""
+    every node of a module asks for the same answer. The box of call 17 of `enc.cell` opened into its ops,
+    `enc.cell#17` (`app.view.call_folds`), is inside the module's: `("enc", "enc.cell", "enc.cell#17")`."""
     if not module:
         return ()
-    parts = module.split(".")
-    return tuple(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    name, mark, _call = module.partition("#")
+    parts = name.split(".")
+    return tuple(".".join(parts[:k]) for k in range(1, len(parts) + 1)) + ((module,) if mark else ())
 
 
 def parent_prefix(module: str) -> str | None:
+    if "#" in module:  # an opened call's box: its module's
+        return module.partition("#")[0]
     return module.rsplit(".", 1)[0] if "." in module else None
 
 

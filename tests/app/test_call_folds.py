@@ -87,6 +87,11 @@ def test_a_call_opens_into_its_ops_and_more_draws_the_next_calls(loop: dict[str,
     lay = layout_graph(loop, opened, max_drawn=300)
     assert call_element("cell", 17) not in lay["nodes"]
     assert all(f"n{n}" in lay["nodes"] for n in call_members(loop, "cell").calls[16])
+    # in a box of its own inside the loop's, which folds that call back alone
+    assert {lay["nodes"][f"n{n}"]["parent"] for n in call_members(loop, "cell").calls[16]} == {"cell#17"}
+    assert lay["boxes"]["cell#17"] == "cell" and lay["box_labels"]["cell#17"] == f"cell · call 17 of {STEPS}"
+    two = after_tap(loop, opened, call_element("cell", 20))
+    assert two is not None and after_tap(loop, two, "g:cell#17") == sorted(f for f in two if f != "cell#call=17")
     more = after_tap(loop, opened, more_element("cell"))
     assert more is not None and f"cell#calls={2 * CALLS_SHOWN}" in more and "cell#call=17" in more
     lay = layout_graph(loop, more, max_drawn=300)

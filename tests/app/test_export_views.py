@@ -59,6 +59,7 @@ def test_a_module_called_many_times_opens_into_its_calls_and_a_call_into_its_ops
     assert "c:cell#3" not in _drawn(three) and "c:cell#4" in _drawn(three)
     # its box folds the call back (the calls drawn), and then the module (the first view), as on the page
     assert three["opens"]["g:cell"] == "m:cell" and opened["opens"]["g:cell"] == ""
+    assert "cell#3" in [b[0] for b in three["boxes"]] and three["opens"]["g:cell#3"] == "m:cell"  # the call's own
 
 
 def test_every_fold_opens_a_view_in_the_file_and_every_node_is_drawn_by_one(

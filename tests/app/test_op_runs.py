@@ -155,12 +155,18 @@ def test_a_call_of_over_a_thousand_ops_opens_into_runs_of_that_call() -> None:
     assert opened is not None
     lay = layout_graph(wire, opened, max_drawn=300)
     runs = [e for e in lay["nodes"] if run_of(e) is not None]
-    assert runs and all(run_of(e)[:2] == ("scan", 1) for e in runs)  # type: ignore[index]
+    # the call's ops are drawn in the call's own box, inside the scan's
+    assert runs and all(run_of(e)[:2] == ("scan#1", 1) for e in runs)  # type: ignore[index]
+    assert all(lay["nodes"][e]["parent"] == "scan#1" for e in runs) and lay["boxes"]["scan#1"] == "scan"
+    assert lay["box_labels"]["scan#1"] == "scan · call 1 of 2"
     assert call_element("scan", 2) in lay["nodes"]  # the other call stays folded
     inner = after_tap(wire, lay["collapsed"], runs[0])
-    assert inner is not None and "scan#run=1.1" in inner and "scan#call=1" in inner
+    assert inner is not None and "scan#1#run=1.1" in inner and "scan#call=1" in inner
     drawn = layout_graph(wire, inner, max_drawn=1000)
     assert sum(1 for e in drawn["nodes"] if node_of(e) is not None) >= RUN_OPS
+    # the call's box folds its run back, then the call alone
+    assert after_tap(wire, drawn["collapsed"], "g:scan#1") == opened
+    assert after_tap(wire, opened, "g:scan#1") == folds
 
 
 def test_a_scan_of_over_fifty_runs_draws_fifty_and_a_node_for_the_rest() -> None:

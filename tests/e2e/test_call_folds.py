@@ -66,15 +66,26 @@ def test_the_folded_loop_opens_into_its_calls_a_call_into_its_ops_and_more_draws
     page.wait_for_function("ids => window.cy.getElementById('c:cell#3').length === 0 && "
                            "ids.every(n => window.cy.getElementById('n' + n).length === 1)", arg=ops)
     assert page.evaluate(f"({CALLS_DRAWN})('cell')") == 49  # the others stay folded
+    # in a box of its own, inside the loop's, labelled as the call
+    assert page.evaluate(f"window.cy.getElementById('n{ops[0]}').parent().id()") == "g:cell#3"
+    assert page.evaluate("window.cy.getElementById('g:cell#3').parent().id()") == "g:cell"
+    assert page.evaluate("window.cy.getElementById('g:cell#3').data('label')") == f"cell · call 3 of {calls}"
     # "more" draws the next calls (all the rest here)
     _click(page, "c:cell#more")
     page.wait_for_function(f"window.cy.getElementById('c:cell#{calls}').length === 1")
     assert page.evaluate("window.cy.getElementById('c:cell#more').length") == 0
     assert page.evaluate("window.cy.getElementById('c:cell#3').length") == 0  # the opened call stays open
-    # the box folds the opened call back first, every call staying drawn (a tap on the box itself: its middle
-    # is covered by what it holds), then the whole loop
-    page.evaluate("void window.cy.getElementById('g:cell').emit('tap')")
+    # the call's box folds it back alone, every call staying drawn (a tap on the box itself: its middle is
+    # covered by what it holds); the loop's box folds the calls opened back first (app/view/folds.py), then
+    # the whole loop
+    _click(page, "c:cell#5")
+    page.wait_for_function("window.cy.getElementById('g:cell#5').length === 1")
+    page.evaluate("void window.cy.getElementById('g:cell#3').emit('tap')")
     page.wait_for_function("window.cy.getElementById('c:cell#3').length === 1")
+    assert page.evaluate("window.cy.getElementById('g:cell#5').length") == 1  # call 5 stays open
+    assert page.evaluate(f"({CALLS_DRAWN})('cell')") == calls - 1
+    page.evaluate("void window.cy.getElementById('g:cell').emit('tap')")
+    page.wait_for_function("window.cy.getElementById('c:cell#5').length === 1")
     assert page.evaluate(f"({CALLS_DRAWN})('cell')") == calls
     page.evaluate("void window.cy.getElementById('g:cell').emit('tap')")
     page.wait_for_function("window.cy.getElementById('m:cell').length === 1")
