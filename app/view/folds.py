@@ -5,7 +5,7 @@ opened (`app.view.op_runs`).
 A click on a folded module opens it: a module called many times into its calls (`cell · call 17 of 300`,
 the first `CALLS_SHOWN`), any other one level (`collapse.expand_one_level`: its own submodules stay
 folded). A click on a folded call opens it into its ops, one on the calls not drawn yet draws the next
-ones, one on a run of ops (`scan · ops 201–400 of 10,000`) draws its ops. A click on a module's box folds
+ones, one on a run of ops (`scan · ops 101–200 of 10,000`) draws its ops. A click on a module's box folds
 its runs opened back, when it has some, else its calls opened into ops, else the module; one on an opened
 call's box (`cell · call 17 of 300`) folds that call back alone.
 Every click on a fold changes what is drawn.

@@ -1,5 +1,5 @@
 """Ops in runs: a box that would draw over `RUNS_FROM` ops one by one draws them as folded runs of `RUN_OPS`,
-in the order backward ran them (`scan · ops 201–400 of 10,000`), the first `RUNS_SHOWN` of them and one node
+in the order backward ran them (`scan · ops 101–200 of 10,000`), the first `RUNS_SHOWN` of them and one node
 for the runs not drawn yet (a click draws the next ones); a click on a run draws its ops.
 
 A module whose forward is a Python loop over plain ops (a scan written by hand, called once) holds 10,000
@@ -12,8 +12,9 @@ The page's fold list (`ids.COLLAPSED`) holds the runs opened as tokens `scan#run
 `scan`'s own ops) and `scan#run=17.3` (of its call 17), and how many runs are drawn where more than
 `RUNS_SHOWN` are, `scan#runs=0.100`. `call_folds.split_folds` leaves them to `split_runs` here.
 
-Sizes: a run of 200 ops opens in 0.75 s from the click, and 50 runs of a 10k-op scan draw in 0.57 s
-(`bench/ui.py --loop scan10000 --loop-only`); runs of 500 took 2.2 s to open.
+Sizes (`bench/ui.py --loop scan10000,scan100000 --loop-only`, page clock from the click): 50 runs of a
+10k-op scan draw in 0.49 s (0.55 s at 100k ops), and a run of 100 ops opens in 0.91 s (0.95 s). Runs of
+200 ops opened in 0.84–1.47 s, runs of 500 in 2.2–3.4 s.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gradscape.app.view.step_fields import Wire, inside
 __all__ = ["RUNS_FROM", "RUNS_SHOWN", "RUN_OPS", "Run", "Runs", "cut_runs", "drawn_ops", "fold_runs",
            "is_run_token", "open_run", "run_label", "run_tokens", "split_runs"]
 
-RUN_OPS = 200  # ops a run holds
+RUN_OPS = 100  # ops a run holds
 RUNS_FROM = 1_000  # a group of more ops than this is drawn in runs
 RUNS_SHOWN = 50  # runs drawn at once; the node for the rest draws as many again
 
@@ -102,10 +103,10 @@ def drawn_ops(ops: int, opened: int = 0) -> int:
     return min(-(-ops // RUN_OPS), RUNS_SHOWN + 1) + min(opened * RUN_OPS, ops)
 
 
-def run_label(box: str, call: int, run: int, total: int) -> str:
-    """`scan · ops 201–400 of 10,000` (`scan · call 17 · ops …` for a call's ops); run 0 the runs from
-    `RUNS_SHOWN + 1` on."""
-    first = (run - 1 if run else RUNS_SHOWN) * RUN_OPS + 1
+def run_label(box: str, call: int, run: int, total: int, shown: int = RUNS_SHOWN) -> str:
+    """`scan · ops 101–200 of 10,000` (`scan · call 17 · ops …` for a call's ops); run 0 the runs past the
+    `shown` drawn."""
+    first = (run - 1 if run else shown) * RUN_OPS + 1
     last = min(run * RUN_OPS, total) if run else total
     return f"{box}{f' · call {call}' if call else ''}\nops {first:,}–{last:,} of {total:,}"
 
@@ -139,6 +140,6 @@ def cut_runs(wire: Wire, groups: dict[Group, list[int]], runs: Runs, every: bool
                 continue
             k = run if run <= shown else 0
             eid = run_element(box, call, k)
-            labels[eid] = run_label(box, call, k, len(ordered))
+            labels[eid] = run_label(box, call, k, len(ordered), shown)
             where.update(dict.fromkeys(ordered[start:start + RUN_OPS], eid))
     return where, labels

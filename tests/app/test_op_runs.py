@@ -18,7 +18,7 @@ from gradscape.app.view.ids import call_element, node_of, run_element, run_of
 from gradscape.app.view.op_runs import RUN_OPS, RUNS_FROM, RUNS_SHOWN, Runs, run_tokens, split_runs
 from gradscape.tracer.wire import step_to_wire
 
-STEPS = 320  # four ops a time step: about 1,280 ops in the scan's box, seven runs
+STEPS = 320  # four ops a time step: about 1,280 ops in the scan's box, 13 runs
 
 
 class Scan(nn.Module):
@@ -170,7 +170,7 @@ def test_a_call_of_over_a_thousand_ops_opens_into_runs_of_that_call() -> None:
 
 
 def test_a_scan_of_over_fifty_runs_draws_fifty_and_a_node_for_the_rest() -> None:
-    wire = traced(Model(), steps=2_600)  # 10,402 ops: 53 runs
+    wire = traced(Model(), steps=1_500)  # 6,002 ops: 61 runs
     ops = scan_ops(wire)
     runs = -(-len(ops) // RUN_OPS)
     assert runs > RUNS_SHOWN
@@ -188,6 +188,9 @@ def test_a_scan_of_over_fifty_runs_draws_fifty_and_a_node_for_the_rest() -> None
     assert more is not None and f"scan#runs=0.{2 * RUNS_SHOWN}" in more
     lay = layout_graph(wire, more, max_drawn=10_000)
     assert run_element("scan", 0, runs) in lay["nodes"] and "o:scan#0.more" not in lay["nodes"]
+    fewer = after_tap(wire, [f for f in more if "#runs=" not in f] + ["scan#runs=0.55"], "m:head")
+    rest = layout_graph(wire, fewer, max_drawn=10_000)["nodes"]["o:scan#0.more"]  # past the 55 drawn
+    assert rest["label"] == f"scan\nops {55 * RUN_OPS + 1:,}–{len(ops):,} of {len(ops):,}"
     found = reveal_node(wire, folds, ops[-1])
     assert f"scan#run=0.{runs}" in found
     lay = layout_graph(wire, found, max_drawn=10_000)
