@@ -124,17 +124,22 @@ def test_the_player_lights_the_fold_that_holds_its_node_under_more(live_server: 
     _open(page, live_server.url)
     _click(page, "m:cell")
     page.wait_for_function(f"({CALLS_DRAWN})('cell') === 50")
-    # the player to the start of the backward order, as a person does: the slider's handle, then Home
+    _play_to_module(page, st, "cell")  # the first op of the last call
+    assert page.evaluate("window.gradscape.player.current.element") == "c:cell#more"
+    page.wait_for_function("window.cy.getElementById('c:cell#more').hasClass('current')")
+
+
+def _play_to_module(page: Page, st: gradscape.StepTrace, module: str, limit: int = 40) -> None:
+    """The player to the first node of `module` in the backward order, as a person moves it: the slider's
+    handle, Home, then → until its node is one of the module's (past the loss and the read-out)."""
     page.locator("#player-slider [role=slider]").first.click()
     page.keyboard.press("Home")
     page.wait_for_function("window.gradscape.player.current.position === 0")
     page.click("#graph-info")  # the arrow keys step the player when no field has the focus
-    for position in range(1, 40):  # past the loss and the read-out, to the first op of the last call
+    for position in range(1, limit):
         node = page.evaluate("window.gradscape.player.current.node")
-        if st.nodes[node].module == "cell":
-            break
+        if st.nodes[node].module == module:
+            return
         page.keyboard.press("ArrowRight")
         page.wait_for_function(f"window.gradscape.player.current.position === {position}")
-    assert st.nodes[node].module == "cell"
-    assert page.evaluate("window.gradscape.player.current.element") == "c:cell#more"
-    page.wait_for_function("window.cy.getElementById('c:cell#more').hasClass('current')")
+    raise AssertionError(f"no node of {module} in the first {limit} the player ran")

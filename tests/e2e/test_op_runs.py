@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 from tests.app.test_op_runs import Model  # noqa: E402
-from tests.e2e.test_call_folds import _click, _open  # noqa: E402
+from tests.e2e.test_call_folds import _click, _open, _play_to_module  # noqa: E402
 
 RUNS_DRAWN = "window.cy.nodes().filter(n => n.id().startsWith('o:scan#0.')).length"
 
@@ -78,16 +78,6 @@ def test_the_player_lights_the_run_that_holds_its_node(live_server: Any, page: P
     _open(page, live_server.url)
     _click(page, "m:scan")
     page.wait_for_function(f"{RUNS_DRAWN} > 0")
-    page.locator("#player-slider [role=slider]").first.click()
-    page.keyboard.press("Home")
-    page.wait_for_function("window.gradscape.player.current.position === 0")
-    page.click("#graph-info")  # the arrow keys step the player when no field has the focus
-    for position in range(1, 20):  # past the loss and the read-out, to the scan's first op backward ran
-        node = page.evaluate("window.gradscape.player.current.node")
-        if st.nodes[node].module == "scan":
-            break
-        page.keyboard.press("ArrowRight")
-        page.wait_for_function(f"window.gradscape.player.current.position === {position}")
-    assert st.nodes[node].module == "scan"
+    _play_to_module(page, st, "scan")  # the scan's first op backward ran
     assert page.evaluate("window.gradscape.player.current.element") == "o:scan#0.1"
     page.wait_for_function("window.cy.getElementById('o:scan#0.1').hasClass('current')")
