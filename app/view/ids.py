@@ -2,14 +2,15 @@
 
     n12          node 12 of the step (a wire node id)
     m:blocks.3   a folded module, drawn as one node
-    g:blocks.3   the box of an expanded module (a compound parent)
+    g:blocks.3   the box of an expanded module (a compound parent); `g:cell#17`, the box of call 17 of
+                 `cell` opened into its ops (inside `g:cell`)
     c:cell#17    call 17 (of 1, 2, ...) of module `cell`, folded (a module opened into its calls:
                  app/view/calls.py)
     c:cell#more  the calls of `cell` not drawn yet, as one node: a click draws the next ones
     o:scan#0.3   run 3 (of 1, 2, ...) of the ops drawn in box `scan`, folded: a box of over a thousand
                  ops draws them in runs of a few hundred, in the order backward ran them (of the
-                 module's own ops: call 0; of its call 17 opened into ops: `o:scan#17.3`;
-                 app/view/op_runs.py)
+                 module's own ops: call 0; of its call 17 opened into ops, in that call's box:
+                 `o:scan#17#17.3`; app/view/op_runs.py)
     o:scan#0.more  the runs of box `scan` not drawn yet, as one node: a click draws the next ones
 
 The layout (app/view/collapse.py), the elements, the search and the page's callbacks all make and read

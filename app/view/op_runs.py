@@ -6,11 +6,12 @@ A module whose forward is a Python loop over plain ops (a scan written by hand, 
 ops of its own and no submodule, so neither folding submodules nor opening it into its calls
 (`call_folds`) helps: opened, it drew every op, and past `MAX_DRAWN` stayed folded with nothing to click.
 The ops of a box are grouped by call: the module's own (call 0), or those of its call 17 opened into ops
-(when the module is opened into its calls); each group of over `RUNS_FROM` ops is cut into runs.
+(when the module is opened into its calls: drawn in the call's box, `scan#17`); each group of over
+`RUNS_FROM` ops is cut into runs.
 
 The page's fold list (`ids.COLLAPSED`) holds the runs opened as tokens `scan#run=0.3` (run 3 of box
-`scan`'s own ops) and `scan#run=17.3` (of its call 17), and how many runs are drawn where more than
-`RUNS_SHOWN` are, `scan#runs=0.100`. `call_folds.split_folds` leaves them to `split_runs` here.
+`scan`'s own ops) and `scan#17#run=17.3` (of its call 17, in that call's box), and how many runs are drawn
+where more than `RUNS_SHOWN` are, `scan#runs=0.100`. `call_folds.split_folds` leaves them to `split_runs` here.
 
 Sizes (`bench/ui.py --loop scan10000,scan100000 --loop-only`, page clock from the click): 50 runs of a
 10k-op scan draw in 0.49 s (0.55 s at 100k ops), and a run of 100 ops opens in 0.91 s (0.95 s). Runs of
