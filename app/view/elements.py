@@ -3,11 +3,11 @@
 Turning the domain into elements is a pure function (as in dash-cytoscape's own utilities), so a
 callback is `cytoscape_elements(wire, layout_graph(wire, collapsed), color_by)`.
 
-Every element has an explicit `group` ("nodes"/"edges"). Element ids: `n12` (node 12),
-`m:blocks.3` (a folded module), `g:blocks.3` (the box of an expanded module: a compound parent,
-`data.parent` of what is drawn inside it), `c:cell#17` and `c:cell#more` (a folded call of a module
-opened into its calls, and its calls not drawn yet: app/view/call_folds.py), `o:scan#0.3` (a run of a
-box's ops: app/view/op_runs.py), `e:<source>><target>` (edges).
+Every element has an explicit `group` ("nodes"/"edges"). Element ids: `n12` (node 12), `m:blocks.3` (a
+folded module), `g:blocks.3` (the box of an expanded module: a compound parent, `data.parent` of what is
+drawn inside it; `g:cell#17`, of a call opened into its ops), `c:cell#17` and `c:cell#more` (a folded call
+of a module opened into its calls, and its calls not drawn yet: app/view/call_folds.py), `o:scan#0.3` (a run
+of a box's ops: app/view/op_runs.py), `e:<source>><target>` (edges).
 
 Classes a stylesheet can select on:
     nodes: the node kind (`op param leaf compiled checkpoint custom hook`), `root` (where backward
