@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gradscape.app.view.step_fields import Wire, inside, module_type, step_index
 
-__all__ = ["CallMembers", "call_label", "call_members", "calls_of", "more_label"]
+__all__ = ["CallMembers", "call_label", "call_members", "call_title", "calls_of", "more_label"]
 
 SHARED = -1  # a node of the module two calls reach
 
@@ -97,11 +97,15 @@ def _walk(wire: Wire, module: str) -> CallMembers:
     return CallMembers(calls, loose)
 
 
+def call_title(wire: Wire, module: str, call: int) -> str:
+    """`cell · call 17 of 300`: a folded call's first line, and an opened call's box label."""
+    return f"{module} · call {call} of {calls_of(wire, module)}"
+
+
 def call_label(wire: Wire, module: str, call: int, count: int) -> str:
     """A folded call's two-line label: `cell · call 17 of 300`, then its class and how many nodes it made."""
     kind = module_type(wire, module)
-    return f"{module} · call {call} of {calls_of(wire, module)}\n" + (f"{kind} · " if kind else "") + \
-        f"{count} nodes"
+    return call_title(wire, module, call) + "\n" + (f"{kind} · " if kind else "") + f"{count} nodes"
 
 
 def more_label(wire: Wire, module: str, shown: int, step: int) -> str:

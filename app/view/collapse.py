@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gradscape.app.view.call_folds import CALLS_SHOWN, CallView
-from gradscape.app.view.calls import call_label, call_members, more_label
+from gradscape.app.view.calls import call_label, call_members, call_title, more_label
 from gradscape.app.view.ids import (
     box_element,
     call_element,
@@ -90,7 +90,7 @@ def box_label(wire: Wire, prefix: str) -> str:
     `cell · call 17 of 300`."""
     module, mark, call = prefix.partition("#")
     if mark:
-        return f"{module} · call {call} of {len((wire['modules'].get(module) or {'calls': []})['calls'])}"
+        return call_title(wire, module, int(call))
     kind = module_type(wire, prefix)
     return prefix + (f" ({kind})" if kind else "")
 
@@ -130,7 +130,7 @@ def collapse_graph(wire: Wire, collapsed: Iterable[str], *, normalised: bool = F
     parent: dict[str, str | None] = {}
     boxes: dict[str, str | None] = {}
     index = step_index(wire)
-    by_call, call_box, which, in_call = _call_places(wire, views or {})
+    by_call, call_box, which, in_call = _call_places(wire, index, views or {})
     in_box = {nid: f"{index.module_of(nid)}#{k}" for nid, (k, direct) in in_call.items() if direct}
     in_run, run_box, run_labels = _in_runs(wire, index, folded, by_call, in_call, in_box, runs or Runs(),
                                            every_run)
@@ -187,7 +187,7 @@ def _in_runs(wire: Wire, index: StepIndex, folded: set[str], by_call: dict[int, 
     return where, {e: (run_of(e) or ("",))[0] for e in labels}, labels
 
 
-def _call_places(wire: Wire, views: dict[str, CallView]) -> tuple[dict[int, str], dict[str, str],
+def _call_places(wire: Wire, index: StepIndex, views: dict[str, CallView]) -> tuple[dict[int, str], dict[str, str],
                                                                      dict[str, int | None],
                                                                      dict[int, tuple[int, bool]]]:
     """For the modules opened into their calls: node id → its folded call's element (none for a call opened
@@ -198,7 +198,6 @@ def _call_places(wire: Wire, views: dict[str, CallView]) -> tuple[dict[int, str]
     box: dict[str, str] = {}
     which: dict[str, int | None] = {}
     in_call: dict[int, tuple[int, bool]] = {}
-    index = step_index(wire)
     for module, view in views.items():
         more = more_element(module)
         for k, nodes in enumerate(call_members(wire, module).calls, 1):
@@ -255,10 +254,11 @@ class _ModuleTree:
         """For each open module (neither folded nor inside a fold), how many elements its nodes drawn one by
         one make (its own ops past `RUNS_FROM` as runs, `opened` of them opened). `folded` is normalised."""
         out: dict[str, int] = {}
+        opened = opened or Counter()
 
         def count(p: str) -> int:  # p is open; recursion is as deep as the module nesting
             kids = self.children.get(p, [])
-            n = drawn_ops(self.own(p), (opened or Counter())[p])
+            n = drawn_ops(self.own(p), opened[p])
             n += sum(count(k) for k in kids if k not in folded)
             out[p] = n
             return n
