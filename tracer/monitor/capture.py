@@ -220,12 +220,24 @@ class StepCapture:
         forward, backward, unscaling and clipping all run inside the step, after this: the wrappers see
         them and the gradients are read in the post-hook (NOTE [Read at the post-hook])."""
         try:
+            self.before_change()
             rec = self._open_record(opt)
             scale = getattr(opt, "grad_scale", None)  # GradScaler's, for an optimizer that unscales inside
             if isinstance(scale, torch.Tensor):
                 rec.inv_scale = 1.0 / scale
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
+
+    def before_change(self) -> None:
+        """A clip, GradScaler's unscale or an optimizer step is about to run: a traced step's parameter gradients
+        still to be summarised are summarised now (NOTE [Settled at the step's end] in tracer/record/params.py)."""
+        if self.traced is None:
+            return
+        try:
+            with _compat.DisableTorchFunction():
+                self.traced.rec.settle_params()
+        except Exception as exc:  # the monitor never breaks the loop
+            log.warning("gradscape: could not read the parameters' gradients: %s", exc)
 
     def on_optimizer_post(self, opt: Any) -> None:
         """The optimizer has stepped: its gradients are the ones it used (NOTE [Read at the post-hook])."""

@@ -6,7 +6,8 @@ NOTE [Parameter gradients]
     DistributedDataParallel, whose reducer writes `.grad` before the backward returns), or what
     `torch.autograd.grad` returned for it. `.grad` is read when each pass ends, for the parameters a
     gradient arrived at in that pass (`ParamGradients.arrived`, noted by the AccumulateGrad pre-hooks);
-    clipping or an optimizer step later in the block changes nothing here. What arrived at each
+    clipping or an optimizer step later in the block changes nothing here (NOTE [Settled at the step's end]).
+    What arrived at each
     AccumulateGrad node in each pass stays in that node's runs. When `.grad` is the very tensor that
     arrived (the usual single backward after `zero_grad()`), the arrival's summary is taken as it is:
     no second pass over the gradient.
@@ -18,6 +19,16 @@ NOTE [Parameter gradients]
     not made into a `TensorTrace` at all (`replaced`): the problem finder, which judges the gradients as
     the backward left them (before clipping), gets each one's norm and whether it counted a NaN or an Inf
     from the extension (`unmade`).
+
+NOTE [Settled at the step's end]
+    A `.grad` that is not the arrival itself (micro-batches: the sum of several passes' arrivals) is not
+    summarised when its pass ends but kept, with its version counter, until the step ends (`settle`): a later
+    pass that reaches the parameter replaces it, so a step of k micro-batches summarises each parameter's
+    gradient once, not k times (`bench/loop_costs.py`, the gpt_micro rows). Holding the tensor keeps its
+    values when `zero_grad()` lets go of it; what changes it in place is seen first: a clip, GradScaler's
+    unscale and an optimizer step settle the pending gradients before they run (tracer/monitor/capture.py).
+    A gradient changed in place by anything else (its version counter moved) is summarised as the step ends,
+    and `st.meta["notes"]` says so.
 """
 
 from __future__ import annotations
@@ -59,6 +70,9 @@ class _Arrival:
         self.pos = pos
 
 
+_PENDING = None  # `traces`' value for a gradient kept until `settle` (its place in the order, held)
+
+
 class ParamGradients:
     """`st.params` of one step (NOTE [Parameter gradients]): `traces`, by parameter name."""
 
@@ -67,6 +81,8 @@ class ParamGradients:
         self.traces: dict[str, Any] = {}  # TensorTrace, or an `_Arrival` until `resolve`
         # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
         self.arrived: dict[str, Arrival] = {}
+        # name → (`.grad` as a pass left it, its version): summarised by `settle` (NOTE [Settled at the step's end])
+        self.pending: dict[str, tuple[torch.Tensor, int]] = {}
         # the parameters whose `st.params` entry the monitor replaces with what their optimizer stepped with
         # (tracer/monitor/capture.py): an arrival of theirs is not made a `TensorTrace` (`resolve`)
         self.replaced: Collection[str] = ()
@@ -95,7 +111,7 @@ class ParamGradients:
             self._returned(args, kwargs, result)
             return
         arrived, self.arrived = self.arrived, {}
-        dtensor = self.dtensor
+        dtensor, pending = self.dtensor, self.pending
         names = list(arrived) + ([n for n in native.arrivals if n not in arrived] if native is not None else [])
         for name in names:
             p = self.model.param_by_name.get(name)
@@ -103,6 +119,7 @@ class ParamGradients:
             if g is None or (dtensor is not None and isinstance(g, dtensor)):
                 continue  # a shard (FSDP2): `_sharded` reads it without touching the other ranks
             same = not self.distributed and _compat.post_accumulate_grad_hooks(p) is None
+            pending.pop(name, None)
             if name in arrived:
                 tr, key = arrived[name]
                 if (same and tr is not None and key is not None and g.layout == torch.strided
@@ -112,9 +129,21 @@ class ParamGradients:
             elif same and (pos := native.same_as_arrival(name, g)) is not None:
                 self.traces[name] = _Arrival(pos)  # its summary, once the step's tables are made (`resolve`)
                 continue
-            self.traces[name] = self.summ.summarise(g)
+            self.traces[name] = _PENDING
+            pending[name] = (g, g._version)
         if dtensor is not None:
             self._sharded(dtensor)
+
+    def settle(self) -> list[str]:
+        """Summarise the gradients kept since their pass ended (NOTE [Settled at the step's end]); returns the
+        names of those changed in place since."""
+        pending, self.pending = self.pending, {}
+        changed = []
+        for name, (g, version) in pending.items():
+            if g._version != version:
+                changed.append(name)
+            self.traces[name] = self.summ.summarise(g)
+        return changed
 
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
@@ -146,6 +175,7 @@ class ParamGradients:
         for t, g in zip(inputs or (), result):
             name = self.model.name_of(t) if isinstance(t, torch.Tensor) else None
             if name is not None and isinstance(g, torch.Tensor):
+                self.pending.pop(name, None)
                 self.traces[name] = self.summ.summarise(g)
 
     def _sharded(self, dtensor: Any) -> None:

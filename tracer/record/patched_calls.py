@@ -92,10 +92,12 @@ def _backward_wrapper(original: Any, api: str) -> Any:
 def _unscale_wrapper(original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        out = original(*args, **kwargs)
         caps = _captures.get(threading.get_ident()) if _captures else None
-        if caps and not getattr(_handling, "on", False) and not compiling():
-            caps[-1].on_unscale(args, sys._getframe(1))
+        if not caps or getattr(_handling, "on", False) or compiling():
+            return original(*args, **kwargs)
+        caps[-1].before_change()
+        out = original(*args, **kwargs)
+        caps[-1].on_unscale(args, sys._getframe(1))
         return out
 
     return wrapper
@@ -109,6 +111,7 @@ def _clip_wrapper(original: Any, api: str) -> Any:
             return original(parameters, *args, **kwargs)
         if not isinstance(parameters, torch.Tensor):
             parameters = list(parameters)  # a generator (`model.parameters()`) is read once: by the original
+        caps[-1].before_change()
         out = original(parameters, *args, **kwargs)
         caps[-1].on_clip(api, [parameters] if isinstance(parameters, torch.Tensor) else parameters)
         return out

@@ -133,6 +133,7 @@ class StepRecorder:
     def finish(self, error: BaseException | None = None) -> StepTrace:
         """Remove every hook, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
         self.handles.remove()
+        self.settle_params()
         native = self.native
         if native is not None:
             self.module_sums.sums = native.graph.sums()
@@ -186,7 +187,7 @@ class StepRecorder:
             self.native.release()
         self.walk.release()
         self.hooks.release()
-        self.params.arrived = {}
+        self.params.arrived, self.params.pending = {}, {}
         self.module_sums.release()
         self.forward.calls = []
         self.forward.on_backward = _after_step  # the recorder ↔ forward recorder cycle, broken: freed by refcount
@@ -290,6 +291,15 @@ class StepRecorder:
         mods, sources = (carry.modules, carry.sources) if index == 0 or self.kept is None else self.kept[:2]
         self.kept = (mods, sources, native.graph.size)
         self.module_sums.use(*got)
+
+    def settle_params(self) -> None:
+        """Summarise the parameters' gradients kept since their pass (NOTE [Settled at the step's end] in params.py):
+        at the step's end, and before what the monitor sees change them in place."""
+        changed = self.params.settle()
+        if changed:
+            self._note(f"the gradients of {len(changed)} parameters ({', '.join(changed[:3])}"
+                       f"{', …' if len(changed) > 3 else ''}) changed in place after the last backward that reached "
+                       "them, not by a clip, GradScaler or an optimizer step: st.params holds them as the step ended")
 
     def _note(self, why: str) -> None:
         if why not in self.notes:
