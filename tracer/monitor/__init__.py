@@ -5,6 +5,7 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     installed.py what a block installs: two global optimizer hooks and the backward calls wrapped
                  (tracer/record/patched_calls.py)
     capture.py   what a block sees: losses, norms before/after clipping, GradScaler, optimizer steps
+    grad_norms.py the norms of a list of gradients, in one fused call
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row
     sampling.py  the gradient norms taken every k-th step, k from their measured cost (NOTE [Sampled norms])

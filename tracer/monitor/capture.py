@@ -32,38 +32,13 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
+from gradscape.tracer.monitor.grad_norms import gather, norms_of
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
-
-
-def _norms(grads: list[torch.Tensor]) -> torch.Tensor:
-    """The 2-norm of each gradient, stacked (one fused call; per tensor for what foreach refuses). A DTensor
-    gradient (FSDP2's shards) counts as this rank's shard: its norm is the local part's, read with no collective
-    (a rank's row holds its own shards' norms)."""
-    with grad_off():  # `torch.no_grad()` as a hot path needs it (tracer/summary/stats.py)
-        try:
-            norms = _compat.foreach_norm(grads)
-            if norms and type(norms[0]) is not torch.Tensor:  # DTensors: the local shards' norms
-                norms = _compat.foreach_norm([_dense(g) for g in grads])
-            return torch.stack(norms)
-        except (RuntimeError, TypeError, NotImplementedError):
-            return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
-
-
-def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:
-    """`vec[pos]` in one op; `vec` itself when `pos` is all of it, in order."""
-    return vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)]
-
-
-def _dense(g: torch.Tensor) -> torch.Tensor:
-    if g.layout != torch.strided:
-        return g.coalesce().values() if g.is_sparse else g.to_dense()
-    local = getattr(g, "to_local", None)  # a DTensor shard (FSDP2): this rank's part, no collective
-    return local() if callable(local) else g
 
 
 def _scaler_optimizer(frame: Any) -> Any:
@@ -177,7 +152,7 @@ class StepCapture:
                     idx.append(i)
                     grads.append(g)
         if idx:
-            self.snaps.append((idx, _norms(grads)))
+            self.snaps.append((idx, norms_of(grads)))
 
     def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
         """Parameter index → (the norm vector of its last snapshot, its position there)."""
@@ -260,7 +235,7 @@ class StepCapture:
         rec.idx, grads = self._stepped(opt)
         if not grads:
             return
-        after = _norms(grads)
+        after = norms_of(grads)
         before = self._before_of(rec.idx, after)
         with grad_off():
             rec.total_after = torch.linalg.vector_norm(after)
@@ -289,7 +264,7 @@ class StepCapture:
                     return
                 if self.norms:
                     with self.clock:
-                        self.clips.append((idx, _norms(grads)))
+                        self.clips.append((idx, norms_of(grads)))
                 if self.traced is not None:
                     with grad_off():
                         self.params_clipped.update(self._summarise(idx, grads))

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from gradscape.tracer._model import OptimizerStep
-from gradscape.tracer.monitor.capture import StepCapture, gather
+from gradscape.tracer.monitor.capture import StepCapture
+from gradscape.tracer.monitor.grad_norms import gather
 from gradscape.tracer.monitor.lazy import LazyNumbers
 from gradscape.tracer.wire.history import WireHistoryRow
 

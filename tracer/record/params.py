@@ -28,7 +28,9 @@ NOTE [Settled at the step's end]
     values when `zero_grad()` lets go of it; what changes it in place is seen first: a clip, GradScaler's
     unscale and an optimizer step settle the pending gradients before they run (tracer/monitor/capture.py).
     A gradient changed in place by anything else (its version counter moved) is summarised as the step ends,
-    and `st.meta["notes"]` says so.
+    and `st.meta["notes"]` says so; one changed through `.data` (which no version counter sees) is summarised as
+    changed, without a note. The monitor's norms are still taken as each backward returns (`grad_norm` is as the
+    backward left the gradients, whatever the loop does to them after: tests/test_optimizer_steps.py).
 """
 
 from __future__ import annotations

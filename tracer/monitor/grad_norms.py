@@ -1,0 +1,35 @@
+"""The gradients' norms the monitor takes: one fused call for a list of gradients (NOTE [Norms before and after
+clipping] in capture.py), and a gather from a norm vector."""
+
+from __future__ import annotations
+
+import torch
+
+from gradscape.tracer import _compat
+from gradscape.tracer.summary.stats import grad_off
+
+
+def norms_of(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of each gradient, stacked (one fused call; per tensor for what foreach refuses). A DTensor
+    gradient (FSDP2's shards) counts as this rank's shard: its norm is the local part's, read with no collective
+    (a rank's row holds its own shards' norms)."""
+    with grad_off():  # `torch.no_grad()` as a hot path needs it (tracer/summary/stats.py)
+        try:
+            norms = _compat.foreach_norm(grads)
+            if norms and type(norms[0]) is not torch.Tensor:  # DTensors: the local shards' norms
+                norms = _compat.foreach_norm([_dense(g) for g in grads])
+            return torch.stack(norms)
+        except (RuntimeError, TypeError, NotImplementedError):
+            return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
+
+
+def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:
+    """`vec[pos]` in one op; `vec` itself when `pos` is all of it, in order."""
+    return vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)]
+
+
+def _dense(g: torch.Tensor) -> torch.Tensor:
+    if g.layout != torch.strided:
+        return g.coalesce().values() if g.is_sparse else g.to_dense()
+    local = getattr(g, "to_local", None)  # a DTensor shard (FSDP2): this rank's part, no collective
+    return local() if callable(local) else g
