@@ -259,6 +259,8 @@ def test_a_step_without_backward_warns_once_and_says_why() -> None:
 
 @pytest.mark.parametrize("order", ["in order", "out of order"])
 def test_two_tracers_whose_blocks_overlap(order: str) -> None:
+    import torch._dynamo  # noqa: F401  (loaded: the traced blocks set the compiler's stance aside)
+
     a_model, b_model = _mlp(), _mlp()
     ta, tb = gradscape.Tracer(a_model, tensors="full"), gradscape.Tracer(b_model, tensors="full")
     x = torch.randn(4, 3)
@@ -282,6 +284,14 @@ def test_two_tracers_whose_blocks_overlap(order: str) -> None:
     with ta.step(1) as st:  # both still work afterwards
         a_model(x).sum().backward()
     assert st is not None and len(st.passes) == 1
+    compiles: list[int] = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        compiles.append(1)
+        return gm.forward
+
+    torch.compile(lambda t: (t * 3).sin(), backend=counting)(x)  # torch.compile is itself again (NOTE [Compiled
+    assert compiles == [1]  # regions on a traced step]: the stance is put back by the last block, in any order)
 
 
 def test_a_sink_path_that_cannot_be_opened_names_the_path(tmp_path: object) -> None:

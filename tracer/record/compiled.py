@@ -16,6 +16,9 @@ NOTE [Compiled regions on a traced step]
     untraced ones, by what compiling saved), and its gradients are the eager ones, which may differ from
     the compiled step's by rounding (`Tracer.compare_compiled` measures by how much). The stance is the
     process's, not the thread's: another thread's compiled calls run eagerly for the step's duration too.
+    So it is set once for all the traced blocks open at a time: by the first to open, and put back by the last
+    to close, whatever order they close in (two Tracers' blocks may overlap without nesting; a stance put back
+    by each block would then leave "force_eager" on for the rest of the process).
 
     `st.meta["compiled"]`: "eager" when at least one compiled callable was entered in the block and ran
     eagerly for the trace (counted through the hook dynamo's wrappers call as they enter,
@@ -29,6 +32,7 @@ NOTE [Compiled regions on a traced step]
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from gradscape.tracer import _compat
@@ -44,19 +48,23 @@ class EagerRegions:
 
     def __init__(self) -> None:
         self.entered = 0
-        self._stance: Any = None
+        self._held = False  # this block counts in `_open`
         self._undo: Any = None
 
     def start(self) -> None:
         if not _compat.dynamo_loaded():  # nothing was compiled yet, nor can be without dynamo
             return
-        import torch
+        with _lock:
+            if not _open:
+                import torch
 
-        try:
-            self._stance = torch.compiler.set_stance("force_eager")
-        except RuntimeError as exc:  # inside a compiled region (a step block in a compiled function)
-            log.warning("gradscape: the traced step could not set torch.compile aside: %s", exc)
-            return
+                try:
+                    _prior.append(torch.compiler.set_stance("force_eager"))
+                except RuntimeError as exc:  # inside a compiled region (a step block in a compiled function)
+                    log.warning("gradscape: the traced step could not set torch.compile aside: %s", exc)
+                    return
+            _open.append(self)
+            self._held = True
         self._undo = _compat.compiled_entries(self._count)
 
     def _count(self) -> None:
@@ -66,9 +74,18 @@ class EagerRegions:
         undo, self._undo = self._undo, None
         if undo is not None:
             undo()
-        stance, self._stance = self._stance, None
-        if stance is not None:
-            stance.__exit__(None, None, None)
+        with _lock:
+            if not self._held:
+                return
+            self._held = False
+            _open.remove(self)
+            if not _open:
+                _prior.pop().__exit__(None, None, None)  # the stance the first block found
+
+
+_lock = threading.Lock()
+_open: list[EagerRegions] = []  # the traced blocks open now that hold the stance "force_eager"
+_prior: list[Any] = []  # what `set_stance` returned when the first of them opened: exiting it puts back the stance
 
 
 def compiled_meta(nodes: Any, regions: EagerRegions | None) -> str | None:
