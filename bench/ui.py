@@ -56,7 +56,7 @@ import torch  # noqa: E402
 from dash import html  # noqa: E402
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-from ui_calls import call_clicks, click_element, run_clicks  # noqa: E402
+from ui_calls import call_clicks, click_element, run_clicks, settle  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 from workloads import build, lstm_loop, residual_stages, scan_loop  # noqa: E402
 
@@ -365,15 +365,6 @@ def first_heatmaps(store: Path) -> float:
     took = float(t["t1"] - t["t0"]) / 1e3
     print(f"first click to heatmaps ({node}): {took:.2f} s (page clock, click → heatmap drawn)")
     return took
-
-
-def settle(pg: Any) -> None:
-    """Wait until no Dash callback is in flight (the page's own requests after it first painted)."""
-    pg.wait_for_function("""() => { const e = performance.getEntriesByType('resource');
-      window.__gsSeen = window.__gsSeen || [0, performance.now()];
-      if (e.length !== window.__gsSeen[0]) { window.__gsSeen = [e.length, performance.now()]; return false; }
-      return performance.now() - window.__gsSeen[1] > 500; }""",
-                         polling=100)
 
 
 def expand_once(pg: Any, module: str) -> float:

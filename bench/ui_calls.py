@@ -1,7 +1,7 @@
 """bench/ui.py's clicks inside a module opened into its calls (app/view/call_folds.py): on its first call
 (which opens into its ops) and on its "more" node (which draws the next calls); and inside a module opened
 into runs of its ops (app/view/op_runs.py), on its first run. Each timed by the page's own clock from the
-mouse press to the first frame that shows the answer."""
+mouse press to the first frame that shows the answer; and `settle`, the wait for the page to be quiet."""
 
 from __future__ import annotations
 
@@ -66,3 +66,12 @@ def run_clicks(pg: Any, module: str, settle: Callable[[Any], None], limit_ms: fl
                        f"window.cy.getElementById('g:{module}').children().length > {ops}", limit_ms)
     print(f"  a click on {module}'s first run (opens its {ops} ops): {took:.3f} s")
     settle(pg)
+
+
+def settle(pg: Any) -> None:
+    """Wait until no Dash callback is in flight (the page's own requests after it first painted)."""
+    pg.wait_for_function("""() => { const e = performance.getEntriesByType('resource');
+      window.__gsSeen = window.__gsSeen || [0, performance.now()];
+      if (e.length !== window.__gsSeen[0]) { window.__gsSeen = [e.length, performance.now()]; return false; }
+      return performance.now() - window.__gsSeen[1] > 500; }""",
+                         polling=100)

@@ -4,6 +4,7 @@ docs/problems.md."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import deque
@@ -168,10 +169,16 @@ def no_grad(st: StepTrace, view: StepView, detaches: list[tuple[Any, str | None]
 def kind_of(module: str, module_types: dict[str, str]) -> tuple[str, str]:
     """A layer's kind: its class and its name with every index made `#` (`encoder.layer.#.attention.self.query`):
     the same layer in each block of a stack, or each head of a `ModuleList`."""
-    return module_types.get(module, ""), _INDEX.sub(r"\1#", module)
+    return module_types.get(module, ""), _stacked(module)
 
 
 _INDEX = re.compile(r"(^|\.)\d+(?=\.|$)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _stacked(module: str) -> str:
+    """`module` with every index made `#` (the same names come back every traced step)."""
+    return _INDEX.sub(r"\1#", module)
 
 
 def _norms_of_layers(st: StepTrace, module_params: dict[str, list[str]],
