@@ -297,9 +297,10 @@ class StepRecorder:
         at the step's end, and before what the monitor sees change them in place."""
         changed = self.params.settle()
         if changed:
-            self._note(f"the gradients of {len(changed)} parameters ({', '.join(changed[:3])}"
-                       f"{', …' if len(changed) > 3 else ''}) changed in place after the last backward that reached "
-                       "them, not by a clip, GradScaler or an optimizer step: st.params holds them as the step ended")
+            n = len(changed)
+            self._note(f"{n} parameter gradient{'s' if n > 1 else ''} ({', '.join(changed[:3])}{', …' if n > 3 else ''})"
+                       " changed in place after the last backward that reached them, not by a clip, GradScaler or an "
+                       "optimizer step: st.params holds them as the step ended")
 
     def _note(self, why: str) -> None:
         if why not in self.notes:
