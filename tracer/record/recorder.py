@@ -297,8 +297,8 @@ class StepRecorder:
         at the step's end, and before what the monitor sees change them in place."""
         changed = self.params.settle()
         if changed:
-            n = len(changed)
-            self._note(f"{n} parameter gradient{'s' if n > 1 else ''} ({', '.join(changed[:3])}{', …' if n > 3 else ''})"
+            n, names = len(changed), ", ".join(changed[:3]) + (", …" if len(changed) > 3 else "")
+            self._note(f"{n} parameter gradient{'s' if n > 1 else ''} ({names})"
                        " changed in place after the last backward that reached them, not by a clip, GradScaler or an "
                        "optimizer step: st.params holds them as the step ended")
 
