@@ -72,6 +72,14 @@ class _Arrival:
         self.pos = pos
 
 
+def _version_of(g: torch.Tensor) -> int:
+    """`g`'s version counter (-1 for a tensor without one: an inference tensor set as `.grad` by hand)."""
+    try:
+        return int(g._version)
+    except RuntimeError:
+        return -1
+
+
 _PENDING = None  # `traces`' value for a gradient kept until `settle` (its place in the order, held)
 
 
@@ -132,7 +140,7 @@ class ParamGradients:
                 self.traces[name] = _Arrival(pos)  # its summary, once the step's tables are made (`resolve`)
                 continue
             self.traces[name] = _PENDING
-            pending[name] = (g, g._version)
+            pending[name] = (g, _version_of(g))
         if dtensor is not None:
             self._sharded(dtensor)
 
@@ -142,7 +150,7 @@ class ParamGradients:
         pending, self.pending = self.pending, {}
         changed = []
         for name, (g, version) in pending.items():
-            if g._version != version:
+            if _version_of(g) != version:
                 changed.append(name)
             self.traces[name] = self.summ.summarise(g)
         return changed
