@@ -290,8 +290,10 @@ def test_two_tracers_whose_blocks_overlap(order: str) -> None:
         compiles.append(1)
         return gm.forward
 
-    torch.compile(lambda t: (t * 3).sin(), backend=counting)(x)  # torch.compile is itself again (NOTE [Compiled
-    assert compiles == [1]  # regions on a traced step]: the stance is put back by the last block, in any order)
+    # torch.compile is itself again: the last block to close put the stance back, in any order
+    # (NOTE [Compiled regions on a traced step] in tracer/record/compiled.py)
+    torch.compile(lambda t: (t * 3).sin(), backend=counting)(x)
+    assert compiles == [1]
 
 
 def test_a_sink_path_that_cannot_be_opened_names_the_path(tmp_path: object) -> None:
