@@ -14,7 +14,8 @@ DEV_STAMP := $(VENV)/.installed-dev
 # what the install builds from: a change to any of them re-runs the install (the summary kernel is
 # compiled by it, into tracer/summary/ for this editable install)
 BUILD_INPUTS := pyproject.toml setup.py tracer/summary/_fastsum.c tracer/summary/_fastsum_v3.c \
-	tracer/summary/_fastsum_v4.c tracer/summary/_fastsum_wide.h tracer/summary/_fastsum_thumb.h
+	tracer/summary/_fastsum_v4.c tracer/summary/_fastsum_wide.h tracer/summary/_fastsum_thumb.h \
+	tracer/summary/_fastsum_simd.h
 
 .PHONY: venv run test lint bench chromium compiler recorder clean test-torch torch-headers docs docs-serve \
 	docs-figures

@@ -45,7 +45,7 @@ def packages() -> list[str]:
 def kernel(name: str, flags: list[str]) -> Extension:
     return Extension(f"gradscape.tracer.summary.{name}", sources=[f"tracer/summary/{name}.c"],
                      depends=["tracer/summary/_fastsum.c", "tracer/summary/_fastsum_wide.h",
-                              "tracer/summary/_fastsum_thumb.h"],
+                              "tracer/summary/_fastsum_thumb.h", "tracer/summary/_fastsum_simd.h"],
                      extra_compile_args=flags, optional=True)
 
 

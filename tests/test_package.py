@@ -206,7 +206,8 @@ def test_slow_wheel_installed_without_compiler_serves_page_and_native_summariser
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for need in ("setup.py", "assets/player.js", "assets/gradscape.css", "tracer/summary/_fastsum.c",
                  "tracer/summary/_fastsum_v3.c", "tracer/summary/_fastsum_v4.c", "tracer/summary/_fastsum_wide.h",
-                 "tracer/summary/_fastsum_thumb.h", "app/ui/page.py", "tracer/record/csrc/recorder.cpp",
+                 "tracer/summary/_fastsum_thumb.h", "tracer/summary/_fastsum_simd.h", "app/ui/page.py",
+                 "tracer/record/csrc/recorder.cpp",
                  "tracer/data/derivatives-2.13.0.json", "app/export/page/page.html", "gradscape/__init__.py"):
         assert need in names, f"the sdist lacks {need}"
     assert not [n for n in names if n.startswith(("gradscape/tracer/", "gradscape/app/", "gradscape/assets/"))]
@@ -330,6 +331,27 @@ def test_every_instruction_set_build_gives_the_known_values() -> None:
             rows = [blocks[i:i + 5] for i in range(0, 37, 5)]
             means = [r[:, j:j + 7].mean().item() for r in rows for j in range(0, 53, 7)]
             assert thumb == pytest.approx(means, rel=1e-5, nan_ok=True), path.name
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 4096 + 1000, 3 * 4096])
+def test_every_build_summarises_an_all_finite_tensor(n: int) -> None:
+    """The all-finite chunk, which the v3 and v4 builds write with intrinsics (eight and sixteen lanes,
+    then a scalar tail): lengths below one vector step, one exact step, a chunk and a tail, whole chunks.
+    Zeros of both signs and subnormals are counted as torch counts them; the extremes are exact."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(n, generator=g) * 3
+    x[::7] = 0.0
+    x[3::11] = -0.0
+    x[5::13] = 1e-40  # subnormal in float32
+    x[n // 2] = -123.5
+    fd = x.double()
+    want = [fd.min().item(), fd.max().item(), fd.sum().item(), (fd * fd).sum().item(), float((fd != 0).sum()),
+            0.0, 0.0, float(n)]
+    for path in _builds_this_cpu_runs():
+        stats, _ = _kernel_run(_native._load(path), x.reshape(1, n), 8)
+        assert stats[:2] == want[:2] and stats[4:] == want[4:], path.name
+        assert abs(stats[2] - want[2]) <= 1e-6 * fd.abs().sum().item(), path.name  # float sums: vs Σ|x|
+        assert stats[3] == pytest.approx(want[3], rel=1e-5), path.name
 
 
 def test_every_build_widens_every_float16_exactly() -> None:

@@ -41,8 +41,8 @@
  * tests work on the IEEE bits and non-finite values are masked out of the float sums. Float
  * partials over at most GS_CHUNK elements are folded into doubles. In the builds with AVX2 (the
  * x86-64-v3 and v4 levels) the all-finite chunk is written with intrinsics instead, its own
- * gs_chunk: there the extremes can be float minima and maxima, which compilers do not vectorise
- * without that flag.
+ * gs_chunk (_fastsum_simd.h: eight lanes in the v3 build, sixteen in the v4 one): there the extremes
+ * can be float minima and maxima, which compilers do not vectorise without that flag.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -150,85 +150,7 @@ static void gs_chunk(const float *restrict x, int32_t n, gs_acc_t *restrict acc)
     acc->kmx = kmx > acc->kmx ? kmx : acc->kmx;
 }
 #else
-#include <immintrin.h>
-
-static int32_t gs_key(float f) {
-    int32_t si;
-    memcpy(&si, &f, 4);
-    return si ^ ((si >> 31) & 0x7fffffff); /* float order as int order */
-}
-
-/* gs_chunk with AVX2 (the x86-64-v3 and v4 builds): compilers do not vectorise float min/max
- * without -ffinite-math-only, so the all-finite chunk is written with intrinsics. The extremes are
- * float minima and maxima here (a NaN or ±Inf in the chunk poisons its sums, and the chunk is done
- * again by gs_chunk_masked), and zeros are counted on the bits, as gs_step does. Four sums of
- * values and of squares each, so that no chain of additions waits on the adder's latency. */
-static void gs_chunk(const float *restrict x, int32_t n, gs_acc_t *restrict acc) {
-    const __m256i absmask = _mm256_set1_epi32(0x7fffffff), zero = _mm256_setzero_si256();
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
-    __m256 mn = _mm256_set1_ps(1.0f / 0.0f), mx = _mm256_set1_ps(-1.0f / 0.0f);
-    __m256i zs = zero; /* minus the count of zeros, per lane */
-    int32_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
-        const __m256 c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
-        s0 = _mm256_add_ps(s0, a);
-        s1 = _mm256_add_ps(s1, b);
-        s2 = _mm256_add_ps(s2, c);
-        s3 = _mm256_add_ps(s3, d);
-        q0 = _mm256_fmadd_ps(a, a, q0);
-        q1 = _mm256_fmadd_ps(b, b, q1);
-        q2 = _mm256_fmadd_ps(c, c, q2);
-        q3 = _mm256_fmadd_ps(d, d, q3);
-        mn = _mm256_min_ps(mn, _mm256_min_ps(_mm256_min_ps(a, b), _mm256_min_ps(c, d)));
-        mx = _mm256_max_ps(mx, _mm256_max_ps(_mm256_max_ps(a, b), _mm256_max_ps(c, d)));
-        const __m256i za = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(a), absmask), zero);
-        const __m256i zb = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(b), absmask), zero);
-        const __m256i zc = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(c), absmask), zero);
-        const __m256i zd = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(d), absmask), zero);
-        zs = _mm256_add_epi32(zs, _mm256_add_epi32(_mm256_add_epi32(za, zb), _mm256_add_epi32(zc, zd)));
-    }
-    float lanes[8];
-    _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    float s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(q0, q1), _mm256_add_ps(q2, q3)));
-    float ss = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    float vmn[8], vmx[8];
-    int32_t vz[8];
-    _mm256_storeu_ps(vmn, mn);
-    _mm256_storeu_ps(vmx, mx);
-    _mm256_storeu_si256((__m256i *)vz, zs);
-    float fmn = vmn[0], fmx = vmx[0];
-    int32_t zeros = 0;
-    for (int k = 0; k < 8; k++) {
-        fmn = vmn[k] < fmn ? vmn[k] : fmn;
-        fmx = vmx[k] > fmx ? vmx[k] : fmx;
-        zeros -= vz[k];
-    }
-    for (; i < n; i++) { /* the chunk's last < 32 elements */
-        const float v = x[i];
-        int32_t si;
-        memcpy(&si, &v, 4);
-        s += v;
-        ss += v * v;
-        fmn = v < fmn ? v : fmn;
-        fmx = v > fmx ? v : fmx;
-        zeros += (si & 0x7fffffff) == 0;
-    }
-    if (!(gs_finitef(s) && gs_finitef(ss))) {
-        gs_chunk_masked(x, n, acc);
-        return;
-    }
-    acc->sum += s;
-    acc->sumsq += ss;
-    acc->nz += n - zeros;
-    acc->fin += n;
-    if (n > 0) {
-        const int32_t kmn = gs_key(fmn), kmx = gs_key(fmx);
-        acc->kmn = kmn < acc->kmn ? kmn : acc->kmn;
-        acc->kmx = kmx > acc->kmx ? kmx : acc->kmx;
-    }
-}
+#include "_fastsum_simd.h" /* the AVX2 and AVX-512 chunks */
 #endif
 
 static double gs_key_to_double(int32_t key) {
