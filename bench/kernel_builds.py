@@ -58,7 +58,9 @@ def time_call(fn: ctypes._CFuncPtr, x: torch.Tensor, geometry: list[int], words:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def measure(libs: dict[str, ctypes.CDLL], shape: tuple[int, ...], calls: int, rounds: int) -> dict[tuple[str, str], float]:
+def measure(libs: dict[str, ctypes.CDLL], shape: tuple[int, ...], calls: int,
+            rounds: int) -> dict[tuple[str, str], float]:
+    """The best round's µs a call, by (build, form)."""
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
     geometry, th = fastpath._native_geometry(shape, THUMB)
     cells = th[0] * th[1] if th else 0
@@ -73,17 +75,27 @@ def measure(libs: dict[str, ctypes.CDLL], shape: tuple[int, ...], calls: int, ro
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        report(args.calls, args.rounds)
+    finally:
+        torch.set_num_threads(threads)
+    return 0
+
+
+def report(calls: int, rounds: int) -> None:
+    """A row per shape and form: each build's µs a call and its ratio to the baseline build's."""
     libs = builds()
     print(f"builds this CPU runs: {', '.join(libs)}; float32, thumbnail {THUMB}; µs a call (ratio to baseline)")
     print(f"{'shape':<18}{'form':<13}" + "".join(f"{name:>20}" for name in libs))
     for shape in SHAPES:
-        best = measure(libs, shape, args.calls, args.rounds)
+        best = measure(libs, shape, calls, rounds)
         for form in ("stats", "stats+thumb"):
             base = best[("baseline", form)]
             cells = "".join(f"{best[(n, form)]:>11.1f} ({best[(n, form)] / base:.2f}x)" for n in libs)
@@ -91,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
