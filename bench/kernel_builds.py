@@ -32,17 +32,11 @@ THUMB = 64
 
 def builds() -> dict[str, ctypes.CDLL]:
     """The builds there are and that this CPU runs, by name."""
-    base_path = kernel.library_path()
-    if base_path is None:
+    paths = kernel.builds()
+    if not paths:
         raise SystemExit("the summary kernel is not built (pip install -e . builds it)")
-    base = kernel._load(base_path)
-    level = int(base.gs_cpu_level())
-    out = {"baseline": base}
-    for lv in (3, 4):
-        path = kernel.library_path(f"_fastsum_v{lv}")
-        if path is not None and level >= lv:
-            out[f"v{lv}"] = kernel._load(path)
-    return out
+    return {("baseline" if p.name.startswith("_fastsum.") else p.name.split(".")[0][len("_fastsum_"):]): kernel._load(p)
+            for p in paths}
 
 
 def time_call(fn: ctypes._CFuncPtr, x: torch.Tensor, geometry: list[int], words: int, calls: int) -> float:

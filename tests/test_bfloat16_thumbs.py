@@ -3,11 +3,13 @@ rounds, by the native recorder's arena and by the Python summariser alike."""
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import torch
 
 import gradscape
-from gradscape.tracer.summary import bfloat16
+from gradscape.tracer.summary import bfloat16, kernel
 
 
 def _edge_values() -> torch.Tensor:
@@ -24,6 +26,27 @@ def test_bfloat16_rounding_is_torchs() -> None:
     got = bfloat16.rounded(x.numpy())
     _same_bits(got, want)
     assert np.array_equal(bfloat16.widen(bfloat16.to_bfloat16(x.numpy())), got, equal_nan=True)
+
+
+def test_every_kernel_build_rounds_as_numpy_does() -> None:
+    """`gs_round_bf16` of each kernel build this CPU runs (the vectorised loops of the v3 and v4 builds, and a tail
+    shorter than a register) gives `rounded_numpy`'s bits, every NaN as the one quiet NaN included; `rounded`
+    uses the loaded build, and leaves its argument as it was."""
+    x = _edge_values().numpy()
+    want = bfloat16.rounded_numpy(x).view(np.uint32)
+    assert (want[np.isnan(x)] == 0x7FC00000).all()
+    paths = kernel.builds()
+    assert paths, "the summary kernel was not built"
+    for path in paths:
+        fn = kernel._load(path).gs_round_bf16
+        for n in (len(x), 1, 17):
+            out = np.array(x[:n])
+            fn(ctypes.c_void_p(out.ctypes.data), ctypes.c_int64(n))
+            np.testing.assert_array_equal(out.view(np.uint32), want[:n], err_msg=path.name)
+    assert kernel.round_bf16() is not None  # the loaded build has it: `rounded` is the kernel's
+    before = x.copy()
+    np.testing.assert_array_equal(bfloat16.rounded(x.reshape(12, 9)).view(np.uint32).ravel(), want)
+    np.testing.assert_array_equal(x.view(np.uint32), before.view(np.uint32))
 
 
 def _same_bits(got: np.ndarray, want: np.ndarray) -> None:

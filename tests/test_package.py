@@ -304,11 +304,10 @@ def _kernel_run(lib: ctypes.CDLL, x: torch.Tensor, size: int) -> tuple[list[floa
     return list(buf[:8]), list(thumb)
 
 
-def _builds_this_cpu_runs() -> list[Path]:
-    builds = [p for name in ("_fastsum", "_fastsum_v3", "_fastsum_v4") if (p := _native.library_path(name))]
+def _builds() -> list[Path]:
+    builds = _native.builds()
     assert builds, "the summary kernel was not built"
-    level = _native._load(builds[0]).gs_cpu_level()
-    return [p for p in builds if not (p.name.startswith("_fastsum_v") and int(p.name[len("_fastsum_v")]) > level)]
+    return builds
 
 
 def test_every_instruction_set_build_gives_the_known_values() -> None:
@@ -317,7 +316,7 @@ def test_every_instruction_set_build_gives_the_known_values() -> None:
     g = torch.Generator().manual_seed(3)
     x = torch.randn(37, 53, generator=g)
     x[3, 5], x[10, 1], x[20, 20] = math.nan, math.inf, 0.0
-    for path in _builds_this_cpu_runs():
+    for path in _builds():
         for dtype in (torch.float32, torch.bfloat16):
             xd = x.to(dtype)
             stats, thumb = _kernel_run(_native._load(path), xd, 8)
@@ -347,7 +346,7 @@ def test_every_build_summarises_an_all_finite_tensor(n: int) -> None:
     fd = x.double()
     want = [fd.min().item(), fd.max().item(), fd.sum().item(), (fd * fd).sum().item(), float((fd != 0).sum()),
             0.0, 0.0, float(n)]
-    for path in _builds_this_cpu_runs():
+    for path in _builds():
         stats, _ = _kernel_run(_native._load(path), x.reshape(1, n), 8)
         assert stats[:2] == want[:2] and stats[4:] == want[4:], path.name
         assert abs(stats[2] - want[2]) <= 1e-6 * fd.abs().sum().item(), path.name  # float sums: vs Σ|x|
@@ -364,7 +363,7 @@ def test_every_build_widens_every_float16_exactly() -> None:
     tail = (torch.randn(251 * 263 - patterns.numel(), generator=g) * 1e-6).half()  # mostly subnormal
     x = torch.cat([patterns, tail]).reshape(251, 263)
     fin = x.double()[torch.isfinite(x.double())]
-    for path in _builds_this_cpu_runs():
+    for path in _builds():
         stats, thumb = _kernel_run(_native._load(path), x, 263)
         assert thumb == pytest.approx(x.float().flatten().tolist(), abs=0, rel=0, nan_ok=True), path.name
         assert stats[:2] == [fin.min().item(), fin.max().item()], path.name

@@ -5,7 +5,8 @@
  * ctypes by kernel.py; without it the tracer falls back to torch reductions, which give the same
  * numbers in more passes. On x86-64 this file is built three times: with the baseline instruction
  * set (_fastsum), and for the x86-64-v3 (AVX2, FMA, F16C) and v4 (AVX-512) levels (_fastsum_v3/_v4);
- * the baseline build's gs_cpu_level() tells the loader which of them this CPU can run.
+ * the baseline build's gs_cpu_level() tells the loader which of them this CPU can run. gs_round_bf16
+ * (at the end) rounds a thumbnail's float32 cells to bfloat16's precision in place.
  *
  * gs_summarise_f32 / _bf16 / _f16 / _f64(x, g, out): x is a contiguous buffer of n elements of that
  * type, and g = [n, planes, R, C, kr, kc, gc] (int64). out[0..8) receives, over the FINITE elements:
@@ -243,6 +244,19 @@ int gs_summarise_bf16(const uint16_t *x, const int64_t *g, double *out) { return
 int gs_summarise_f16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F16, g, out); }
 
 int gs_summarise_f64(const double *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F64, g, out); }
+
+/* cells[0..n) rounded in place to bfloat16's precision (kept as float32): to nearest, ties to even, as
+ * torch rounds, every NaN as the one quiet NaN (NOTE [Arena thumbnails] in tracer/summary/bfloat16.py,
+ * which calls this for the thumbnails the Python summariser makes; branch-free, so it vectorises). */
+void gs_round_bf16(float *cells, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, cells + i, 4);
+        const uint32_t r = ((b + 0x7fffu + ((b >> 16) & 1u)) >> 16) << 16;
+        b = (b & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : r;
+        memcpy(cells + i, &b, 4);
+    }
+}
 
 /* The highest build of this file that the CPU (and the OS, for the wider registers) can run:
  * 4 for the AVX-512 build, 3 for the AVX2 build, 0 for the baseline only. */

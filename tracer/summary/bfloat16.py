@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradscape.tracer.summary.kernel import round_bf16
+
 _F32 = np.dtype(np.float32)
 _QUIET_NAN = 0x7FC0  # every NaN cell becomes this one quiet NaN
 
@@ -55,5 +57,17 @@ def widen_one(cells: np.ndarray) -> np.ndarray:
 
 
 def rounded(values: np.ndarray) -> np.ndarray:
-    """float32 `values` rounded to bfloat16's precision, as float32 (a new array)."""
+    """float32 `values` rounded to bfloat16's precision, as float32 (a new array). With the summary kernel, a
+    copy rounded in place by one call (about 4× faster than the eight numpy calls of `rounded_numpy`, which
+    a step's end pays for each thumbnail the Python summariser made; the same bits)."""
+    fn = round_bf16()
+    if fn is None:
+        return rounded_numpy(values)
+    out = np.array(values, dtype=_F32, order="C")
+    fn(out.__array_interface__["data"][0], out.size)
+    return out
+
+
+def rounded_numpy(values: np.ndarray) -> np.ndarray:
+    """`rounded` in numpy."""
     return widen(to_bfloat16(values))

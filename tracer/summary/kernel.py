@@ -21,6 +21,7 @@ import os
 import warnings
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 _HERE = Path(__file__).resolve().parent
 # each (x, geometry, out) -> status
@@ -46,6 +47,10 @@ def _load(path: Path) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p] * 3  # few arguments: ctypes converts each one on every call
         fn.restype = ctypes.c_int
+    rounding = getattr(lib, "gs_round_bf16", None)  # (a build older than it has none: `round_bf16`)
+    if rounding is not None:
+        rounding.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        rounding.restype = None
     return lib
 
 
@@ -76,10 +81,27 @@ def _loaded() -> tuple[ctypes.CDLL | None, Path | None, str]:
     return lib, path, ""
 
 
+def builds() -> list[Path]:
+    """Every build of the kernel next to this module that this CPU runs, the baseline first (the tests and
+    `bench/kernel_builds.py` run each one); [] when the baseline build is not there."""
+    base = library_path()
+    if base is None:
+        return []
+    level_fn = getattr(_load(base), "gs_cpu_level", None)
+    level = int(level_fn()) if level_fn is not None else 0
+    return [base, *(p for lv in (3, 4) if level >= lv and (p := library_path(f"_fastsum_v{lv}")) is not None)]
+
+
 def status() -> tuple[ctypes.CDLL | None, str]:
     """(the loaded kernel or None, why not); the reason is "" when the kernel is loaded."""
     lib, _, why = _loaded()
     return lib, why
+
+
+def round_bf16() -> Any:
+    """The loaded kernel's `gs_round_bf16(cells, n)` (float32 cells rounded in place to bfloat16's precision), or
+    None when no kernel is loaded or it was built before it had one."""
+    return getattr(_loaded()[0], "gs_round_bf16", None)
 
 
 def kernel_path() -> Path | None:
