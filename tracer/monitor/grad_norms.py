@@ -24,8 +24,12 @@ def norms_of(grads: list[torch.Tensor]) -> torch.Tensor:
 
 
 def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:
-    """`vec[pos]` in one op; `vec` itself when `pos` is all of it, in order."""
-    return vec if pos == list(range(len(vec))) else vec[torch.tensor(pos, device=vec.device)]
+    """`vec[pos]` in one op: `vec` itself when `pos` is all of it, in order; a slice (a view, ~1 µs) when `pos` is
+    a run of consecutive positions (one optimizer's parameters in a model's order: a GAN's generator or
+    discriminator); else an index op (~15 µs, with the index tensor it makes)."""
+    if pos and pos == list(range(pos[0], pos[0] + len(pos))):
+        return vec if len(pos) == len(vec) else vec[pos[0]:pos[0] + len(pos)]
+    return vec[torch.tensor(pos, dtype=torch.long, device=vec.device)]
 
 
 def _dense(g: torch.Tensor) -> torch.Tensor:
