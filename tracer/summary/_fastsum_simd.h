@@ -7,7 +7,7 @@
  * chunk is done again by gs_chunk_masked), and zeros are counted on the bits, as gs_step does. Four sums
  * of values and of squares each, so that no chain of additions waits on the adder's latency.
  *
- * The v4 build runs the same loop over 512-bit registers: measured 1.4-1.8x faster than the AVX2 loop on
+ * The v4 build runs the same loop over 512-bit registers: measured 1.3-1.8x faster than the AVX2 loop on
  * the statistics of 16k-262k float32 elements (in cache, this repository's bench/kernel_builds.py). */
 #pragma once
 #include <immintrin.h>
