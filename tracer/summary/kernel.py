@@ -69,27 +69,27 @@ def _loaded() -> tuple[ctypes.CDLL | None, Path | None, str]:
         lib = _load(path)
     except (OSError, AttributeError) as exc:
         return None, None, f"the summary kernel at {path} could not be loaded: {exc}"
-    level_fn = getattr(lib, "gs_cpu_level", None)
-    level = int(level_fn()) if level_fn is not None else 0
-    for lv in (4, 3):
-        faster = library_path(f"_fastsum_v{lv}") if level >= lv else None
-        if faster is not None:
-            try:
-                return _load(faster), faster, ""
-            except (OSError, AttributeError):
-                pass  # the baseline build does the same work
+    for faster in reversed(_runnable(lib)):  # the highest level first
+        try:
+            return _load(faster), faster, ""
+        except (OSError, AttributeError):
+            pass  # the baseline build does the same work
     return lib, path, ""
+
+
+def _runnable(base: ctypes.CDLL) -> list[Path]:
+    """The instruction-set builds (`_fastsum_v3`, `_fastsum_v4`) there are and that the baseline build `base` says
+    this CPU runs, lowest first."""
+    level_fn = getattr(base, "gs_cpu_level", None)
+    level = int(level_fn()) if level_fn is not None else 0
+    return [p for lv in (3, 4) if level >= lv and (p := library_path(f"_fastsum_v{lv}")) is not None]
 
 
 def builds() -> list[Path]:
     """Every build of the kernel next to this module that this CPU runs, the baseline first (the tests and
     `bench/kernel_builds.py` run each one); [] when the baseline build is not there."""
     base = library_path()
-    if base is None:
-        return []
-    level_fn = getattr(_load(base), "gs_cpu_level", None)
-    level = int(level_fn()) if level_fn is not None else 0
-    return [base, *(p for lv in (3, 4) if level >= lv and (p := library_path(f"_fastsum_v{lv}")) is not None)]
+    return [] if base is None else [base, *_runnable(_load(base))]
 
 
 def status() -> tuple[ctypes.CDLL | None, str]:
