@@ -20,7 +20,7 @@ back through the API is a cost of its own, which `wait_readable` would add).
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import json
 import os
 import socket
@@ -143,9 +143,7 @@ def measure_throughput(st: Any, base: str, spill: Path, push: int) -> float:
     sink = SocketSink(base, "throughput", spill=str(spill))
     t0 = time.perf_counter()
     for k in range(push):
-        one = copy.copy(st)
-        one.run, one.step = "throughput", k
-        sink.write(one)
+        sink.write(dataclasses.replace(st, run="throughput", step=k))
     t_written = time.perf_counter() - t0
     wait_readable(f"{base}/api/runs/throughput/steps/{push - 1}", timeout=600)
     dt = time.perf_counter() - t0

@@ -6,6 +6,13 @@ the page never rebuilds a `StepTrace` (app/view/step_fields.py).
 A `StepTrace` is complete when the `with tr.step(i)` block exits. Everything in it is plain Python
 and numpy (no torch objects), so it can be serialised (see `tracer.wire`) and compared.
 
+NOTE [Read-only steps]
+    A `StepTrace` is what a step recorded, so its fields cannot be assigned: `st.nodes = ...` raises
+    `dataclasses.FrozenInstanceError` (an `AttributeError`) naming the field. A changed copy is
+    `dataclasses.replace(st, ...)`. The recorders and the readers of the wire forms, which build one
+    field at a time, write through `fill`, the one way in. The lists and maps inside are the
+    recorder's own and are not copied on the way out.
+
 NOTE [Slot order]
     `NodeTrace.grad_inputs[j]` is what the node sent along `next_functions[j]`: the gradient w.r.t.
     its forward input j (the j-th differentiable argument of the forward op). `grad_outputs[i]` is
@@ -220,7 +227,13 @@ class OptimizerStep:
     grads: dict[str, TensorTrace] = field(default_factory=dict, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+def fill(st: StepTrace, **fields: Any) -> None:
+    """Set fields of a `StepTrace` that is being built (a recorder's, a reader's): NOTE [Read-only steps]."""
+    for name, value in fields.items():
+        object.__setattr__(st, name, value)
+
+
+@dataclass(slots=True, frozen=True)
 class StepTrace:
     """Everything recorded for one traced training step, complete when the `with tr.step(i)` block exits.
 
@@ -239,6 +252,8 @@ class StepTrace:
     - `trigger`: None for a step `every` scheduled, else why the monitor traced it (`"nonfinite"`,
       `"loss_spike"`, `"grad_spike"`, `"amp_skipped"`); `error`: the exception the block raised, if any;
       `meta`: the rest (`"notes"`: what could not be traced and why, `"recorder"`, `"trigger"`, ...).
+
+    Read-only: assigning a field raises (NOTE [Read-only steps]); `dataclasses.replace` makes a changed copy.
     """
 
     run: str

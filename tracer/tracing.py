@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gradscape.tracer._model import StepTrace
+from gradscape.tracer._model import StepTrace, fill
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
 from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
@@ -328,9 +328,8 @@ class _TracedStep:
 
 def _copy_recorded(target: StepTrace, src: StepTrace) -> None:
     """Copy what the recorder assembled into the `StepTrace` the `with` block handed out."""
-    for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta", "error", "problems", "not_in_step",
-              "rank", "world_size"):
-        setattr(target, f, getattr(src, f))
+    fill(target, **{f: getattr(src, f) for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta",
+                                                  "error", "problems", "not_in_step", "rank", "world_size")})
 
 
 def trace(loss: torch.Tensor, model: torch.nn.Module | None = None, **opts: Any) -> StepTrace:

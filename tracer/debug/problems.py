@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from gradscape.tracer._model import Problem, StepTrace
+from gradscape.tracer._model import Problem, StepTrace, fill
 from gradscape.tracer.debug.forward_search import ForwardSearch, nonfinite, value_word
 from gradscape.tracer.debug.step_checks import (
     any_nonfinite_gradient,
@@ -151,7 +151,8 @@ class StepProblems:
                                   not any_nonfinite_gradient(st) else "."), rid, None, n.source))
         if view.summ.nonfinite:  # a step whose every gradient is finite has no such node: not scanned
             out.extend(backward_born(st, self.bad_forward))
-        missing, st.not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses, unmade)
+        missing, not_in_step = no_grad(st, view, self.detaches, self.no_grad_uses, unmade)
+        fill(st, not_in_step=not_in_step)
         out.extend(missing)
         self.detaches, self.no_grad_uses = [], {}
         out.extend(layer_norms(st, view.model.module_params, self.history, unmade, view.model.module_types))

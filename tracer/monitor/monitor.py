@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from gradscape.tracer import _compat
+from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve
@@ -97,7 +98,7 @@ class Monitor:
 
     def start_trace(self, i: int, kind: str, details: dict[str, Any]) -> Any:
         ts = self.tracer.traced_step(i)
-        ts.st.trigger = kind
+        fill(ts.st, trigger=kind)
         self.trigger_meta[i] = {"reason": kind, **{k: _plain(v) for k, v in details.items() if k != "layer"}}
         self.trace_of[i] = (kind, details)
         return ts
@@ -129,7 +130,7 @@ class Monitor:
         st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
         for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
             o.grads = cap.as_traces(r.summaries)
-        st.optimizer_steps = steps
+        fill(st, optimizer_steps=steps)
         meta = self.trigger_meta.pop(st.step, None)
         if meta is not None:  # why it was traced: the reason, the step that set it off, the numbers
             meta.setdefault("step", st.step)

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from gradscape.tracer import _compat
-from gradscape.tracer._model import BackwardPass, StepTrace
+from gradscape.tracer._model import BackwardPass, StepTrace, fill
 from gradscape.tracer.collector import CollectorPause
 from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
@@ -144,7 +144,8 @@ class StepRecorder:
             keys = self.call_keys
             keep = None if self.unwrapped or not self.passes or len(keys[0]) != len(self.passes) else keys
             attributed = attribution(self.carry, native.graph, self.forward, self.kept, keep)
-            st.nodes, st.edges, st.execution = native.assemble(attributed, self.statics)  # type: ignore[assignment]
+            nodes, edges, ran = native.assemble(attributed, self.statics)
+            fill(st, nodes=nodes, edges=edges, execution=ran)
             self.params.resolve(native)
             tensors = native.tables.tensors  # type: ignore[union-attr]
             self.summ.thumb_cells += tensors.cells_bound  # a bound: the budget counts exactly past it
@@ -157,26 +158,24 @@ class StepRecorder:
             records, execution = self.walk.records, self.hooks.execution
             for pos, (rid, k) in enumerate(execution):
                 records[rid].runs[k].order = pos
-            st.nodes = node_traces(records, self.forward, self.view.slot_statics)
-            st.edges = edges_of(records)
-            st.execution = list(execution)
-        st.passes = self.passes
-        st.params = dict(self.params.traces)
-        st.modules = self.module_sums.module_traces(st, module_grad_sums, self.model)  # type: ignore[assignment]
+            fill(st, nodes=node_traces(records, self.forward, self.view.slot_statics), edges=edges_of(records),
+                 execution=list(execution))
+        fill(st, passes=self.passes, params=dict(self.params.traces))
+        fill(st, modules=self.module_sums.module_traces(st, module_grad_sums, self.model))
         if not self.passes and not self.notes and error is None:
             self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
                             "or torch.autograd.grad() inside the `with tr.step(i)` block)")
-        st.meta = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
+        fill(st, meta={"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)})
         if self.passes:  # which recorder recorded the node hooks, and why not the native one (NOTE [Native recorder])
             st.meta["recorder"] = self.recorded_by
         if self.notes:
             st.meta["notes"] = list(self.notes)
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
-            st.rank, st.world_size = dist.get_rank(), dist.get_world_size()
+            fill(st, rank=dist.get_rank(), world_size=dist.get_world_size())
         if error is not None:
-            st.error = f"{type(error).__name__}: {error}"
-        st.problems = self.problems.finish(st, self.view, self.params.unmade)  # the problem finder (tracer/debug/)
+            fill(st, error=f"{type(error).__name__}: {error}")
+        fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (tracer/debug/)
         if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
             self.carry.reset()  # its reason may name the line of a detach: only the mode sees those
         self._release()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradscape.tracer._model import StepTrace
+from gradscape.tracer._model import StepTrace, fill
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.column_check import check_tables
 from gradscape.tracer.wire.columns import StepColumns
@@ -36,7 +36,6 @@ def step_from_columns(doc: dict[str, Any], arrays: dict[int, TensorNumpy] | None
             raise TraceFormatError(f"arrays: tensor {i} is not one of the step's {len(tensors)}")
         tensors[i].thumb, tensors[i].values = thumb, values
     st = fields_from_wire(dict(with_defaults(doc)), Refs(tensors, cols.n_nodes))
-    st.nodes = cols.node_traces(tensors)
-    st.edges = [(a, b, slot) for a, b, slot in cols.edges()]
-    st.execution = [(node, k) for node, k in cols.execution()]
+    fill(st, nodes=cols.node_traces(tensors), edges=[(a, b, slot) for a, b, slot in cols.edges()],
+         execution=[(node, k) for node, k in cols.execution()])
     return st

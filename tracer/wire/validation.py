@@ -18,6 +18,7 @@ from gradscape.tracer._model import (
     Problem,
     StepTrace,
     TensorTrace,
+    fill,
 )
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import fast_read
@@ -93,9 +94,8 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> Step
         tensors[i].thumb, tensors[i].values = thumb, values
     refs = Refs(tensors, len(checked_list(d["nodes"], "nodes")))
     st = fields_from_wire(d, refs)
-    st.nodes = [built if (built := fast_read.node(n, k, tensors)) is not None else _node(n, k, refs)
-                for k, n in enumerate(d["nodes"])]
-    st.edges = _edges(d["edges"], refs.n_nodes)
+    fill(st, nodes=[built if (built := fast_read.node(n, k, tensors)) is not None else _node(n, k, refs)
+                    for k, n in enumerate(d["nodes"])], edges=_edges(d["edges"], refs.n_nodes))
     for k, e in enumerate(checked_list(d.get("execution") or [], "execution")):
         if not (isinstance(e, list) and len(e) == 2 and type(e[1]) is int and e[1] >= 0):
             raise TraceFormatError(f"execution[{k}]: {e!r} is not [node id, run index]")
@@ -120,27 +120,26 @@ def fields_from_wire(d: dict[str, Any], refs: Refs) -> StepTrace:
     for key in ("run", "step"):
         if key not in d:
             raise TraceFormatError(f"step: missing field {key!r}")
-    st = StepTrace(run=_str(d["run"], "run"), step=_int(d["step"], "step"))
-    st.error = opt_str(d.get("error"), "error")
-    st.meta = plain(_map(d.get("meta") or {}, "meta"), "meta")
-    for name, m in _map(d.get("modules") or {}, "modules").items():
-        st.modules[name] = _module(name, m, refs)
+    run, step = _str(d["run"], "run"), _int(d["step"], "step")
+    error = opt_str(d.get("error"), "error")
+    meta = plain(_map(d.get("meta") or {}, "meta"), "meta")
+    modules = {name: _module(name, m, refs) for name, m in _map(d.get("modules") or {}, "modules").items()}
+    params = {}
     for name, i in _map(d.get("params") or {}, "params").items():
         t = refs.tensor(i, f"params[{_str(name, f'params: key {name!r}')!r}]")
         if t is not None:
-            st.params[name] = t
-    st.passes = [_pass(p, k, refs) for k, p in enumerate(checked_list(d.get("passes") or [], "passes"))]
-    st.problems = [_problem(p, k, refs) for k, p in enumerate(checked_list(d.get("problems") or [], "problems"))]
-    st.not_in_step = [_str(p, f"not_in_step[{k}]") for k, p in enumerate(checked_list(d.get("not_in_step") or [],
-                                                                              "not_in_step"))]
-    for key in ("rank", "world_size"):
-        v = d.get(key)
-        if v is not None:
-            setattr(st, key, _int(v, key))
-    st.trigger = opt_str(d.get("trigger"), "trigger")
-    st.optimizer_steps = [optimizer_step_from_wire(o, f"optimizer_steps[{k}]")
-                          for k, o in enumerate(checked_list(d.get("optimizer_steps") or [], "optimizer_steps"))]
-    return st
+            params[name] = t
+    passes = [_pass(p, k, refs) for k, p in enumerate(checked_list(d.get("passes") or [], "passes"))]
+    problems = [_problem(p, k, refs) for k, p in enumerate(checked_list(d.get("problems") or [], "problems"))]
+    not_in_step = [_str(p, f"not_in_step[{k}]") for k, p in enumerate(checked_list(d.get("not_in_step") or [],
+                                                                          "not_in_step"))]
+    rank, world_size = (None if d.get(key) is None else _int(d[key], key) for key in ("rank", "world_size"))
+    trigger = opt_str(d.get("trigger"), "trigger")
+    return StepTrace(run=run, step=step, modules=modules, params=params, passes=passes, meta=meta, error=error,
+                     problems=problems, not_in_step=not_in_step, rank=rank, world_size=world_size, trigger=trigger,
+                     optimizer_steps=[optimizer_step_from_wire(o, f"optimizer_steps[{k}]")
+                                      for k, o in enumerate(checked_list(d.get("optimizer_steps") or [],
+                                                                         "optimizer_steps"))])
 
 
 def optimizer_step_from_wire(d: Any, where: str) -> OptimizerStep:
