@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--file", default=None, help="also write every step here (the reference copy)")
     ap.add_argument("--spill", default=None)
     ap.add_argument("--close-timeout", type=float, default=20.0)
+    ap.add_argument("--recorder", default=None, choices=["native", "python"])
     args = ap.parse_args()
     case = build(args.model, args.device)
     sinks: list[object] = []
@@ -36,7 +37,7 @@ def main() -> None:
     sinks.append(net)
     if args.file:
         sinks.append(args.file)
-    tr = gradscape.Tracer(case.model, run=args.run, sink=sinks)
+    tr = gradscape.Tracer(case.model, run=args.run, sink=sinks, recorder=args.recorder)
     step_ms = []
     for i in range(args.steps):
         t0 = time.perf_counter()

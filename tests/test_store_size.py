@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from test_store import assert_same_step
-from test_wire_columns import as_maps
+from test_wire_columns import nodes_made
 
 import gradscape
 from gradscape import StoreError, TraceStore, load
@@ -214,29 +214,30 @@ def test_a_loaded_step_has_the_thumbnails_the_page_reads(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("tensors", ["summary", "full"])
 def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: Path, tensors: str) -> None:
-    """`write_step` keeps the arrays apart without making wire arrays of them (`step_to_graph`): as maps, it
-    stores what the server stores from the wire form, row for row and byte for byte; as columns (NOTE [Column
-    document]), the same tensor rows and a document that reads back the same."""
+    """`write_step` keeps the arrays apart without making wire arrays of them. As columns (NOTE [Column
+    document]), from the native recorder's tables or from the step's `NodeTrace`s (NOTE [Columns of any
+    step]), it stores the same tensor rows, row for row and byte for byte, as the server stores from the maps
+    form, and a document that reads back the same."""
     st = _lstm_step(30, tensors=tensors)
-    paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps", "wire")}
+    paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "nodes", "wire")}
     for form, path in paths.items():
-        with TraceStore(path) as store:  # as maps: the step with its nodes made (`as_maps`)
+        with TraceStore(path) as store:
             if form == "wire":
                 store.write_wire(step_to_wire(st))
             else:
-                store.write_step(st if form == "columns" else as_maps(st))
+                store.write_step(st if form == "columns" else nodes_made(st))
     rows = {}
     for form, path in paths.items():
         with sqlite3.connect(path) as db:
             rows[form] = (db.execute("SELECT run, rank, step, n_nodes, n_edges, error, graph FROM steps").fetchall(),
                           db.execute("SELECT * FROM tensors ORDER BY idx").fetchall())
-    assert rows["maps"] == rows["wire"]
-    assert rows["columns"][0][0][:6] == rows["maps"][0][0][:6]  # the same counts, another document
-    assert rows["columns"][1] == rows["maps"][1]  # the same tensor rows: numbered alike
-    assert len(rows["maps"][1]) > 100 and any(b"same" in blob for *_, blob in rows["maps"][1])
-    assert (tensors == "full") == any(b"values" in blob and b"<f4" in blob for *_, blob in rows["maps"][1])
+    for form in ("columns", "nodes"):
+        assert rows[form][0][0][:6] == rows["wire"][0][0][:6]  # the same counts, another document
+        assert rows[form][1] == rows["wire"][1]  # the same tensor rows: numbered alike
+    assert len(rows["wire"][1]) > 100 and any(b"same" in blob for *_, blob in rows["wire"][1])
+    assert (tensors == "full") == any(b"values" in blob and b"<f4" in blob for *_, blob in rows["wire"][1])
     back = {form: step_to_wire(load(path)) for form, path in paths.items()}
-    assert back["columns"] == back["maps"]
+    assert back["columns"] == back["nodes"] == back["wire"]
 
 
 def test_arrays_for_a_tensor_the_step_does_not_have_are_refused(tmp_path: Path) -> None:

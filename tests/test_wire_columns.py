@@ -1,6 +1,7 @@
-"""A natively recorded step stored as columns (NOTE [Column document]) reads back as the same step as when
-stored as maps: the same `StepTrace`, the same document, its tensors numbered alike, the same index, the
-same maps read lazily and whole, the same pictures; a damaged column document is named."""
+"""A step stored as columns (NOTE [Column document]), natively recorded or by the Python recorder (NOTE [Columns
+of any step]), reads back as the same step as when stored as maps, the form earlier releases wrote: the same
+`StepTrace`, the same document, its tensors numbered alike, the same index, the same maps read lazily and whole,
+the same pictures; a step the columns cannot hold is stored as maps; a damaged column document is named."""
 
 from __future__ import annotations
 
@@ -24,25 +25,28 @@ from gradscape.tracer.wire import pack, step_to_wire, unpack
 from gradscape.tracer.wire.lazy import LazyItems
 from gradscape.tracer.wire.step_index import index_from_wire
 
-pytestmark = pytest.mark.skipif(not native.status()[0], reason="steps are stored as columns when natively recorded")
+RECORDERS = [pytest.param("native", marks=pytest.mark.skipif(not native.status()[0], reason="no native recorder")),
+             "python"]
 
 
-def _steps(name: str) -> list[Any]:
-    """Two traced steps of case `name` (memory sink), the second on a warm structure cache."""
+def _steps(name: str, recorder: str = "native") -> list[Any]:
+    """Two traced steps of case `name` (memory sink) by `recorder`, the second on a warm structure cache."""
+    if recorder == "native" and not native.status()[0]:
+        pytest.skip("the native recorder is not built")
     if name == "loop":
         torch.manual_seed(0)
-        with gradscape.Tracer(loop_model(), run=name, every=1) as tr:
+        with gradscape.Tracer(loop_model(), run=name, every=1, recorder=recorder) as tr:
             return [loop_step(tr, i, 40) for i in range(2)]
     if name == "nan":  # NaN and Inf gradients: badges
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
-        with gradscape.Tracer(model, run=name) as tr, tr.step(0) as st:
+        with gradscape.Tracer(model, run=name, recorder=recorder) as tr, tr.step(0) as st:
             (model(torch.randn(2, 3)).sqrt() * torch.tensor([[math.inf], [1.0]])).sum().backward()
         return [st]
     if name in ("two_passes", "error"):  # a node run twice (retain_graph); a step that raised after its backward
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
-        with gradscape.Tracer(model, run=name) as tr:
+        with gradscape.Tracer(model, run=name, recorder=recorder) as tr:
             try:
                 with tr.step(0) as st:
                     y = model(torch.randn(5, 3))
@@ -57,7 +61,7 @@ def _steps(name: str) -> list[Any]:
     case = build(name)
     kwargs = {"thumb_budget": 300} if name == "cnn" else {}  # the budget leaves thumbnails out
     out = []
-    with gradscape.Tracer(case.model, run=name, **kwargs) as tr:
+    with gradscape.Tracer(case.model, run=name, recorder=recorder, **kwargs) as tr:
         for i in range(2):
             with tr.step(i) as st:
                 case.loss(case.model, case.batch).backward()
@@ -65,16 +69,21 @@ def _steps(name: str) -> list[Any]:
     return out
 
 
-def as_maps(st: Any) -> Any:
-    """The step with its nodes made (a plain list): the store writes it as maps, as it writes a step recorded in
-    Python; only a natively recorded step's nodes write columns (`LazyNodes.column_parts`)."""
+def nodes_made(st: Any) -> Any:
+    """The step with its nodes made (a plain list): written from its `NodeTrace`s (NOTE [Columns of any step]),
+    as a step the Python recorder made is, not from the native recorder's tables (`LazyNodes.column_parts`)."""
     return dataclasses.replace(st, nodes=list(st.nodes))
 
 
 def _store(path: Path, steps: list[Any], columns: bool) -> None:
+    """Each step as this release stores it (columns), or in the maps form earlier releases stored (as the server
+    stores a step sent as maps)."""
     with TraceStore(path) as store:
         for st in steps:
-            store.write_step(st if columns else as_maps(st))
+            if columns:
+                store.write_step(st)
+            else:
+                store.write_wire(step_to_wire(st))
 
 
 def _pictures(store: TraceStore, run: str, step: int) -> list[Any]:
@@ -85,9 +94,10 @@ def _pictures(store: TraceStore, run: str, step: int) -> list[Any]:
             for n in graph["nodes"] for i in (n["go"] or []) + (n["gi"] or [])]
 
 
+@pytest.mark.parametrize("recorder", RECORDERS)
 @pytest.mark.parametrize("name", [*ZOO, "loop", "nan", "two_passes", "error"])
-def test_columns_read_back_as_the_maps(tmp_path: Path, name: str) -> None:
-    steps = _steps(name)
+def test_columns_read_back_as_the_maps(tmp_path: Path, name: str, recorder: str) -> None:
+    steps = _steps(name, recorder)
     paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps")}
     for form, path in paths.items():
         _store(path, steps, form == "columns")
@@ -115,6 +125,31 @@ def test_columns_read_back_as_the_maps(tmp_path: Path, name: str) -> None:
             assert _pictures(a, run, i) == _pictures(b, run, i)
             if name == "nan":
                 assert ia.badges
+
+
+@pytest.mark.parametrize("change", ["time", "shape"])
+def test_a_step_the_columns_cannot_hold_is_stored_as_maps(tmp_path: Path, change: str) -> None:
+    """A node whose time is not its first run's, or an input shape on a slot without a child: the columns
+    derive both, so the step is written as maps and reads back as it was (NOTE [Columns of any step])."""
+    st = _steps("mlp", "python")[0]
+    nodes = list(st.nodes)
+    k = next(k for k, n in enumerate(nodes) if n.runs and None in n.input_shapes and n.time_us is not None)
+    if change == "time":
+        nodes[k] = dataclasses.replace(nodes[k], time_us=nodes[k].time_us + 1.0)
+    else:
+        nodes[k] = dataclasses.replace(nodes[k], input_shapes=[s or (9, 9) for s in nodes[k].input_shapes])
+    changed = dataclasses.replace(st, nodes=nodes)
+    path = tmp_path / "t.sqlite"
+    _store(path, [st, dataclasses.replace(changed, step=1)], True)
+    with sqlite3.connect(path) as db:
+        forms = ["columns" in d for d in (unpack(decompress(b)) for (b,) in db.execute("SELECT graph FROM steps "
+                                                                                          "ORDER BY step"))]
+    assert forms == [True, False]
+    _store(tmp_path / "maps.sqlite", [dataclasses.replace(changed, step=1)], False)
+    with TraceStore(path, readonly=True) as store, TraceStore(tmp_path / "maps.sqlite", readonly=True) as maps:
+        back = store.read_step(st.run, 1)
+        assert pack(step_to_wire(back)) == pack(step_to_wire(maps.read_step(st.run, 1)))  # pictures as stored
+    assert (back.nodes[k].time_us, back.nodes[k].input_shapes) == (nodes[k].time_us, nodes[k].input_shapes)
 
 
 def test_a_file_holds_steps_of_both_forms(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Steps sent to the server as columns (NOTE [Column document]): a natively recorded step streamed by a real
-tracer to a real `gradscape serve` is stored as columns and reads back as the same step as one sent as maps;
+"""Steps sent to the server as columns (NOTE [Column document]): a step streamed by a real tracer to a real
+`gradscape serve`, natively recorded or by the Python recorder (NOTE [Columns of any step]), is stored as columns
+and reads back as the same step as the tracer's own file holds;
 a tracer talking to a server that does not read columns sends maps; a malformed column step is refused with
 an error naming what is wrong, and nothing of it is stored."""
 
@@ -23,15 +24,30 @@ from gradscape.tracer.record import native
 from gradscape.tracer.wire import pack, step_to_wire, unpack
 from gradscape.tracer.wire.column_write import step_message
 
-pytestmark = pytest.mark.skipif(not native.status()[0], reason="a step is sent as columns when natively recorded")
+RECORDERS = [pytest.param("native", marks=pytest.mark.skipif(not native.status()[0], reason="no native recorder")),
+             "python"]
 
 _OLD_SERVER = ("-c", "import sys, gradscape.tracer.protocol as p; new = p.hello_ack; "
                "p.hello_ack = lambda: {k: v for k, v in new().items() if k != 'forms'}; "
+               "import gradscape.app.server.namespaces as ns; from gradscape.tracer.wire import TraceFormatError; "
+               "ns.column_step = lambda doc: (_ for _ in ()).throw(TraceFormatError('this server reads no columns')); "
                "from gradscape.app.cli import main; sys.exit(main())")
 
 
+_COLUMNS_ONLY = ("-c", "import sys, gradscape.app.server.namespaces as ns; from gradscape.tracer.wire import "
+                 "TraceFormatError; ns.step_from_wire = lambda doc: (_ for _ in ()).throw(TraceFormatError("
+                 "'this server takes columns only')); from gradscape.app.cli import main; sys.exit(main())")
+
+
+class ColumnsOnly(Server):
+    """`gradscape serve` of this release, made to refuse a step sent as maps: a tracer must send it columns."""
+
+    command = _COLUMNS_ONLY
+
+
 class OldServer(Server):
-    """`gradscape serve` as a release from before columns answers hello: no `forms`."""
+    """`gradscape serve` as a release from before columns: its hello names no `forms`, and it refuses a step sent
+    as columns (it would not know one). It stores what it checked as this release's store does."""
 
     command = _OLD_SERVER
 
@@ -42,14 +58,17 @@ def _forms(store: Path) -> list[bool]:
         return ["columns" in unpack(decompress(g)) for (g,) in db.execute("SELECT graph FROM steps ORDER BY step")]
 
 
-@pytest.mark.parametrize("kind", [Server, OldServer])
-def test_a_tracer_sends_columns_to_a_server_that_reads_them(tmp_path: Path, kind: type[Server]) -> None:
+@pytest.mark.parametrize("recorder", RECORDERS)
+@pytest.mark.parametrize("kind", [ColumnsOnly, OldServer])
+def test_a_tracer_sends_columns_to_a_server_that_reads_them(tmp_path: Path, kind: type[Server], recorder: str) -> None:
     srv = kind(tmp_path / "store.sqlite").start()
     try:
         ref = tmp_path / "reference.sqlite"
-        res = finish(worker(srv.url, "live", "--steps", "3", "--file", str(ref), "--model", "transformer"))
+        res = finish(worker(srv.url, "live", "--steps", "3", "--file", str(ref), "--model", "transformer",
+                            "--recorder", recorder))
         assert res["stats"] == {"sent": 3, "spilled": 0, "dropped": 0, "written": 3}
-        assert _forms(srv.store) == [kind is Server] * 3
+        # every step was taken, so each server got the form it reads; the store keeps what it checked as columns
+        assert _forms(srv.store) == _forms(ref) == [True] * 3
         for step in range(3):
             mine = step_to_wire(gradscape.load(ref, "live", step))
             got = step_to_wire(gradscape.load(srv.store, "live", step))

@@ -12,10 +12,14 @@ schema's public face; each lives in the module of its concern:
     history     the run's history rows (the monitor's), a schema of its own (`history_to_wire`, ...)
     fast_read   the common case of `step_from_wire`, read quickly
 
-A stored or sent step may instead be a column document (NOTE [Column document] in columns.py):
+The store and the socket sink write a step as a column document (NOTE [Column document] in columns.py),
+whichever recorder made it; the maps are read from files of earlier releases and from tracers that send
+them, and written for a step the columns cannot hold (NOTE [Columns of any step]), for a server that reads no
+columns and for the offline page:
 
-    columns       the document and `StepColumns`, read back as the maps they stand for
-    column_write  a step's columns, asked of the step itself (the store and the socket sink)
+    columns        the document and `StepColumns`, read back as the maps they stand for
+    column_write   a step's columns, asked of the step itself (the store and the socket sink)
+    trace_columns  the columns of a step that has no recorder's tables, made from its `NodeTrace`s
     column_check  a step sent as columns, checked as the server checks the wire form
     column_read   a stored column step read back as a `StepTrace`
     column_index  its index from the columns

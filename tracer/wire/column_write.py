@@ -1,10 +1,11 @@
 """A step as columns (NOTE [Column document] in columns.py), asked of the step itself: the store writes
 it (`column_parts`) and the socket sink sends it (`step_message`).
 
-Only a natively recorded step has columns: its nodes (`LazyNodes`, tracer/record/tables.py) write them
-(`LazyNodes.column_parts`, from tracer/record/wire_columns.py). The store and the sinks are a layer above
-the recorder and import none of it (docs/architecture.md): they ask the step's nodes, as the codec asks
-them for their wire form (`wire_nodes`).
+A natively recorded step's nodes (`LazyNodes`, tracer/record/tables.py) write its columns from the recorder's
+tables (`LazyNodes.column_parts`, from tracer/record/wire_columns.py). The store and the sinks are a layer
+above the recorder and import none of it (docs/architecture.md): they ask the step's nodes, as the codec asks
+them for their wire form (`wire_nodes`). Any other step (the Python recorder's, one read back) is written
+from its `NodeTrace`s (`trace_columns`, NOTE [Columns of any step]).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gradscape.tracer.wire import trace_columns
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.types import TensorNumpy
 
@@ -23,9 +25,10 @@ Stacks = dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]
 def column_parts(st: Any) -> tuple[dict[str, Any], list[TensorNumpy], Stacks] | None:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
     (thumbnail, values) by position but the kernel's thumbnails, which come stacked by shape (NOTE [Thumbnail
-    stacks] in tracer/record/thumb_stacks.py); None for a step not recorded natively (written as maps)."""
+    stacks] in tracer/record/thumb_stacks.py); None for a step the columns cannot hold (written as maps: NOTE
+    [Columns of any step] in trace_columns.py)."""
     own = getattr(st.nodes, "column_parts", None)
-    return None if own is None else own(st)  # type: ignore[no-any-return]
+    return trace_columns.column_parts(st) if own is None else own(st)  # type: ignore[no-any-return]
 
 
 def step_columns(st: Any) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
@@ -43,7 +46,7 @@ def step_columns(st: Any) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
 def step_message(st: Any) -> dict[str, Any] | None:
     """What the socket sink sends of a natively recorded step to a server that reads columns: its document
     (`step_columns`) with each tensor's `[thumb, values]` as wire arrays (`tracer.wire.column_check` reads
-    it); None for a step not recorded natively."""
+    it); None for a step the columns cannot hold."""
     made = step_columns(st)
     if made is None:
         return None

@@ -1,0 +1,207 @@
+"""Any `StepTrace` as the column document (NOTE [Column document] in columns.py), made from its `NodeTrace`s:
+what the store keeps and the socket sink sends of a step the Python recorder made, or of one read back.
+
+NOTE [Columns of any step]
+    A natively recorded step writes its columns from the recorder's tables (tracer/record/wire_columns.py).
+    Every other step is written here from its nodes, so both recorders' steps are stored and sent in one
+    form. The columns hold less than the maps do, by design: a node's input shapes are its children's output
+    shapes (`child_nr`, the output a slot takes, is stored only for that: a `NodeTrace` does not keep it, so
+    the first output of that shape is named), a run's position is its place in the step's order, and a
+    node's order, `grad_inputs`, `grad_outputs` and `time_us` are its first run's. The Python recorder makes
+    its steps so. A step that is not (one built by hand with other values) is written as maps, as before:
+    `column_parts` returns None. Tensors are numbered as the codec numbers them (`step_to_wire`): what the
+    nodes name, as it first meets them, are the rows (each a plan, `[shape, dtype, view, device]`, and its
+    8 statistics); what only the other fields name comes after them as maps (`extra`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gradscape.tracer._model import STAT_NAMES, NodeTrace, StepTrace
+from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.wire.codec import TensorTable, step_fields
+from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
+from gradscape.tracer.wire.types import TensorNumpy
+
+
+class _NotColumns(Exception):
+    """The step holds something the columns cannot (NOTE [Columns of any step])."""
+
+
+def _codes(values: list[Any], key: Any = None) -> tuple[list[Any], list[int]]:
+    """The distinct `values` in the order met (by `key(value)` when given), and each value's code."""
+    seen: dict[Any, int] = {}
+    table: list[Any] = []
+    codes = []
+    for v in values:
+        k = v if key is None else key(v)
+        c = seen.get(k)
+        if c is None:
+            c = seen[k] = len(table)
+            table.append(v)
+        codes.append(c)
+    return table, codes
+
+
+def _strs(values: Any) -> list[str]:
+    if not all(isinstance(v, str) for v in values):
+        raise _NotColumns
+    return list(values)
+
+
+def _static(n: NodeTrace) -> list[Any]:
+    if n.schema is not None and not isinstance(n.schema, str):
+        raise _NotColumns
+    return [n.schema, _strs(n.input_labels), _strs(n.input_args)]
+
+
+def _slots(nodes: list[NodeTrace], edges: list[tuple[int, int, int]]) -> tuple[list[int], list[int], list[int]]:
+    """`child_off`, `child_id`, `child_nr`: each node's slots, their children as the edges give them, and the
+    output of the child whose shape each slot's input shape is."""
+    child: dict[tuple[int, int], int] = {}
+    for src, dst, slot in edges:
+        child[(src, slot)] = dst
+    off, ids, nrs = [0], [], []
+    for n in nodes:
+        for j, shape in enumerate(n.input_shapes):
+            c = child.pop((n.id, j), -1)
+            if c < 0:
+                if shape is not None:
+                    raise _NotColumns
+                ids.append(-1)
+                nrs.append(0)
+                continue
+            outs = [None if s is None else tuple(s) for s in nodes[c].output_shapes]
+            want = None if shape is None else tuple(shape)
+            nrs.append(outs.index(want) if want is not None and want in outs else len(outs) if want is None else -1)
+            if nrs[-1] < 0:
+                raise _NotColumns
+            ids.append(c)
+        off.append(len(ids))
+    if child:  # an edge from a slot the node does not have
+        raise _NotColumns
+    return off, ids, nrs
+
+
+def _outputs(nodes: list[NodeTrace]) -> tuple[dict[str, list[int]], list[list[Any]]]:
+    off: list[int] = [0]
+    ndim: list[int] = []
+    dtype: list[int] = []
+    dims: list[int] = []
+    names: dict[str, int] = {}
+    for n in nodes:
+        if len(n.output_dtypes) != len(n.output_shapes):
+            raise _NotColumns
+        for shape, dt in zip(n.output_shapes, n.output_dtypes):
+            ndim.append(-1 if shape is None else len(shape))
+            dims.extend(shape or ())
+            dtype.append(-1 if dt is None else names.setdefault(dt, len(names)))
+        off.append(len(ndim))
+    return {"out_off": off, "out_ndim": ndim, "out_dtype": dtype, "out_dims": dims}, [[c, nm] for nm, c in
+                                                                                       names.items()]
+
+
+def _runs(st: StepTrace, tab: TensorTable) -> dict[str, list[Any]]:
+    """The run columns, a row per run in the order they ran, and `slots`; tensors entered in `tab` as the codec
+    enters them (`node_to_wire`: a node's first `gi`, its first `go`, then each run's `go` and `gi`)."""
+    rows: list[Any] = [None] * sum(len(n.runs) for n in st.nodes)
+    for n in st.nodes:
+        tab.refs(n.grad_inputs)
+        tab.refs(n.grad_outputs)
+        first = n.runs[0] if n.runs else None
+        if first is None and (n.order, n.grad_inputs, n.grad_outputs, n.time_us) != (None, None, None, None) or \
+                first is not None and not (n.order == first.order and n.time_us == first.time_us and
+                                           _same(n.grad_inputs, first.grad_inputs) and
+                                           _same(n.grad_outputs, first.grad_outputs)):
+            raise _NotColumns
+        last = -1
+        for r in n.runs:
+            if not (type(r.order) is int and last < r.order < len(rows)) or rows[r.order] is not None:
+                raise _NotColumns
+            last = r.order
+            rows[r.order] = (n.id, r.pass_index, r.time_us, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs))
+    cols: dict[str, list[Any]] = {k: [] for k in ("run_node", "run_pass", "run_time", "go_off", "go_n", "gi_off",
+                                                  "gi_n", "slots")}
+    slots = cols["slots"]
+    for node, pass_index, time_us, go, gi in rows:
+        cols["run_node"].append(node)
+        cols["run_pass"].append(pass_index)
+        cols["run_time"].append(np.nan if time_us is None else time_us)
+        cols["go_off"].append(len(slots))
+        cols["go_n"].append(len(go))
+        slots.extend(-1 if t is None else t for t in go)
+        cols["gi_off"].append(len(slots) if gi is not None else 0)
+        cols["gi_n"].append(-1 if gi is None else len(gi))
+        slots.extend(-1 if t is None else t for t in gi or ())
+    return cols
+
+
+def _same(a: list[Any] | None, b: list[Any] | None) -> bool:
+    """The same tensors in the same slots (the objects, not their values)."""
+    return a is b or a is not None and b is not None and len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _tensor_columns(items: list[Any]) -> dict[str, Any]:
+    """The rows' plans and statistics, of their maps (`tensor_summary`'s form)."""
+    plans, codes = _codes(items, key=lambda m: (tuple(m["shape"]), m["dtype"], m["view"], m["device"]))
+    stats = np.array([m["stats"] for m in items], TENSOR_ARRAYS["stats"]).reshape(-1, len(STAT_NAMES))
+    return {"n": len(items), "plans": [[list(m["shape"]), m["dtype"], m["view"], m["device"]] for m in plans],
+            "maps": [], "plan_code": np.array(codes, TENSOR_ARRAYS["plan_code"]).tobytes(), "stats": stats.tobytes()}
+
+
+@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
+def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], dict[Any, Any]] | None:
+    """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, and every tensor's
+    (thumbnail, values) by number (no stacks: `tracer.wire.column_write`'s form); None for a step the columns
+    cannot hold, which is written as maps (NOTE [Columns of any step])."""
+    nodes = list(st.nodes)
+    try:
+        if any(n.id != k or not isinstance(n.name, str) or not isinstance(n.kind, str) for k, n in enumerate(nodes)):
+            raise _NotColumns
+        edges = [(int(a), int(b), int(s)) for a, b, s in st.edges]
+        if any(not 0 <= b < len(nodes) for _, b, _ in edges):
+            raise _NotColumns
+        child_off, child_id, child_nr = _slots(nodes, edges)
+        if edges != [(k, c, j) for k in range(len(nodes)) for j, c in
+                     enumerate(child_id[child_off[k]:child_off[k + 1]]) if c >= 0]:
+            raise _NotColumns  # the columns list the edges node by node, slot by slot
+        outs, dtypes = _outputs(nodes)
+        tab = TensorTable(apart=True)
+        runs = _runs(st, tab)
+        if [tuple(e) for e in st.execution] != _execution(runs["run_node"]):
+            raise _NotColumns
+        statics, static_code = _codes([_static(n) for n in nodes], key=repr)
+    except _NotColumns:
+        return None
+    n_rows = len(tab.items)
+    rows = tab.items[:]
+    fields = step_fields(st, tab, execution=False)  # after the rows: what only the other fields name
+    names, name_code = _codes([n.name for n in nodes])
+    kinds, kind_code = _codes([n.kind for n in nodes])
+    modules, module_code = _codes([n.module for n in nodes])
+    sources, source_code = _codes([n.source for n in nodes])
+    arrays = {"name_code": name_code, "kind_code": kind_code, "module_code": module_code,
+              "source_code": source_code, "static_code": static_code, "child_off": child_off, "child_id": child_id,
+              "child_nr": child_nr, **outs, **runs}
+    node_cols = {"n": len(nodes), "name": names, "kind": kinds, "module": modules, "source": sources,
+                 "static": statics, "params": [[n.id, n.param] for n in nodes if n.param is not None],
+                 "dtypes": dtypes,
+                 **{k: np.asarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
+    tensors = {**_tensor_columns(rows), "extra": tab.items[n_rows:]}
+    return {**fields, "columns": {"version": COLUMNS_VERSION, "nodes": node_cols, "tensors": tensors}}, \
+        list(tab.arrays or []), {}
+
+
+def _execution(run_node: list[int]) -> list[tuple[int, int]]:
+    """(node, run index) of each run, in the order they ran (`StepColumns.execution`'s form)."""
+    seen: dict[int, int] = {}
+    out = []
+    for node in run_node:
+        k = seen.get(node, 0)
+        seen[node] = k + 1
+        out.append((node, k))
+    return out
+
