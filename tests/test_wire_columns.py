@@ -167,12 +167,15 @@ def test_a_file_holds_steps_of_both_forms(tmp_path: Path) -> None:
             assert lazy["nodes"][0] == store.read_graph(st.run, st.step)["nodes"][0]
 
 
-def test_the_columns_hold_each_gradient_as_torch_gives_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recorder", RECORDERS)
+def test_the_columns_hold_each_gradient_as_torch_gives_it(tmp_path: Path, recorder: str) -> None:
     """The stored statistics of a parameter's gradient are those of `p.grad` (the step's only backward)."""
     case = build("mlp")
     path = tmp_path / "t.sqlite"
-    with gradscape.Tracer(case.model, run="g", sink=FileSink(path)) as tr, tr.step(0):
+    with gradscape.Tracer(case.model, run="g", sink=FileSink(path), recorder=recorder) as tr, tr.step(0):
         case.loss(case.model, case.batch).backward()
+    with sqlite3.connect(path) as db:
+        assert "columns" in unpack(decompress(db.execute("SELECT graph FROM steps").fetchone()[0]))
     with TraceStore(path, readonly=True) as store:
         graph = store.read_graph("g", 0)
     for name, p in case.model.named_parameters():
