@@ -4,14 +4,16 @@ what the store keeps and the socket sink sends of a step the Python recorder mad
 NOTE [Columns of any step]
     A natively recorded step writes its columns from the recorder's tables (tracer/record/wire_columns.py).
     Every other step is written here from its nodes, so both recorders' steps are stored and sent in one
-    form. The columns hold less than the maps do, by design: a node's input shapes are its children's output
-    shapes (`child_nr`, the output a slot takes, is stored only for that: a `NodeTrace` does not keep it, so
-    the first output of that shape is named), a run's position is its place in the step's order, and a
-    node's order, `grad_inputs`, `grad_outputs` and `time_us` are its first run's. The Python recorder makes
-    its steps so. A step that is not (one built by hand with other values) is written as maps, as before:
-    `column_parts` returns None. Tensors are numbered as the codec numbers them (`step_to_wire`): what the
-    nodes name, as it first meets them, are the rows (each a plan, `[shape, dtype, view, device]`, and its
-    8 statistics); what only the other fields name comes after them as maps (`extra`).
+    form. The columns hold less than the maps do, by design:
+    - a node's input shapes are its children's output shapes. `child_nr`, the output a slot takes, is
+      stored only for that; a `NodeTrace` does not keep it, so the first output of that shape is named (one
+      past the last for no shape);
+    - a run's position is its place in the step's order;
+    - a node's order, `grad_inputs`, `grad_outputs` and `time_us` are its first run's.
+    The Python recorder makes its steps so. A step that is not (one built by hand with other values) is
+    written as maps, as before: `column_parts` returns None. Tensors are numbered as the codec numbers them
+    (`step_to_wire`): what the nodes name, as it first meets them, are the rows (each a plan, `[shape, dtype,
+    view, device]`, and its 8 statistics); what only the other fields name comes after them as maps (`extra`).
 """
 
 from __future__ import annotations
@@ -75,9 +77,11 @@ def _slots(nodes: list[NodeTrace], edges: list[tuple[int, int, int]]) -> tuple[l
                 nrs.append(0)
                 continue
             outs = [None if s is None else tuple(s) for s in nodes[c].output_shapes]
-            want = None if shape is None else tuple(shape)
-            nrs.append(outs.index(want) if want is not None and want in outs else len(outs) if want is None else -1)
-            if nrs[-1] < 0:
+            if shape is None:
+                nrs.append(len(outs))  # past the child's outputs: no shape
+            elif tuple(shape) in outs:
+                nrs.append(outs.index(tuple(shape)))
+            else:
                 raise _NotColumns
             ids.append(c)
         off.append(len(ids))
