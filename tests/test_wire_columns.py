@@ -127,6 +127,41 @@ def test_columns_read_back_as_the_maps(tmp_path: Path, name: str, recorder: str)
                 assert ia.badges
 
 
+def _special(kind: str) -> Any:
+    """A step of one of the ways of training the zoo does not hold, recorded in Python."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    if kind == "sparse":
+        model: Any = torch.nn.Embedding(10, 4, sparse=True)
+        body = lambda: model(torch.tensor([1, 2, 3])).sum().backward()  # noqa: E731
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        body = {"autograd_grad": lambda: torch.autograd.grad(model(x).sum(), list(model.parameters())),
+                "checkpoint": lambda: torch.utils.checkpoint.checkpoint(
+                    model, x.requires_grad_(), use_reentrant=False).sum().backward(),
+                "gradient": lambda: model(x).backward(torch.full((3, 1), 2.0)),
+                "two_roots": lambda: torch.autograd.backward([model(x).sum(), model(x).mean()]),
+                "full": lambda: model(x).pow(2).sum().backward()}[kind]
+    tensors = "full" if kind == "full" else "summary"
+    with gradscape.Tracer(model, run=kind, recorder="python", tensors=tensors) as tr, tr.step(0) as st:
+        body()
+    return st
+
+
+@pytest.mark.parametrize("kind", ["autograd_grad", "checkpoint", "gradient", "two_roots", "full", "sparse"])
+def test_a_python_step_of_each_kind_is_stored_as_columns_that_read_back_as_its_maps(tmp_path: Path,
+                                                                                   kind: str) -> None:
+    st = _special(kind)
+    paths = {form: tmp_path / f"{form}.sqlite" for form in ("columns", "maps")}
+    for form, path in paths.items():
+        _store(path, [st], form == "columns")
+    with sqlite3.connect(paths["columns"]) as db:
+        assert "columns" in unpack(decompress(db.execute("SELECT graph FROM steps").fetchone()[0]))
+    with TraceStore(paths["columns"], readonly=True) as a, TraceStore(paths["maps"], readonly=True) as b:
+        assert pack(step_to_wire(a.read_step(kind, 0))) == pack(step_to_wire(b.read_step(kind, 0)))
+        assert pack(sorted(a.read_graph(kind, 0).items())) == pack(sorted(b.read_graph(kind, 0).items()))
+
+
 @pytest.mark.parametrize("change", ["time", "shape"])
 def test_a_step_the_columns_cannot_hold_is_stored_as_maps(tmp_path: Path, change: str) -> None:
     """A node whose time is not its first run's, or an input shape on a slot without a child: the columns
