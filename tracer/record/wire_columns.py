@@ -28,6 +28,7 @@ from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.wire.codec import TensorTable as WireTensors
 from gradscape.tracer.wire.codec import step_fields, tensor_summary
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
+from gradscape.tracer.wire.trace_columns import codes
 from gradscape.tracer.wire.types import TensorNumpy
 
 # id of a step's statics list (shared by the steps of one graph shape: StructureCache) -> (the list, its codes)
@@ -36,10 +37,9 @@ _STATIC_LOCK = threading.Lock()
 
 
 def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
-    """The distinct `values` (hashable) in the order met, and each value's position among them."""
-    seen: dict[Any, int] = {}
-    code = [seen.setdefault(v, len(seen)) for v in values]
-    return list(seen), np.array(code, np.int32)
+    """The distinct `values` (hashable) in the order met, and each value's position among them (`codes`)."""
+    table, code = codes(values)
+    return table, np.array(code, np.int32)
 
 
 def _static_codes(statics: list[Any]) -> tuple[np.ndarray, list[list[Any]]]:

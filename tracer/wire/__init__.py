@@ -20,9 +20,9 @@ columns and for the offline page:
     columns        the document and `StepColumns`, read back as the maps they stand for
     column_write   a step's columns, asked of the step itself (the store and the socket sink)
     trace_columns  the columns of a step that has no recorder's tables, made from its `NodeTrace`s
-    column_check  a step sent as columns, checked as the server checks the wire form
-    column_read   a stored column step read back as a `StepTrace`
-    column_index  its index from the columns
+    column_check   a step sent as columns, checked as the server checks the wire form
+    column_read    a stored column step read back as a `StepTrace`
+    column_index   its index from the columns
 
 and what the page reads first: step_index (NOTE [Step index]: every node's module, name and colour
 values) and lazy (a stored step whose node and tensor maps are decoded when read).

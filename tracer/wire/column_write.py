@@ -44,7 +44,7 @@ def step_columns(st: Any) -> tuple[dict[str, Any], list[TensorNumpy]] | None:
 
 
 def step_message(st: Any) -> dict[str, Any] | None:
-    """What the socket sink sends of a natively recorded step to a server that reads columns: its document
+    """What the socket sink sends of a step to a server that reads columns: its document
     (`step_columns`) with each tensor's `[thumb, values]` as wire arrays (`tracer.wire.column_check` reads
     it); None for a step the columns cannot hold."""
     made = step_columns(st)

@@ -33,19 +33,21 @@ class _NotColumns(Exception):
     """The step holds something the columns cannot (NOTE [Columns of any step])."""
 
 
-def _codes(values: list[Any], key: Any = None) -> tuple[list[Any], list[int]]:
-    """The distinct `values` in the order met (by `key(value)` when given), and each value's code."""
+def codes(values: list[Any], key: Any = None) -> tuple[list[Any], list[int]]:
+    """The distinct `values` in the order met, and each value's position among them: compared as they are
+    (hashable), or by `key(value)` when given (the table then holds the first value of each key)."""
     seen: dict[Any, int] = {}
+    if key is None:
+        code = [seen.setdefault(v, len(seen)) for v in values]
+        return list(seen), code
     table: list[Any] = []
-    codes = []
+    code = []
     for v in values:
-        k = v if key is None else key(v)
-        c = seen.get(k)
-        if c is None:
-            c = seen[k] = len(table)
+        c = seen.setdefault(key(v), len(table))
+        if c == len(table):
             table.append(v)
-        codes.append(c)
-    return table, codes
+        code.append(c)
+    return table, code
 
 
 def _strs(values: Any) -> list[str]:
@@ -115,11 +117,7 @@ def _runs(st: StepTrace, tab: TensorTable) -> dict[str, list[Any]]:
     for n in st.nodes:
         tab.refs(n.grad_inputs)
         tab.refs(n.grad_outputs)
-        first = n.runs[0] if n.runs else None
-        if first is None and (n.order, n.grad_inputs, n.grad_outputs, n.time_us) != (None, None, None, None) or \
-                first is not None and not (n.order == first.order and n.time_us == first.time_us and
-                                           _same(n.grad_inputs, first.grad_inputs) and
-                                           _same(n.grad_outputs, first.grad_outputs)):
+        if not _first_run_agrees(n):
             raise _NotColumns
         last = -1
         for r in n.runs:
@@ -143,6 +141,15 @@ def _runs(st: StepTrace, tab: TensorTable) -> dict[str, list[Any]]:
     return cols
 
 
+def _first_run_agrees(n: NodeTrace) -> bool:
+    """The node's order, time and gradients are its first run's (all None for a node that never ran)."""
+    if not n.runs:
+        return (n.order, n.grad_inputs, n.grad_outputs, n.time_us) == (None, None, None, None)
+    first = n.runs[0]
+    return (n.order == first.order and n.time_us == first.time_us and _same(n.grad_inputs, first.grad_inputs)
+            and _same(n.grad_outputs, first.grad_outputs))
+
+
 def _same(a: list[Any] | None, b: list[Any] | None) -> bool:
     """The same tensors in the same slots (the objects, not their values)."""
     return a is b or a is not None and b is not None and len(a) == len(b) and all(x is y for x, y in zip(a, b))
@@ -150,10 +157,11 @@ def _same(a: list[Any] | None, b: list[Any] | None) -> bool:
 
 def _tensor_columns(items: list[Any]) -> dict[str, Any]:
     """The rows' plans and statistics, of their maps (`tensor_summary`'s form)."""
-    plans, codes = _codes(items, key=lambda m: (tuple(m["shape"]), m["dtype"], m["view"], m["device"]))
+    plans, plan_code = codes(items, key=lambda m: (tuple(m["shape"]), m["dtype"], m["view"], m["device"]))
     stats = np.array([m["stats"] for m in items], TENSOR_ARRAYS["stats"]).reshape(-1, len(STAT_NAMES))
     return {"n": len(items), "plans": [[list(m["shape"]), m["dtype"], m["view"], m["device"]] for m in plans],
-            "maps": [], "plan_code": np.array(codes, TENSOR_ARRAYS["plan_code"]).tobytes(), "stats": stats.tobytes()}
+            "maps": [], "plan_code": np.array(plan_code, TENSOR_ARRAYS["plan_code"]).tobytes(),
+            "stats": stats.tobytes()}
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
@@ -177,16 +185,16 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], dict
         runs = _runs(st, tab)
         if [tuple(e) for e in st.execution] != _execution(runs["run_node"]):
             raise _NotColumns
-        statics, static_code = _codes([_static(n) for n in nodes], key=repr)
+        statics, static_code = codes([_static(n) for n in nodes], key=repr)
     except _NotColumns:
         return None
     n_rows = len(tab.items)
     rows = tab.items[:]
     fields = step_fields(st, tab, execution=False)  # after the rows: what only the other fields name
-    names, name_code = _codes([n.name for n in nodes])
-    kinds, kind_code = _codes([n.kind for n in nodes])
-    modules, module_code = _codes([n.module for n in nodes])
-    sources, source_code = _codes([n.source for n in nodes])
+    names, name_code = codes([n.name for n in nodes])
+    kinds, kind_code = codes([n.kind for n in nodes])
+    modules, module_code = codes([n.module for n in nodes])
+    sources, source_code = codes([n.source for n in nodes])
     arrays = {"name_code": name_code, "kind_code": kind_code, "module_code": module_code,
               "source_code": source_code, "static_code": static_code, "child_off": child_off, "child_id": child_id,
               "child_nr": child_nr, **outs, **runs}
