@@ -1,13 +1,16 @@
 """A training loop with the monitor on, streaming into a gradscape server (the history tests and the
 timeline's browser test run it as a subprocess). One batch at step `--spike` is scaled ×100, so a
 trigger fires there; at step `--nan` (if given) the loss is the log of a negative value, a NaN, and the
-optimizer does not step. Prints one JSON line at the end: the Tracer's history rows and sink counts."""
+optimizer does not step. With `--hold FILE`, the loop waits before the spike's step until FILE exists
+(a test that must see the page before the trigger fires). Prints one JSON line at the end: the Tracer's
+history rows and sink counts."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import time
 
 import torch
@@ -25,6 +28,7 @@ def main() -> None:
     ap.add_argument("--spike", type=int, default=30)
     ap.add_argument("--nan", type=int, default=-1)
     ap.add_argument("--pause", type=float, default=0.0)
+    ap.add_argument("--hold", default=None)
     args = ap.parse_args()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
@@ -33,6 +37,8 @@ def main() -> None:
     for i in range(args.steps):
         x, y = torch.randn(16, 8), torch.randn(16, 1)
         if i == args.spike:
+            while args.hold and not os.path.exists(args.hold):
+                time.sleep(0.01)
             x, y = x * 100, y * 100
         with tr.step(i):
             out = model(x)

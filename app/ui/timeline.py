@@ -41,10 +41,13 @@ def register(app: dash.Dash, data: PageData) -> None:
         line, layers = timeline_figure(rows, run), heatmap_figure(rows, run)
         if dash.ctx.triggered_id != ids.SOCKET:
             return line, layers, info
-        # new rows of the run shown: only the data changes; the layout in the browser (the person's zoom
-        # and pan, which plotly keeps there) is left as it is
+        # new rows of the run shown: the data changes, and the trigger labels above the plot with the margin
+        # that holds them; the rest of the layout in the browser (the person's zoom and pan, which plotly
+        # keeps there) is left as it is
         p_line, p_layers = Patch(), Patch()
         p_line["data"] = line["data"]
+        p_line["layout"]["annotations"] = line["layout"]["annotations"]
+        p_line["layout"]["margin"]["t"] = line["layout"]["margin"]["t"]
         p_layers["data"] = layers["data"]
         p_layers["layout"]["height"] = layers["layout"]["height"]
         return p_line, p_layers, info

@@ -55,6 +55,51 @@ def test_a_step_picked_while_following_stays_and_follow_live_goes_off(streaming:
     page.wait_for_function(f"parseInt(document.querySelector('#step-select').innerText.slice(5)) > {newest}")
 
 
+def _option_box(page: Page, step: int) -> dict[str, float] | None:
+    return page.get_by_role("option", name=f"step {step}", exact=True).bounding_box()
+
+
+def test_the_open_step_list_holds_still_while_steps_arrive(streaming: Any, page: Page) -> None:
+    """A person who opened the step list and scrolled to an older step finds it where it was while newer
+    steps stream in: the list is held open as it was (the dropdown scrolled to the step shown each time its
+    options changed), takes them in when it closes, and the older step can be picked."""
+    page.goto(streaming.url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    deadline = time.monotonic() + 60
+    while len(_steps(streaming.url)) < 16:  # more steps than the open list shows at once
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    page.click("#step-select")
+    option = page.get_by_role("option", name="step 3", exact=True)
+    option.scroll_into_view_if_needed()
+    shown = page.get_by_role("option").count()
+    box = _option_box(page, 3)
+    have = len(_steps(streaming.url))
+    page.wait_for_function(f"document.querySelector('#run-select').innerText.includes('{have + 2} steps')")
+    assert _option_box(page, 3) == box
+    assert page.get_by_role("option").count() == shown
+    option.click()
+    page.wait_for_function("document.querySelector('#step-select').innerText.trim() === 'step 3'")
+    page.wait_for_function("!document.querySelector('#follow-live input').checked")
+    page.click("#step-select")  # opened again, the list holds the steps that came while it was open
+    page.get_by_role("option", name=f"step {_steps(streaming.url)[have + 1]}", exact=True).wait_for()
+    page.keyboard.press("Escape")
+    assert page.inner_text("#step-select").strip() == "step 3"
+
+
+def test_a_list_closed_without_a_pick_goes_on_following(streaming: Any, page: Page) -> None:
+    """The list opened and closed again (Escape) while following: the steps that came meanwhile are taken in,
+    and the newest is shown."""
+    page.goto(streaming.url)
+    page.wait_for_function("window.cy && window.cy.nodes().length > 0")
+    page.click("#step-select")
+    have = _steps(streaming.url)
+    page.wait_for_function(f"document.querySelector('#run-select').innerText.includes('{len(have) + 2} steps')")
+    page.keyboard.press("Escape")
+    page.wait_for_function(f"parseInt(document.querySelector('#step-select').innerText.slice(5)) > {have[-1]}")
+    assert page.is_checked("#follow-live input")
+
+
 def _record(store: Path, name: str | None, run: str) -> None:
     """One step of a zoo model, or (`name` None) of a three-node sum of squares."""
     case = build(name) if name else None

@@ -5,6 +5,7 @@ arrive without undoing the person's zoom, and a click on a traced step opens it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,3 +61,21 @@ def test_timeline_grows_keeps_the_zoom_and_opens_a_triggered_step(streaming: Any
     page.wait_for_function(f"() => (document.querySelector('#step-select') || {{innerText: ''}}).innerText"
                            f".includes('step {SPIKE}')", timeout=30_000)
     assert not [e for e in page.console_errors if "favicon" not in e]  # type: ignore[attr-defined]
+
+
+def test_a_trigger_that_fires_while_the_page_is_open_gets_its_label(live_server: Any, page: Page,
+                                                                     tmp_path: Path) -> None:
+    """The page is drawn before the spike (the loop holds there until the test lets it go); the trigger's
+    label joins the timeline as its row streams in, as it would on a page opened after it."""
+    go, spike = tmp_path / "go", 120  # rows are flushed at least once a second: some arrive before the hold
+    with streaming_history(live_server.url, RUN, lambda: len(history_rows(live_server.url, RUN)) >= 40,
+                           "--steps", "3000", "--every", "1000", "--spike", str(spike), "--pause", "0.02",
+                           "--hold", str(go)):
+        page.goto(live_server.url)
+        page.wait_for_function(f"() => ({POINTS})() >= 40")
+        labels = f"() => (({FIGURE})().layout.annotations || []).map(a => a.text)"
+        assert page.evaluate(labels) == []
+        go.touch()
+        page.wait_for_function(f"() => ({labels})().includes('loss_spike')")
+        top = page.evaluate(f"() => ({FIGURE})().layout.margin.t")
+        assert top > 6, top  # the margin above the plot has grown to hold the label row
