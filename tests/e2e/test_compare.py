@@ -122,7 +122,7 @@ def test_rank_1_drives_the_graph_the_inspector_and_the_address(live_server: Any,
     page.wait_for_function("location.search.includes('rank=1')")
     assert page.evaluate("location.search") == f"?run=ddp&rank=1&step=1&node={node}"
     assert "rank 1 of 2" in page.inner_text("#inspector")
-    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"  # the selection stayed
+    page.wait_for_function("id => window.cy.$(':selected').id() === id", arg=f"n{node}")  # the selection stayed
 
     with TraceStore(live_server.store_path, readonly=True) as store:
         wire0, step0 = store.read_graph("ddp", 0, 1), store.read_step("ddp", 0, 1)
@@ -133,7 +133,7 @@ def test_rank_1_drives_the_graph_the_inspector_and_the_address(live_server: Any,
     page.wait_for_function("v => window.cy && window.cy.getElementById(v[0]).data('value_text') === v[1]",
                            arg=[f"n{node}", _graph_values(wire0)[f"n{node}"]])
     assert page.evaluate(GRAPH_VALUES) == _graph_values(wire0)
-    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    page.wait_for_function("id => window.cy.$(':selected').id() === id", arg=f"n{node}")
     assert page.is_checked("#follow-live input") is False  # the link names a step: it is pinned
     errors = [e for e in page.console_errors if "wheel sensitivity" not in e]  # type: ignore[attr-defined]
     assert errors == []

@@ -23,6 +23,7 @@ from gradscape.tracer.wire import unpack
 RUN = "stream"
 # the selection (written into the address) has moved on to a new step
 INSPECTOR_HAS = "t => (document.querySelector('#inspector')?.innerText || '').includes(t)"
+SELECTED = "id => window.cy.$(':selected').id() === id"
 URL_STEP_AT_LEAST = "s => { const m = location.search.match(/step=(\\d+)/); return !!m && parseInt(m[1]) >= s; }"
 
 
@@ -105,7 +106,7 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     step = wait_shown_step_above(page, shown_step(page))
     step = wait_shown_step_above(page, step)  # two new steps drawn while the node stays selected
     page.wait_for_function(URL_STEP_AT_LEAST, arg=step)  # the selection moved with them
-    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    page.wait_for_function(SELECTED, arg=f"n{node}")  # reselected once the new step's graph is drawn
     assert page.evaluate("[window.cy.zoom(), window.cy.pan().x, window.cy.pan().y]") == pytest.approx([0.77, 31, 17])
     assert page.evaluate("document.getElementById('inspector').scrollTop") == scrolled
     # another tab: it stays chosen through new steps; only the data under it changes
@@ -122,7 +123,7 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     step = wait_shown_step_above(page, step)
     page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
     assert selected_tab(page).startswith("Module")
-    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    page.wait_for_function(SELECTED, arg=f"n{node}")  # reselected once the new step's graph is drawn
     clean_console(page)
 
 
@@ -141,7 +142,7 @@ def test_a_link_naming_a_step_pins_it(streaming: Any, page: Page) -> None:
     assert seen and seen[-1] >= 4
     assert shown_step(page) == 0
     assert "step=0" in page.url
-    assert page.evaluate("window.cy.$(':selected').id()") == f"n{node}"
+    page.wait_for_function(SELECTED, arg=f"n{node}")  # reselected once the new step's graph is drawn
     clean_console(page)
 
 
