@@ -227,9 +227,10 @@ def test_colour_fold_find_and_player_hold_while_steps_stream(streaming: Any, pag
     assert "exactly 0" in page.inner_text("#legend")  # its title: "fraction of ∂L/∂output that is exactly 0"
     assert page.evaluate("[window.cy.getElementById('m:fc1').length, window.cy.getElementById('g:fc1').length]") \
         == [1, 0]
-    assert page.evaluate("window.cy.$(':selected').id()") == f"n{weight}"
+    # the player reselects once it has the drawn step's elements (a newer step may be being drawn meanwhile)
+    page.wait_for_function(SELECTED, arg=f"n{weight}")
     assert f"(node n{weight}," in page.inner_text("#inspector")
-    assert page.evaluate("window.gradscape.player.current.position") == last - 3
+    page.wait_for_function(f"window.gradscape.player.current.position === {last - 3}")
     page.wait_for_function(f"window.cy.$('.current').id() === '{current}'")  # painted again on each new step
     clean_console(page)
 
