@@ -46,8 +46,9 @@
     if (read) window.dash_clientside.set_props(ID.STEPS_READ, {data: Object.assign({}, read, {again: performance.now()})});
   };
   // The step list open in front of the person: a list read meanwhile is held, and judged when it closes.
-  // Dash's dropdown scrolls its open menu to the step shown whenever its options change, so each new step
-  // streamed pulled the list away from the older step the pointer was on (tests/e2e/test_one_state.py)
+  // Each new step streamed while following set the list's options and the step shown, and Dash's dropdown
+  // scrolled its open menu to that step: the list was pulled away from the older step the pointer was on
+  // (tests/e2e/test_one_state.py)
   GS.live.stepListOpen = function () {
     const el = document.getElementById(ID.STEP_SELECT);
     return !!el && el.getAttribute("aria-expanded") === "true";
