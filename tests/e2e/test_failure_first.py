@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from history_stream import history_rows, streaming_history
-from page_geometry import clipped, overlapping, text_boxes
+from page_geometry import TEXT_BOXES, clipped, overlapping
 from playwright.sync_api import Page
 from problem_cases import sqrt_of_sqrt
 from serving import get_json
@@ -58,8 +58,11 @@ def test_every_triggered_step_is_drawn_and_the_nan_sits_labelled_at_the_top(stre
     assert steps == [SPIKE, NAN], marks
     nan = next(m for m in marks if m["step"] == NAN)
     assert abs(nan["py"]) <= 2, nan  # on the plot's top edge
-    texts = text_boxes(page, "#timeline")
-    assert any("nonfinite" in t["text"] for t in texts) and any("loss_spike" in t["text"] for t in texts), texts
+    # both labels drawn (the figure is patched as rows stream in: its labels with it)
+    texts = page.wait_for_function(f"""() => {{ const boxes = ({TEXT_BOXES})('#timeline');
+        const t = boxes.map(b => b.text);
+        return t.some(x => x.includes('nonfinite')) && t.some(x => x.includes('loss_spike')) && boxes; }}"""
+                                   ).json_value()
     assert clipped(texts) == []
     assert overlapping(texts) == []
 
