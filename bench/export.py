@@ -6,7 +6,9 @@ in summary mode, against the same step in a SQLite trace file written in the sam
 
 Prints, per workload: nodes, tensors, the file's size and its parts (page data JSON, heatmap cells,
 scripts and styles), the views laid out (one per fold that opens, within NOTE [Export budgets] in
-app/export/views.py), the time to write it, and the ratio to the step's trace file.
+app/export/views.py), the time to write it from the step in memory (`st.to_html`) and from the trace
+file (`gradscape export`, which reads the stored step as the live page does), and the ratio to the
+step's trace file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 import gradscape  # noqa: E402
 from bench.workloads import build, lstm_loop  # noqa: E402
-from gradscape.app.export.html import write_html  # noqa: E402
+from gradscape.app.export.html import export_file, write_html  # noqa: E402
 
 BUDGET = 5 * 1024 * 1024
 MB = 1024 * 1024
@@ -41,6 +43,9 @@ def measure(key: str, folder: Path) -> None:
     t0 = time.perf_counter()
     path = write_html(st, folder / f"{key}.html")
     took = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    export_file(db, key, 0, 0, folder / f"{key}-export.html")
+    from_file = time.perf_counter() - t0
     text = path.read_text(encoding="utf-8")
     size = path.stat().st_size
     part = {name: len(m.group(1).encode()) for name, m in (
@@ -50,7 +55,7 @@ def measure(key: str, folder: Path) -> None:
     states = len(json.loads(zlib.decompress(base64.b64decode(packed.group(1))))["states"]) if packed else 0
     print(f"{key} {w.name}: {len(st.nodes)} nodes, {len(st.modules)} modules, {states} views laid out; "
           f"file {size / MB:.2f} MB (data {part.get('data', 0) / MB:.2f}, cells {part.get('cells', 0) / MB:.2f}, "
-          f"page code {(size - sum(part.values())) / MB:.3f}) in {took:.1f} s; "
+          f"page code {(size - sum(part.values())) / MB:.3f}) in {took:.1f} s ({from_file:.1f} s from the file); "
           f"trace file {db.stat().st_size / MB:.2f} MB (ratio {size / db.stat().st_size:.2f}); "
           f"{'within' if size <= BUDGET else 'OVER'} the 5 MB budget ({size / BUDGET:.0%})", flush=True)
 

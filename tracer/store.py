@@ -286,6 +286,20 @@ class TraceStore:
                                        (run, int(rank))).fetchone()
         return None if row is None else (row[0], int(row[1]))
 
+    def which_step(self, run: str | None = None, step: int | None = None, rank: int = 0) -> tuple[str, int]:
+        """(run, step) with `load`'s defaults filled in: the only run (or the newest), its last step on `rank`."""
+        if run is None:
+            runs = self.runs()
+            if not runs:
+                raise StoreError(f"{self.path} holds no runs")
+            run = runs[-1]["run"]
+        if step is None:
+            latest = self.latest_step(run, rank)
+            if latest is None:
+                raise StoreError(f"run {run!r} in {self.path} has no steps on rank {rank}")
+            step = latest[1]
+        return run, int(step)
+
     @collector_paused()  # the step's graph is decoded inside (NOTE [Collector paused])
     def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:
         """The step's wire form without arrays (tensors carry stats, shape and dtype only). Not checked again:
@@ -387,14 +401,4 @@ def _values(stored: Any, i: int) -> Any:
 def load(path: str | Path, run: str | None = None, step: int | None = None, rank: int = 0) -> StepTrace:
     """Read one step back from a trace file. Defaults: the only run (or the newest), its last step, rank 0."""
     with TraceStore(path, readonly=True) as store:
-        if run is None:
-            runs = store.runs()
-            if not runs:
-                raise StoreError(f"{path} holds no runs")
-            run = runs[-1]["run"]
-        if step is None:
-            latest = store.latest_step(run, rank)
-            if latest is None:
-                raise StoreError(f"run {run!r} in {path} has no steps on rank {rank}")
-            step = latest[1]
-        return store.read_step(run, int(step), rank)
+        return store.read_step(*store.which_step(run, step, rank), rank)

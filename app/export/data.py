@@ -2,6 +2,7 @@
 view layer (`gradscape.app.view`), so the file draws what the live page draws. No Dash, no torch.
 
     data = page_data(wire)           # wire: the whole step, arrays included (`step_to_wire`)
+    data = page_data(wire, arrays)   # or a stored step as the live page reads it, and its arrays
 
 - The graph: the views a person can open, laid out here (`app.export.views`).
 - Colours, labels, sizes and classes: `cytoscape_elements`, the same for an element in every state.
@@ -37,12 +38,13 @@ CELL_BUDGET = 3 * 1024 * 1024
 LEFT_OUT = "picture left out of this file (its pictures' budget is spent); the statistics are exact"
 
 
-def page_data(wire: WireStep) -> tuple[dict[str, Any], bytes]:
+def page_data(wire: WireStep, arrays: Mapping[int, TensorArrays] | None = None) -> tuple[dict[str, Any], bytes]:
     """(everything the offline page needs for one step, the heatmaps' cell codes one after the other:
-    a heatmap's `offset` says where its rows × cols codes start). See the module's docstring."""
+    a heatmap's `offset` says where its rows × cols codes start). `arrays`: each tensor's thumbnail and
+    values by index (`TraceStore.read_arrays`), else those `wire`'s tensors hold. See the module's docstring."""
     wire = indexed(wire)  # every fold state reads the step's index: made once
-    arrays: dict[int, TensorArrays] = {i: {"thumb": t.get("thumb"), "values": t.get("values")}
-                                       for i, t in enumerate(wire["tensors"])}
+    if arrays is None:
+        arrays = {i: {"thumb": t.get("thumb"), "values": t.get("values")} for i, t in enumerate(wire["tensors"])}
     elements, edge_labels, states, show, left_out = fold_states(wire)
     cells = bytearray()
     nodes, heatmaps, stats = inspector_data(wire, arrays, cells)

@@ -20,14 +20,15 @@ import json
 import os
 import re
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gradscape.app.export.data import page_data
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import raised_gc_threshold
-from gradscape.tracer.store import load
-from gradscape.tracer.wire import WireStep, step_to_wire
+from gradscape.tracer.store import TraceStore
+from gradscape.tracer.wire import TensorArrays, WireStep, step_to_wire
 
 PAGE = Path(__file__).parent / "page"
 SCRIPTS = ("graph.js", "inspector.js")  # graph.js first: inspector.js starts the page
@@ -103,11 +104,12 @@ def _packed(raw: bytes) -> str:
     return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
 
 
-def step_html(wire: WireStep) -> str:
-    """The page of one step as HTML text; `wire` is the whole step, arrays included."""
+def step_html(wire: WireStep, arrays: Mapping[int, TensorArrays] | None = None) -> str:
+    """The page of one step as HTML text; `wire` is the whole step, arrays included, or its arrays are given
+    by tensor index (`page_data`)."""
     # NOTE [Raised threshold] (tracer/collector.py): a 10k-node step's page data is millions of objects
     with raised_gc_threshold():
-        data, cells = page_data(wire)
+        data, cells = page_data(wire, arrays)
         packed = _packed(_json_script(data).encode("utf-8"))
     rank = f" · rank {data['rank']}" if data["rank"] else ""
     where = scrub_paths(f"run {data['run']} · step {data['step']}{rank}")
@@ -130,15 +132,23 @@ def _note(note: dict[str, str]) -> str:
             f'{html.escape(note["text"])}</span>')
 
 
-def write_html(step: StepTrace | WireStep, path: str | os.PathLike[str]) -> Path:
-    """Write the offline page of `step` (a `StepTrace`, or a whole step's wire form) to `path`."""
+def write_html(step: StepTrace | WireStep, path: str | os.PathLike[str],
+               arrays: Mapping[int, TensorArrays] | None = None) -> Path:
+    """Write the offline page of `step` (a `StepTrace`, or a step's wire form with its arrays or `arrays`)
+    to `path`."""
     wire = step_to_wire(step) if isinstance(step, StepTrace) else step
     out = Path(path)
-    out.write_text(step_html(wire), encoding="utf-8")
+    out.write_text(step_html(wire, arrays), encoding="utf-8")
     return out
 
 
 def export_file(trace_file: str | Path, run: str | None, step: int | None, rank: int, out: str | Path) -> Path:
     """Write the offline page of one stored step (`gradscape.load`'s defaults: the newest run, its
-    last step)."""
-    return write_html(load(trace_file, run, step, rank), out)
+    last step), from the stored document as the page's data layer reads it (`read_graph`: the node and
+    tensor maps, made from the stored columns) and every tensor's arrays (`read_arrays`): no `StepTrace`
+    is made, and the step is not encoded again."""
+    with TraceStore(trace_file, readonly=True) as store:
+        run, step = store.which_step(run, step, rank)
+        wire = store.read_graph(run, step, rank)
+        arrays = store.read_arrays(run, step, range(len(wire["tensors"])), rank)
+    return write_html(wire, out, arrays)

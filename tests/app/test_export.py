@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from zoo import build, loop_model, loop_step
 
 import gradscape
 from gradscape.app import cli
 from gradscape.app.export.data import LEVELS, PAD_CODE
-from gradscape.app.export.html import scrub_json, scrub_paths
+from gradscape.app.export.html import export_file, scrub_json, scrub_paths, write_html
 from gradscape.app.view import default_collapse
 from gradscape.tracer.wire import step_to_wire
 
@@ -131,6 +132,28 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (data["run"], data["step"], len(data["nodes"])) == ("r", 0, len(st.nodes))
     assert cli.main(["export", str(tmp_path / "t.sqlite"), "--step", "7", "-o", str(out)]) == 2
     assert "no step 7 of run 'r'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["mlp", "transformer", "two_heads", "grabbag", "full", "loop"])
+def test_a_stored_step_exports_as_the_step_read_back_does(tmp_path: Path, case: str) -> None:
+    """`gradscape export` reads the stored document's maps and arrays (`read_graph`, `read_arrays`) and makes
+    no `StepTrace`: its file is the one `write_html(gradscape.load(...))` writes, byte for byte."""
+    path = tmp_path / "t.sqlite"
+    if case == "loop":
+        with gradscape.Tracer(loop_model(), sink=str(path), run="r") as tr:
+            loop_step(tr, 0, 40)
+    else:
+        zoo_case = build("mlp" if case == "full" else case)
+        with gradscape.Tracer(zoo_case.model, sink=str(path), run="r",
+                              tensors="full" if case == "full" else "summary") as tr:
+            with tr.step(0):
+                zoo_case.loss(zoo_case.model, zoo_case.batch).backward()
+    exported, written = tmp_path / "export.html", tmp_path / "write.html"
+    export_file(path, None, None, 0, exported)
+    write_html(gradscape.load(path), written)
+    assert exported.read_bytes() == written.read_bytes()
+    data, cells = _parts(exported.read_text(encoding="utf-8"))
+    assert data["nodes"] and (cells or case == "loop")
 
 
 def test_inline_display_is_an_svg_of_the_graph_and_repr_is_short() -> None:
