@@ -145,9 +145,8 @@ def test_a_stored_step_exports_as_the_step_read_back_does(tmp_path: Path, case: 
     else:
         zoo_case = build("mlp" if case == "full" else case)
         with gradscape.Tracer(zoo_case.model, sink=str(path), run="r",
-                              tensors="full" if case == "full" else "summary") as tr:
-            with tr.step(0):
-                zoo_case.loss(zoo_case.model, zoo_case.batch).backward()
+                              tensors="full" if case == "full" else "summary") as tr, tr.step(0):
+            zoo_case.loss(zoo_case.model, zoo_case.batch).backward()
     exported, written = tmp_path / "export.html", tmp_path / "write.html"
     export_file(path, None, None, 0, exported)
     write_html(gradscape.load(path), written)
