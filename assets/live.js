@@ -34,31 +34,31 @@
     const box = document.querySelector("#" + ID.FOLLOW + " input");
     return !GS.link.pinned && !GS.live.picked && (box ? box.checked : !!(follow && follow.length));
   };
-  // a step's graph drawn: the step list read while it was drawn is judged again now (`showSteps`), so a newer
-  // step that came meanwhile is shown if the page still follows
+  // a step's graph drawn: a newer step that came meanwhile is asked for now, if the page still follows
   GS.live.drawn = function () {
     GS.live.askedAt = null;
     if (!GS.live.behind) return;
     GS.live.behind = false;
-    GS.live.judgeAgain(GS.live.lastRead);
+    // (the list open in front of the person: the next step moves it, once it is closed)
+    if (!GS.live.following(GS.live.behindFollow) || GS.live.stepListOpen()) return;
+    GS.live.ask(GS.live.newest);
+    window.dash_clientside.set_props(ID.STEP_SELECT, {value: GS.live.newest});
   };
-  GS.live.judgeAgain = function (read) {
-    if (read) window.dash_clientside.set_props(ID.STEPS_READ, {data: Object.assign({}, read, {again: performance.now()})});
-  };
-  // The step list open in front of the person: a list read meanwhile is held, and judged when it closes.
-  // Each new step streamed while following set the list's options and the step shown, and Dash's dropdown
-  // scrolled its open menu to that step: the list was pulled away from the older step the pointer was on
+  // The step list open in front of the person: a list read meanwhile is held, and its options taken in when
+  // it closes (the step shown moves to the newest with the next step, if the page still follows). Each new
+  // step streamed while following set the list's options and the step shown, and Dash's dropdown scrolled
+  // its open menu to that step: the list was pulled away from the older step the pointer was on
   // (tests/e2e/test_one_state.py)
   GS.live.stepListOpen = function () {
     const el = document.getElementById(ID.STEP_SELECT);
     return !!el && el.getAttribute("aria-expanded") === "true";
   };
   new MutationObserver(function (changes) {
-    if (!GS.live.heldRead || GS.live.stepListOpen()) return;
+    if (!GS.live.heldOptions || GS.live.stepListOpen()) return;
     if (!changes.some(function (c) { return c.target.id === ID.STEP_SELECT; })) return;
-    const read = GS.live.heldRead;
-    GS.live.heldRead = null;
-    GS.live.judgeAgain(read);  // a Dash callback, queued after the pick that closed the list (`stepPicked`)
+    const options = GS.live.heldOptions;
+    GS.live.heldOptions = null;
+    window.dash_clientside.set_props(ID.STEP_SELECT, {options: options});
   }).observe(document.documentElement, {subtree: true, attributes: true, attributeFilter: ["aria-expanded"]});
   const clientside = window.dash_clientside = window.dash_clientside || {};
   clientside.gradscape = Object.assign(clientside.gradscape || {}, {
@@ -100,7 +100,7 @@
     },
     liveSteps: function (note, run, rank, current, shown, follow, rankOptions) {
       // a step notification for this run (of any rank), or the server's catch-up on (re)connecting → read
-      // the steps of the rank shown from the JSON API for `showSteps`; the newest answer wins (a
+      // the steps of the rank shown from the JSON API and set the step list; the newest answer wins (a
       // sequence number), and only while that run and rank are still shown
       const nu = window.dash_clientside.no_update;
       const r = rank || 0;
@@ -122,42 +122,38 @@
               options: ranks.map(function (k) { return {label: "rank " + k, value: k}; }), disabled: ranks.length < 2});
             window.dash_clientside.set_props(ID.RANK_FIELD, {style: ranks.length < 2 ? {display: "none"} : {}});
           }
-          window.dash_clientside.set_props(ID.STEPS_READ, {data: {of: run + "\n" + r, steps: body.steps}});
+          const steps = body.steps.map(function (s) { return s.step; });
+          const had = (shown || []).map(function (o) { return o.value; });
+          // nothing new (the catch-up, or another rank's step) leaves the page where it is (a deep link may
+          // have moved it)
+          const labels = body.steps.map(GS.live.stepLabel).join(",");
+          const hadLabels = (shown || []).map(function (o) { return o.label; }).join(",");
+          if (steps.join(",") === had.join(",") && labels === hadLabels) return;
+          if (!steps.length) return;
+          const props = {options: body.steps.map(function (s) { return {label: GS.live.stepLabel(s), value: s.step}; })};
+          if (GS.live.stepListOpen()) {
+            GS.live.heldOptions = props.options;
+            return;
+          }
+          const following = GS.live.following(follow);
+          // not following: the step shown stays; `current` may be stale by now (a deep link moved it), so
+          // the value is set only when following or when the step shown is gone
+          GS.live.newest = steps[steps.length - 1];
+          GS.live.behind = false;
+          if (following && GS.live.drawing()) {
+            // the step followed before is not drawn yet: one graph in flight at a time (a Dash callback asked
+            // again drops its answer in flight, and the player's keys wait on this one: they read the slider's
+            // max, one of its outputs). The newest step is asked for once that graph is drawn (`GS.live.drawn`)
+            GS.live.behind = true;
+            GS.live.behindFollow = follow;
+          } else if (following || steps.indexOf(current) < 0) {
+            props.value = GS.live.newest;
+            GS.live.ask(props.value);
+          }
+          window.dash_clientside.set_props(ID.STEP_SELECT, props);
         })
         .catch(function () { /* offline: the catch-up on reconnecting brings the list up to date */ });
       return seq;
-    },
-    showSteps: function (read, current, shown, follow) {
-      // the steps read (`liveSteps`) → the step list and, while following, the step shown; judged as a Dash
-      // callback, so a pick made before the list arrived (its `stepPicked` queued ahead of this) is seen
-      const nu = window.dash_clientside.no_update;
-      if (!read || !read.steps || !read.steps.length || GS.live.stepsOf !== read.of) return nu;
-      if (GS.live.stepListOpen()) {
-        GS.live.heldRead = read;
-        return nu;
-      }
-      const steps = read.steps.map(function (s) { return s.step; });
-      const options = read.steps.map(function (s) { return {label: GS.live.stepLabel(s), value: s.step}; });
-      // nothing new (the catch-up, or another rank's step) leaves the page where it is (a deep link may have
-      // moved it), unless a list held or read while a graph was drawn is judged again
-      if (!read.again && JSON.stringify(options) === JSON.stringify(shown || [])) return nu;
-      const props = {options: options};
-      const following = GS.live.following(follow);
-      // not following: the step shown stays, unless it is gone
-      GS.live.newest = steps[steps.length - 1];
-      GS.live.behind = false;
-      if (following && GS.live.drawing()) {
-        // the step followed before is not drawn yet: one graph in flight at a time (a Dash callback asked
-        // again drops its answer in flight, and the player's keys wait on this one: they read the slider's
-        // max, one of its outputs). This list is judged again once that graph is drawn (`GS.live.drawn`)
-        GS.live.behind = true;
-        GS.live.lastRead = read;
-      } else if (following ? current !== GS.live.newest : steps.indexOf(current) < 0) {
-        props.value = GS.live.newest;
-        GS.live.ask(props.value);
-      }
-      window.dash_clientside.set_props(ID.STEP_SELECT, props);
-      return nu;
     },
     stepPicked: function (step, options, follow, byPage) {
       // a step the person picked that is not the newest: the page stops following the live run. A step the

@@ -35,7 +35,6 @@ FLOW = "flow-chart"
 FLOW_STEPS = "flow-over-steps"
 GRAPH_INFO = "graph-info"
 LIVE_STEPS = "live-steps"
-STEPS_READ = "steps-read"  # {"of": "run\nrank", "steps": [...]}: a step list read for the page (assets/live.js)
 STEP_SET_BY_PAGE = "step-set-by-page"  # {"step": s}: the step the page itself last showed (NOTE [Who changed the step])
 LIVE_RUNS = "live-runs"
 GRAPH_FIT = "graph-fit"

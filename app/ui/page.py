@@ -88,7 +88,7 @@ def layout(token: str | None = None, state: dict[str, Any] | None = None) -> Any
         dcc.Store(id=ids.DEEP_LINK), dcc.Store(id=ids.LINK_USED),
         dcc.Store(id=ids.SELECTED, data=st.get("selected")), dcc.Store(id=ids.INSPECTED, data=st.get("selected")),
         dcc.Store(id=ids.COLLAPSED),
-        dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.STEPS_READ), dcc.Store(id=ids.LIVE_RUNS),
+        dcc.Store(id=ids.LIVE_STEPS), dcc.Store(id=ids.LIVE_RUNS),
         dcc.Store(id=ids.STEP_SET_BY_PAGE, data={"step": st.get("step")}),
         dcc.Store(id=ids.EXEC_ORDER, data=st.get("order")),
         _header(st),

@@ -9,7 +9,7 @@ A deep link (`deepLink` in assets/links.js) and another run or rank chosen are a
 NOTE [Who changed the step]: "follow live" goes off when the *person* picks a step other than the newest
 (in the step list; the timeline and a link naming a step turn it off themselves), never when the page
 changed the step on its own. Every step the page sets itself (`sync_steps` here for a run, rank or link
-chosen; `showSteps` in assets/live.js for a new step while following) is also written into
+chosen; `liveSteps` in assets/live.js for a new step while following) is also written into
 `ids.STEP_SET_BY_PAGE` in the same update, so `stepPicked` tells the two apart by who set the value rather
 than by whether the step list has caught up with it. Judged by the list alone, a link naming only the run
 raced: `sync_steps` answered with the step the page was rendered with while newer steps had arrived, and that
@@ -78,11 +78,6 @@ def register(app: dash.Dash, data: PageData) -> None:
                             Input(ids.RANK_SELECT, "value"), State(ids.STEP_SELECT, "value"),
                             State(ids.STEP_SELECT, "options"), State(ids.FOLLOW, "value"),
                             State(ids.RANK_SELECT, "options"), prevent_initial_call=True)
-    # the steps read → the step list, and the step shown while following (`showSteps`): judged in Dash's
-    # queue, after any pick made before; held while the person has the list open
-    app.clientside_callback(ClientsideFunction("gradscape", "showSteps"), Input(ids.STEPS_READ, "data"),
-                            State(ids.STEP_SELECT, "value"), State(ids.STEP_SELECT, "options"),
-                            State(ids.FOLLOW, "value"), prevent_initial_call=True)
 
     # a step other than the newest picked by the person while following the live run: following stops,
     # visibly, so the next step streamed does not take the step away (`stepPicked`). A step the page showed

@@ -143,6 +143,24 @@ def _player_at(page: Page, position: int) -> None:
         raise AssertionError(f"the player never reached {position}: {page.evaluate(PLAYER_STATE)}") from None
 
 
+# what the inspector's gate (assets/inspector.js) and the selection held when the inspector did not show the
+# player's node (CI's log names it)
+INSPECTOR_STATE = """() => { const g = window.gradscape.inspect, ins = document.getElementById('inspector');
+  const sel = (s) => s ? {step: s.step, node: s.node} : s;
+  return {busy_ms: g.busy === null ? null : Math.round(performance.now() - g.busy), pending: sel(g.pending),
+          sent: sel(g.sent), rendered: ins && ins.getAttribute('data-rendered'),
+          text: ins ? ins.innerText.slice(0, 80) : null, step: window.gradscape.player.current.step,
+          url: location.search}; }"""
+
+
+def _inspector_shows(page: Page, node: int) -> None:
+    try:
+        page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{node},')",
+                               timeout=10_000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"the inspector never showed n{node}: {page.evaluate(INSPECTOR_STATE)}") from None
+
+
 def test_the_player_brings_its_node_into_view_and_the_inspector(gpt2_stream: LiveServer, page: Page) -> None:
     open_page(page, gpt2_stream.url)
     page.wait_for_function("window.gradscape.graph && window.gradscape.graph.opened")
@@ -159,8 +177,7 @@ def test_the_player_brings_its_node_into_view_and_the_inspector(gpt2_stream: Liv
         _player_at(page, position)
         page.wait_for_function(PLAYER_IN_VIEW, timeout=5_000)
         node = page.evaluate("window.gradscape.player.current.node")
-        page.wait_for_function(f"(document.querySelector('#inspector')?.innerText || '').includes('(node n{node},')",
-                               timeout=10_000)
+        _inspector_shows(page, node)
     # someone panning holds the view: a step of the player while the mouse drags the graph moves nothing
     box = page.locator("#graph").bounding_box()
     assert box is not None
