@@ -18,16 +18,15 @@ waits up to `BUSY_TIMEOUT` seconds for the write lock instead of failing. A vers
 is migrated in place, in one transaction, the first time it is opened for writing; its steps become
 rank 0.
 
-`graph` is the step's document (`tracer/step_doc.py`): its wire form (`tracer.wire`) with every tensor's
-arrays taken out, its nodes and tensors last (`tracer.wire.lazy.pack_step`: the page decodes only those it
-reads), or, for a natively recorded step since version 5, its nodes and tensors as columns (NOTE [Column
-document] in `tracer.wire.columns`); `arrays` is the msgpack map `{"thumb": C|None, "values": A|None}` of
-tensor `idx`, so a view that needs one node's heatmaps reads only those rows. Values (`tensors="full"`)
-are raw little-endian bytes with dtype and shape; thumbnails are kept compactly (NOTE [Compact thumbnails]
-in `tracer.wire.compact`). Since version 4 both blobs are Zstandard frames (`tracer/blobs.py`), small rows
-apart; version 3 wrote zlib, version 2 plain msgpack with float32 thumbnails: all read as they are. Opening
-a file of version 2 to 4 for writing marks it version 5 (nothing is rewritten): a release that reads
-version 4 refuses it by its version, not by a row.
+`graph` is the step's document (`tracer/step_doc.py`): since version 5 its nodes and tensors as columns
+(NOTE [Column document] in `tracer.wire.columns`), else its wire form (`tracer.wire`) without the arrays,
+nodes and tensors last (`tracer.wire.lazy.pack_step`); `arrays` is the msgpack map `{"thumb": C|None,
+"values": A|None}` of tensor `idx`, so a view that needs one node's heatmaps reads only those rows.
+Values (`tensors="full"`) are raw little-endian bytes with dtype and shape; thumbnails are kept compactly
+(NOTE [Compact thumbnails] in `tracer.wire.compact`). Since version 4 both blobs are Zstandard frames
+(`tracer/blobs.py`), small rows apart; version 3 wrote zlib, version 2 plain msgpack with float32
+thumbnails: all read as they are. Opening a file of version 2 to 4 for writing marks it version 5
+(nothing is rewritten): a release that reads version 4 refuses it by its version, not by a row.
 
 `keep_last=N` (the file sink's, `gradscape serve --keep-last N`): after each step is written, only
 the newest N steps of its run and rank stay, so a run that traces for days keeps a bounded file
@@ -288,17 +287,14 @@ class TraceStore:
 
     def which_step(self, run: str | None = None, step: int | None = None, rank: int = 0) -> tuple[str, int]:
         """(run, step) with `load`'s defaults filled in: the only run (or the newest), its last step on `rank`."""
-        if run is None:
-            runs = self.runs()
-            if not runs:
-                raise StoreError(f"{self.path} holds no runs")
-            run = runs[-1]["run"]
-        if step is None:
-            latest = self.latest_step(run, rank)
-            if latest is None:
-                raise StoreError(f"run {run!r} in {self.path} has no steps on rank {rank}")
-            step = latest[1]
-        return run, int(step)
+        runs = self.runs() if run is None else [{"run": run}]
+        if not runs:
+            raise StoreError(f"{self.path} holds no runs")
+        run = str(runs[-1]["run"])
+        latest = self.latest_step(run, rank) if step is None else (run, step)
+        if latest is None:
+            raise StoreError(f"run {run!r} in {self.path} has no steps on rank {rank}")
+        return run, int(latest[1])
 
     @collector_paused()  # the step's graph is decoded inside (NOTE [Collector paused])
     def read_graph(self, run: str, step: int, rank: int = 0) -> WireStep:

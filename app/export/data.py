@@ -2,7 +2,7 @@
 view layer (`gradscape.app.view`), so the file draws what the live page draws. No Dash, no torch.
 
     data = page_data(wire)           # wire: the whole step, arrays included (`step_to_wire`)
-    data = page_data(wire, arrays)   # or a stored step as the live page reads it, and its arrays
+    data = page_data(wire, arrays)   # or a stored step as `read_graph` gives it, and its arrays
 
 - The graph: the views a person can open, laid out here (`app.export.views`).
 - Colours, labels, sizes and classes: `cytoscape_elements`, the same for an element in every state.
