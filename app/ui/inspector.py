@@ -1,13 +1,17 @@
 """The inspector (`#inspector`): the selected node's Node tab (what arrived at it, grad_outputs, and what
 it sent on, grad_inputs, each slot a heatmap with its label and statistics), its module's tab
 (grad_input / grad_output per call, parameter gradients) and the gradient flow tab. The figures come
-from `app.view`; this module lays them out."""
+from `app.view`; this module lays them out.
+
+The tabs themselves are laid out once (`panel`): a new node or a streamed step replaces what is under
+them (each tab's body, the module tab's label), never the tab strip, so a tab stays where the person's
+pointer is while steps arrive, and the one they chose stays chosen."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import dash
 from dash import ClientsideFunction, Input, Output, dcc, html
@@ -20,6 +24,42 @@ from gradscape.tracer.store import StoreError
 from gradscape.tracer.wire import TensorArrays, WireStep
 
 HINT = "Click a node of the graph (or step through the backward pass) to see what arrived at it and what it sent on."
+HIDDEN = {"display": "none"}
+
+
+class InspectorView(NamedTuple):
+    """What the inspector shows, one field for each property the inspector's callback sets (`OUTPUTS`)."""
+    note: Any  # the hint, or why the node cannot be shown; None under a node's tabs
+    tabs_style: dict[str, Any]
+    node: Any  # the Node tab's body
+    module_label: str
+    module_style: dict[str, Any]  # the module tab hides for a node outside every module
+    module: Any  # the module tab's body
+    flow: Any  # the gradient flow tab's body
+    sample_options: list[dict[str, Any]]
+    sample_style: dict[str, Any]
+
+
+OUTPUTS = [Output(ids.INSPECTOR_NOTE, "children"), Output(ids.TABS, "style"), Output(ids.NODE_TAB, "children"),
+           Output(ids.MODULE_TAB, "label"), Output(ids.MODULE_TAB, "style"), Output(ids.MODULE_TAB_BODY, "children"),
+           Output(ids.FLOW_TAB, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style")]
+
+
+def note_view(text: str) -> InspectorView:
+    """The inspector with a line of text and no tabs: the hint, or why a node cannot be shown."""
+    return InspectorView(html.P(text, className="gs-hint"), HIDDEN, None, "Module", HIDDEN, None, None, [], HIDDEN)
+
+
+def panel(shown: InspectorView | None) -> Any:
+    """The inspector's box as the page lays it out, opening on `shown` (the hint without one)."""
+    v = shown or note_view(HINT)
+    tabs = [dcc.Tab(label="Node", value="node", children=html.Div(id=ids.NODE_TAB, children=v.node)),
+            dcc.Tab(id=ids.MODULE_TAB, label=v.module_label, value="module", style=v.module_style,
+                    children=html.Div(id=ids.MODULE_TAB_BODY, children=v.module)),
+            dcc.Tab(label="Gradient flow", value="flow", children=html.Div(id=ids.FLOW_TAB, children=v.flow))]
+    return html.Div(id=ids.INSPECTOR, className="gs-inspector", children=[
+        html.Div(id=ids.INSPECTOR_NOTE, children=v.note),
+        dcc.Tabs(id=ids.TABS, value="node", children=tabs, style=v.tabs_style)])
 
 
 def register(app: dash.Dash, data: PageData) -> None:
@@ -33,39 +73,42 @@ def register(app: dash.Dash, data: PageData) -> None:
                             Input(ids.SELECTED, "data"), prevent_initial_call=True)
     renders = itertools.count(1)
 
-    @app.callback(Output(ids.INSPECTOR, "children"), Output(ids.SAMPLE, "options"), Output(ids.SAMPLE, "style"),
-                  Output(ids.INSPECTOR, "data-rendered"),
+    @app.callback(*OUTPUTS, Output(ids.INSPECTOR, "data-rendered"),
                   Input(ids.INSPECTED, "data"), Input(ids.SAMPLE, "value"), prevent_initial_call=True)
     def inspect(selected: dict[str, Any] | None, sample: int | None) -> Any:
-        if not selected:  # cleared (Esc): the hint again
-            return [html.P(HINT, className="gs-hint")], [], {"display": "none"}, next(renders)
-        return *inspector_payload(data, selected, sample), next(renders)
+        shown = inspector_payload(data, selected, sample) if selected else note_view(HINT)  # cleared (Esc): the hint
+        return *shown, next(renders)
 
 
-def inspector_payload(data: PageData, selected: dict[str, Any], sample: int | None = None) -> tuple[Any, Any, Any]:
-    """The inspector for one selected node (of its `rank`, 0 when it names none): its panel, and the
+def inspector_payload(data: PageData, selected: dict[str, Any], sample: int | None = None) -> InspectorView:
+    """The inspector for one selected node (of its `rank`, 0 when it names none): its tabs' bodies, and the
     sample choices (hidden without a 4-D tensor)."""
-    hidden = {"display": "none"}
     run, step, node = selected["run"], selected["step"], selected["node"]
     rank = int(selected.get("rank") or 0)
     try:
         wire = data.graph(run, step, rank)
     except StoreError as exc:
-        return html.P(str(exc), className="gs-hint"), [], hidden
+        return note_view(str(exc))
     if not 0 <= node < len(wire["nodes"]):
-        return html.P(f"no node {node} in step {step}", className="gs-hint"), [], hidden
+        return note_view(f"no node {node} in step {step}")
     module = wire["nodes"][node]["module"]
+    has_module = bool(module and module in wire["modules"])
     wanted = set(view.node_tensors(wire, node))
-    if module and module in wire["modules"]:
+    if has_module:
         wanted |= set(view.module_tensors(wire, module))  # the module tab's heatmaps
     arrays = data.arrays(run, step, sorted(wanted), rank)
-    panel = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
-    slots = panel["grad_outputs"]["slots"] + panel["grad_inputs"]["slots"]
-    full_4d = [s for s in slots if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
+    slots = view.slot_figures(wire, node, arrays, sample=int(sample or 0))
+    both = slots["grad_outputs"]["slots"] + slots["grad_inputs"]["slots"]
+    full_4d = [s for s in both if len(s.get("shape") or []) == 4 and "full" in str(s.get("source"))]
     options = [{"label": f"sample {k}", "value": k} for k in range(min(full_4d[0]["shape"][0], 256))] \
         if full_4d else []
-    return (_inspector(wire, node, panel, data.flow_over_steps(run, step, rank), arrays), options,
-            {"width": "160px"} if full_4d else hidden)
+    return InspectorView(
+        None, {}, _node_tab(wire, node, slots),
+        f"Module {module}" if has_module else "Module", {} if has_module else HIDDEN,
+        _module_tab(wire, module, arrays) if has_module
+        else html.P(f"{node_element(node)} ran outside every module's forward: no module to show.",
+                    className="gs-hint"),
+        _flow_tab(wire, data.flow_over_steps(run, step, rank)), options, {"width": "160px"} if full_4d else HIDDEN)
 
 
 def _stats_table(rows: list[dict[str, Any]]) -> Any:
@@ -102,8 +145,8 @@ def slot_view(slot: dict[str, Any], kind: str, index: int, call: int | None = No
     return html.Div(body, className="gs-slot", id=key)
 
 
-def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: dict[str, Any],
-               arrays: Mapping[int, TensorArrays] | None = None) -> Any:
+
+def _node_tab(wire: WireStep, node_id: int, slots: dict[str, Any]) -> list[Any]:
     n = wire["nodes"][node_id]
     shapes_in = ", ".join("×".join(map(str, s)) if s else "—" for s in n["in_shapes"]) or "—"
     shapes_out = ", ".join("×".join(map(str, s)) if s else "—" for s in n["out_shapes"]) or "—"
@@ -117,24 +160,19 @@ def _inspector(wire: WireStep, node_id: int, panel: dict[str, Any], flow_steps: 
                  + (f" · parameter: {n['param']}" if n["param"] else "")),
         html.Div(f"forward inputs: {shapes_in} → forward outputs: {shapes_out}"),
     ])
-    slots_out = [slot_view(s, "grad_outputs", i) for i, s in enumerate(panel["grad_outputs"]["slots"])]
-    slots_in = [slot_view(s, "grad_inputs", j) for j, s in enumerate(panel["grad_inputs"]["slots"])]
-    node_tab = [meta, html.Div(panel["explain"], className="gs-explain"),
-                html.H3(panel["grad_outputs"]["title"]), *slots_out,
-                html.H3(panel["grad_inputs"]["title"]), *slots_in]
-    tabs = [dcc.Tab(label="Node", value="node", children=node_tab)]
-    module = n["module"]
-    if module and module in wire["modules"]:
-        tabs.append(dcc.Tab(label=f"Module {module}", value="module", children=_module_tab(wire, module, arrays)))
+    slots_out = [slot_view(s, "grad_outputs", i) for i, s in enumerate(slots["grad_outputs"]["slots"])]
+    slots_in = [slot_view(s, "grad_inputs", j) for j, s in enumerate(slots["grad_inputs"]["slots"])]
+    return [meta, html.Div(slots["explain"], className="gs-explain"),
+            html.H3(slots["grad_outputs"]["title"]), *slots_out,
+            html.H3(slots["grad_inputs"]["title"]), *slots_in]
+
+
+def _flow_tab(wire: WireStep, flow_steps: dict[str, Any]) -> list[Any]:
     flow = view.gradient_flow(wire)
-    tabs.append(dcc.Tab(label="Gradient flow", value="flow", children=[
-        dcc.Graph(id=ids.FLOW, figure=flow, config={"displayModeBar": False},
-                  style={"height": f"{flow['layout']['height']}px"}),
-        dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
-                  style={"height": "320px"})]))
-    # the tab the person picked survives a new render (a streamed step re-renders the inspector): Dash's
-    # persistence re-applies their choice while the value rendered here stays "node"
-    return dcc.Tabs(id=ids.TABS, value="node", children=tabs, persistence=True, persistence_type="memory")
+    return [dcc.Graph(id=ids.FLOW, figure=flow, config={"displayModeBar": False},
+                      style={"height": f"{flow['layout']['height']}px"}),
+            dcc.Graph(id=ids.FLOW_STEPS, figure=flow_steps, config={"displayModeBar": False},
+                      style={"height": "320px"})]
 
 
 def _module_tab(wire: WireStep, module: str, arrays: Mapping[int, TensorArrays] | None = None) -> list[Any]:

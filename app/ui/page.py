@@ -191,13 +191,12 @@ def _player(st: dict[str, Any]) -> Any:
 def _inspector(st: dict[str, Any]) -> list[Any]:
     """The sample select of a 4-D gradient, and the inspector."""
     # the inspector opens on the player's node (`initial_state`), or with a hint on an empty store
-    panel, sample_options, sample_style = st.get("inspector") or (
-        [html.P(inspector.HINT, className="gs-hint")], [], {"display": "none"})
+    shown = st.get("inspector")
     # no value until there are options: a value missing from them is reset (to None) by the
     # dropdown itself as it mounts, and that would fire the inspector's callback on load
-    return [dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=sample_options,
-                         style=sample_style, placeholder="sample"),
-            html.Div(id=ids.INSPECTOR, className="gs-inspector", children=panel)]
+    return [dcc.Dropdown(id=ids.SAMPLE, value=None, clearable=False, options=shown.sample_options if shown else [],
+                         style=shown.sample_style if shown else inspector.HIDDEN, placeholder="sample"),
+            inspector.panel(shown)]
 
 
 def opening(data: PageData) -> tuple[Any, str | None, list[int], int, Any, int | None]:

@@ -138,14 +138,14 @@ def test_the_graph_inspector_and_problems_of_a_rank(store: TraceStore) -> None:
     assert elements == view.cytoscape_elements(wire1, view.layout_graph(wire1), "norm")
     assert order is not None and (order["run"], order["rank"], order["step"]) == ("ddp", 1, 1)
     node = _differing_node(store.read_graph("ddp", 1, 0), wire1)
-    panels = {rank: inspector.inspector_payload(data, {"run": "ddp", "rank": rank, "step": 1, "node": node})[0]
+    panels = {rank: inspector.inspector_payload(data, {"run": "ddp", "rank": rank, "step": 1, "node": node}).node
               for rank in (0, 1)}
     text1 = _texts(panels[1])
     assert "rank 1 of 2" in text1 and "rank 1 of 2" not in _texts(panels[0])
     norm = next(r["text"] for r in view.stats_rows(_arrived(wire1, node)) if r["stat"] == "norm")
     assert norm in text1 and norm not in _texts(panels[0])  # the rank's own statistics
     assert problems.lines_of(data, "ddp", 1, 1) == problem_lines(wire1)
-    single = inspector.inspector_payload(data, {"run": "single", "step": 0, "node": node})[0]
+    single = inspector.inspector_payload(data, {"run": "single", "step": 0, "node": node}).node
     assert " · rank " not in _texts(single)  # outside torch.distributed: no rank shown
 
 

@@ -113,11 +113,15 @@ def test_tab_node_view_and_scroll_hold_while_steps_stream(streaming: Any, page: 
     page.click("#inspector-tabs >> text=Gradient flow")
     page.wait_for_selector("#flow-chart")
     assert selected_tab(page) == "Gradient flow"
+    page.evaluate("document.querySelector('#inspector-tabs .tab--selected').dataset.gsMark = 'picked'")
     step = wait_shown_step_above(page, step)
     step = wait_shown_step_above(page, step)
     page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
     page.wait_for_selector("#flow-chart")
     assert selected_tab(page) == "Gradient flow"
+    # the tab strip is the one the person clicked, never drawn again: a tab re-created with each streamed
+    # step moved out from under the pointer (a click timed out on "element was detached from the DOM")
+    assert page.evaluate("document.querySelector('#inspector-tabs .tab--selected').dataset.gsMark") == "picked"
     page.click("#inspector-tabs >> text=Module")
     page.wait_for_function("(document.querySelector('#inspector')?.innerText || '').includes('parameter gradients')")
     step = wait_shown_step_above(page, step)
