@@ -28,6 +28,16 @@ def _sid() -> str:
     return request.sid  # type: ignore[attr-defined, no-any-return]
 
 
+def _check_head(run: str, step: int, data_run: str, data_step: int, rank: int | None, world_size: int | None) -> None:
+    """The step's run, step and rank agree with the message that carried it."""
+    if rank is not None and not 0 <= rank < (world_size or rank + 1):
+        raise protocol.ProtocolError(f"step_chunk: rank {rank} is outside 0 .. world_size - 1 "
+                                     f"(world_size {world_size})")
+    if data_run != run or data_step != step:
+        raise protocol.ProtocolError(f"step_chunk: data is run {data_run!r} step {data_step}, "
+                                     f"the message says run {run!r} step {step}")
+
+
 class ProtocolNamespace(Namespace):
     """A namespace whose clients present the server's token on connect and whose every event (`events`)
     is answered: the handler's ack, or `protocol.refused` naming what was wrong. A bug or a store failure
@@ -84,7 +94,7 @@ class TracerNamespace(ProtocolNamespace):
         self.state.notifier.tracer(run, "connected", self.state.tracer_stats.get(run, {}))
         return protocol.hello_ack()
 
-    @collector_paused()  # a whole step is unpacked, checked, re-encoded and stored (NOTE [Collector paused])
+    @collector_paused()  # a whole step is unpacked, checked and stored (NOTE [Collector paused])
     def on_step_chunk(self, msg: Any) -> dict[str, Any]:
         payload = protocol.check_envelope(msg, "step_chunk")
         step, chunk, chunks, data = protocol.check_chunk(payload)
@@ -92,22 +102,22 @@ class TracerNamespace(ProtocolNamespace):
         whole = self._gather(run, step, chunk, chunks, data)
         if whole is None:
             return protocol.chunk_ack(step, chunk, stored=False)
-        stored: tuple[Any, Any] | None = None  # a column step's document and arrays, as checked
         try:
             doc = unpack(whole)
-            if isinstance(doc, dict) and "columns" in doc:  # NOTE [Column document]: checked as the maps it holds
-                trace, *stored = column_step(doc)  # type: ignore[assignment]
+            columns = isinstance(doc, dict) and "columns" in doc
+            if columns:  # NOTE [Column document]: its fields checked in place, no `StepTrace` made
+                stored, arrays = column_step(doc)
+                head = (stored["run"], stored["step"], stored["rank"], stored["world_size"])
             else:
                 trace = step_from_wire(doc)  # every field checked (shapes, dtypes, byte lengths, indices)
+                head = (trace.run, trace.step, trace.rank, trace.world_size)
         except TraceFormatError as exc:
             raise protocol.ProtocolError(f"step_chunk: step {step} is malformed: {exc}") from exc
-        if trace.rank is not None and not 0 <= trace.rank < (trace.world_size or trace.rank + 1):
-            raise protocol.ProtocolError(f"step_chunk: rank {trace.rank} is outside 0 .. world_size - 1 "
-                                         f"(world_size {trace.world_size})")
-        if trace.run != run or trace.step != step:
-            raise protocol.ProtocolError(f"step_chunk: data is run {trace.run!r} step {trace.step}, "
-                                         f"the message says run {run!r} step {step}")
-        self.state.store_step(trace, *(stored or ()))  # in the schema's own form, unknown keys dropped
+        _check_head(run, step, *head)
+        if columns:
+            self.state.store_columns(stored, arrays)  # the checked document: the schema's own form
+        else:
+            self.state.store_step(trace)  # in the schema's own form, unknown keys dropped
         return protocol.chunk_ack(step, chunk, stored=True)
 
     def _gather(self, run: str, step: int, chunk: int, chunks: int, data: bytes) -> bytes | None:

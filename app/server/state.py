@@ -160,16 +160,20 @@ class ServerState:
             return True
         return any(r["run"] == run for r in self.store.runs())
 
-    def store_step(self, step: StepTrace, doc: Any = None, arrays: Any = None) -> None:
-        """Keep one step in the trace file, in the schema's own form (`TraceStore.write_step`; a step sent as
-        columns: its checked document and arrays, `tracer.wire.column_check`), and tell the pages (a run's
-        first step also announces the run)."""
-        if doc is None:
-            self.store.write_step(step)
-        else:
-            self.store.write_wire(doc, arrays)
-        self._announce_run(step.run)
-        self.notifier.step(step.run, step.step, step.rank or 0)
+    def store_step(self, step: StepTrace) -> None:
+        """Keep one step in the trace file, in the schema's own form (`TraceStore.write_step`), and tell the
+        pages (a run's first step also announces the run)."""
+        self.store.write_step(step)
+        self._stored(step.run, step.step, step.rank or 0)
+
+    def store_columns(self, doc: dict[str, Any], arrays: Any) -> None:
+        """`store_step` of a step sent as columns: its checked document and arrays (`tracer.wire.column_check`)."""
+        self.store.write_wire(doc, arrays)
+        self._stored(doc["run"], doc["step"], doc["rank"] or 0)
+
+    def _stored(self, run: str, step: int, rank: int) -> None:
+        self._announce_run(run)
+        self.notifier.step(run, step, rank)
 
     def store_history(self, batch: WireHistory) -> None:
         """Store a checked batch of the monitor's history rows and announce it (a new run, then its last step)."""

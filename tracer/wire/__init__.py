@@ -7,6 +7,8 @@ schema's public face; each lives in the module of its concern:
     arrays      arrays as maps of dtype, shape and bytes (`encode_array`, `decode_array`)
     views       the 2-D view a thumbnail shows (`matrix_shape`, `thumbnail_view`)
     codec       `StepTrace` → wire form (`step_to_wire`), and the msgpack bytes (`pack`, `unpack`)
+    checks      the checks of a step's values (strings, ints, lists, maps, `meta`'s plain values)
+    field_check a step's fields but its nodes and tensors, checked in place (`checked_fields`)
     validation  wire form → `StepTrace`, every field checked (`step_from_wire`)
     compact     thumbnails as the trace file keeps them: 8 bits a cell with their range, repeats once
     history     the run's history rows (the monitor's), a schema of its own (`history_to_wire`, ...)
@@ -53,6 +55,7 @@ Wire form, version `WIRE_VERSION` (every key is always present):
 
 from gradscape.tracer._model import STAT_NAMES
 from gradscape.tracer.wire.arrays import MAX_ARRAY_ELEMENTS, decode_array, encode_array
+from gradscape.tracer.wire.checks import checked_list, opt_str, str_list
 from gradscape.tracer.wire.codec import pack, step_to_wire, tensor_to_wire, unpack
 from gradscape.tracer.wire.types import (
     TensorArrays,
@@ -70,7 +73,7 @@ from gradscape.tracer.wire.types import (
     WireTensor,
     node_runs,
 )
-from gradscape.tracer.wire.validation import checked_list, opt_str, step_from_wire, str_list, tensor_from_wire
+from gradscape.tracer.wire.validation import step_from_wire, tensor_from_wire
 from gradscape.tracer.wire.versions import WIRE_VERSION, with_defaults
 from gradscape.tracer.wire.views import matrix_shape, thumbnail_view
 

@@ -11,6 +11,7 @@ import numpy as np
 from gradscape.tracer._model import STAT_NAMES, NodeTrace, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.arrays import encode_array
+from gradscape.tracer.wire.checks import plain
 from gradscape.tracer.wire.types import (
     TensorNumpy,
     TensorRefs,
@@ -23,7 +24,6 @@ from gradscape.tracer.wire.types import (
     WireStep,
     WireTensor,
 )
-from gradscape.tracer.wire.validation import plain
 from gradscape.tracer.wire.versions import WIRE_VERSION
 
 

@@ -5,27 +5,27 @@ The sent message is the step's document (its fields and `columns`) with `arrays`
 values]`, wire arrays or nil, by position. Every table of the columns is checked for its types here, their
 arrays and offsets by `StepColumns`: a node's map made of them (`StepColumns.node`) then has the types the
 schema asks for, and every tensor it names exists. The tensor maps the columns hold and each array are
-checked as in a step in wire form (`tensor_from_wire`, `decode_array`), and the other fields by
-`fields_from_wire`, as `step_from_wire` checks them. What is stored is made from what was checked: the
-columns' arrays and tables as read (nothing else the message held), the tensor maps and the other fields as
-the schema writes them. At 100k nodes this takes a fraction of reading the step as maps (no node map is
-made).
+checked as in a step in wire form (`tensor_from_wire`, `decode_array`), and the other fields where they are
+(`checked_fields`, as `step_from_wire` checks them: NOTE [Fields checked in place]). What is stored is made
+from what was checked: the columns' arrays and tables as read (nothing else the message held), the tensor
+maps and the other fields as the schema writes them. No `StepTrace` is made. At 100k nodes this takes a
+fraction of reading the step as maps (no node map is made).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from gradscape.tracer._model import StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.arrays import decode_array
-from gradscape.tracer.wire.codec import TensorTable, step_fields, tensor_summary
+from gradscape.tracer.wire.checks import checked_list
+from gradscape.tracer.wire.codec import tensor_summary
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, NODE_TABLES, TENSOR_ARRAYS, StepColumns
+from gradscape.tracer.wire.field_check import Counts, checked_fields
 from gradscape.tracer.wire.types import TraceFormatError, WireArray
-from gradscape.tracer.wire.validation import Refs, checked_list, fields_from_wire, tensor_from_wire
+from gradscape.tracer.wire.validation import tensor_from_wire
 
 
 def _strs(v: Any, where: str, none: bool = False) -> list[Any]:
@@ -75,22 +75,6 @@ def _stored(d: dict[str, Any], maps: dict[int, Any], extra: list[Any]) -> dict[s
                         "extra": [tensor_summary(x) for x in extra]}}
 
 
-class _Tensors(Sequence[TensorTrace]):
-    """The step's tensors as `Refs` reads them: each made when a field names it, and kept (`made`)."""
-
-    def __init__(self, cols: StepColumns, given: dict[int, TensorTrace]) -> None:
-        self.cols, self.made = cols, dict(given)
-
-    def __len__(self) -> int:
-        return self.cols.n_tensors
-
-    def __getitem__(self, i: Any) -> Any:
-        t = self.made.get(i)
-        if t is None:
-            t = self.made[i] = tensor_from_wire(self.cols.tensor(i), f"tensors[{i}]")
-        return t
-
-
 def _arrays(doc: dict[str, Any], n: int) -> list[tuple[np.ndarray | None, WireArray | None]]:
     """Each tensor's thumbnail, checked and read as an array, and its values, checked, as sent."""
     arrays = checked_list(doc.get("arrays"), "arrays")
@@ -105,10 +89,11 @@ def _arrays(doc: dict[str, Any], n: int) -> list[tuple[np.ndarray | None, WireAr
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[np.ndarray | None, WireArray | None]]]:
-    """A sent column step checked: (a `StepTrace` of its fields, without its nodes; the document to store;
-    each tensor's thumbnail as an array and values as a wire array). Raises `TraceFormatError` naming what
-    is wrong. The nodes' maps are made of the checked tables and arrays: they need no check of their own."""
+def column_step(doc: Any) -> tuple[dict[str, Any], list[tuple[np.ndarray | None, WireArray | None]]]:
+    """A sent column step checked: (the document to store, its fields checked in place (NOTE [Fields checked
+    in place]); each tensor's thumbnail as an array and values as a wire array). Raises `TraceFormatError`
+    naming what is wrong. No `StepTrace` is made, and no node map: the nodes' maps are made of the checked
+    tables and arrays when read, and need no check of their own."""
     if not isinstance(doc, dict):
         raise TraceFormatError(f"step: expected a map, got {type(doc).__name__}")
     check_tables(doc.get("columns"))
@@ -116,8 +101,5 @@ def column_step(doc: Any) -> tuple[StepTrace, dict[str, Any], list[tuple[np.ndar
     arrays = _arrays(doc, cols.n_tensors)
     maps = {r: tensor_from_wire(m, f"columns.tensors.maps[{r}]") for r, m in cols.maps.items()}
     extra = [tensor_from_wire(m, f"columns.tensors.extra[{j}]") for j, m in enumerate(cols.extra)]
-    tensors = _Tensors(cols, {**maps, **{cols.n_rows + j: x for j, x in enumerate(extra)}})
-    trace = fields_from_wire(doc, Refs(tensors, cols.n_nodes))
-    tab = TensorTable(apart=True, base=cols.n_tensors, known={id(x): i for i, x in tensors.made.items()})
-    fields = step_fields(trace, tab, execution=False)  # not the runs' order, which the columns hold
-    return trace, {**fields, "columns": _stored(doc["columns"], maps, extra)}, arrays
+    fields = checked_fields(doc, Counts(cols.n_tensors, cols.n_nodes))
+    return {**fields, "columns": _stored(doc["columns"], maps, extra)}, arrays

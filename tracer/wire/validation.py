@@ -23,8 +23,19 @@ from gradscape.tracer._model import (
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import fast_read
 from gradscape.tracer.wire.arrays import decode_array
+from gradscape.tracer.wire.checks import (
+    a_map,
+    a_str,
+    an_int,
+    checked_list,
+    opt_int,
+    opt_num,
+    opt_str,
+    str_list,
+    versioned,
+)
+from gradscape.tracer.wire.field_check import Counts, checked_fields
 from gradscape.tracer.wire.types import TensorNumpy, TraceFormatError
-from gradscape.tracer.wire.versions import WIRE_VERSION
 
 
 def tensor_from_wire(d: dict[str, Any], where: str = "tensor") -> TensorTrace:
@@ -42,10 +53,10 @@ def tensor_from_wire(d: dict[str, Any], where: str = "tensor") -> TensorTrace:
     if thumb is not None and not isinstance(thumb, dict) or values is not None and not isinstance(values, dict):
         raise TraceFormatError(f"{where}.thumb/values: expected an array map or nil")
     return TensorTrace(
-        shape=tuple(shape), dtype=_str(d.get("dtype"), f"{where}.dtype"),
+        shape=tuple(shape), dtype=a_str(d.get("dtype"), f"{where}.dtype"),
         stats=dict(zip(STAT_NAMES, (float(v) for v in stats))),
         thumb=None if thumb is None else decode_array(thumb, f"{where}.thumb"),
-        thumb_view=_str(d.get("view", ""), f"{where}.view"), device=_str(d.get("device", "cpu"), f"{where}.device"),
+        thumb_view=a_str(d.get("view", ""), f"{where}.view"), device=a_str(d.get("device", "cpu"), f"{where}.device"),
         values=None if values is None else decode_array(values, f"{where}.values"),
     )
 
@@ -81,7 +92,7 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> Step
     """Rebuild a `StepTrace`; raises `TraceFormatError` naming the first field that is wrong. `arrays`: the
     (thumbnail, values) of tensors by index, already read as arrays (`TraceStore.read_step`, which keeps
     them apart from the graph), set on the tensors built."""
-    d = _versioned(d)
+    d = versioned(d)
     for key in ("run", "step", "nodes", "edges", "tensors"):
         if key not in d:
             raise TraceFormatError(f"step: missing field {key!r}")
@@ -103,61 +114,32 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> Step
     return st
 
 
-def _versioned(d: Any) -> dict[str, Any]:
-    """`d`, a map of this reader's wire version, else `TraceFormatError`."""
-    if not isinstance(d, dict):
-        raise TraceFormatError(f"step: expected a map, got {type(d).__name__}")
-    v = d.get("v")
-    if type(v) is not int or v != WIRE_VERSION:
-        raise TraceFormatError(f"step: wire version {v!r} is not supported (this reader: {WIRE_VERSION})")
-    return d
-
-
 def fields_from_wire(d: dict[str, Any], refs: Refs) -> StepTrace:
-    """A `StepTrace` of the step's fields but its nodes, edges and execution order, each checked: `refs`
-    resolves the tensors and node ids they name (`tracer.wire.column_check` gives its own)."""
-    d = _versioned(d)
-    for key in ("run", "step"):
-        if key not in d:
-            raise TraceFormatError(f"step: missing field {key!r}")
-    run, step = _str(d["run"], "run"), _int(d["step"], "step")
-    error = opt_str(d.get("error"), "error")
-    meta = plain(_map(d.get("meta") or {}, "meta"), "meta")
-    modules = {name: _module(name, m, refs) for name, m in _map(d.get("modules") or {}, "modules").items()}
-    params = {}
-    for name, i in _map(d.get("params") or {}, "params").items():
-        t = refs.tensor(i, f"params[{_str(name, f'params: key {name!r}')!r}]")
-        if t is not None:
-            params[name] = t
-    passes = [_pass(p, k, refs) for k, p in enumerate(checked_list(d.get("passes") or [], "passes"))]
-    problems = [_problem(p, k, refs) for k, p in enumerate(checked_list(d.get("problems") or [], "problems"))]
-    not_in_step = [_str(p, f"not_in_step[{k}]") for k, p in enumerate(checked_list(d.get("not_in_step") or [],
-                                                                          "not_in_step"))]
-    rank, world_size = (None if d.get(key) is None else _int(d[key], key) for key in ("rank", "world_size"))
-    trigger = opt_str(d.get("trigger"), "trigger")
-    return StepTrace(run=run, step=step, modules=modules, params=params, passes=passes, meta=meta, error=error,
-                     problems=problems, not_in_step=not_in_step, rank=rank, world_size=world_size, trigger=trigger,
-                     optimizer_steps=[optimizer_step_from_wire(o, f"optimizer_steps[{k}]")
-                                      for k, o in enumerate(checked_list(d.get("optimizer_steps") or [],
-                                                                         "optimizer_steps"))])
+    """A `StepTrace` of the step's fields but its nodes, edges and execution order, checked by `checked_fields`
+    (NOTE [Fields checked in place]): `refs` holds the tensors they name and the step's node count."""
+    f = checked_fields(d, Counts(len(refs.tensors), refs.n_nodes))
+    tensors = refs.tensors
 
+    def of(ix: list[int | None]) -> list[TensorTrace | None]:
+        return [None if i is None else tensors[i] for i in ix]
 
-def optimizer_step_from_wire(d: Any, where: str) -> OptimizerStep:
-    d = _map(d, where)
-    lr = checked_list(d.get("lr") or [], f"{where}.lr")
-    return OptimizerStep(optimizer=_str(d.get("optimizer"), f"{where}.optimizer"),
-                         params=str_list(d.get("params"), f"{where}.params"),
-                         lr=[_num(x, f"{where}.lr[{k}]") for k, x in enumerate(lr)],
-                         scale=_opt_num(d.get("scale"), f"{where}.scale"),
-                         skipped=_bool(d.get("skipped", False), f"{where}.skipped"),
-                         grad_norm=_opt_num(d.get("grad_norm"), f"{where}.grad_norm"),
-                         grad_norm_before_clip=_opt_num(d.get("grad_norm_before_clip"),
-                                                        f"{where}.grad_norm_before_clip"))
+    modules = {name: ModuleTrace(name=name, type=m["type"], params=m["params"],
+                                 calls=[ModuleCall(of(c["gi"]), of(c["go"]), c["in"], c["out"], c["last"])
+                                        for c in m["calls"]])
+               for name, m in f["modules"].items()}
+    passes = [BackwardPass(index=p["index"], api=p["api"], roots=p["roots"], root_grads=of(p["root_grads"]),
+                           retain_graph=p["retain_graph"], create_graph=p["create_graph"], start=p["start"],
+                           end=p["end"]) for p in f["passes"]]
+    return StepTrace(run=f["run"], step=f["step"], modules=modules,
+                     params={name: tensors[i] for name, i in f["params"].items()}, passes=passes, meta=f["meta"],
+                     error=f["error"], problems=[Problem(**p) for p in f["problems"]], not_in_step=f["not_in_step"],
+                     rank=f["rank"], world_size=f["world_size"], trigger=f["trigger"],
+                     optimizer_steps=[OptimizerStep(**o) for o in f["optimizer_steps"]])
 
 
 def _node(n: Any, k: int, refs: Refs) -> NodeTrace:
     w = f"nodes[{k}]"
-    n = _map(n, w)
+    n = a_map(n, w)
     if n.get("id") != k or type(n.get("id")) is not int:
         raise TraceFormatError(f"{w}.id: expected {k}, got {n.get('id')!r} (ids are positions)")
     runs = []
@@ -165,20 +147,20 @@ def _node(n: Any, k: int, refs: Refs) -> NodeTrace:
         wr = f"{w}.runs[{j}]"
         if not isinstance(r, list) or len(r) != 5:
             raise TraceFormatError(f"{wr}: expected [pass, order, go, gi, time_us]")
-        runs.append(NodeRun(_int(r[0], f"{wr}.pass"), _int(r[1], f"{wr}.order"),
+        runs.append(NodeRun(an_int(r[0], f"{wr}.pass"), an_int(r[1], f"{wr}.order"),
                             refs.tensor_list(checked_list(r[2], f"{wr}.go"), f"{wr}.go") or [],
-                            refs.tensor_list(r[3], f"{wr}.gi"), _opt_num(r[4], f"{wr}.time_us")))
+                            refs.tensor_list(r[3], f"{wr}.gi"), opt_num(r[4], f"{wr}.time_us")))
     return NodeTrace(
-        id=k, name=_str(n.get("name"), f"{w}.name"), kind=_str(n.get("kind", "op"), f"{w}.kind"),
+        id=k, name=a_str(n.get("name"), f"{w}.name"), kind=a_str(n.get("kind", "op"), f"{w}.kind"),
         module=opt_str(n.get("module"), f"{w}.module"), param=opt_str(n.get("param"), f"{w}.param"),
         source=opt_str(n.get("source"), f"{w}.source"), schema=opt_str(n.get("schema"), f"{w}.schema"),
-        order=_opt_int(n.get("order"), f"{w}.order"),
+        order=opt_int(n.get("order"), f"{w}.order"),
         input_labels=str_list(n.get("labels"), f"{w}.labels"), input_args=str_list(n.get("args"), f"{w}.args"),
         input_shapes=_shapes(n.get("in_shapes"), f"{w}.in_shapes"),
         output_shapes=_shapes(n.get("out_shapes"), f"{w}.out_shapes"),
         output_dtypes=str_list(n.get("out_dtypes"), f"{w}.out_dtypes", optional=True),
         grad_inputs=refs.tensor_list(n.get("gi"), f"{w}.gi"), grad_outputs=refs.tensor_list(n.get("go"), f"{w}.go"),
-        time_us=_opt_num(n.get("t"), f"{w}.t"), runs=runs,
+        time_us=opt_num(n.get("t"), f"{w}.t"), runs=runs,
     )
 
 
@@ -195,130 +177,6 @@ def _edges(edges: Any, n_nodes: int) -> list[tuple[int, int, int]]:
             raise TraceFormatError(f"edges[{k}]: {e!r} is not [src, dst, slot] with node ids in 0..{n_nodes - 1}")
         out.append((e[0], e[1], e[2]))
     return out
-
-
-def _module(name: Any, m: Any, refs: Refs) -> ModuleTrace:
-    w = f"modules[{name!r}]"
-    _str(name, f"modules: key {name!r}")
-    m = _map(m, w)
-    calls = []
-    for j, c in enumerate(checked_list(m.get("calls") or [], f"{w}.calls")):
-        wc = f"{w}.calls[{j}]"
-        c = _map(c, wc)
-        calls.append(ModuleCall(refs.tensor_list(c.get("gi"), f"{wc}.gi") or [],
-                                refs.tensor_list(c.get("go"), f"{wc}.go") or [],
-                                [refs.node(x, f"{wc}.in") for x in checked_list(c.get("in") or [], f"{wc}.in")],
-                                [refs.node(x, f"{wc}.out") for x in checked_list(c.get("out") or [], f"{wc}.out")],
-                                refs.node(c.get("last"), f"{wc}.last")))
-    return ModuleTrace(name=name, type=_str(m.get("type", ""), f"{w}.type"),
-                       params=str_list(m.get("params"), f"{w}.params"), calls=calls)
-
-
-def _pass(p: Any, k: int, refs: Refs) -> BackwardPass:
-    w = f"passes[{k}]"
-    p = _map(p, w)
-    return BackwardPass(
-        index=_int(p.get("index"), f"{w}.index"), api=_str(p.get("api"), f"{w}.api"),
-        roots=[x for x in (refs.node(r, f"{w}.roots", False) for r in checked_list(p.get("roots"), f"{w}.roots"))
-               if x is not None],
-        root_grads=refs.tensor_list(p.get("root_grads"), f"{w}.root_grads") or [],
-        retain_graph=_bool(p.get("retain_graph", False), f"{w}.retain_graph"),
-        create_graph=_bool(p.get("create_graph", False), f"{w}.create_graph"),
-        start=_int(p.get("start", 0), f"{w}.start"), end=_int(p.get("end", 0), f"{w}.end"))
-
-
-def _problem(p: Any, k: int, refs: Refs) -> Problem:
-    w = f"problems[{k}]"
-    p = _map(p, w)
-    return Problem(kind=_str(p.get("kind"), f"{w}.kind"), message=_str(p.get("message"), f"{w}.message"),
-                   node=refs.node(p.get("node"), f"{w}.node"), param=opt_str(p.get("param"), f"{w}.param"),
-                   source=opt_str(p.get("source"), f"{w}.source"))
-
-
-# ---------------------------------------------------------------------- field checks
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def plain(v: Any, where: str, depth: int = 0) -> Any:
-    """`meta`: what JSON can say (maps with string keys, lists, strings, numbers, booleans, nil)."""
-    if depth > 32:
-        raise TraceFormatError(f"{where}: nested more than 32 levels")
-    if v is None or type(v) in (str, int, float, bool):
-        return v
-    if isinstance(v, (str, int, float)):  # subclasses (torch's version string) as their plain type
-        return bool(v) if isinstance(v, bool) else str(v) if isinstance(v, str) else int(v) if isinstance(
-            v, int) else float(v)
-    if isinstance(v, list):
-        return [plain(x, f"{where}[{k}]", depth + 1) for k, x in enumerate(v)]
-    if isinstance(v, dict):
-        for k in v:
-            if not isinstance(k, str):
-                raise TraceFormatError(f"{where}: key {k!r:.40} is not a string")
-        return {k: plain(x, f"{where}.{k}", depth + 1) for k, x in v.items()}
-    raise TraceFormatError(f"{where}: {type(v).__name__} is not allowed (strings, numbers, lists and maps only)")
-
-
-def _str(v: Any, where: str) -> str:
-    if not isinstance(v, str):
-        raise TraceFormatError(f"{where}: expected a string, got {type(v).__name__}")
-    return v
-
-
-def opt_str(v: Any, where: str) -> str | None:
-    return None if v is None else _str(v, where)
-
-
-def checked_list(v: Any, where: str) -> list[Any]:
-    if not isinstance(v, list):
-        raise TraceFormatError(f"{where}: expected a list, got {type(v).__name__}")
-    return v
-
-
-def _map(v: Any, where: str) -> dict[Any, Any]:
-    if not isinstance(v, dict):
-        raise TraceFormatError(f"{where}: expected a map, got {type(v).__name__}")
-    return v
-
-
-def _int(v: Any, where: str) -> int:
-    """An int that SQLite can hold (a bigger one would fail only when stored)."""
-    if type(v) is not int:
-        raise TraceFormatError(f"{where}: expected an int, got {type(v).__name__}")
-    if not _INT64[0] <= v <= _INT64[1]:
-        raise TraceFormatError(f"{where}: {v} is outside the 64-bit integer range")
-    return v
-
-
-def _opt_int(v: Any, where: str) -> int | None:
-    return None if v is None else _int(v, where)
-
-
-def _opt_num(v: Any, where: str) -> float | None:
-    if v is None:
-        return None
-    if type(v) not in (int, float):
-        raise TraceFormatError(f"{where}: expected a number or nil, got {type(v).__name__}")
-    return float(v)
-
-
-def _num(v: Any, where: str) -> float:
-    if type(v) not in (int, float):
-        raise TraceFormatError(f"{where}: expected a number, got {type(v).__name__}")
-    return float(v)
-
-
-def _bool(v: Any, where: str) -> bool:
-    if type(v) is not bool:
-        raise TraceFormatError(f"{where}: expected true or false, got {type(v).__name__}")
-    return v
-
-
-def str_list(v: Any, where: str, optional: bool = False) -> list[Any]:
-    out = checked_list(v or [], where)
-    for k, x in enumerate(out):
-        if not (isinstance(x, str) or (optional and x is None)):
-            raise TraceFormatError(f"{where}[{k}]: expected a string, got {type(x).__name__}")
-    return list(out)
 
 
 def _shapes(v: Any, where: str) -> list[tuple[int, ...] | None]:
