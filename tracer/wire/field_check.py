@@ -45,7 +45,7 @@ class Counts:
             raise TraceFormatError(f"{where}: tensor index {i!r} out of range (0..{self.n_tensors - 1})")
         return i
 
-    def tensors(self, ix: Any, where: str) -> list[int | None]:
+    def tensor_refs(self, ix: Any, where: str) -> list[int | None]:
         """A list of tensor indices (nil as an empty list)."""
         return [] if ix is None else [self.tensor(i, f"{where}[{k}]") for k, i in enumerate(checked_list(ix, where))]
 
@@ -95,7 +95,8 @@ def _module(name: Any, m: Any, counts: Counts) -> dict[str, Any]:
     for j, c in enumerate(checked_list(m.get("calls") or [], f"{w}.calls")):
         wc = f"{w}.calls[{j}]"
         c = a_map(c, wc)
-        calls.append({"gi": counts.tensors(c.get("gi"), f"{wc}.gi"), "go": counts.tensors(c.get("go"), f"{wc}.go"),
+        calls.append({"gi": counts.tensor_refs(c.get("gi"), f"{wc}.gi"),
+                      "go": counts.tensor_refs(c.get("go"), f"{wc}.go"),
                       "in": [counts.node(x, f"{wc}.in") for x in checked_list(c.get("in") or [], f"{wc}.in")],
                       "out": [counts.node(x, f"{wc}.out") for x in checked_list(c.get("out") or [], f"{wc}.out")],
                       "last": counts.node(c.get("last"), f"{wc}.last")})
@@ -108,7 +109,7 @@ def _pass(p: Any, k: int, counts: Counts) -> dict[str, Any]:
     p = a_map(p, w)
     return {"index": an_int(p.get("index"), f"{w}.index"), "api": a_str(p.get("api"), f"{w}.api"),
             "roots": [counts.node(r, f"{w}.roots", False) for r in checked_list(p.get("roots"), f"{w}.roots")],
-            "root_grads": counts.tensors(p.get("root_grads"), f"{w}.root_grads"),
+            "root_grads": counts.tensor_refs(p.get("root_grads"), f"{w}.root_grads"),
             "retain_graph": a_bool(p.get("retain_graph", False), f"{w}.retain_graph"),
             "create_graph": a_bool(p.get("create_graph", False), f"{w}.create_graph"),
             "start": an_int(p.get("start", 0), f"{w}.start"), "end": an_int(p.get("end", 0), f"{w}.end")}

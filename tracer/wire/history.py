@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any, TypedDict
 
+from gradscape.tracer.wire.checks import opt_num
 from gradscape.tracer.wire.codec import pack
 from gradscape.tracer.wire.types import TraceFormatError
 
@@ -122,28 +123,20 @@ def _row(r: Any, where: str, n_params: int) -> WireHistoryRow:
     for key in ("skipped", "traced"):
         if type(r.get(key, False)) is not bool:
             raise TraceFormatError(f"{where}.{key}: expected true or false")
-    return {"step": step, "loss": _num(r.get("loss"), f"{where}.loss"),
+    return {"step": step, "loss": opt_num(r.get("loss"), f"{where}.loss"),
             "losses": _nums(r.get("losses", []), f"{where}.losses"),
-            "grad_norm": _num(r.get("grad_norm"), f"{where}.grad_norm"),
-            "grad_norm_clipped": _num(r.get("grad_norm_clipped"), f"{where}.grad_norm_clipped"),
+            "grad_norm": opt_num(r.get("grad_norm"), f"{where}.grad_norm"),
+            "grad_norm_clipped": opt_num(r.get("grad_norm_clipped"), f"{where}.grad_norm_clipped"),
             "param_norms": norms,
             "lr": {k: [x for x in _nums(v, f"{where}.lr[{k!r}]") if x is not None] for k, v in lr.items()},
-            "scale": _num(r.get("scale"), f"{where}.scale"), "skipped": bool(r.get("skipped", False)),
+            "scale": opt_num(r.get("scale"), f"{where}.scale"), "skipped": bool(r.get("skipped", False)),
             "traced": bool(r.get("traced", False)), "trigger": trigger, "norms": bool(r.get("norms", True))}
-
-
-def _num(v: Any, where: str) -> float | None:
-    if v is None:
-        return None
-    if type(v) not in (int, float):
-        raise TraceFormatError(f"{where}: expected a number or nil, got {type(v).__name__}")
-    return float(v)
 
 
 def _nums(v: Any, where: str) -> list[float | None]:
     if not isinstance(v, list):
         raise TraceFormatError(f"{where}: expected a list, got {type(v).__name__}")
-    return [_num(x, f"{where}[{k}]") for k, x in enumerate(v)]
+    return [opt_num(x, f"{where}[{k}]") for k, x in enumerate(v)]
 
 
 def json_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -61,30 +61,16 @@ def tensor_from_wire(d: dict[str, Any], where: str = "tensor") -> TensorTrace:
     )
 
 
-class Refs:
-    """Resolves what a step's fields refer to, checking each: tensor indices (positions in the step's
-    "tensors": any sequence of them, made when read for a column step) and node ids (positions in its
-    "nodes")."""
+class Refs(Counts):
+    """`Counts` with the step's tensors themselves ("tensors": any sequence of them, made when read for a
+    column step), which a node's or a field's indices resolve to."""
 
     def __init__(self, tensors: Sequence[TensorTrace], n_nodes: int) -> None:
-        self.tensors, self.n_nodes = tensors, n_nodes
-
-    def tensor(self, i: Any, where: str) -> TensorTrace | None:
-        if i is None:
-            return None
-        if type(i) is not int or not 0 <= i < len(self.tensors):
-            raise TraceFormatError(f"{where}: tensor index {i!r} out of range (0..{len(self.tensors) - 1})")
-        return self.tensors[i]
+        super().__init__(len(tensors), n_nodes)
+        self.tensors = tensors
 
     def tensor_list(self, ix: Any, where: str) -> list[TensorTrace | None] | None:
-        return None if ix is None else [self.tensor(i, f"{where}[{k}]") for k, i in enumerate(checked_list(ix, where))]
-
-    def node(self, i: Any, where: str, optional: bool = True) -> int | None:
-        if i is None and optional:
-            return None
-        if type(i) is not int or not 0 <= i < self.n_nodes:
-            raise TraceFormatError(f"{where}: {i!r} is not a node id in 0..{self.n_nodes - 1}")
-        return i
+        return None if ix is None else [None if i is None else self.tensors[i] for i in self.tensor_refs(ix, where)]
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
@@ -117,7 +103,7 @@ def step_from_wire(d: Any, arrays: dict[int, TensorNumpy] | None = None) -> Step
 def fields_from_wire(d: dict[str, Any], refs: Refs) -> StepTrace:
     """A `StepTrace` of the step's fields but its nodes, edges and execution order, checked by `checked_fields`
     (NOTE [Fields checked in place]): `refs` holds the tensors they name and the step's node count."""
-    f = checked_fields(d, Counts(len(refs.tensors), refs.n_nodes))
+    f = checked_fields(d, refs)
     tensors = refs.tensors
 
     def of(ix: list[int | None]) -> list[TensorTrace | None]:
