@@ -107,3 +107,31 @@ def test_why_a_step_is_not_replayed_is_said() -> None:
     (last,) = tr.steps
     assert last.meta["replay"]["forward"] == "not replayed"
     assert "does not depend" in last.meta["replay"]["why"]
+
+
+def test_a_model_off_the_cpu_keeps_nothing_for_a_replay() -> None:
+    """NOTE [Snapshots on the CPU only]: a model whose parameters are not on the CPU (its loss is read after the
+    step, so no trigger replays it) keeps no generator state, buffer copies, arguments or outputs at its calls,
+    and a replay asked anyway says why; the same model on the CPU keeps them."""
+    from gradscape.tracer.record.replay import ForwardSnapshot, replay
+
+    kept = {}
+    for device in ("cpu", "meta"):  # meta: a device that is not the CPU, with no kernels to wait for
+        torch.manual_seed(0)
+        model = Net().to(device)
+        snap = ForwardSnapshot(model)
+        snap.install()
+        try:
+            model(torch.randn(6, 4, device=device))
+            model(torch.randn(6, 4, device=device))
+            assert snap.calls == 2 and snap.spent > 0
+            kept[device] = (snap.elsewhere, snap.state, snap.outputs, snap.args)
+            why = replay(None, snap, "Tensor.backward", (torch.ones((), requires_grad=True),), {})
+        finally:
+            snap.remove()
+        if device == "meta":
+            assert why is not None and "runs on meta" in why
+    elsewhere, state, outputs, args = kept["cpu"]
+    assert not elsewhere and state is not None and outputs is not None and len(args) == 1
+    assert len(state.buffers) == 3  # BatchNorm's running mean, variance and count
+    assert kept["meta"] == (True, None, None, ())

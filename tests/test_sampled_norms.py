@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 import gradscape
-from gradscape.tracer.monitor.sampling import BUDGET, WARMUP, NormSampler
+from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, WARMUP, NormSampler
 
 
 def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
@@ -28,6 +28,42 @@ def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
     big = NormSampler()
     big.took(30e-6, 50e-3)
     assert big.k == 1  # 30 us against a 50 ms step: every step
+
+
+def test_the_norms_get_what_the_monitors_own_cost_leaves_of_the_budget() -> None:
+    """The budget is the whole monitor's: its own time on each step (the norms aside) comes off it first, and
+    the norms always keep `FLOOR` of the step."""
+    s = NormSampler()
+    s.took(20e-6, 121.5e-6, 1.5e-6)  # 20 us of norms, 1.5 us of the monitor's own, 100 us of the loop
+    assert s.k == math.ceil(20e-6 / (BUDGET * 100e-6 - 1.5e-6)) == 14  # the norms alone: 7
+    s.took(None, 101.5e-6, 1.5e-6)  # a step without norms: its own cost and time count too
+    assert s.k == 14
+    heavy = NormSampler()
+    heavy.took(19.5e-6, 129.5e-6, 10e-6)  # the monitor's own 10 us are past the 3 us budget already
+    assert heavy.k == math.ceil(19.5e-6 / (FLOOR * 100e-6)) == 20
+    big = NormSampler()
+    big.took(30e-6, 50.1e-3, 70e-6)
+    assert big.k == 1  # against a 50 ms step the norms and the rest fit: every step
+
+
+def test_every_untraced_step_gives_the_sampler_its_times() -> None:
+    """Measured in a real loop: every untraced step (with or without norms) reports the monitor's own time and
+    the loop's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr = gradscape.Tracer(model, every=10 ** 6)
+    s = tr._monitor.sampler
+    x = torch.randn(32, 8)
+    for i in range(1, WARMUP + 4):
+        with tr.step(i):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    assert len(s.owns) == len(s.times) == min(WARMUP + 3, s.owns.maxlen)
+    assert all(o > 0 for o in s.owns) and all(t > 0 for t in s.times)
+    assert all(c > 0 for c in s.costs) and len(s.costs) >= min(WARMUP - 1, s.costs.maxlen)
+    tr.close()
 
 
 def test_a_fixed_k_and_its_checks() -> None:

@@ -79,6 +79,8 @@ class StepCapture:
         self.step = step
         self.norms = norms  # this step takes the gradient norms (NOTE [Sampled norms] in `sampling.py`)
         self.clock = NormClock()  # the time spent taking them
+        # the time spent in the monitor's own calls inside the block, the norms included (`clock` is inside it)
+        self.own = NormClock()
         # the Tracer's step context (`Tracer.traced_step`) when the step is traced (scheduled, by trigger, or
         # later by loss)
         self.traced = traced
@@ -105,7 +107,7 @@ class StepCapture:
     def on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         roots: list[Any] = []
         try:
-            with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, when it is on
+            with self.own, _compat.DisableTorchFunction():  # our reads: not through the tracer's mode, when it is on
                 for t in root_values(api, args, kwargs):
                     roots.append(t.detach() if t is not None and t.numel() == 1 else None)
                 self.losses.extend(roots)
@@ -120,7 +122,7 @@ class StepCapture:
         rec = traced.rec if traced is not None and (self.by_trigger or traced.rec.forward.carried) else None
         out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
         if api != "autograd.grad" and self.norms:
-            with _compat.DisableTorchFunction(), self.clock:
+            with self.own, _compat.DisableTorchFunction(), self.clock:
                 self._snapshot()
         return out
 
@@ -164,6 +166,10 @@ class StepCapture:
 
     # ------------------------------------------------------------------ GradScaler
     def on_unscale(self, args: tuple[Any, ...], frame: Any) -> None:
+        with self.own:
+            self._unscaled(args, frame)
+
+    def _unscaled(self, args: tuple[Any, ...], frame: Any) -> None:
         try:
             grads, found_inf, inv_scale = args[0], args[1], args[2]
             opt = _scaler_optimizer(frame)
@@ -194,6 +200,10 @@ class StepCapture:
         """An optimizer is about to step. With a closure (LBFGS, Lightning's automatic optimization) the
         forward, backward, unscaling and clipping all run inside the step, after this: the wrappers see
         them and the gradients are read in the post-hook (NOTE [Read at the post-hook])."""
+        with self.own:
+            self._optimizer_pre(opt)
+
+    def _optimizer_pre(self, opt: Any) -> None:
         try:
             self.before_change()
             rec = self._open_record(opt)
@@ -217,7 +227,8 @@ class StepCapture:
     def on_optimizer_post(self, opt: Any) -> None:
         """The optimizer has stepped: its gradients are the ones it used (NOTE [Read at the post-hook])."""
         try:
-            with _compat.DisableTorchFunction():  # our reads pass through no mode (the tracer's is on in a closure)
+            # our reads pass through no mode (the tracer's is on in a closure)
+            with self.own, _compat.DisableTorchFunction():
                 self._optimizer_step(opt)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
@@ -251,7 +262,7 @@ class StepCapture:
         their norms now, for the row's clipped norm, and in a traced step their summaries, which are `st.params`
         for the parameters no optimizer stepped with (an update written by hand: `p.data.add_(p.grad, ...)`)."""
         try:
-            with _compat.DisableTorchFunction():
+            with self.own, _compat.DisableTorchFunction():
                 index = self.mon._index
                 idx: list[int] = []
                 grads: list[torch.Tensor] = []

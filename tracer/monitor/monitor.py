@@ -251,11 +251,17 @@ class MonitoredStep:
         self.traced = traced
         self.cap: StepCapture | None = None
         self.t0 = 0.0
+        self.entered = 0.0  # seconds the block's opening took
+        self.snap_spent = 0.0  # the forward snapshot's `spent` as the block opened
 
     def __enter__(self) -> Any:
+        t0 = time.perf_counter()
         cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.mon.sampler.due(self.traced is not None))
         cap.installed.install()
+        snap = getattr(self.owner, "_snapshot", None)  # the forward's snapshot (tracer/record/replay.py), if any
+        self.snap_spent = snap.spent if snap is not None else 0.0
         self.t0 = time.perf_counter()
+        self.entered = self.t0 - t0
         if self.traced is None:
             return None
         try:
@@ -267,13 +273,25 @@ class MonitoredStep:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         cap = self.cap
         assert cap is not None
-        if cap.norms and cap.traced is None:  # what the norms cost against the block's time (NOTE [Sampled norms])
-            self.mon.sampler.took(cap.clock.spent, time.perf_counter() - self.t0)
+        t1 = time.perf_counter()
+        untraced = cap.traced is None
+        norms = cap.clock.spent if cap.norms else None
         try:
             cap.finish()
             self.mon.end_step(cap, (exc_type, exc, tb))
         finally:
             cap.installed.remove()
             cap.release()  # no reference cycle left to the cyclic collector
+            if untraced:  # what the monitor cost against the loop's time (NOTE [Sampled norms])
+                self._took(norms, cap.own.spent, t1)
             self.cap = self.traced = self.owner = None
         return None
+
+    def _took(self, norms: float | None, inside: float, t1: float) -> None:
+        """The block's times to the sampler: its norms, the whole block, and the monitor's own part of it (its calls
+        inside the block, the norms aside; the forward's snapshot; opening and closing the block)."""
+        snap = getattr(self.owner, "_snapshot", None)
+        kept = (snap.spent - self.snap_spent) if snap is not None else 0.0
+        t2 = time.perf_counter()
+        own = inside - (norms or 0.0) + kept + self.entered + (t2 - t1)
+        self.mon.sampler.took(norms, t2 - self.t0 + self.entered, own)

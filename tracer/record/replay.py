@@ -36,11 +36,23 @@ NOTE [Snapshot hooks]
     (`_compat.reinsert_hook`), and while dynamo traces them they return at once: a compiled function's
     graph holds nothing of theirs, and its guards hold at every monitored step. Such a model's calls are
     not kept (it runs compiled), and its loss triggers trace the backward alone, saying why.
+
+NOTE [Snapshots on the CPU only]
+    A loss trigger fires inside the block only where the loss is read as the backward starts: on the CPU
+    (`_check_loss` in tracer/monitor/capture.py). A loss on another device is read after the step, and the
+    step after it is traced instead, so nothing the snapshot keeps is ever replayed there. So a model whose
+    parameters are not on the CPU (one of them is looked at, each call) keeps only its call count: no
+    generator state is read and no buffer copied (a CUDA ResNet-50 would copy its 159 buffers, a kernel
+    launch each, at every monitored step). Should such a model's loss still reach a backward on the CPU
+    (`loss.cpu().backward()`), the trigger's trace is the backward alone and says why. Each call's snapshot
+    is timed (`spent`): the monitor counts it as its own cost (NOTE [Sampled norms] in
+    tracer/monitor/sampling.py).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from typing import Any
 
@@ -67,6 +79,9 @@ class ForwardSnapshot:
         self.off = False  # while a replay calls the model
         self._hooks = _hooks_of(weakref.ref(self))  # the same functions at every install (NOTE [Snapshot hooks])
         self.buffers: list[torch.Tensor] | None = None  # the model's, listed at its first call (walking it costs)
+        # one of its parameters, listed with the buffers: where it runs (NOTE [Snapshots on the CPU only])
+        self.probe: torch.Tensor | None = None
+        self.spent = 0.0  # seconds spent keeping calls, summed (the monitor reads the difference each block)
         self.clear()
 
     def clear(self) -> None:
@@ -75,6 +90,7 @@ class ForwardSnapshot:
         self.state: TrainingState | None = None
         self.outputs: Any = None
         self.calls = 0  # calls of the model since the last backward
+        self.elsewhere = False  # the latest call ran off the CPU: nothing kept (NOTE [Snapshots on the CPU only])
 
     def install(self) -> None:
         if getattr(self.model, "_compiled_call_impl", None) is not None or _distributed():
@@ -97,14 +113,22 @@ class ForwardSnapshot:
     def on_pre(self, mod: Any, args: Any, kwargs: Any) -> None:
         if self.off or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
             return None
+        t0 = time.perf_counter()
         self.calls += 1
         if self.buffers is None:
             self.buffers = list(mod.buffers())
-        self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(self.buffers), None
+            self.probe = next(iter(mod.parameters()), None)
+        probe = self.probe
+        self.elsewhere = probe is not None and probe.device.type != "cpu"
+        if self.elsewhere:  # never replayed (NOTE [Snapshots on the CPU only])
+            self.args, self.kwargs, self.state, self.outputs = (), {}, None, None
+        else:
+            self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(self.buffers), None
+        self.spent += time.perf_counter() - t0
         return None
 
     def on_post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
-        if not self.off and _compat.current_graph_task_id() == -1:
+        if not self.off and not self.elsewhere and _compat.current_graph_task_id() == -1:
             self.outputs = out
         return None
 
@@ -213,6 +237,10 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
     roots = _roots(api, args, kwargs)
     if _distributed():
         return "not under torch.distributed: the replay's backward would run the collectives on this rank alone"
+    if snap.elsewhere:
+        device = snap.probe.device.type if snap.probe is not None else "another device"
+        return (f"the model runs on {device}, where a loss is read after the step: its calls are not kept for a "
+                "replay (NOTE [Snapshots on the CPU only])")
     if snap.state is None or snap.outputs is None:
         return ("no call of the model was seen in the block: a model called inside a compiled function (or "
                 "model.compile()d) runs without the snapshot's hooks")
