@@ -116,3 +116,24 @@ def test_cuda_steps_stream_to_a_real_server(tmp_path: Path) -> None:
             assert got == json.loads(json.dumps(graph_json(mine)))
     finally:
         srv.stop()
+
+
+def test_a_cuda_model_keeps_no_forward_snapshot() -> None:
+    """NOTE [Snapshots on the CPU only]: a monitored CUDA model's calls keep no generator state and copy no buffer
+    (its loss is read after the step, so no trigger replays it), and its untraced steps still get their rows."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 8, device="cuda")
+    tr = gradscape.Tracer(model, every=10 ** 6)
+    snap = tr._snapshot
+    assert snap is not None
+    for i in range(1, 4):
+        with tr.step(i):
+            opt.zero_grad()
+            out = model(x)
+            assert snap.calls == 1 and snap.elsewhere and snap.state is None and snap.args == ()
+            out.pow(2).mean().backward()
+            opt.step()
+    tr.close()
+    assert [r["step"] for r in tr.history] == [1, 2, 3] and all(r["loss"] is not None for r in tr.history)
