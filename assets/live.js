@@ -182,4 +182,19 @@
   document.addEventListener("click", function (evt) {
     if (evt.target && evt.target.closest && evt.target.closest("#" + ID.FOLLOW)) GS.live.picked = false;
   });
+  // The person's pick in the open step list, seen as the click lands (the capture phase: before the dropdown
+  // closes and sets its value), not only when `stepPicked` answers: a step list read in between (`liveSteps`)
+  // took the page for still following and put the newest step back over the pick, which was lost
+  // (tests/e2e/test_one_state.py). Picking the newest step leaves the page following, as `stepPicked` does.
+  document.addEventListener("click", function (evt) {
+    const option = evt.target && evt.target.closest ? evt.target.closest("[role='option']") : null;
+    if (!option || !GS.live.stepListOpen()) return;
+    const step = parseInt((option.textContent || "").trim().slice(5), 10);
+    const all = document.querySelectorAll("[role='option']");
+    const last = all.length ? parseInt((all[all.length - 1].textContent || "").trim().slice(5), 10) : NaN;
+    const newest = GS.live.newest !== undefined && GS.live.newest !== null ? Math.max(GS.live.newest, last) : last;
+    if (isNaN(step) || step === newest) return;
+    GS.live.picked = true;
+    window.dash_clientside.set_props(ID.FOLLOW, {value: []});  // as `stepPicked` would, visibly
+  }, true);
 })();
