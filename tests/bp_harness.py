@@ -181,9 +181,21 @@ class Training:
 
     def _train(self, steps: int, blowup: int | None) -> None:
         try:
+            if self.x.is_cuda:  # a new thread has no current CUDA context: cuBLAS warns (an error here) without one
+                torch.cuda.set_device(self.x.device)
             train(self.model, self.x, self.y, steps, self.tr, blowup)
         except BaseException as exc:
             self.error = exc
+
+    def pause_in(self, srv: ThreadServer, step: int, timeout: float = 30.0) -> Any:
+        """Wait for this run's pause in `step`; training that ended first fails here with its error."""
+        def seen() -> Any:
+            if self.error is not None:
+                raise AssertionError(f"training failed before the pause in step {step}") from self.error
+            q = paused(srv, self.run)
+            return q if q and q["step"] == step else None
+
+        return wait_for(seen, timeout, f"the pause in step {step}")
 
     def finish(self, srv: ThreadServer) -> None:
         call(srv, "DELETE", f"/api/runs/{self.run}/breakpoints")

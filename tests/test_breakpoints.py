@@ -6,12 +6,13 @@ pause sends, and what is served of it, is tests/test_breakpoints_paused.py."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from bp_harness import ThreadServer, Training, as_2d, call, paused, reference, thumb_values, wait_for
+from bp_harness import ThreadServer, Training, as_2d, call, paused, reference, serve_in_thread, thumb_values, wait_for
 from bp_worker import build, params_hex, train
 from helpers import DEVICES
 
@@ -52,13 +53,39 @@ def test_node_by_id_pauses_there_each_step(srv: ThreadServer, device: str) -> No
     """On CUDA the backward runs on autograd's device thread: the pause holds that thread."""
     t = Training(srv, "by-id", [{"on": "node", "id": 3}], device=device)
     for step in (0, 1):
-        p = wait_for(lambda: (lambda q: q if q and q["step"] == step else None)(paused(srv, "by-id")),  # noqa: B023
-                     what=f"the pause in step {step}")
+        p = t.pause_in(srv, step)
         assert p["node"]["id"] == 3
         call(srv, "POST", "/api/runs/by-id/resume", {"mode": "continue"})
     t.finish(srv)
     assert t.breaker.pauses == 2
     assert params_hex(t.model) == reference(device=device)
+
+
+def test_a_run_traced_again_in_the_process_starts_clean(srv: ThreadServer, tmp_path: Path) -> None:
+    """A second tracer of the same run in one process (a notebook cell run again, against a fresh server)
+    keeps nothing of the first's breakpoints, pauses or once-a-step firings: it pauses where its own
+    server says, and as often."""
+    first = Training(srv, "again", [{"on": "node", "id": 3}, {"on": "nonfinite"}], steps=1)
+    wait_for(lambda: paused(srv, "again"), what="the first run's pause")
+    first.finish(srv)
+    assert first.breaker.pauses == 1
+    (tmp_path / "second").mkdir()
+    servers = serve_in_thread(tmp_path / "second")
+    srv2 = next(servers)
+    try:
+        link = SocketSink(srv2.url, "again", break_grace=5.0)
+        wait_for(lambda: breaker("again").link is not None and breaker("again").link.connected, what="the link")
+        assert breaker("again").points == [] and breaker("again").pauses == 0  # the new server has none
+        link.close(10)
+        second = Training(srv2, "again", [{"on": "node", "id": 3}])
+        for step in (0, 1):
+            second.pause_in(srv2, step)
+            call(srv2, "POST", "/api/runs/again/resume", {"mode": "continue"})
+        second.finish(srv2)
+        assert second.breaker.pauses == 2
+        assert params_hex(second.model) == reference()
+    finally:
+        next(servers, None)
 
 
 def test_module_pauses_at_its_first_node(srv: ThreadServer) -> None:
@@ -111,7 +138,7 @@ def test_norm_threshold(srv: ThreadServer) -> None:
     p = wait_for(lambda: paused(srv, "norm-low"), what="the pause")
     assert p["executed"] == 1 and p["step"] == 0  # the loss's node already sends a non-zero gradient
     call(srv, "POST", "/api/runs/norm-low/resume", {"mode": "continue"})
-    p = wait_for(lambda: (lambda q: q if q and q["step"] == 1 else None)(paused(srv, "norm-low")), what="step 1")
+    p = t.pause_in(srv, 1)
     assert p["executed"] == 1  # once per step: step 0 did not pause again
     t.finish(srv)
     assert t.breaker.pauses == 2

@@ -8,9 +8,11 @@ NOTE [Breakpoints]
     the engine's thread at once. Everything sent on `/debug` is plain JSON, one packet per message,
     but for the thumbnails of a `paused` message (NOTE [Paused heatmaps]), binary attachments.
 
-    Each run has one `Breaker` (`breaker(run)`); the recorder's node hooks test `breaker.armed`, a
-    plain attribute that is False unless the server has sent at least one breakpoint for the run and
-    the link is up: with no breakpoint set there is no round trip, lock or wait per node. When armed,
+    Each run has one `Breaker` (`breaker(run)`), cleared when a new link takes it (`Breaker.attach`:
+    a second tracer of the run in this process, a notebook cell run again). The recorder's node
+    hooks test `breaker.armed`, a plain attribute that is False unless the server has sent at least
+    one breakpoint for the run and the link is up: with no breakpoint set there is no round trip,
+    lock or wait per node. When armed,
     `Breaker.at_node` matches the node that just ran:
 
       {"on": "node", "name": "AddmmBackward0"} / {"on": "node", "id": 12}  that node (ids are the
@@ -82,7 +84,7 @@ class Breaker:
         self.points: list[dict[str, Any]] = []
         self.link: BreakpointLink | None = None
         self.paused = False
-        self.pauses = 0  # how many times a backward paused (tests, bench)
+        self.pauses = 0  # how many times a backward paused under the current link (tests, bench)
         self.thumb_budget = THUMB_BUDGET  # bytes of thumbnails per paused message (NOTE [Paused heatmaps])
         self._lock = threading.Lock()
         self._resume = threading.Event()
@@ -106,6 +108,13 @@ class Breaker:
 
     def link_changed(self) -> None:
         with self._lock:
+            self._update()
+
+    def attach(self, link: BreakpointLink) -> None:
+        """`link` is now the run's: it starts with nothing of an earlier link's (its hello brings the points)."""
+        with self._lock:
+            self.link = link
+            self.points, self.pauses, self._stepping, self._fired = [], 0, False, set()
             self._update()
 
     # ------------------------------------------------------------------ from the node hooks
@@ -152,16 +161,18 @@ class Breaker:
         link = self.link
         if link is None:
             return
-        rec.summ.finalize()  # the statistics and thumbnails of every node run so far, for the page
-        nodes = partial_nodes(rec, self.thumb_budget)
-        here = next((n for n in reversed(nodes) if n["id"] == node.id), None)
-        info = {"id": node.id, "name": node.name, "module": here["module"] if here else None,
-                "source": here["source"] if here else None}
+        try:
+            rec.summ.finalize()  # the statistics and thumbnails of every node run so far, for the page
+            nodes = partial_nodes(rec, self.thumb_budget)
+            payload = protocol.paused_payload(rec.step, _info(node, nodes), nodes, self.thumb_budget)
+        except Exception as exc:  # never break the user's backward over a breakpoint
+            log.warning("gradscape: could not pause at %s: %s", node.name, exc, exc_info=True)
+            return
         self._resume.clear()
         self.paused = True
         self.pauses += 1
         try:
-            answer = link.send("paused", protocol.paused_payload(rec.step, info, nodes, self.thumb_budget), ack=True)
+            answer = link.send("paused", payload, ack=True)
             if isinstance(answer, dict) and answer.get("ok") is False:
                 # the server did not take the pause, so nothing there could resume it: go on
                 warnings.warn(f"gradscape: the server refused the pause at {node.name}: {answer.get('error')}; "
@@ -192,6 +203,13 @@ class Breaker:
                     self.points = []
                 return "continue"
         return self._mode
+
+
+def _info(node: NodeRecord, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paused node, as the `paused` message names it (`nodes`: `partial_nodes`)."""
+    here = next((n for n in reversed(nodes) if n["id"] == node.id), None)
+    return {"id": node.id, "name": node.name, "module": here["module"] if here else None,
+            "source": here["source"] if here else None}
 
 
 def _module_of(rec: StepView, node: NodeRecord) -> str | None:
@@ -273,7 +291,7 @@ class BreakpointLink:
         self.grace = float(grace if grace is not None else env if env else DEFAULT_GRACE)
         self.url, self.run, self.token, self.connect_timeout = url, run, token, connect_timeout
         self.breaker = breaker(run)
-        self.breaker.link = self
+        self.breaker.attach(self)
         self.connected = False
         self._client: Any = None
         self._seq = 0

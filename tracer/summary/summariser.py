@@ -131,11 +131,14 @@ class Summariser:
                 return self.summarise_keyed(t, t.data_ptr(), (t.shape, t.stride(), t.dtype), stats_of)
         return self._summarise(t, stats_of)
 
-    def fallback(self, t: torch.Tensor) -> TensorTrace:
+    def fallback(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """A gradient the native recorder's kernel cannot summarise (NOTE [Native recorder] in
         tracer/record/native.py), from its hook, grad mode already off: summarised here as it would be
-        anywhere else."""
-        return self._summarise(t, None)
+        anywhere else. `stats_of`: what arrived at a view node, shared as `summarise` shares it when its
+        elements are as many (the Python recorder's hooks pass it on the same condition)."""
+        if stats_of is not None and stats_of.numel != t.numel():
+            stats_of = None
+        return self._summarise(t, stats_of)
 
     def summarise_keyed(self, t: torch.Tensor, ptr: int, key: tuple[Any, ...],
                         stats_of: TensorTrace | None) -> TensorTrace:

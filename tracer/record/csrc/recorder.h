@@ -243,7 +243,7 @@ class Recorder {
  private:
   int32_t summarise(const at::Tensor& t, int32_t stats_of, bool wide = false);
   int32_t arrived(int32_t id, size_t i, const at::Tensor& g);
-  int32_t python_summary(const at::Tensor& t);
+  int32_t python_summary(const at::Tensor& t, int32_t stats_of);
   const Plan* plan_for(const at::Tensor& t, bool transposed);
   const Plan* shared_plan_for(const at::Tensor& t, bool transposed);
   double* reserve(int64_t words, int32_t* chunk, int64_t* off);

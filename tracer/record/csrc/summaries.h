@@ -155,10 +155,13 @@ bool Recorder::next_chunk(int64_t words) {
   return true;
 }
 
-int32_t Recorder::python_summary(const at::Tensor& t) {
+// `stats_of`: what arrived at a view node, whose statistics its output shares (NOTE [Views share a buffer]), as
+// the Python recorder shares them; only a summary Python made has a trace to share here
+int32_t Recorder::python_summary(const at::Tensor& t, int32_t stats_of) {
   PyGILState_STATE st = PyGILState_Ensure();
   PyObject* wrapped = THPVariable_Wrap(t);
-  PyObject* res = wrapped == nullptr ? nullptr : PyObject_CallOneArg(fallback, wrapped);
+  PyObject* of = stats_of >= 0 && summs[stats_of].py >= 0 ? py[summs[stats_of].py] : Py_None;
+  PyObject* res = wrapped == nullptr ? nullptr : PyObject_CallFunctionObjArgs(fallback, wrapped, of, nullptr);
   Py_XDECREF(wrapped);
   if (res == nullptr) {
     PyErr_Clear();
@@ -187,7 +190,7 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
   if (t.unsafeGetTensorImpl()->is_python_dispatch() || t.layout() != c10::kStrided || !t.device().is_cpu() ||
       t.is_nested() || t.is_conj() ||
       t.is_neg() || dtype_code(t.scalar_type()) < 0 || t.numel() == 0) {
-    return python_summary(t);
+    return python_summary(t, stats_of);
   }
   bool transposed = false;
   at::Tensor copy;  // another strided view (an expanded gradient, a permutation): summarised from a
@@ -201,7 +204,7 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
   }
   const at::Tensor& src = copy.defined() ? copy : t;
   const Plan* plan = plan_for(src, transposed);
-  if (plan == nullptr) return python_summary(t);
+  if (plan == nullptr) return python_summary(t, stats_of);
   const void* data = src.const_data_ptr();
   const void* ptr = copy.defined() ? nullptr : data;  // a copy's memory is no gradient's: never shared
   if (stats_of >= 0 && ptr != nullptr && summ_ptr[stats_of] == ptr) {
@@ -225,12 +228,12 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
   wide = wide || plan->cells <= WIDE_CELLS;
   const int64_t words = wide ? plan->words : plan->stored;
   double* out = reserve(words, &chunk, &off);
-  if (out == nullptr) return python_summary(t);
+  if (out == nullptr) return python_summary(t, stats_of);
   double* into = plan->cells > 0 && !wide ? scratch_for(plan->words) : out;
   if (into == nullptr || plan->fn(data, plan->geom, into) != 0) {
     chunk_used -= words;  // a float32 partial sum overflowed: torch recomputes in float64
     arena_used -= words;
-    return python_summary(t);
+    return python_summary(t, stats_of);
   }
   if (wide) {
     round_bf16(reinterpret_cast<float*>(out + 8), plan->cells);
