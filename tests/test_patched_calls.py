@@ -5,6 +5,7 @@ traced step's, which its own mode still records."""
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import pytest
@@ -34,7 +35,10 @@ def _loss(model: nn.Module, seed: int) -> torch.Tensor:
     return model(torch.randn(16, 4, generator=g)).pow(2).mean()
 
 
-def test_an_untraced_block_runs_under_no_mode_and_puts_the_functions_back() -> None:
+def test_an_untraced_block_runs_under_no_mode_and_the_functions_go_back_when_the_tracer_does() -> None:
+    """The wrappers stay between the blocks of a live Tracer (NOTE [Patched backward]: no attribute set on
+    `torch.Tensor` a step), pass every call outside a block straight through, and are gone once the Tracer
+    is closed; also after a block that raised."""
     model = _mlp()
     tr = gradscape.Tracer(model, every=10**9)
     originals = _functions()
@@ -43,12 +47,34 @@ def test_an_untraced_block_runs_under_no_mode_and_puts_the_functions_back() -> N
         assert torch._C._len_torch_function_stack() == 0  # nothing between the user's calls and torch
         assert _functions() != originals
         _loss(model, 0).backward()
-    assert _functions() == originals
+    held = _functions()
+    assert held != originals and all(f.__wrapped__ is o for f, o in zip(held, originals))  # type: ignore[attr-defined]
+    _loss(model, 1).backward()  # between blocks: straight to torch, no row
     with pytest.raises(RuntimeError, match="user code failed"), tr.step(2):
         _loss(model, 0).backward()
         raise RuntimeError("user code failed")
-    assert _functions() == originals
+    assert _functions() == held  # the same wrappers: none made or set again
     assert [r["step"] for r in tr.history] == [1, 2]
+    tr.close()
+    assert _functions() == originals
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_dropped_tracer_puts_the_functions_back(closed: bool) -> None:
+    """A Tracer let go without `close()` lets go of the wrappers too; two Tracers hold them until both are gone."""
+    originals = _functions()
+    first, second = gradscape.Tracer(_mlp(0), every=10**9), gradscape.Tracer(_mlp(1), every=10**9)
+    for tr in (first, second):
+        with tr.step(1):
+            _loss(tr.model, 0).backward()
+    if closed:
+        first.close()
+    del first
+    gc.collect()
+    assert _functions() != originals  # the second still holds them
+    del tr, second
+    gc.collect()
+    assert _functions() == originals
 
 
 @pytest.mark.parametrize("api", ["Tensor.backward", "autograd.backward", "autograd.grad"])

@@ -129,7 +129,7 @@ class StepCapture:
     def _check_loss(self, roots: list[Any], first: int) -> None:
         """On the CPU the loss is read now (no device to wait for) and a `nonfinite` / `loss_spike`
         traces this very backward; on another device the row is read later and the next step is traced."""
-        if not roots or any(r is not None and r.device.type != "cpu" for r in roots):
+        if not roots or any(r is not None and not r.is_cpu for r in roots):  # `is_cpu`: no device object made
             return
         values = [None if r is None else float(r) for r in roots]
         self.loss_values.extend(values)  # read already: a row without norms needs nothing else read (`rows.py`)

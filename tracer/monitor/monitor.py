@@ -21,6 +21,7 @@ from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_p
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve
 from gradscape.tracer.monitor.sampling import NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
+from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
 
@@ -37,6 +38,9 @@ class Monitor:
         # cycle would keep a DDP model, and its process group, until the garbage collector or the interpreter's
         # exit, where gloo's teardown aborted the process: tests/test_distributed.py)
         self.tracer: Any = weakref.proxy(tracer)
+        # the backward calls' wrappers stay in place between blocks until the Tracer is closed or collected
+        self._hold = patched_calls.Hold()  # (NOTE [Patched backward] in tracer/record/patched_calls.py)
+        weakref.finalize(tracer, self._hold.release)
         self.triggers = TriggerState(Triggers.resolve(triggers))
         self.sampler = NormSampler(norms_every)  # which steps take the gradient norms (NOTE [Sampled norms])
         self.params: list[Any] = []
@@ -225,6 +229,7 @@ class Monitor:
                 log.warning("gradscape: sink %s could not take the history: %s", name, exc)
 
     def close(self) -> None:
+        self._hold.release()
         self.resolve_ready(force=True)
         self.flush(force=True)
 

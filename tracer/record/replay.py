@@ -119,7 +119,7 @@ class ForwardSnapshot:
             self.buffers = list(mod.buffers())
             self.probe = next(iter(mod.parameters()), None)
         probe = self.probe
-        self.elsewhere = probe is not None and probe.device.type != "cpu"
+        self.elsewhere = probe is not None and not probe.is_cpu  # `is_cpu`: no device object made
         if self.elsewhere:  # never replayed (NOTE [Snapshots on the CPU only])
             self.args, self.kwargs, self.state, self.outputs = (), {}, None, None
         else:
