@@ -7,8 +7,7 @@ NOTE [Monitor hooks]
     found_inf, inv_scale)`, from `GradScaler._unscale_grads_`, whose frame names the optimizer), through
     wrappers of those four functions, in place while a block is open and held between a Tracer's blocks
     (NOTE [Patched backward] in tracer/record/patched_calls.py). Every other torch call of the block
-    reaches torch as it would
-    without gradscape. torch's global optimizer step pre/post hooks (gradscape's one registration of each,
+    reaches torch as it would without gradscape. torch's global optimizer step pre/post hooks (gradscape's one registration of each,
     in tracer/record/global_hooks.py, shared with the recorder) see every `optimizer.step()`: the
     post-hook reads the gradients the optimizer stepped with (unscaled, clipped: NOTE [Read at the
     post-hook] in `capture.py`).
