@@ -1,16 +1,16 @@
 """What the monitor installs for one step block, and removes when it ends (also when it raises).
 
 NOTE [Monitor hooks]
-    The monitor sees the calls of the block that matter to it without the user passing anything: the
-    backward APIs (`Tensor.backward`, `torch.autograd.backward`, `torch.autograd.grad`: the roots are
-    the losses) and GradScaler's unscale (`torch._amp_foreach_non_finite_check_and_unscale_(grads,
-    found_inf, inv_scale)`, from `GradScaler._unscale_grads_`, whose frame names the optimizer), through
-    wrappers of those four functions, in place while a block is open and held between a Tracer's blocks
-    (NOTE [Patched backward] in tracer/record/patched_calls.py). Every other torch call of the block
-    reaches torch as it would without gradscape. torch's global optimizer step pre/post hooks (gradscape's one registration of each,
-    in tracer/record/global_hooks.py, shared with the recorder) see every `optimizer.step()`: the
-    post-hook reads the gradients the optimizer stepped with (unscaled, clipped: NOTE [Read at the
-    post-hook] in `capture.py`).
+    The monitor sees the calls of the block that matter to it without the user passing anything: the backward
+    APIs (`Tensor.backward`, `torch.autograd.backward`, `torch.autograd.grad`: the roots are the losses) and
+    GradScaler's unscale (`torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)`,
+    from `GradScaler._unscale_grads_`, whose frame names the optimizer), through wrappers of those four
+    functions, in place while a block is open and held between a Tracer's blocks (NOTE [Patched backward] in
+    tracer/record/patched_calls.py). Every other torch call of the block reaches torch as it would without
+    gradscape. torch's global optimizer step pre/post hooks (gradscape's one registration of each, in
+    tracer/record/global_hooks.py, shared with the recorder) see every `optimizer.step()`: the post-hook reads
+    the gradients the optimizer stepped with (unscaled, clipped: NOTE [Read at the post-hook] in
+    `capture.py`).
 
     In a traced block the tracer's own mode (NOTE [Source lines] in tracer/record/forward.py) is handed
     the wrapper of `Tensor.backward` and records the backward with the function behind it; the wrapper
