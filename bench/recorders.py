@@ -6,8 +6,9 @@
     python bench/recorders.py --workloads W3,W9 --device cuda
 
 A step is forward, backward, an Adam step and `zero_grad`, synchronised on CUDA. Each round runs one plain
-step and one traced step of each recorder, in a rotating order; the figures are medians over rounds. Where
-the native recorder is not built, its column says so.
+step and one traced step of each recorder, in a rotating order; the figures are medians over rounds. The last
+column names the recorder each Tracer's steps really used (the Python one, and why, where the native one is
+not built).
 """
 
 from __future__ import annotations

@@ -73,10 +73,10 @@ def test_a_run_traced_again_in_the_process_starts_clean(srv: ThreadServer, tmp_p
     servers = serve_in_thread(tmp_path / "second")
     srv2 = next(servers)
     try:
-        link = SocketSink(srv2.url, "again", break_grace=5.0)
+        sink = SocketSink(srv2.url, "again", break_grace=5.0)
         wait_for(lambda: breaker("again").link is not None and breaker("again").link.connected, what="the link")
         assert breaker("again").points == [] and breaker("again").pauses == 0  # the new server has none
-        link.close(10)
+        sink.close(10)
         second = Training(srv2, "again", [{"on": "node", "id": 3}])
         for step in (0, 1):
             second.pause_in(srv2, step)

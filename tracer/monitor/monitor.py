@@ -257,13 +257,14 @@ class MonitoredStep:
         self.cap: StepCapture | None = None
         self.t0 = 0.0
         self.entered = 0.0  # seconds the block's opening took
-        self.snap_spent = 0.0  # the forward snapshot's `spent` as the block opened
+        self.snap: Any = None  # the forward's snapshot (tracer/record/replay.py), if the Tracer keeps one
+        self.snap_spent = 0.0  # its `spent` as the block opened
 
     def __enter__(self) -> Any:
         t0 = time.perf_counter()
         cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.mon.sampler.due(self.traced is not None))
         cap.installed.install()
-        snap = getattr(self.owner, "_snapshot", None)  # the forward's snapshot (tracer/record/replay.py), if any
+        snap = self.snap = getattr(self.owner, "_snapshot", None)
         self.snap_spent = snap.spent if snap is not None else 0.0
         self.t0 = time.perf_counter()
         self.entered = self.t0 - t0
@@ -289,13 +290,13 @@ class MonitoredStep:
             cap.release()  # no reference cycle left to the cyclic collector
             if untraced:  # what the monitor cost against the loop's time (NOTE [Sampled norms])
                 self._took(norms, cap.own.spent, t1)
-            self.cap = self.traced = self.owner = None
+            self.cap = self.traced = self.owner = self.snap = None
         return None
 
     def _took(self, norms: float | None, inside: float, t1: float) -> None:
         """The block's times to the sampler: its norms, the whole block, and the monitor's own part of it (its calls
         inside the block, the norms aside; the forward's snapshot; opening and closing the block)."""
-        snap = getattr(self.owner, "_snapshot", None)
+        snap = self.snap
         kept = (snap.spent - self.snap_spent) if snap is not None else 0.0
         t2 = time.perf_counter()
         own = inside - (norms or 0.0) + kept + self.entered + (t2 - t1)

@@ -237,10 +237,9 @@ def replay(ts: Any, snap: ForwardSnapshot, api: str, args: tuple[Any, ...], kwar
     roots = _roots(api, args, kwargs)
     if _distributed():
         return "not under torch.distributed: the replay's backward would run the collectives on this rank alone"
-    if snap.elsewhere:
-        device = snap.probe.device.type if snap.probe is not None else "another device"
-        return (f"the model runs on {device}, where a loss is read after the step: its calls are not kept for a "
-                "replay (NOTE [Snapshots on the CPU only])")
+    if snap.elsewhere and snap.probe is not None:  # (`elsewhere` is only ever set from a probe)
+        return (f"the model runs on {snap.probe.device.type}, where a loss is read after the step: its calls "
+                "are not kept for a replay (NOTE [Snapshots on the CPU only])")
     if snap.state is None or snap.outputs is None:
         return ("no call of the model was seen in the block: a model called inside a compiled function (or "
                 "model.compile()d) runs without the snapshot's hooks")
