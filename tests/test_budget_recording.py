@@ -12,7 +12,7 @@ import torch
 
 import gradscape
 from gradscape.tracer.record import native
-from gradscape.tracer.summary.budget import apply_thumb_budget
+from gradscape.tracer.summary.budget import apply_thumb_budget, past_budget, past_budget_raw
 
 pytestmark = pytest.mark.skipif(not native.status()[0], reason="the native recorder applies it while recording")
 
@@ -89,3 +89,35 @@ def test_what_each_row_shows_is_what_the_gradients_were() -> None:
         g = p.grad.double()
         assert t.stats["norm"] == pytest.approx(float(g.norm()), rel=1e-6), name
         assert (t.stats["min"], t.stats["max"]) == (float(p.grad.min()), float(p.grad.max())), name
+
+
+def test_a_budget_that_fails_while_recording_leaves_its_pictures_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order comes from the Python budget (`past_budget_raw`); if that call fails (a fault forced here), the
+    recorder leaves nothing out while recording, and the step's end still applies the budget in full."""
+    calls: list[int] = []
+
+    def broken(raw: bytes, cells: bytes, budget: int) -> bytes:
+        calls.append(budget)
+        raise MemoryError("forced")
+
+    monkeypatch.setattr(native, "past_budget_raw", broken)
+    st = _loop_step(BUDGET)[0]
+    tt = st.nodes.tables.tensors
+    assert calls and not tt.evicted.any()
+    end = _loop_step(None)[0]
+    apply_thumb_budget(end, BUDGET, end.nodes.tables.tensors.cells_bound)
+    assert st.meta["thumbs_left_out"] == end.meta["thumbs_left_out"]
+    assert _pictures(st) == _pictures(end)
+
+
+def test_the_order_while_recording_is_the_budget_s() -> None:
+    """`past_budget_raw` (what the recorder calls) and `past_budget` (what the step's end calls) agree, NaN first."""
+    raw = np.zeros((5, 8))
+    raw[:, 7] = 4.0
+    raw[:, 3] = [1.0, 9.0, 4.0, 9.0, 0.25]  # norms 1, 3, 2, 3, 0.5
+    raw[4, 5] = 1.0  # a NaN counted: first
+    cells = np.array([10, 10, 10, 10, 10], np.int64)
+    past = np.frombuffer(past_budget_raw(raw.tobytes(), cells.tobytes(), 30), np.int64)
+    assert past.tolist() == [2, 0]  # kept: the NaN, then norm 3 (position 1 before 3); past: 2, then 1
+    norms = np.sqrt(raw[:, 3])
+    assert past_budget(cells, norms, raw[:, 5] > 0, 30).tolist() == past.tolist()

@@ -60,6 +60,7 @@ import torch
 from gradscape.tracer.record import native_build
 from gradscape.tracer.record.labels import RELU_LIKE, VIEW_NODES
 from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.summary.budget import past_budget_raw
 from gradscape.tracer.summary.fastpath import kernel_plan
 from gradscape.tracer.summary.kernel import native
 from gradscape.tracer.summary.stats import dtype_name
@@ -154,7 +155,8 @@ class NativeGraph:
     def __init__(self, model: ModelIndex, summariser: Summariser, thumb: int) -> None:
         mod = _loaded()[0]
         self.rec = mod.Recorder()
-        self.rec.configure(summariser.fallback, thumb, -1 if summariser.budget is None else summariser.budget)
+        self.rec.configure(summariser.fallback, thumb, -1 if summariser.budget is None else summariser.budget,
+                           past_budget_raw)  # NOTE [Budget while recording] in csrc/budget.h
         self.model = model
         self.size = 0
         # (read-only until the first walk: shared empty arrays, made once)

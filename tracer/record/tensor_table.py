@@ -11,6 +11,7 @@ import numpy as np
 from gradscape.tracer._model import TensorTrace
 from gradscape.tracer.record.arena_compact import compact
 from gradscape.tracer.summary import bfloat16
+from gradscape.tracer.summary.budget import raw_flagged, raw_norms
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.summary.stats import stats_from_raw
 
@@ -140,16 +141,15 @@ class TensorTable:
         return cells
 
     def norms(self) -> np.ndarray:
-        """Each summary's L2 norm (-1 for NaN), as `stats["norm"]` gives it."""
-        out = np.sqrt(np.maximum(self.raw[:, 3], 0.0))
-        out[self.raw[:, 7] <= 0] = 0.0
+        """Each summary's L2 norm, as `stats["norm"]` gives it (NaN for a NaN)."""
+        out = raw_norms(self.raw)
         for k in np.nonzero(self.plan < 0)[0]:
             out[k] = self.py[int(self.py_index[k])].stats.get("norm", math.nan)
-        return np.where(np.isnan(out), -1.0, out)
+        return out
 
     def flagged(self) -> np.ndarray:
         """Each summary counted a NaN or an Inf."""
-        out = self.raw[:, 5] + self.raw[:, 6] > 0
+        out = raw_flagged(self.raw)
         for k in np.nonzero(self.plan < 0)[0]:
             st = self.py[int(self.py_index[k])].stats
             out[k] = bool(st.get("nan") or st.get("inf"))

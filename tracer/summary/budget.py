@@ -14,6 +14,10 @@ NOTE [Thumbnail budget]
     than making every node's `NodeTrace`, and walks only what is outside it (module sums, root
     gradients). Among gradients of equal norm at the cut, which keep their thumbnails may differ from
     the Python recorder's step (both orders are by norm; ties go by position).
+
+    The order and the cut exist once, here (`past_budget`): the step's end calls it over every gradient,
+    and the native recorder calls it while the backward runs, to leave out pictures that can no longer
+    fit (`past_budget_raw`; NOTE [Budget while recording] in tracer/record/csrc/budget.h).
 """
 
 from __future__ import annotations
@@ -61,12 +65,45 @@ def _tensors(st: StepTrace, table: Any = None) -> list[TensorTrace]:
 
 
 def _norm(t: TensorTrace) -> float:
-    v = t.stats.get("norm", math.nan)
-    return -1.0 if math.isnan(v) else v
+    return t.stats.get("norm", math.nan)
 
 
 def _flagged(t: TensorTrace) -> bool:
     return t.stats.get("nan", 0) + t.stats.get("inf", 0) > 0
+
+
+def raw_norms(raw: np.ndarray) -> np.ndarray:
+    """The L2 norm of each row of raw statistics (min, max, sum, sum of squares, nonzero, nan, inf, n), as
+    `stats["norm"]` gives it (NaN for a NaN)."""
+    out = np.sqrt(np.maximum(raw[:, 3], 0.0))
+    out[raw[:, 7] <= 0] = 0.0
+    return out
+
+
+def raw_flagged(raw: np.ndarray) -> np.ndarray:
+    """Each row of raw statistics counted a NaN or an Inf."""
+    return raw[:, 5] + raw[:, 6] > 0
+
+
+def past_budget(cells: np.ndarray, norms: np.ndarray, flagged: np.ndarray, budget: int) -> np.ndarray:
+    """The positions of the gradients whose thumbnails fall past `budget` cells, in the budget's order: flagged
+    (NaN or Inf) first, then by norm, largest first (a NaN norm as -1), ties by position; the longest prefix
+    whose cells fit keeps its thumbnails. Gradients without a thumbnail (0 cells) are never past it."""
+    keyed = np.where(np.isnan(norms), -1.0, norms)
+    order = np.lexsort((-keyed, ~flagged))  # a stable sort: ties keep their position
+    order = order[cells[order] > 0]
+    fits = np.cumsum(cells[order]) <= budget
+    cut = len(order) if fits.all() else int(np.argmin(fits))  # the first that does not fit, and all after it
+    return order[cut:]
+
+
+def past_budget_raw(raw: bytes, cells: bytes, budget: int) -> bytes:
+    """`past_budget` of gradients given as buffers: raw statistics (8 float64 a gradient, `raw_norms`' order)
+    and thumbnail cells (int64); the positions past it as int64. The native recorder calls it while it records
+    (NOTE [Budget while recording] in tracer/record/csrc/budget.h), so that the budget's order exists once."""
+    stats = np.frombuffer(raw, np.float64).reshape(-1, 8)
+    return past_budget(np.frombuffer(cells, np.int64), raw_norms(stats), raw_flagged(stats),
+                       budget).astype(np.int64).tobytes()
 
 
 def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = None) -> int:
@@ -90,16 +127,11 @@ def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = No
         flagged = np.concatenate([table.flagged(), flagged])
     if int(cells.sum()) <= budget:
         return 0
-    # largest first: flagged, then by norm; ties keep their position (a stable sort of the negated keys)
-    order = np.lexsort((-norms, ~flagged))
-    order = order[cells[order] > 0]
-    fits = np.cumsum(cells[order]) <= budget
-    cut = len(order) if fits.all() else int(np.argmin(fits))  # the first that does not fit, and all after it
-    dropped = order[cut:]
+    dropped = past_budget(cells, norms, flagged, budget)
     if table is not None:
         table.drop_thumbs(dropped[dropped < rows])
     for k in dropped[dropped >= rows].tolist():
         extra[k - rows].thumb = None
-    largest = float(norms[dropped].max()) if len(dropped) else -1.0
+    largest = float(np.nan_to_num(norms[dropped], nan=-1.0).max()) if len(dropped) else -1.0
     st.meta["thumbs_left_out"] = {"budget": budget, "count": len(dropped), "max_norm": largest}
     return len(dropped)

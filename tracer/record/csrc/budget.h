@@ -9,61 +9,72 @@
 //     sums as well). Without that, a 100k-node step of small ops held 106 MiB of pictures in its arena until
 //     its end, to keep 16 MiB of them.
 //
-//     `evict` runs when the arena has grown by a budget's worth of bfloat16 cells since it last ran and the
-//     summaries that still have a picture hold more cells than the budget. Each summary's place in the order
-//     is taken as the kernel writes its statistics (`summ_keys`); `evict` sorts the summaries made since it
-//     last ran, merges them with those it kept then (in order already), marks those past the prefix EVICTED,
-//     and `pack_arena` moves the arena's blocks from the first that lost its picture on down, in place: the 8
-//     statistics of every block (the step's tables read them at the end), and the cells of a block some
-//     summary still shows. Blocks keep their order and only move towards the front, so one pass of `memmove`
-//     does it; the chunks emptied are filled again before a new one is made. The step's end applies the budget
-//     exactly as before, over every summary: it finds the evicted ones past the prefix again, and leaves out
-//     the same pictures with the same count and largest norm in `st.meta["thumbs_left_out"]`.
-//     (100k-node loop: 7 runs of `evict`, about 40 ms of a 1.4 s step; the arena peaks near 43 MiB.)
+//     `evict` runs when the arena has grown by a quarter budget's worth of doubles since it last ran and the
+//     summaries that still have a picture hold more cells than the budget. It hands those summaries' raw
+//     statistics and cells, in order, to the Python budget (`past_budget_raw`, set by `configure`), so that the
+//     order exists in one place, marks the ones past the prefix EVICTED, and `pack_arena` moves the arena's
+//     blocks from the first that lost its picture on down, in place: the 8 statistics of every block (the
+//     step's tables read them at the end), and the cells of a block some summary still shows. Blocks keep their
+//     order and only move towards the front, so one pass of `memmove` does it; the chunks emptied are filled
+//     again before a new one is made. The step's end applies the budget exactly as before, over every summary:
+//     it finds the evicted ones past the prefix again, and leaves out the same pictures with the same count and
+//     largest norm in `st.meta["thumbs_left_out"]`. If the Python call fails, nothing is evicted that time (the
+//     arena grows; the step's end still applies the budget). (100k-node loop: 6 runs a step, each ordering about
+//     40k summaries in about 1 ms of Python; the traced step's time and peak memory as before.)
 #pragma once
 #include "recorder.h"
 
 namespace {
 
-bool budget_before(const BudgetKey& a, const BudgetKey& b) {
-  if (a.flagged != b.flagged) return a.flagged;
-  if (a.norm != b.norm) return a.norm > b.norm;
-  return a.idx < b.idx;
+// The positions (into `live`) past the budget, from the Python budget; empty if it failed
+std::vector<int64_t> Recorder::ask_budget(const std::vector<int32_t>& live) {  // mu held
+  std::vector<int64_t> past;
+  PyGILState_STATE st = PyGILState_Ensure();
+  const Py_ssize_t n = static_cast<Py_ssize_t>(live.size());
+  PyObject* raw = PyBytes_FromStringAndSize(nullptr, n * 8 * static_cast<Py_ssize_t>(sizeof(double)));
+  PyObject* cells = PyBytes_FromStringAndSize(nullptr, n * static_cast<Py_ssize_t>(sizeof(int64_t)));
+  PyObject* res = nullptr;
+  if (raw != nullptr && cells != nullptr) {
+    double* to = reinterpret_cast<double*>(PyBytes_AS_STRING(raw));
+    int64_t* c = reinterpret_cast<int64_t*>(PyBytes_AS_STRING(cells));
+    for (Py_ssize_t k = 0; k < n; k++) {
+      const Summ& s = summs[live[k]];
+      std::memcpy(to + 8 * k, reinterpret_cast<const double*>(PyByteArray_AS_STRING(chunks[s.chunk])) + s.off,
+                  8 * sizeof(double));
+      c[k] = summ_plan[live[k]]->cells;
+    }
+    res = PyObject_CallFunction(past_budget, "OOL", raw, cells, static_cast<long long>(budget));
+  }
+  if (res != nullptr && PyBytes_Check(res)) {
+    const int64_t* at = reinterpret_cast<const int64_t*>(PyBytes_AS_STRING(res));
+    past.assign(at, at + PyBytes_GET_SIZE(res) / static_cast<Py_ssize_t>(sizeof(int64_t)));
+  }
+  if (PyErr_Occurred() != nullptr) PyErr_Clear();
+  Py_XDECREF(res);
+  Py_XDECREF(cells);
+  Py_XDECREF(raw);
+  PyGILState_Release(st);
+  return past;
 }
 
 void Recorder::evict() {  // mu held
   const int64_t growth = std::max<int64_t>(budget / 4, MAX_CHUNK);  // doubles: a budget of bfloat16 cells
   evict_at = arena_used + growth;
-  if (live_cells <= budget) return;
-  // the summaries made since the last time, in the budget's order, merged with those shown then (in order)
-  std::vector<BudgetKey> fresh;
-  for (size_t i = budget_scanned; i < summs.size(); i++) {
+  if (live_cells <= budget || past_budget == nullptr) return;
+  std::vector<int32_t> live;  // the kernel's summaries that still have a picture, in order
+  for (size_t i = 0; i < summs.size(); i++) {
     const Summ& s = summs[i];
     const Plan* p = summ_plan[i];
     if (s.plan < 0 || s.chunk < 0 || (s.wide & EVICTED) != 0 || p == nullptr || p->cells == 0) continue;
-    fresh.push_back(summ_keys[i]);
+    live.push_back(static_cast<int32_t>(i));
   }
-  budget_scanned = summs.size();
-  std::sort(fresh.begin(), fresh.end(), budget_before);
-  std::vector<BudgetKey> all;
-  all.reserve(budget_shown.size() + fresh.size());
-  std::merge(budget_shown.begin(), budget_shown.end(), fresh.begin(), fresh.end(), std::back_inserter(all),
-             budget_before);
-  budget_shown.clear();
-  int64_t total = 0;
-  bool past = false;  // the first that does not fit, and every one after it
   int32_t first = static_cast<int32_t>(summs.size());  // the first block that loses its picture
-  for (const BudgetKey& k : all) {
-    const int64_t cells = summ_plan[k.idx]->cells;
-    past = past || total + cells > budget;
-    if (!past) {
-      total += cells;
-      budget_shown.push_back(k);
-    } else {
-      summs[k.idx].wide |= EVICTED;
-      live_cells -= cells;
-      first = std::min(first, summ_owner[k.idx]);
-    }
+  for (int64_t k : ask_budget(live)) {
+    if (k < 0 || k >= static_cast<int64_t>(live.size())) continue;
+    const int32_t i = live[static_cast<size_t>(k)];
+    summs[i].wide |= EVICTED;
+    live_cells -= summ_plan[i]->cells;
+    first = std::min(first, summ_owner[i]);
   }
   pack_arena(first);
   evict_at = arena_used + growth;

@@ -20,9 +20,6 @@ void Recorder::drop_records() {
   std::vector<PyObject*>().swap(chunks);
   std::vector<int64_t>().swap(chunk_caps);
   std::vector<int32_t>().swap(summ_owner);
-  std::vector<BudgetKey>().swap(budget_shown);
-  std::vector<BudgetKey>().swap(summ_keys);
-  budget_scanned = 0;
   chunk_idx = 0;
   chunk_ptr = nullptr;
   chunk_cap = chunk_used = 0;

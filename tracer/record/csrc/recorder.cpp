@@ -24,6 +24,7 @@ void rec_dealloc(PyObject* obj) {
     for (PyObject* o : r->py) Py_DECREF(o);
     for (PyObject* o : r->chunks) Py_DECREF(o);
     Py_XDECREF(r->fallback);
+    Py_XDECREF(r->past_budget);
     delete r;
     self->rec = nullptr;
   }
@@ -42,17 +43,25 @@ bool node_of(PyObject* obj, NodePtr* out) {
   return false;
 }
 
-// configure(fallback, thumb, budget=-1): what summarises a gradient the kernel cannot, the thumbnail size, and the
-// thumbnail cells the step keeps (-1: no limit; NOTE [Budget while recording] in budget.h)
+// configure(fallback, thumb, budget=-1, past_budget=None): what summarises a gradient the kernel cannot, the
+// thumbnail size, the thumbnail cells the step keeps (-1: no limit) and what orders them (NOTE [Budget while
+// recording] in budget.h; without it, nothing is left out while recording)
 PyObject* rec_configure(PyObject* self, PyObject* args) {
   PyObject* fb;
   int thumb;
   long long budget = -1;
-  if (!PyArg_ParseTuple(args, "Oi|L", &fb, &thumb, &budget)) return nullptr;
+  PyObject* past = Py_None;
+  if (!PyArg_ParseTuple(args, "Oi|LO", &fb, &thumb, &budget, &past)) return nullptr;
   Recorder* r = R(self);
   Py_XDECREF(r->fallback);
   Py_INCREF(fb);
   r->fallback = fb;
+  Py_XDECREF(r->past_budget);
+  r->past_budget = nullptr;
+  if (past != Py_None) {
+    Py_INCREF(past);
+    r->past_budget = past;
+  }
   r->thumb = thumb;
   r->budget = budget < 0 ? -1 : static_cast<int64_t>(budget);
   Py_RETURN_NONE;
@@ -180,7 +189,7 @@ PyObject* rec_run_count(PyObject* self, PyObject*) {
 }
 
 PyMethodDef rec_methods[] = {
-    {"configure", rec_configure, METH_VARARGS, "configure(fallback, thumb, budget=-1)"},
+    {"configure", rec_configure, METH_VARARGS, "configure(fallback, thumb, budget=-1, past_budget=None)"},
     {"walk", rec_walk, METH_O, "walk(grad_fn) -> the root's id; new nodes get the next ids"},
     {"id_of", rec_id_of, METH_O, "id_of(grad_fn) -> its id, or -1"},
     {"node", rec_node, METH_O, "node(id) -> the grad_fn object"},

@@ -113,18 +113,6 @@ struct Summ {  // one summary: the kernel's (plan >= 0) in the arena, or Python'
 };
 constexpr int32_t WIDE = 1, EVICTED = 2;
 
-struct BudgetKey {  // a summary's place in the budget's order (NOTE [Budget while recording] in budget.h)
-  bool flagged;  // a NaN or an Inf: first
-  double norm;  // then by norm, largest first (-1 for NaN, as the Python budget reads it: `TensorTable.norms`)
-  int32_t idx;  // ties by position
-};
-
-BudgetKey budget_key(const double* raw, int32_t idx) {  // raw: min, max, sum, sum of squares, nonzero, nan, inf, n
-  double norm = 0.0;
-  if (raw[7] > 0) norm = std::isnan(raw[3]) ? -1.0 : std::sqrt(raw[3] < 0.0 ? 0.0 : raw[3]);
-  return BudgetKey{raw[5] + raw[6] > 0, norm, idx};
-}
-
 struct RunRec {  // one run of a node
   int32_t node;
   int32_t pass;
@@ -196,9 +184,7 @@ class Recorder {
   int64_t arena_used = 0;  // doubles of the arena's blocks
   int64_t live_cells = 0;  // thumbnail cells of the summaries that still have a picture
   int64_t evict_at = 0;  // arena_used at which `evict` runs next
-  size_t budget_scanned = 0;  // summaries `evict` has ordered
-  std::vector<BudgetKey> budget_shown;  // of those, the ones still shown, in the budget's order
-  std::vector<BudgetKey> summ_keys;  // per summary, while there is a budget: its place in the budget's order
+  PyObject* past_budget = nullptr;  // Python: (raw statistics, cells, budget) -> the positions past it (budget.h)
   std::vector<Handoff> handoff;  // per input slot
   std::vector<std::vector<std::pair<int32_t, int32_t>>> sum_of;  // per node: (slot, module sum)
   std::vector<at::Tensor> sums;
@@ -249,6 +235,7 @@ class Recorder {
   double* reserve(int64_t words, int32_t* chunk, int64_t* off);
   bool next_chunk(int64_t words);
   void evict();
+  std::vector<int64_t> ask_budget(const std::vector<int32_t>& live);
   void pack_arena(int32_t first);
   double time_since_last(int64_t t1);
   void mark_end();

@@ -173,7 +173,6 @@ int32_t Recorder::python_summary(const at::Tensor& t, int32_t stats_of) {
   int32_t idx = static_cast<int32_t>(summs.size());
   summs.push_back(Summ{-1, -1, 0, static_cast<int32_t>(py.size()), 0});
   summ_owner.push_back(idx);
-  if (budget >= 0) summ_keys.push_back(BudgetKey{false, 0.0, idx});
   summ_ptr.push_back(nullptr);
   summ_plan.push_back(nullptr);
   py.push_back(res);
@@ -216,7 +215,6 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
       int32_t idx = static_cast<int32_t>(summs.size());
       summs.push_back(Summ{plan->id, s.chunk, s.off, -1, s.wide});
       summ_owner.push_back(summ_owner[stats_of]);
-      if (budget >= 0) summ_keys.push_back(BudgetKey{summ_keys[stats_of].flagged, summ_keys[stats_of].norm, idx});
       if ((s.wide & EVICTED) == 0) live_cells += plan->cells;
       summ_ptr.push_back(ptr);
       summ_plan.push_back(plan);
@@ -244,7 +242,6 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
   int32_t idx = static_cast<int32_t>(summs.size());
   summs.push_back(Summ{plan->id, chunk, off, -1, wide ? WIDE : 0});
   summ_owner.push_back(idx);
-  if (budget >= 0) summ_keys.push_back(budget_key(out, idx));  // (the statistics still in the cache)
   live_cells += plan->cells;
   summ_ptr.push_back(ptr);
   summ_plan.push_back(plan);
