@@ -202,10 +202,19 @@ def test_gradient_accumulation_is_carried_call_by_call(micro: int) -> None:
     opt, opt_twin = torch.optim.SGD(model.parameters(), 0.1), torch.optim.SGD(twin.parameters(), 0.1)
     seen: list[torch.Tensor] = []  # what torch's full backward hook gives as `out`'s grad_input, per call
     model.out.register_full_backward_hook(lambda mod, gi, go: seen.append(gi[0]))
+    # `act`'s grad_input, the sum of two ops' gradients (a module sum, marked call by call), from the twin's input
+    # to it (a backward hook on the model's `act` would put one node before the two ops: no sum to make)
+    into_act: list[torch.Tensor] = []
+
+    def keep_input(mod: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        args[0].retain_grad()
+        into_act.append(args[0])
+    twin.act.register_forward_pre_hook(keep_input)
     tr = gradscape.Tracer(model)
     moded, steps = [], []
     for i in range(5):
         seen.clear()
+        into_act.clear()
         with tr.step(i) as st:
             moded.append(_mode_stack_len() > 0)
             for x in xs:
@@ -235,6 +244,13 @@ def test_gradient_accumulation_is_carried_call_by_call(micro: int) -> None:
     assert len(calls) == micro and all(c.grad_input[0] is not None for c in calls)
     for c, want in zip(calls, seen):  # each call's module gradient is torch's for that call
         assert c.grad_input[0].stats["norm"] == pytest.approx(float(want.double().norm()), rel=1e-6)
+    acts = carried.modules["act"].calls
+    summed = [h.grad for h in into_act]  # (the last step's: the carried one)
+    assert len(acts) == micro == len(summed)
+    for c, want in zip(acts, summed):  # the module sums of every call, the last's as much as the first's
+        assert c.grad_input[0] is not None, "a call's module sum was not marked"
+        assert c.grad_input[0].stats["norm"] == pytest.approx(float(want.double().norm()), rel=1e-6)
+        assert c.grad_input[0].stats["max"] == pytest.approx(float(want.max()), rel=1e-6)
 
 
 def test_a_call_that_differs_loses_only_its_own_attribution() -> None:

@@ -14,7 +14,7 @@ NOTE [Carried forwards]
     same nodes, in the same order, from the same parameters. A step with several backward calls
     (micro-batches of gradient accumulation, a GAN's passes, forward-forward's layer-local losses, an
     LBFGS closure) has a key per call: the graph's as that call began, walked as far as it then was (the
-    call's own new nodes included).
+    call's own new nodes included), made of the nodes that call walked and the key of the call before it.
 
     `ForwardCarry` (one per Tracer with the monitor on) keeps the last forward recorded with the hooks
     and the mode: its calls' keys, every node's source line and module, and each call's module calls by
@@ -69,46 +69,57 @@ BREAKPOINT_NEXT_STEP = ("a breakpoint was set while this step's forward ran with
                         "from the next step on")
 
 
-def forward_key(g: Any, seq0: int) -> tuple[Any, ...]:
-    """The key of a step's forward (see the NOTE): `g`, the native recorder's graph as walked so far;
-    `seq0`, the creation counter when the step began."""
-    rel = g.rec.rel_seq(seq0)  # int64 bytes: the creation numbers from seq0, -1 for AccumulateGrad's
-    return (g.digest(), hashlib.blake2b(rel, digest_size=16).digest(), tuple(sorted(g.params.items())),
-            tuple(sorted(g.leaves.items())))
+def forward_key(g: Any, seq0: int, first: int, before: bytes) -> bytes:
+    """The key of a backward call's forward (see the NOTE): `g`, the native recorder's graph as walked so far,
+    of which the call walked the nodes from `first` on; `seq0`, the creation counter when the step began;
+    `before`, the key of the step's call before it (b"" for the first). Each call hashes only the nodes it
+    walked, chained to the key before it: a step of k backward calls hashes its graph once, not k times."""
+    h = hashlib.blake2b(before, digest_size=16)
+    h.update(g.rec.call_structure(first, seq0))  # one extension call: numpy's slices cost ~90 µs inside a step
+    h.update(repr(([(k, v) for k, v in g.params.items() if k >= first],
+                   [(k, v) for k, v in g.leaves.items() if k >= first])).encode())
+    return h.digest()
 
 
 class ForwardCarry:
     """The last forward recorded with the hooks and the mode, and whether the next step may go without."""
 
-    __slots__ = ("keys", "sources", "modules", "plans", "marks", "ready")
-    keys: list[tuple[Any, ...]]  # one per backward call of the kept step: its graph's key as that call began
+    __slots__ = ("keys", "sources", "modules", "plans", "marks", "fresh", "ready")
+    keys: list[bytes]  # one per backward call of the kept step: its graph's key as that call began
     sources: list[str | None]
     modules: list[str | None]
     plans: list[list[Any]]  # per backward call: the module calls as far as the graph was walked then
     marks: list[list[tuple[int, int, tuple[int, int]]]]  # per backward call: the plans' `sum_marks`
+    fresh: list[list[tuple[int, int, tuple[int, int]]]]  # per backward call: its marks the call before had not
     ready: bool
 
     def __init__(self) -> None:
         self.reset()
 
-    def recorded(self, keys: list[tuple[Any, ...]], sources: list[str | None], modules: list[str | None],
+    def recorded(self, keys: list[bytes], sources: list[str | None], modules: list[str | None],
                  plans: list[list[Any]], marks: list[list[tuple[int, int, tuple[int, int]]]]) -> None:
         """A step recorded with the hooks and the mode: its backward calls' keys, every node's line and module,
         and each call's module calls and their marks."""
         self.ready = bool(keys) and keys == self.keys
         self.keys, self.sources, self.modules, self.plans, self.marks = keys, sources, modules, plans, marks
+        # a call's marks extend the call before's when its module calls came after them (micro-batches): a
+        # carried step sets only the new ones (`ModuleSums.use`), not every call's again (quadratic in the calls)
+        self.fresh = [m[len(p):] if m[:len(p)] == p else m for p, m in zip([[], *marks[:-1]], marks)]
 
-    def carried(self, key: tuple[Any, ...], index: int) -> tuple[list[Any], list[Any]] | None:
+    def carried(self, key: bytes, index: int) -> tuple[list[Any], list[Any], list[Any]] | None:
         """A carried step's key as its backward call `index` starts: the kept module calls and marks of that
-        call when the key is the kept one; else None, and the next step runs with the hooks and the mode."""
+        call, and those of its marks the call before had not, when the key is the kept one (the calls before it
+        matched theirs, or the carry would have been reset); else None, and the next step runs with the hooks
+        and the mode."""
         if self.ready and index < len(self.keys) and key == self.keys[index]:
-            return self.plans[index], self.marks[index]
+            return self.plans[index], self.marks[index], self.fresh[index]
         self.reset()
         return None
 
     def reset(self) -> None:
         """The next step runs with the hooks and the mode, and two such steps must agree again."""
         self.keys, self.sources, self.modules, self.plans, self.marks, self.ready = [], [], [], [], [], False
+        self.fresh = []
 
 
 def attribution(carry: ForwardCarry | None, g: Any, forward: Any, kept: tuple[list[Any], list[Any], int] | None,

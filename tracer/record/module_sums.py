@@ -58,12 +58,14 @@ class ModuleSums:
         the hooks add them up on the device."""
         self.use([self._plan_of(c) for c in sorted(self.forward.calls, key=lambda c: c.lo)])
 
-    def use(self, plans: list[CallPlan], marks: list[tuple[int, int, tuple[int, int]]] | None = None) -> None:
+    def use(self, plans: list[CallPlan], marks: list[tuple[int, int, tuple[int, int]]] | None = None,
+            fresh: list[tuple[int, int, tuple[int, int]]] | None = None) -> None:
         """Take `plans` as this step's module calls (a carried step takes the kept step's, with their `sum_marks`)
-        and mark the slots to add up."""
+        and mark the slots to add up: those of `fresh` only, when given (the rest were marked by the call before:
+        `ForwardCarry.fresh`)."""
         self.plans, self.marks = plans, sum_marks(plans) if marks is None else marks
         set_sum = self.graph.set_sum
-        for rid, j, key in self.marks:
+        for rid, j, key in self.marks if fresh is None else fresh:
             set_sum(rid, j, key)
 
     def add(self, key: tuple[int, int], g: torch.Tensor) -> None:

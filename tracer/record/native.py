@@ -16,8 +16,8 @@ NOTE [Native recorder]
     After the backward, Python reads the records once (`records`, and `tables`: the runs ordered by node
     and each summary's raw statistics, sorted and gathered in C++, where numpy's set-up on a small step's
     arrays cost more than the work) and the step's `NodeTrace`s are made from them only when someone
-    reads one (tracer/record/tables.py). The graph's structure hash (`structure`) and the forward key's
-    creation numbers (`rel_seq`) are read from the extension too.
+    reads one (tracer/record/tables.py). The graph's structure hash (`structure`) and each backward call's
+    key (`call_structure`: its nodes' structure and creation numbers) are read from the extension too.
 
     What the kernel cannot summarise (another device, a sparse or strided layout other than a matrix's
     transpose, a dtype other than float32/bfloat16/float16/float64, a float32 sum that overflowed) is

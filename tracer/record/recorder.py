@@ -96,6 +96,7 @@ class StepRecorder:
         self.kept: tuple[list[Any], list[Any], int] | None = None
         # recorded with the hooks and the mode: each backward call's key, module calls and marks as it began
         self.call_keys: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        self.last_key = b""  # carried: the key of the last backward call (each call's key is chained to it)
         self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
@@ -245,7 +246,9 @@ class StepRecorder:
             self.handles.add(CallOnRemove(self.native.graph.rec.remove_hooks))
             self.module_sums.graph = self.native.graph
         native = self.native
+        first = 0  # the nodes this call walks: from here on (the native graph's)
         if native is not None:
+            first = native.graph.size
             root_ids = native.start_pass(roots)
             graph: Any = native.graph
             records: Any = native.records
@@ -262,25 +265,27 @@ class StepRecorder:
                           retain_graph=bool(retain), create_graph=bool(create), start=start)
         self.passes.append(bp)
         if self.forward.carried:
-            self._carried_calls(index, native)
+            self._carried_calls(index, native, first)
         else:
             self.module_sums.plan()
             if native is not None and self.carry is not None and self.forward.recorded:
                 keys, plans, marks = self.call_keys  # NOTE [Carried forwards] in tracer/record/carry.py
-                keys.append(forward_key(native.graph, self.forward.seq0))
+                keys.append(forward_key(native.graph, self.forward.seq0, first, keys[-1] if keys else b""))
                 plans.append(self.module_sums.plans)
                 marks.append(self.module_sums.marks)
         self.hooks.watch_hidden_params(graph, self.model, self.handles)
         self.problems.at_backward(records, root_ids, values, index)  # problem finder
         return bp
 
-    def _carried_calls(self, index: int, native: NativeStep | None) -> None:
+    def _carried_calls(self, index: int, native: NativeStep | None, first: int) -> None:
         """A carried step's module calls, as backward call `index` starts: the kept step's same call's when the
         graph's key is that call's (NOTE [Carried forwards] in tracer/record/carry.py); else the nodes it walked
         get none."""
         carry = self.carry
         assert carry is not None
-        got = carry.carried(forward_key(native.graph, self.forward.seq0), index) if native else None
+        key = forward_key(native.graph, self.forward.seq0, first, self.last_key) if native else b""
+        self.last_key = key
+        got = carry.carried(key, index) if native else None
         if got is None:
             self._note(NOT_CARRIED if index == 0 else SECOND_PASS)
             return

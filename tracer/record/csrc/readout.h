@@ -81,18 +81,33 @@ PyObject* rec_structure(PyObject* self, PyObject*) {
   return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
-// rel_seq(seq0) -> int64 bytes: each node's creation number counted from `seq0`; -1 for an AccumulateGrad node
-// (whose creation number is the all-ones maximum)
-PyObject* rec_rel_seq(PyObject* self, PyObject* arg) {
-  unsigned long long seq0 = PyLong_AsUnsignedLongLong(arg);
-  if (seq0 == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+// call_structure(first, seq0) -> bytes: the structure of the nodes from `first` on, as `structure` gives the whole
+// graph's (their first id, count, slot offsets and slots, each node's name code and kind), and each one's creation
+// number counted from `seq0` (int64; -1 for an AccumulateGrad node, whose creation number is the all-ones maximum):
+// what one backward call's key is made of (NOTE [Carried forwards] in tracer/record/carry.py)
+PyObject* rec_call_structure(PyObject* self, PyObject* args) {
+  long long first_ll;
+  unsigned long long seq0;
+  if (!PyArg_ParseTuple(args, "LK", &first_ll, &seq0)) return nullptr;
   Recorder* r = R(self);
-  std::vector<int64_t> rel(r->seq.size());
-  for (size_t i = 0; i < rel.size(); i++) {
-    uint64_t s = r->seq[i];
-    rel[i] = s == std::numeric_limits<uint64_t>::max() ? -1 : static_cast<int64_t>(s - seq0);
+  const size_t n = r->name.size();
+  const size_t first = first_ll < 0 ? 0 : std::min(static_cast<size_t>(first_ll), n);
+  const size_t c0 = static_cast<size_t>(r->child_off[first]), c1 = r->child_id.size();
+  int64_t counts[4] = {static_cast<int64_t>(first), static_cast<int64_t>(n), static_cast<int64_t>(c0),
+                       static_cast<int64_t>(c1)};
+  std::string out(reinterpret_cast<const char*>(counts), sizeof(counts));
+  auto add = [&out](const void* p, size_t bytes) { out.append(static_cast<const char*>(p), bytes); };
+  add(r->name.data() + first, 4 * (n - first));
+  add(r->kind.data() + first, n - first);
+  add(r->child_off.data() + first, 4 * (n - first + 1));
+  add(r->child_id.data() + c0, 4 * (c1 - c0));
+  add(r->child_nr.data() + c0, 4 * (c1 - c0));
+  for (size_t i = first; i < n; i++) {
+    const uint64_t s = r->seq[i];
+    const int64_t rel = s == std::numeric_limits<uint64_t>::max() ? -1 : static_cast<int64_t>(s - seq0);
+    add(&rel, sizeof(rel));
   }
-  return bytes_of(rel.data(), 8 * rel.size());
+  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
 // acc_variables(first) -> [(id, tensor)] of the AccumulateGrad nodes from `first` on
