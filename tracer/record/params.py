@@ -128,6 +128,12 @@ class ParamGradients:
             g = None if p is None else p.grad
             if g is None or (dtensor is not None and isinstance(g, dtensor)):
                 continue  # a shard (FSDP2): `_sharded` reads it without touching the other ranks
+            held = pending.get(name)
+            if held is not None and held[0] is g and name not in arrived:
+                # the very `.grad` a pass before left, added to in place (gradient accumulation): still summarised
+                # at the step's end, as of this pass's version
+                pending[name] = (g, _version_of(g))
+                continue
             same = not self.distributed and _compat.post_accumulate_grad_hooks(p) is None
             pending.pop(name, None)
             if name in arrived:
