@@ -3,6 +3,9 @@
 #
 #     bash bench/cuda.sh [OUT_DIR]          # PYTHON=... to pick the interpreter (default python3)
 #
+# Install gradscape into that interpreter first, with its own pip (`python3 -m pip install -e .`): a machine's
+# `pip` on the PATH may belong to another Python, and then `gradscape.tracer` is not found.
+#
 # 1. what runs where (torch, CUDA, the GPU, `gradscape doctor`), and the native recorder built for this torch;
 # 2. every test with a CUDA case: tests/test_cuda.py and the device-parametrised tests (`pytest -k cuda`);
 # 3. bench/overhead.py on CUDA (ratio to a plain step, the monitor's cost, peak GPU memory per mode);
