@@ -4,6 +4,7 @@ budget is applied only at the step's end, while its arena holds a fraction of th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -121,3 +122,24 @@ def test_the_order_while_recording_is_the_budget_s() -> None:
     assert past.tolist() == [2, 0]  # kept: the NaN, then norm 3 (position 1 before 3); past: 2, then 1
     norms = np.sqrt(raw[:, 3])
     assert past_budget(cells, norms, raw[:, 5] > 0, 30).tolist() == past.tolist()
+
+
+def test_the_step_s_end_reports_the_largest_norm_it_left_out_as_it_was() -> None:
+    """A NaN norm is ordered as -1 (last) and reported so; an infinite one (a float64 gradient whose squares
+    overflow) is the largest, and is reported as infinite, not as the largest float."""
+    from gradscape.tracer._model import StepTrace, TensorTrace
+
+    def trace(norm: float) -> TensorTrace:
+        return TensorTrace((4, 4), "float32", {"norm": norm, "nan": 0.0, "inf": 0.0}, np.zeros((4, 4), np.float32),
+                           "matrix", None, "cpu")
+    st = StepTrace(run="r", step=0)
+    st.params.update({"inf": trace(math.inf), "nan": trace(math.nan), "one": trace(1.0), "two": trace(2.0)})
+    assert apply_thumb_budget(st, 16) == 3  # one picture of 16 cells fits: the infinite norm's
+    assert st.params["inf"].thumb is not None and st.meta["thumbs_left_out"]["max_norm"] == 2.0
+    st = StepTrace(run="r", step=1)
+    st.params.update({"nan": trace(math.nan), "a": trace(math.inf), "b": trace(math.inf)})
+    assert apply_thumb_budget(st, 16) == 2
+    assert st.params["a"].thumb is not None and st.meta["thumbs_left_out"]["max_norm"] == math.inf
+    st = StepTrace(run="r", step=2)
+    st.params.update({"one": trace(1.0), "nan": trace(math.nan)})
+    assert apply_thumb_budget(st, 16) == 1 and st.meta["thumbs_left_out"]["max_norm"] == -1.0

@@ -132,6 +132,7 @@ def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = No
         table.drop_thumbs(dropped[dropped < rows])
     for k in dropped[dropped >= rows].tolist():
         extra[k - rows].thumb = None
-    largest = float(np.nan_to_num(norms[dropped], nan=-1.0).max()) if len(dropped) else -1.0
+    gone = norms[dropped]
+    largest = float(np.where(np.isnan(gone), -1.0, gone).max()) if len(dropped) else -1.0  # (an inf stays one)
     st.meta["thumbs_left_out"] = {"budget": budget, "count": len(dropped), "max_norm": largest}
     return len(dropped)
