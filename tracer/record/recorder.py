@@ -283,9 +283,10 @@ class StepRecorder:
         get none."""
         carry = self.carry
         assert carry is not None
-        key = forward_key(native.graph, self.forward.seq0, first, self.last_key) if native else b""
-        self.last_key = key
-        got = carry.carried(key, index) if native else None
+        got = None
+        if native is not None:
+            self.last_key = forward_key(native.graph, self.forward.seq0, first, self.last_key)
+            got = carry.carried(self.last_key, index)
         if got is None:
             self._note(NOT_CARRIED if index == 0 else SECOND_PASS)
             return

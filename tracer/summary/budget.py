@@ -85,12 +85,16 @@ def raw_flagged(raw: np.ndarray) -> np.ndarray:
     return raw[:, 5] + raw[:, 6] > 0
 
 
+def _keyed(norms: np.ndarray) -> np.ndarray:
+    """Norms as the budget orders and reports them: a NaN as -1 (an infinite norm stays infinite)."""
+    return np.where(np.isnan(norms), -1.0, norms)
+
+
 def past_budget(cells: np.ndarray, norms: np.ndarray, flagged: np.ndarray, budget: int) -> np.ndarray:
     """The positions of the gradients whose thumbnails fall past `budget` cells, in the budget's order: flagged
     (NaN or Inf) first, then by norm, largest first (a NaN norm as -1), ties by position; the longest prefix
     whose cells fit keeps its thumbnails. Gradients without a thumbnail (0 cells) are never past it."""
-    keyed = np.where(np.isnan(norms), -1.0, norms)
-    order = np.lexsort((-keyed, ~flagged))  # a stable sort: ties keep their position
+    order = np.lexsort((-_keyed(norms), ~flagged))  # a stable sort: ties keep their position
     order = order[cells[order] > 0]
     fits = np.cumsum(cells[order]) <= budget
     cut = len(order) if fits.all() else int(np.argmin(fits))  # the first that does not fit, and all after it
@@ -132,7 +136,6 @@ def apply_thumb_budget(st: StepTrace, budget: int | None, bound: int | None = No
         table.drop_thumbs(dropped[dropped < rows])
     for k in dropped[dropped >= rows].tolist():
         extra[k - rows].thumb = None
-    gone = norms[dropped]
-    largest = float(np.where(np.isnan(gone), -1.0, gone).max()) if len(dropped) else -1.0  # (an inf stays one)
+    largest = float(_keyed(norms[dropped]).max()) if len(dropped) else -1.0
     st.meta["thumbs_left_out"] = {"budget": budget, "count": len(dropped), "max_norm": largest}
     return len(dropped)
