@@ -5,8 +5,8 @@ step run plain in the same process.
     python bench/loop_costs.py                         # every loop, 9 rounds
     python bench/loop_costs.py --loops gan,gpt_micro8 --rounds 15
 
-Modes, interleaved (each round runs each mode once, rotating which goes first, after two warm-up steps of
-each; a step of a mode's own Tracer each time):
+Modes, interleaved (each round runs each mode once, rotating which goes first, after warm-up steps of each:
+two plain, three traced, and the monitor's own warm-up and two more; a step of a mode's own Tracer each time):
 
     plain     the step as the program runs it
     monitor   inside `with tr.step(i)` of a Tracer that never traces (every=10**9): the every-step monitor
@@ -36,6 +36,7 @@ import torch  # noqa: E402
 from loops import LOOPS, Loop  # noqa: E402
 
 import gradscape  # noqa: E402
+from gradscape.tracer.monitor.sampling import WARMUP  # noqa: E402
 
 MODES = ("plain", "monitor", "traced")
 
@@ -78,8 +79,11 @@ class Timed:
 def measure(name: str, rounds: int) -> str:
     timed = Timed(LOOPS[name]())
     try:
-        for mode in MODES:  # warm-up: the first traced steps record their forward, then it is carried
-            for _ in range(3 if mode == "traced" else 2):
+        # warm-up: the first traced steps record their forward, then it is carried; the monitor's first
+        # `WARMUP` steps all take the norms (NOTE [Sampled norms]): a run's first steps, not its steady state
+        warm = {"plain": 2, "monitor": WARMUP + 2, "traced": 3}
+        for mode in MODES:
+            for _ in range(warm[mode]):
                 timed.run(mode)
         ratios: dict[str, list[float]] = {"monitor": [], "traced": []}
         for r in range(rounds):

@@ -24,27 +24,28 @@ from __future__ import annotations
 from typing import Any
 
 from gradscape.tracer.record import global_hooks, patched_calls
-from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 
 
 class Installed:
     """One block's place in the global optimizer hooks (tracer/record/global_hooks.py, their one owner:
-    `watch`) and its wrapped backward calls, every piece held by one `StepHandles` (tracer/record/handles.py,
-    the owner of a step's hooks): `install()`; `remove()` takes them all off, once (idempotent)."""
+    `watch`) and among the wrapped backward calls' captures (tracer/record/patched_calls.py, theirs):
+    `install()`; `remove()` leaves both, once (idempotent). Two calls each way, on every monitored step:
+    no handle objects (the handles of a traced step's hooks are `tracer/record/handles.py`'s)."""
+
+    __slots__ = ("capture", "on")
 
     def __init__(self, capture: Any) -> None:
         self.capture = capture
-        self.handles = StepHandles()
+        self.on = False
 
     def install(self) -> None:
         global_hooks.watch(self.capture)
-        self.handles.add(CallOnRemove(self._leave))
+        self.on = True
         patched_calls.install(self.capture)
 
-    def _leave(self) -> None:
-        """The block's capture leaves the optimizer hooks, and its wrappers (NOTE [Patched backward])."""
-        global_hooks.unwatch(self.capture)
-        patched_calls.uninstall(self.capture)  # idempotent: nothing when it is not installed
-
     def remove(self) -> None:
-        self.handles.remove()
+        """The block's capture leaves the optimizer hooks, and its wrappers (NOTE [Patched backward])."""
+        if self.on:
+            self.on = False
+            global_hooks.unwatch(self.capture)
+            patched_calls.uninstall(self.capture)  # idempotent: nothing when it is not installed

@@ -87,7 +87,8 @@ class Monitor:
         """Step `i`'s block, traced when the Tracer `scheduled` it or a trigger asks; `owner`, the Tracer
         itself, which the block holds while it is open (`tracer` is a proxy: `with Tracer(model).step(0)`
         leaves no other reference to it). The trace is the Tracer's own context (`Tracer.traced_step`)."""
-        self.resolve_ready()
+        if self.pending:  # (a step's rows are all taken at its end, but on the CPU: nothing to resolve)
+            self.resolve_ready()
         trig = self.triggers.pending
         self.triggers.pending = None
         traced = None
@@ -111,7 +112,7 @@ class Monitor:
         try:
             plain = None if self.pending else plain_row(cap, len(self.params))
             if plain is not None:  # nothing to wait for: the row joins the history now
-                self._take(plain[0], plain[1], plain[1]["losses"])
+                self._take_plain(plain)
             else:
                 with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
                     self.pending.append(pending_row(cap, len(self.params), self.names))
@@ -119,7 +120,10 @@ class Monitor:
             log.warning("gradscape: the monitor could not record step %s: %s", cap.step, exc)
         ts = cap.traced
         if ts is None:
-            self.resolve_ready()
+            if self.pending:
+                self.resolve_ready()
+            elif self.unsent:
+                self._maybe_flush()
             return
         steps = self.resolve_ready(force=True)
         ts.rec.params.replaced = cap.params_stepped.keys() | cap.params_clipped.keys()  # NOTE [Parameter gradients]
@@ -163,9 +167,19 @@ class Monitor:
                 done[row.step] = steps
             except Exception as exc:
                 log.warning("gradscape: the monitor could not read step %s: %s", row.step, exc)
-        if self.unsent and (len(self.unsent) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS):
-            self.flush()
+        if self.unsent:
+            self._maybe_flush()
         return done
+
+    def _maybe_flush(self) -> None:
+        if len(self.unsent) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+            self.flush()
+
+    def _take_plain(self, row: WireHistoryRow) -> None:
+        """`_take` for a row of an untraced step without norms whose losses the loss rules have read already
+        (`plain_row`): nothing in it can set off a trigger (a step GradScaler skipped is never plain)."""
+        self.rows.append(row)
+        self.unsent.append(row)
 
     def _take(self, row: PendingRow, wire: WireHistoryRow, losses: list[float | None]) -> None:
         """A row joins the history; the triggers it sets off are noted (for the step's own trace) or

@@ -63,24 +63,25 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     return row
 
 
-def plain_row(cap: StepCapture, n_params: int) -> tuple[PendingRow, WireHistoryRow] | None:
+def plain_row(cap: StepCapture, n_params: int) -> WireHistoryRow | None:
     """The row of an untraced step without norms whose every number is on the host already (its losses read
-    on the CPU, no GradScaler): made at once, with no `LazyNumbers` (a third of the monitor's own time on a
-    0.1 ms step). None when it does not qualify."""
-    if cap.norms or cap.traced is not None or cap.checked != len(cap.losses) or any(
-            r.inv_scale is not None or r.found_inf or any(isinstance(v, torch.Tensor) and not v.is_cpu for v in r.lr)
-            for r in cap.records):  # (a learning rate on a device would be read with a wait)
+    on the CPU, no GradScaler, every optimizer stepped): made at once, with no `LazyNumbers` (a third of the
+    monitor's own time on a 0.1 ms step). None when it does not qualify."""
+    if cap.norms or cap.traced is not None or cap.checked != len(cap.losses):
         return None
-    losses = list(cap.loss_values)
     lr: dict[str, list[float]] = {}
     for r in cap.records:
-        lr[r.name] = [float(v) for v in r.lr if v is not None]
-    row = PendingRow(cap.step, False, None, cap.checked, n_params=n_params, norms=False)
-    wire: WireHistoryRow = {
-        "step": cap.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
-        "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * n_params, "lr": lr, "scale": None,
-        "skipped": any(not r.stepped for r in cap.records), "traced": False, "trigger": None, "norms": False}
-    return row, wire
+        if not r.stepped or r.inv_scale is not None or r.found_inf:
+            return None
+        values = r.lr
+        for v in values:
+            if isinstance(v, torch.Tensor) and not v.is_cpu:  # (a learning rate on a device: read with a wait)
+                return None
+        lr[r.name] = [float(v) for v in values if v is not None]
+    losses = list(cap.loss_values)
+    return {"step": cap.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
+            "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * n_params, "lr": lr,
+            "scale": None, "skipped": False, "traced": False, "trigger": None, "norms": False}
 
 
 def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:

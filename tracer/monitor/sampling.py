@@ -11,9 +11,10 @@ NOTE [Sampled norms]
     which their cost over k steps is within that room: k = ceil(norm cost / room), room = max(BUDGET × step
     - own cost, FLOOR × step), from the smallest norm cost, the median step (the loop's own time: the block
     less the monitor's) and the median own cost of the recent steps (a step stalled by another process
-    raises none of them). Until this release the norms had the whole 3% to themselves, and a 13 ms step
-    of a small CNN with 26 parameters paid 2.4% for its norms and 2% for the rest.
-    The first `WARMUP` steps take them (what is measured), and so does every
+    raises none of them), worked out again on each step that takes them and every `KEEP` steps. Until
+    this release the norms had the whole 3% to themselves, and a 13 ms step of a small CNN with 26
+    parameters paid 2.4% for its norms and 2% for the rest. The first `WARMUP` steps take them (what is
+    measured), and so does every
     traced step (a trigger traces the step after the one that set it off: that one has its norms).
     What is checked on every step, norms or not: the losses (a non-finite one, a loss spike) and
     GradScaler's skip (its `found_inf`; the norms are then taken, to name the parameters that held
@@ -68,6 +69,7 @@ class NormSampler:
         self.costs: deque[float] = deque(maxlen=KEEP)  # the norms' time on the recent steps that took them
         self.times: deque[float] = deque(maxlen=KEEP)  # the loop's own time on the recent steps
         self.owns: deque[float] = deque(maxlen=KEEP)  # the monitor's own time on them, the norms aside
+        self.seen = 0  # untraced steps timed
 
     def due(self, traced: bool) -> bool:
         self.steps += 1
@@ -88,7 +90,10 @@ class NormSampler:
             self.costs.append(norm_s)
         self.times.append(loop_s)
         self.owns.append(own_s)
-        if self.costs:
+        self.seen += 1
+        # k again on a step with norms and every `KEEP` steps (the medians move slowly; three a step were a
+        # tenth of the monitor's own time on a 1 ms step)
+        if self.costs and (norm_s is not None or self.seen % KEEP == 0):
             step = median(self.times)
             room = max(BUDGET * step - median(self.owns), FLOOR * step, 1e-9)
             self.k = min(K_MAX, max(1, math.ceil(min(self.costs) / room)))

@@ -153,21 +153,23 @@ class TriggerState:
 
     def loss_trigger(self, losses: list[Any], first: int = 0) -> tuple[str, dict[str, Any]] | None:
         """The trigger a step's losses set off, if any (floats; `first`: the position in the step of the
-        first of them, each position has its own window); then they join the windows."""
+        first of them, each position has its own window); then they join the windows. (Run on every backward:
+        each loss is checked for finiteness once, and `excess` is asked only while nothing was found.)"""
         found: tuple[str, dict[str, Any]] | None = None
+        rules = self.loss_rules
         for pos, v in enumerate(losses, first):
             if v is None:
                 continue
-            rule = self.loss_rules.get(pos)
+            rule = rules.get(pos)
             if rule is None:
-                rule = self.loss_rules[pos] = self._rule()
+                rule = rules[pos] = self._rule()
+            if not finite(v):
+                if found is None and self.on("nonfinite"):
+                    found = ("nonfinite", {"loss": v, "root": pos})
+                continue  # (a rule's window holds finite values only)
             if found is None:
-                if not finite(v):
-                    if self.on("nonfinite"):
-                        found = ("nonfinite", {"loss": v, "root": pos})
-                else:
-                    hit = rule.excess(v)
-                    if hit is not None and self.on("loss_spike"):
-                        found = ("loss_spike", {"loss": v, "median": hit[0], "threshold": hit[1], "root": pos})
+                hit = rule.excess(v)
+                if hit is not None and self.on("loss_spike"):
+                    found = ("loss_spike", {"loss": v, "median": hit[0], "threshold": hit[1], "root": pos})
             rule.add(v)
         return found
