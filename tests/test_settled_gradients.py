@@ -97,3 +97,35 @@ def test_a_clip_after_accumulation_sees_the_gradients_before_it() -> None:
     assert tr.history[-1]["grad_norm"] == pytest.approx(before, rel=1e-5)
     assert tr.history[-1]["grad_norm_clipped"] == pytest.approx(1e-3, rel=1e-3)
     assert not any("changed in place" in n for n in st.meta.get("notes", []))
+
+
+@pytest.mark.parametrize("recorder", ["native", "python"])
+@pytest.mark.parametrize("with_optimizer", [False, True])
+def test_accumulated_summaries_are_the_sums(recorder: str, with_optimizer: bool) -> None:
+    """Summaries only (the native recorder records these steps and settles the accumulated gradients in one call
+    into its tables): each `st.params` entry's statistics are the accumulated gradient's, as
+    `torch.autograd.grad` gives it; with an optimizer, they are what it stepped with (here the same), and the
+    problem finder, which reads the gradients as the backward left them, still finds no problem."""
+    from gradscape.tracer.record import native
+
+    if recorder == "native" and not native.status()[0]:
+        pytest.skip("no native recorder here")
+    m, xs = _setup()
+    want = _expected(m, xs)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1) if with_optimizer else None
+    tr = gradscape.Tracer(m, recorder=recorder)
+    with tr.step(0) as st:
+        for loss in _losses(m, xs):
+            loss.backward()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+    assert st is not None and st.meta["recorder"] == recorder
+    assert set(st.params) == set(want)
+    for name, g in want.items():
+        stats = st.params[name].stats
+        g64 = g.double()
+        assert stats["norm"] == pytest.approx(float(torch.linalg.vector_norm(g64)), rel=1e-5), name
+        assert stats["min"] == pytest.approx(float(g64.min()), rel=1e-5, abs=1e-9), name
+        assert stats["max"] == pytest.approx(float(g64.max()), rel=1e-5, abs=1e-9), name
+    assert not st.problems

@@ -24,9 +24,12 @@ NOTE [Settled at the step's end]
     A `.grad` that is not the arrival itself (micro-batches: the sum of several passes' arrivals) is not
     summarised when its pass ends but kept, with its version counter, until the step ends (`settle`): a later
     pass that reaches the parameter replaces it, so a step of k micro-batches summarises each parameter's
-    gradient once, not k times (`bench/loop_costs.py`, the gpt_micro rows). Holding the tensor keeps its
-    values when `zero_grad()` lets go of it; what changes it in place is seen first: a clip, GradScaler's
-    unscale and an optimizer step settle the pending gradients before they run (tracer/monitor/capture.py).
+    gradient once, not k times (`bench/loop_costs.py`, the gpt_micro rows), all of them in one call into the
+    native recorder where it records the step (rows of its tensor table: `TensorTrace`s made by `resolve`, but
+    for a gradient an optimizer then stepped with, whose entry the monitor replaces: its norm only, as for an
+    arrival). Holding the tensor keeps its values when `zero_grad()` lets go of it; what changes it in place is
+    seen first: a clip, GradScaler's unscale and an optimizer step settle the pending gradients before they run
+    (tracer/monitor/capture.py).
     A gradient changed in place by anything else (its version counter moved) is summarised as the step ends,
     and `st.meta["notes"]` says so; one changed through `.data` (which no version counter sees) is summarised as
     changed, without a note. The monitor's norms are still taken as each backward returns (`grad_norm` is as the
@@ -70,6 +73,16 @@ class _Arrival:
 
     def __init__(self, pos: int) -> None:
         self.pos = pos
+
+
+class _Row:
+    """`st.params[name]` to be: row `row` of the native recorder's tensor table (a gradient `settle` summarised
+    there), a `TensorTrace` once the step's tables are made (`resolve`)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: int) -> None:
+        self.row = row
 
 
 def _version_of(g: torch.Tensor) -> int:
@@ -150,27 +163,36 @@ class ParamGradients:
         if dtensor is not None:
             self._sharded(dtensor)
 
-    def settle(self) -> list[str]:
-        """Summarise the gradients kept since their pass ended (NOTE [Settled at the step's end]); returns the
-        names of those changed in place since."""
+    def settle(self, native: Any = None) -> list[str]:
+        """Summarise the gradients kept since their pass ended (NOTE [Settled at the step's end]): in one call
+        into the native recorder's summaries where it records the step (`native`, its `NativeStep`), else one
+        by one. Returns the names of those changed in place since."""
         pending, self.pending = self.pending, {}
-        changed = []
-        for name, (g, version) in pending.items():
-            if _version_of(g) != version:
-                changed.append(name)
-            self.traces[name] = self.summ.summarise(g)
+        if not pending:
+            return []
+        changed = [name for name, (g, version) in pending.items() if _version_of(g) != version]
+        rows = native.summarise([g for g, _ in pending.values()]) if native is not None else [-1] * len(pending)
+        for (name, (g, _)), row in zip(pending.items(), rows):
+            self.traces[name] = _Row(row) if row >= 0 else self.summ.summarise(g)
         return changed
 
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
         waiting = [(name, tr.pos) for name, tr in self.traces.items() if isinstance(tr, _Arrival)]
-        if not waiting:
+        if not waiting and not any(isinstance(tr, _Row) for tr in self.traces.values()):
             return
         found = dict(zip([name for name, _ in waiting], native.arrival_rows([pos for _, pos in waiting])))
         table, replaced = native.tables.tensors, self.replaced
+        kept = table.norms_of([tr.row for name, tr in self.traces.items() if isinstance(tr, _Row) and name in replaced])
         resolved: dict[str, Any] = {}
         for name, tr in self.traces.items():
-            if isinstance(tr, _Arrival):
+            if isinstance(tr, _Row):
+                made = kept.get(tr.row) if name in replaced else None
+                if made is not None:  # replaced, as an arrival is: its numbers, without a TensorTrace
+                    self.unmade[name] = made
+                    continue
+                tr = table.get(tr.row)
+            elif isinstance(tr, _Arrival):
                 row, norm, bad = found[name]
                 if row < 0:
                     continue  # no summary was made of it: the parameter is left out, as on the Python path

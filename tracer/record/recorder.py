@@ -300,7 +300,7 @@ class StepRecorder:
     def settle_params(self) -> None:
         """Summarise the parameters' gradients kept since their pass (NOTE [Settled at the step's end] in params.py):
         at the step's end, and before what the monitor sees change them in place."""
-        changed = self.params.settle()
+        changed = self.params.settle(self.native)
         if changed:
             n, names = len(changed), ", ".join(changed[:3]) + (", …" if len(changed) > 3 else "")
             self._note(f"{n} parameter gradient{'s' if n > 1 else ''} ({names})"

@@ -107,6 +107,15 @@ class TensorTable:
         _mn, _mx, _s, _ss, nz, _nan, _inf, n = self.raw[k].tolist()
         return (0.0 if n <= 0 else n - nz), math.prod(KERNEL_PLANS[p].shape)
 
+    def norms_of(self, rows: list[int]) -> dict[int, tuple[float, bool]]:
+        """Each summary of `rows` the kernel made: its norm and whether it counted a NaN or an Inf, without making
+        its `TensorTrace` (one made by Python is left out: `get` has it)."""
+        kernel = [k for k in rows if int(self.plan[k]) >= 0]
+        if not kernel:
+            return {}
+        raw = self.raw[kernel]
+        return dict(zip(kernel, zip(raw_norms(raw).tolist(), raw_flagged(raw).tolist())))
+
     def stats_rows(self) -> list[list[float]]:
         """`stats_array` as lists."""
         return self.stats_array().tolist()
