@@ -135,3 +135,53 @@ def test_a_model_off_the_cpu_keeps_nothing_for_a_replay() -> None:
     assert not elsewhere and state is not None and outputs is not None and len(args) == 1
     assert len(state.buffers) == 3  # BatchNorm's running mean, variance and count
     assert kept["meta"] == (True, None, None, ())
+
+
+def _spiking_run(model: nn.Module, tr: Any, seen: dict[str, torch.Tensor]) -> None:
+    """30 quiet steps, then one whose batch is ×100: a `loss_spike` that replays the model's call; `seen` gets
+    each parameter's `.grad` from that step's own backward (training's)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(5)
+    for i in range(2, 33):
+        x, y = torch.randn(16, 4, generator=g), torch.randn(16, 3, generator=g)
+        if i == 32:
+            x, y = x * 100, y * 100
+        with tr.step(i):
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+            if i == 32:
+                seen.update({n: p.grad.clone() for n, p in model.named_parameters()})
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_the_replay_runs_the_call_as_training_did(hooked: bool) -> None:
+    """NOTE [Snapshot by forward]: a model is kept by its forward wrapped while the block is open (its signature
+    still its own, nothing left after); one with forward hooks of its own that change its argument and its
+    output is kept by hooks, so the replay's call runs them once, as training's did. Either way each
+    parameter's gradient in the replayed trace is the one training's backward gave that step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    if hooked:
+        model.register_forward_pre_hook(lambda m, args: (args[0] * 2.0,))
+        model.register_forward_hook(lambda m, args, out: out + 1.0)
+    own = inspect.signature(model.forward)
+    seen: dict[str, torch.Tensor] = {}
+    with gradscape.Tracer(model, every=10 ** 6, tensors="full") as tr:
+        with tr.step(1):  # (step 0 would be traced: no snapshot)
+            snap = tr._snapshot
+            assert snap.wrapped is not hooked and ("forward" in vars(model)) is not hooked
+            assert inspect.signature(model.forward) == own
+            twin = copy.deepcopy(model)  # bound to the copy: its calls are not the model's
+            model(torch.randn(2, 4))
+            twin(torch.randn(2, 4))
+            assert snap.calls == 1
+        assert "forward" not in vars(model)
+        _spiking_run(model, tr, seen)
+    (st,) = tr.steps
+    assert st.trigger == "loss_spike" and st.meta["replay"]["forward"] == "replayed"
+    got = {n.param: n.grad_outputs[0].values for n in st.nodes if n.kind == "param" and n.grad_outputs}
+    assert set(got) == set(seen)
+    for name, g in seen.items():
+        assert torch.equal(torch.from_numpy(got[name]), g), name

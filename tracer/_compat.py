@@ -221,13 +221,16 @@ def set_global_hook_check(fn: Any) -> None:
     _nn_module._has_any_global_hook = fn
 
 
-def reinsert_hook(handle: Any, fn: Any) -> bool:
+def reinsert_hook(handle: Any, fn: Any, first: bool = False) -> bool:
     """Put `fn` back at `handle`'s key in the hook dict it was registered in (and, for an `always_call`
-    hook, mark it so again). False when that dict is gone: register anew then."""
+    hook, mark it so again), last, or `first` (as `prepend=True` registers). False when that dict is gone:
+    register anew then."""
     hooks = handle.hooks_dict_ref()
     if hooks is None:
         return False
     hooks[handle.id] = fn
+    if first:
+        hooks.move_to_end(handle.id, last=False)
     for ref in handle.extra_dict_ref:  # `always_call`: the same key in a second dict
         extra = ref()
         if extra is not None:

@@ -24,7 +24,7 @@ def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any], traced_ste
     if tracer.model is None:
         raise ValueError("compare_compiled needs the Tracer's model (its parameters are compared)")
     named = ModelIndex(tracer.model).params
-    before = TrainingState(tracer.model.buffers())
+    before = TrainingState(list(tracer.model.buffers()))
     held = [p.grad for p, _ in named]  # training's gradients so far (accumulation), set aside for both runs
     for p, _ in named:
         p.grad = None
@@ -37,7 +37,7 @@ def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any], traced_ste
         _put_back(named, held, compiled)
         raise RuntimeError("compare_compiled: the closure changed a parameter (an optimizer step?); it must only "
                            "run the forward and the backward")
-    after = TrainingState(tracer.model.buffers())
+    after = TrainingState(list(tracer.model.buffers()))
     before.restore()
     for p, _ in named:
         p.grad = None

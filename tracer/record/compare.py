@@ -32,7 +32,7 @@ NOTE [Compare compiled]
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -41,11 +41,13 @@ import torch
 class TrainingState:
     """The random generators' states and copies of `buffers` (a model's), at one moment (`restore` puts them back)."""
 
-    def __init__(self, buffers: Iterable[torch.Tensor] = ()) -> None:
+    def __init__(self, buffers: Sequence[torch.Tensor] = ()) -> None:
         self.cpu = torch.get_rng_state()
         self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        with torch.no_grad():
-            self.buffers = [(b, b.clone()) for b in buffers]
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if buffers:  # (a model without buffers, called many times a step, pays no grad-mode switch)
+            with torch.no_grad():
+                self.buffers = [(b, b.clone()) for b in buffers]
 
     def restore(self) -> None:
         self.restore_rng()

@@ -5,10 +5,11 @@ NOTE [Replayed loss triggers]
     A `nonfinite` or `loss_spike` trigger (NOTE [Trigger rules] in tracer/monitor/triggers.py) fires when the
     backward starts: the forward has run untraced (compiled, for a compiled model), so tracing that backward
     alone gives no forward attribution and, under torch.compile, one node for the whole region. So on every
-    monitored block the Tracer's model carries a forward pre-hook and a forward hook (`ForwardSnapshot`,
-    instance hooks put on as the block opens and taken off as it ends): at each call of the model they
-    keep its arguments, the random generators' states and copies of its buffers (`TrainingState`, the
-    same as compare.py's), and its output. When a loss trigger fires at a backward, before that backward runs:
+    monitored block the Tracer's model's calls are kept (`ForwardSnapshot`: its forward wrapped, or a
+    forward pre-hook and a forward hook, put on as the block opens and taken off as it ends; see
+    NOTE [Snapshot by forward]): at each call of the model its arguments, the random generators' states
+    and copies of its buffers (`TrainingState`, the same as compare.py's), and its output. When a loss
+    trigger fires at a backward, before that backward runs:
       1. the gradient the step's own graph gives the model's outputs is taken (`torch.autograd.grad` from
          the backward's roots to those outputs, keeping the graph): the seed of the replayed backward;
       2. the state after the forward is kept, each parameter's `.grad` set aside, and the state taken
@@ -37,6 +38,20 @@ NOTE [Snapshot hooks]
     graph holds nothing of theirs, and its guards hold at every monitored step. Such a model's calls are
     not kept (it runs compiled), and its loss triggers trace the backward alone, saying why.
 
+NOTE [Snapshot by forward]
+    A module with a forward hook of any kind is called through `nn.Module._call_impl`'s slow path, which
+    costs far more than the hook itself: measured on actor-critic (bench/workloads.py W7, the model called
+    10 times a step), two empty hooks cost 80–110 µs a 3.4 ms step, where the same calls through a
+    wrapped `forward` cost about 20. So where nothing could tell the difference the block keeps the calls by
+    setting the instance's `forward` to the class's, wrapped (`_forward_of`: one function bound to the model,
+    the same object at every install, so a compiled caller's guards hold as for the hooks, NOTE [Snapshot
+    hooks]), and deletes it as the block ends (no attribute is left: tests/test_side_effects.py). A wrapped
+    forward sees the arguments after any forward pre-hook changed them and the output before any forward
+    hook did, where a replay's call runs those hooks again; so a model with a forward hook of its own or a
+    global one, or a `forward` of the instance's own, is kept by the two hooks instead: the pre-hook put
+    first and the hook last, so they see the call as the program made it (tests/test_replay.py replays a
+    model whose hooks change both, and compares each gradient with training's).
+
 NOTE [Snapshots on the CPU only]
     A loss trigger fires inside the block only where the loss is read as the backward starts: on the CPU
     (`_check_loss` in tracer/monitor/capture.py). A loss on another device is read after the step, and the
@@ -51,9 +66,11 @@ NOTE [Snapshots on the CPU only]
 
 from __future__ import annotations
 
+import functools
 import logging
-import time
+import types
 import weakref
+from time import perf_counter
 from typing import Any
 
 import torch
@@ -78,6 +95,8 @@ class ForwardSnapshot:
         self.installed = False
         self.off = False  # while a replay calls the model
         self._hooks = _hooks_of(weakref.ref(self))  # the same functions at every install (NOTE [Snapshot hooks])
+        self._forward: Any = None  # the model's forward wrapped, bound to it: the same at every install
+        self.wrapped = False  # this install keeps calls through `_forward`, not the hooks
         self.buffers: list[torch.Tensor] | None = None  # the model's, listed at its first call (walking it costs)
         # one of its parameters, listed with the buffers: where it runs (NOTE [Snapshots on the CPU only])
         self.probe: torch.Tensor | None = None
@@ -93,44 +112,85 @@ class ForwardSnapshot:
         self.elsewhere = False  # the latest call ran off the CPU: nothing kept (NOTE [Snapshots on the CPU only])
 
     def install(self) -> None:
-        if getattr(self.model, "_compiled_call_impl", None) is not None or _distributed():
+        model = self.model
+        if getattr(model, "_compiled_call_impl", None) is not None or _distributed():
             return  # model.compile(): hooks compiled in; torch.distributed: never replayed
+        if _wrappable(model):  # NOTE [Snapshot by forward]
+            if self._forward is None:
+                self._forward = types.MethodType(_forward_of(weakref.ref(self), type(model).forward), model)
+            model.forward = self._forward
+            self.installed = self.wrapped = True
+            return
         pre, post = self._hooks
-        if self.handles and all(_compat.reinsert_hook(h, fn) for h, fn in zip(self.handles, self._hooks)):
+        # the pre-hook first, the hook last: they see the call's arguments and output as the program passed and
+        # got them, before the model's own hooks changed them, as a replay's call will run them
+        if self.handles and all(_compat.reinsert_hook(h, fn, first) for h, fn, first in
+                                zip(self.handles, self._hooks, (True, False))):
             self.installed = True
             return
-        self.handles = [self.model.register_forward_pre_hook(pre, with_kwargs=True),
+        self.handles = [self.model.register_forward_pre_hook(pre, with_kwargs=True, prepend=True),
                         self.model.register_forward_hook(post, with_kwargs=True, always_call=True)]
         self.installed = True
 
     def remove(self) -> None:
-        if self.installed:
+        if self.installed and self.wrapped:
+            if vars(self.model).get("forward") is self._forward:  # (not if the program set its own since)
+                del self.model.forward
+        elif self.installed:
             for h in self.handles:
                 h.remove()
-            self.installed = False
+        self.installed = self.wrapped = False
         self.clear()
 
-    def on_pre(self, mod: Any, args: Any, kwargs: Any) -> None:
+    def on_pre(self, mod: Any, args: Any, kwargs: Any) -> bool:
+        """Keep a call's arguments and the state it starts from: True when its outputs are to be kept too."""
         if self.off or _compat.current_graph_task_id() != -1:  # (a forward recomputed in backward)
-            return None
-        t0 = time.perf_counter()
+            return False
+        t0 = perf_counter()
         self.calls += 1
         if self.buffers is None:
             self.buffers = list(mod.buffers())
             self.probe = next(iter(mod.parameters()), None)
         probe = self.probe
-        self.elsewhere = probe is not None and not probe.is_cpu  # `is_cpu`: no device object made
-        if self.elsewhere:  # never replayed (NOTE [Snapshots on the CPU only])
+        if probe is not None and not probe.is_cpu:  # `is_cpu`: no device object made
+            self.elsewhere = True  # never replayed (NOTE [Snapshots on the CPU only])
             self.args, self.kwargs, self.state, self.outputs = (), {}, None, None
         else:
+            self.elsewhere = False
             self.args, self.kwargs, self.state, self.outputs = args, kwargs, TrainingState(self.buffers), None
-        self.spent += time.perf_counter() - t0
-        return None
+        self.spent += perf_counter() - t0
+        return not self.elsewhere
 
     def on_post(self, mod: Any, args: Any, kwargs: Any, out: Any) -> None:
         if not self.off and not self.elsewhere and _compat.current_graph_task_id() == -1:
             self.outputs = out
         return None
+
+
+def _wrappable(model: torch.nn.Module) -> bool:
+    """Whether the model's calls can be kept by wrapping its forward (NOTE [Snapshot by forward]): its class's
+    own function, no forward of the instance's and no forward hook, its own or global, that could change
+    the arguments or the output."""
+    return (isinstance(getattr(type(model), "forward", None), types.FunctionType) and "forward" not in vars(model)
+            and not model._forward_pre_hooks and not model._forward_hooks and not _compat.global_module_hook_keys())
+
+
+def _forward_of(ref: Any, forward: Any) -> Any:
+    """The class's `forward` wrapped to keep the model's calls, holding the snapshot weakly; inert while dynamo
+    traces it and for any other module (a `copy.deepcopy` of the model made in the block is bound to it)."""
+
+    def kept(mod: Any, *args: Any, **kwargs: Any) -> Any:
+        if compiling():
+            return forward(mod, *args, **kwargs)
+        snap = ref()
+        if snap is None or mod is not snap.model:
+            return forward(mod, *args, **kwargs)
+        if not snap.on_pre(mod, args, kwargs):
+            return forward(mod, *args, **kwargs)
+        out = snap.outputs = forward(mod, *args, **kwargs)
+        return out
+
+    return functools.update_wrapper(kept, forward)  # `inspect.signature(model.forward)` reads the model's own
 
 
 def _hooks_of(ref: Any) -> tuple[Any, Any]:
@@ -141,7 +201,7 @@ def _hooks_of(ref: Any) -> tuple[Any, Any]:
         if compiling():
             return None
         snap = ref()
-        if snap is not None:
+        if snap is not None and mod is snap.model:  # (not a `copy.deepcopy` of the model, with these hooks)
             snap.on_pre(mod, args, kwargs)
         return None
 
@@ -149,7 +209,7 @@ def _hooks_of(ref: Any) -> tuple[Any, Any]:
         if compiling():
             return None
         snap = ref()
-        if snap is not None:
+        if snap is not None and mod is snap.model:
             snap.on_post(mod, args, kwargs, out)
         return None
 
