@@ -9,6 +9,7 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row
     sampling.py  the gradient norms taken every k-th step, k from their measured cost (NOTE [Sampled norms])
+    superseded.py the norms after a backward the next backward supersedes, left untaken (NOTE [Superseded norms])
     triggers.py  the triggers, their rules, thresholds and caps
     problems.py  the monitor's problems (spikes, skipped AMP steps)
     monitor.py   one Tracer's monitor and the context of each step

@@ -3,7 +3,8 @@ GradScaler unscaled, and what each optimizer stepped with. See NOTE [Monitor hoo
 
 NOTE [Norms before and after clipping]
     After each backward (not `autograd.grad`, which leaves `.grad` alone) the norm of every known
-    parameter's gradient is taken in one fused call (`torch._foreach_norm`, as `clip_grad_norm_` does);
+    parameter's gradient is taken in one fused call (`torch._foreach_norm`, as `clip_grad_norm_` does;
+    not where the next backward is known to supersede them: NOTE [Superseded norms] in superseded.py);
     GradScaler's unscale takes them again for the gradients it unscaled. These are the norms "as the
     backward left them" (unscaled). When an optimizer steps, its gradients' norms are taken once more:
     those it steps with (after clipping). Each total is `vector_norm(stack(norms))` over the optimizer's
@@ -33,25 +34,14 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer.debug.problems import root_values
-from gradscape.tracer.monitor.grad_norms import gather, norms_of
+from gradscape.tracer.monitor.grad_norms import gather, norms_of, set_grads
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
+from gradscape.tracer.monitor.superseded import Superseded
 from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)
-
-
-def _scaler_optimizer(frame: Any) -> Any:
-    """The optimizer whose gradients GradScaler unscales: a local of `GradScaler._unscale_grads_`, the
-    caller of the unscale op (a few frames up when the tracer's own mode sat above ours)."""
-    for _ in range(6):
-        if frame is None:
-            return None
-        if frame.f_code.co_name == "_unscale_grads_":
-            return frame.f_locals.get("optimizer")
-        frame = frame.f_back
-    return None
 
 
 @dataclass
@@ -102,14 +92,22 @@ class StepCapture:
         self.params_clipped: dict[str, Any] = {}  # traced steps: name → summary of the gradient as clipped
         self.trigger: tuple[str, dict[str, Any]] | None = None  # what the losses set off in this block
         self.checked = 0  # losses already read and given to the loss rules (on the CPU, as they come)
+        self.backwards = 0  # backward calls seen in the block
+        self.chain = Superseded(monitor.superseded)  # NOTE [Superseded norms] in superseded.py
         self.installed = Installed(self)
 
     # ------------------------------------------------------------------ backward
     def on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         t0 = perf_counter()  # (inline, not `with self.own`: two Python calls less on every backward)
+        k = self.backwards
+        self.backwards += 1
         try:
             with _compat.DisableTorchFunction():  # our reads: not through the tracer's mode, when it is on
                 self._read_roots(api, args, kwargs)
+                if self.norms:
+                    pending = self.chain.at_backward(k, api, self.mon.params)
+                    if pending is not None:
+                        self._snapshot(*pending)
         except Exception as exc:  # the monitor never breaks a backward
             log.warning("gradscape: the monitor could not read a backward's roots: %s", exc)
         self.own.spent += perf_counter() - t0
@@ -125,7 +123,9 @@ class StepCapture:
             out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
         if self.norms and api != "autograd.grad":
             with self.own, _compat.DisableTorchFunction(), self.clock:
-                self._snapshot()
+                idx, grads = set_grads(self.mon.params)
+                if idx and not self.chain.after_backward(k, idx, grads):
+                    self.snaps.append((idx, norms_of(grads)))
         return out
 
     def _read_roots(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -160,17 +160,18 @@ class StepCapture:
             self.by_trigger = True
             self.norms = True  # a traced step has its norms: from this backward's on
 
-    def _snapshot(self, idx: list[int] | None = None, grads: list[torch.Tensor] | None = None) -> None:
-        """The norms of the gradients `grads` of parameters `idx` (default: every known parameter's `.grad`)."""
-        if idx is None or grads is None:
-            idx, grads = [], []
-            for i, p in enumerate(self.mon.params):
-                g = p.grad
-                if g is not None:
-                    idx.append(i)
-                    grads.append(g)
+    def _snapshot(self, idx: list[int], grads: list[torch.Tensor]) -> None:
+        """The norms of the gradients `grads` of parameters `idx`."""
         if idx:
             self.snaps.append((idx, norms_of(grads)))
+
+    def _take_pending(self) -> None:
+        """The snapshot kept after the last backward, taken now: something other than a backward is about to
+        read or change the gradients (NOTE [Superseded norms] in superseded.py)."""
+        pending = self.chain.take()
+        if pending is not None:
+            with _compat.DisableTorchFunction(), self.clock:
+                self._snapshot(*pending)
 
     def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
         """Parameter index → (the norm vector of its last snapshot, its position there)."""
@@ -181,14 +182,14 @@ class StepCapture:
         return out
 
     # ------------------------------------------------------------------ GradScaler
-    def on_unscale(self, args: tuple[Any, ...], frame: Any) -> None:
+    def on_unscale(self, args: tuple[Any, ...], opt: Any) -> None:
+        """GradScaler has unscaled optimizer `opt`'s gradients (None: not known)."""
         with self.own:
-            self._unscaled(args, frame)
+            self._unscaled(args, opt)
 
-    def _unscaled(self, args: tuple[Any, ...], frame: Any) -> None:
+    def _unscaled(self, args: tuple[Any, ...], opt: Any) -> None:
         try:
             grads, found_inf, inv_scale = args[0], args[1], args[2]
-            opt = _scaler_optimizer(frame)
             rec = self._open_record(opt) if opt is not None else None
             if rec is not None:
                 rec.inv_scale = inv_scale
@@ -231,7 +232,9 @@ class StepCapture:
 
     def before_change(self) -> None:
         """A clip, GradScaler's unscale or an optimizer step is about to run: a traced step's parameter gradients
-        still to be summarised are summarised now (NOTE [Settled at the step's end] in tracer/record/params.py)."""
+        still to be summarised are summarised now (NOTE [Settled at the step's end] in tracer/record/params.py),
+        and a kept snapshot's norms taken."""
+        self._take_pending()
         if self.traced is None:
             return
         try:
@@ -245,6 +248,7 @@ class StepCapture:
         try:
             # our reads pass through no mode (the tracer's is on in a closure)
             with self.own, _compat.DisableTorchFunction():
+                self._take_pending()  # (a closure's last backward)
                 self._optimizer_step(opt)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
@@ -369,6 +373,9 @@ class StepCapture:
         """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found
         inf/NaN (skipped steps), with their norms as the backward left them."""
         self.installed.remove()
+        self._take_pending()
+        if self.norms:  # what this step's backward calls superseded, for the next step's (NOTE [Superseded norms])
+            self.mon.superseded = tuple(self.chain.seen)
         kept = []
         for r in self.records:
             if not r.stepped:

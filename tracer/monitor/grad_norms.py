@@ -1,5 +1,5 @@
-"""The gradients' norms the monitor takes: one fused call for a list of gradients (NOTE [Norms before and after
-clipping] in capture.py), and a gather from a norm vector."""
+"""The gradients' norms the monitor takes: the gradients set, one fused call for a list of them (NOTE [Norms
+before and after clipping] in capture.py), and a gather from a norm vector."""
 
 from __future__ import annotations
 
@@ -21,6 +21,17 @@ def norms_of(grads: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack(norms)
         except (RuntimeError, TypeError, NotImplementedError):
             return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
+
+
+def set_grads(params: list[torch.Tensor]) -> tuple[list[int], list[torch.Tensor]]:
+    """The `.grad` of each of `params` that has one, with its position in `params`."""
+    idx, grads = [], []
+    for i, p in enumerate(params):
+        g = p.grad
+        if g is not None:
+            idx.append(i)
+            grads.append(g)
+    return idx, grads
 
 
 def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:

@@ -43,6 +43,7 @@ class Monitor:
         weakref.finalize(tracer, self._hold.release)
         self.triggers = TriggerState(Triggers.resolve(triggers))
         self.sampler = NormSampler(norms_every)  # which steps take the gradient norms (NOTE [Sampled norms])
+        self.superseded: tuple[bool, ...] = ()  # the last step's (NOTE [Superseded norms] in superseded.py)
         self.params: list[Any] = []
         self.names: list[str] = []
         self._index: dict[int, int] = {}  # id of a parameter (held in `params`) → its index

@@ -106,10 +106,22 @@ def _unscale_wrapper(original: Any) -> Any:
             return original(*args, **kwargs)
         caps[-1].before_change()
         out = original(*args, **kwargs)
-        caps[-1].on_unscale(args, sys._getframe(1))
+        caps[-1].on_unscale(args, _scaler_optimizer(sys._getframe(1)))
         return out
 
     return wrapper
+
+
+def _scaler_optimizer(frame: Any) -> Any:
+    """The optimizer whose gradients GradScaler unscales: a local of `GradScaler._unscale_grads_`, the
+    caller of the unscale op (a few frames up when the tracer's own mode sat above ours)."""
+    for _ in range(6):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_unscale_grads_":
+            return frame.f_locals.get("optimizer")
+        frame = frame.f_back
+    return None
 
 
 def _clip_wrapper(original: Any, api: str) -> Any:

@@ -1,0 +1,74 @@
+"""Which backward calls' gradient norms the step's next backward makes useless, learned from the step before.
+
+NOTE [Superseded norms]
+    The norms taken after a backward (NOTE [Norms before and after clipping] in capture.py) are read as each
+    parameter's last snapshot (`StepCapture.before_map`). In a step of k micro-batches, the snapshot after
+    each backward but the last is read by nothing: the next backward's snapshot covers the same parameters,
+    whose `.grad` a backward only adds to. Knowing that needs the next backward's start, and the norms have
+    to be taken before the loop's own code runs on: a gradient changed through `.data` between a backward
+    and an optimizer step (the DQN tutorial clamps so) leaves no trace in its version counter, so norms
+    taken later would be the changed ones.
+
+    So each step learns, per backward call (counted from the block's opening), whether the next backward
+    superseded its snapshot: every parameter in it still held the very same `.grad` tensor when the next
+    backward (not `autograd.grad`, which leaves `.grad` alone) started. On the next step with norms, the
+    snapshot after a call that was superseded last time is kept as its gradients, not taken; at the next
+    backward's start it is dropped if superseded again, and taken then if not (the loop changed shape:
+    `zero_grad` between the calls, say). Any other event before that (a clip, GradScaler's unscale, an
+    optimizer's step, the block's end) takes it at once. A loop whose shape holds from step to step (a
+    micro-batched step, a GAN's two passes of the discriminator, forward-forward's passes) takes one
+    snapshot per optimizer instead of one per backward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+Grads = tuple[list[int], list[torch.Tensor]]
+
+
+class Superseded:
+    """One block's backward calls: which snapshots the next call superseded (`seen`, for the next step's
+    block), and the snapshot kept as gradients, not yet taken (`pending`)."""
+
+    __slots__ = ("learned", "seen", "last", "pending")
+
+    def __init__(self, learned: tuple[bool, ...]) -> None:
+        self.learned = learned  # the step before's `seen`
+        self.seen: list[bool] = []  # call k → its snapshot was superseded by call k + 1
+        self.last: tuple[int, list[int], list[torch.Tensor]] | None = None  # the latest snapshot's call and gradients
+        self.pending: Grads | None = None
+
+    def at_backward(self, k: int, api: str, params: list[Any]) -> Grads | None:
+        """Backward call `k` starts: the gradients of a kept snapshot that it does not supersede (to take now),
+        or None."""
+        last, pending = self.last, self.pending
+        self.last = self.pending = None
+        if last is None:
+            return None
+        before, idx, grads = last
+        superseded = before == k - 1 and api != "autograd.grad" and all(
+            params[i].grad is g for i, g in zip(idx, grads))
+        if superseded:
+            self.seen[before] = True
+            return None
+        return pending
+
+    def after_backward(self, k: int, idx: list[int], grads: list[torch.Tensor]) -> bool:
+        """Backward call `k` has left these gradients: True when they are kept, not taken (NOTE [Superseded
+        norms])."""
+        self.seen.extend([False] * (k + 1 - len(self.seen)))
+        self.last = (k, idx, grads)
+        if k < len(self.learned) and self.learned[k]:
+            self.pending = (idx, grads)
+            return True
+        return False
+
+    def take(self) -> Grads | None:
+        """Something other than a backward is about to read or change the gradients: a kept snapshot's, to take
+        now."""
+        pending = self.pending
+        self.last = self.pending = None
+        return pending
