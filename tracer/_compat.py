@@ -52,6 +52,7 @@ import os
 import re
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -171,17 +172,11 @@ def saved_tensor(node: Any, name: str) -> Any:
     return getattr(node, _SAVED + name)
 
 
-def module_parameters(mod: Any) -> dict[str, Any]:
-    return mod._parameters  # type: ignore[no-any-return]
-
-
-def module_buffers(mod: Any) -> dict[str, Any]:
-    """An `nn.Module`'s own buffers, as the dict it keeps them in (a replay swaps entries: tracer/record/replay.py)."""
-    return mod._buffers  # type: ignore[no-any-return]
-
-
-def module_children(mod: Any) -> dict[str, Any]:
-    return mod._modules  # type: ignore[no-any-return]
+# (attribute getters, C callables: a model's index reads them for every module at every traced step)
+module_parameters: Callable[[Any], dict[str, Any]] = operator.attrgetter("_parameters")
+# an `nn.Module`'s own buffers, as the dict it keeps them in (a replay swaps entries: tracer/record/replay.py)
+module_buffers: Callable[[Any], dict[str, Any]] = operator.attrgetter("_buffers")
+module_children: Callable[[Any], dict[str, Any]] = operator.attrgetter("_modules")
 
 
 def post_accumulate_grad_hooks(param: Any) -> Any:
@@ -285,8 +280,7 @@ def compiled_entries(on_entry: Any) -> Any:
 
 def compiled_wrapper_inner(mod: Any) -> Any:
     """The module a `torch.compile(module)` wrapper (`OptimizedModule`) compiles, or None for any other module."""
-    if "torch._dynamo" not in sys.modules:
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # (no such wrapper before dynamo is imported)
+    if eval_frame is None:
         return None
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    return mod._orig_mod if isinstance(mod, OptimizedModule) else None
+    return mod._orig_mod if isinstance(mod, eval_frame.OptimizedModule) else None

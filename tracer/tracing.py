@@ -19,6 +19,7 @@ from gradscape.tracer._model import StepTrace, fill
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record.carry import ForwardCarry
 from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
+from gradscape.tracer.record.model_index import IndexCache
 from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.recorder import StepRecorder
 from gradscape.tracer.record.replay import ForwardSnapshot, Replayable
@@ -98,6 +99,7 @@ class Tracer:
         self._closed = False
         self._active = False
         self._statics = StructureCache()
+        self._names = IndexCache()  # NOTE [Index kept] in tracer/record/model_index.py
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
         # the every-step monitor (tracer/monitor/)
         self._monitor = Monitor(self, triggers, norms_every) if monitor else None
@@ -271,8 +273,8 @@ class _TracedStep:
         self.st = StepTrace(run=tracer.run, step=i)
         summ = Summariser(tracer.thumb, tracer.tensors == "full")
         summ.budget = tracer.thumb_budget
-        self.rec = StepRecorder(tracer.run, i, tracer.model, summ, tracer._statics, tracer._warned, tracer._carry,
-                                tracer.recorder)
+        self.rec = StepRecorder(tracer.run, i, tracer._names.index(tracer.model), summ, tracer._statics,
+                                tracer._warned, tracer._carry, tracer.recorder)
         self.before_emit: Callable[[StepTrace], None] | None = None  # the monitor's additions (tracer/monitor/)
         # NOTE [Compiled regions on a traced step] in tracer/record/compiled.py (None: not entered, or "opaque")
         self.regions: EagerRegions | None = None

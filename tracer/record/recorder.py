@@ -100,7 +100,7 @@ class StepRecorder:
         self.warned = warned if warned is not None else set()
         self.summ = summariser
         self.statics = statics if statics is not None else StructureCache()
-        self.model = ModelIndex(model)
+        self.model = model if isinstance(model, ModelIndex) else ModelIndex(model)  # (the Tracer's: NOTE [Index kept])
         self.forward = ForwardRecorder(self.model.module_names, self._on_backward)
         self.walk = GraphWalk(self.model)
         self.handles = StepHandles()  # every hook of the step (NOTE [Hook lifetime])
