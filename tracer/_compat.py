@@ -31,7 +31,8 @@ What each is for (see docs/autograd.md):
 - `saved_tensor_names(node)` / `saved_tensor(node, name)`: what autograd saved for a node's backward
   (its `_saved_*` attributes), read by the problem finder.
 - `module_parameters(mod)` / `module_children(mod)` / `module_buffers(mod)`: an `nn.Module`'s own parameters,
-  child modules and buffers (its `_parameters` / `_modules` / `_buffers` dicts, read without `named_*`'s generators).
+  child modules and buffers (its `_parameters` / `_modules` / `_buffers` dicts, read without `named_*`'s generators);
+  `module_forward_hooked(mod)`: whether it has forward hooks of its own (NOTE [Snapshot by forward] in replay.py).
 - `post_accumulate_grad_hooks(param)`: the post-accumulate-grad hooks on a parameter, or None.
 - `sparse_indices(t)` / `sparse_values(t)`: the stored indices and values of a coalesced COO tensor.
 - `foreach_norm(tensors)`: the 2-norm of each tensor in one fused call (what `clip_grad_norm_` uses);
@@ -177,6 +178,11 @@ module_parameters: Callable[[Any], dict[str, Any]] = operator.attrgetter("_param
 # an `nn.Module`'s own buffers, as the dict it keeps them in (a replay swaps entries: tracer/record/replay.py)
 module_buffers: Callable[[Any], dict[str, Any]] = operator.attrgetter("_buffers")
 module_children: Callable[[Any], dict[str, Any]] = operator.attrgetter("_modules")
+
+
+def module_forward_hooked(mod: Any) -> bool:
+    """Whether an `nn.Module` has a forward hook or forward pre-hook of its own."""
+    return bool(mod._forward_pre_hooks or mod._forward_hooks)
 
 
 def post_accumulate_grad_hooks(param: Any) -> Any:

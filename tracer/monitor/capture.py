@@ -104,9 +104,9 @@ class StepCapture:
         try:
             with _compat.DisableTorchFunction():  # our reads: not through the tracer's mode, when it is on
                 self._read_roots(api, args, kwargs)
-                if self.norms:
-                    pending = self.chain.at_backward(k, api, self.mon.params)
-                    if pending is not None:
+                pending = self.chain.at_backward(k, api, self.mon.params) if self.norms else None
+                if pending is not None:
+                    with self.clock:
                         self._snapshot(*pending)
         except Exception as exc:  # the monitor never breaks a backward
             log.warning("gradscape: the monitor could not read a backward's roots: %s", exc)
@@ -169,9 +169,12 @@ class StepCapture:
         """The snapshot kept after the last backward, taken now: something other than a backward is about to
         read or change the gradients (NOTE [Superseded norms] in superseded.py)."""
         pending = self.chain.take()
-        if pending is not None:
-            with _compat.DisableTorchFunction(), self.clock:
-                self._snapshot(*pending)
+        try:
+            if pending is not None:
+                with _compat.DisableTorchFunction(), self.clock:
+                    self._snapshot(*pending)
+        except Exception as exc:  # the monitor never breaks the loop (a clip, an unscale, an optimizer step)
+            log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
 
     def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
         """Parameter index → (the norm vector of its last snapshot, its position there)."""

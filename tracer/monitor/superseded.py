@@ -16,8 +16,10 @@ NOTE [Superseded norms]
     backward's start it is dropped if superseded again, and taken then if not (the loop changed shape:
     `zero_grad` between the calls, say). Any other event before that (a clip, GradScaler's unscale, an
     optimizer's step, the block's end) takes it at once. A loop whose shape holds from step to step (a
-    micro-batched step, a GAN's two passes of the discriminator, forward-forward's passes) takes one
-    snapshot per optimizer instead of one per backward.
+    micro-batched step, a GAN's two passes of the discriminator) takes one snapshot per optimizer instead of
+    one per backward. What this gives up: on a step whose shape differs from the step before's, a gradient
+    changed through `.data` between a kept snapshot's backward and the event that takes it is read as
+    changed (tests/test_superseded_norms.py checks the shapes that change through `zero_grad` and a clip).
 """
 
 from __future__ import annotations

@@ -172,7 +172,7 @@ def _wrappable(model: torch.nn.Module) -> bool:
     own function, no forward of the instance's and no forward hook, its own or global, that could change
     the arguments or the output."""
     return (isinstance(getattr(type(model), "forward", None), types.FunctionType) and "forward" not in vars(model)
-            and not model._forward_pre_hooks and not model._forward_hooks and not _compat.global_module_hook_keys())
+            and not _compat.module_forward_hooked(model) and not _compat.global_module_hook_keys())
 
 
 def _forward_of(ref: Any, forward: Any) -> Any:
