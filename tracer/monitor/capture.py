@@ -104,10 +104,8 @@ class StepCapture:
         try:
             with _compat.DisableTorchFunction():  # our reads: not through the tracer's mode, when it is on
                 self._read_roots(api, args, kwargs)
-                pending = self.chain.at_backward(k, api, self.mon.params) if self.norms else None
-                if pending is not None:
-                    with self.clock:
-                        self._snapshot(*pending)
+                if self.norms:
+                    self._take_kept(self.chain.at_backward(k, api, self.mon.params))
         except Exception as exc:  # the monitor never breaks a backward
             log.warning("gradscape: the monitor could not read a backward's roots: %s", exc)
         self.own.spent += perf_counter() - t0
@@ -165,15 +163,14 @@ class StepCapture:
         if idx:
             self.snaps.append((idx, norms_of(grads)))
 
-    def _take_pending(self) -> None:
-        """The snapshot kept after the last backward, taken now: something other than a backward is about to
-        read or change the gradients (NOTE [Superseded norms] in superseded.py)."""
-        pending = self.chain.take()
+    def _take_kept(self, kept: tuple[list[int], list[torch.Tensor]] | None) -> None:
+        """A snapshot kept after a backward (`self.chain`'s answer), taken now (NOTE [Superseded norms] in
+        superseded.py)."""
         try:
-            if pending is not None:
+            if kept is not None:
                 with _compat.DisableTorchFunction(), self.clock:
-                    self._snapshot(*pending)
-        except Exception as exc:  # the monitor never breaks the loop (a clip, an unscale, an optimizer step)
+                    self._snapshot(*kept)
+        except Exception as exc:  # the monitor never breaks the loop (a backward, clip, unscale, optimizer step)
             log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
 
     def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
@@ -237,7 +234,7 @@ class StepCapture:
         """A clip, GradScaler's unscale or an optimizer step is about to run: a traced step's parameter gradients
         still to be summarised are summarised now (NOTE [Settled at the step's end] in tracer/record/params.py),
         and a kept snapshot's norms taken."""
-        self._take_pending()
+        self._take_kept(self.chain.take())
         if self.traced is None:
             return
         try:
@@ -251,7 +248,7 @@ class StepCapture:
         try:
             # our reads pass through no mode (the tracer's is on in a closure)
             with self.own, _compat.DisableTorchFunction():
-                self._take_pending()  # (a closure's last backward)
+                self._take_kept(self.chain.take())  # (a closure's last backward)
                 self._optimizer_step(opt)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
@@ -376,7 +373,7 @@ class StepCapture:
         """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found
         inf/NaN (skipped steps), with their norms as the backward left them."""
         self.installed.remove()
-        self._take_pending()
+        self._take_kept(self.chain.take())
         if self.norms:  # what this step's backward calls superseded, for the next step's (NOTE [Superseded norms])
             self.mon.superseded = tuple(self.chain.seen)
         kept = []

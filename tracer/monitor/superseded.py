@@ -33,44 +33,40 @@ Grads = tuple[list[int], list[torch.Tensor]]
 
 class Superseded:
     """One block's backward calls: which snapshots the next call superseded (`seen`, for the next step's
-    block), and the snapshot kept as gradients, not yet taken (`pending`)."""
+    block), and the latest snapshot's gradients, `kept` when its norms are not taken yet."""
 
-    __slots__ = ("learned", "seen", "last", "pending")
+    __slots__ = ("learned", "seen", "last", "kept")
 
     def __init__(self, learned: tuple[bool, ...]) -> None:
         self.learned = learned  # the step before's `seen`
         self.seen: list[bool] = []  # call k → its snapshot was superseded by call k + 1
         self.last: tuple[int, list[int], list[torch.Tensor]] | None = None  # the latest snapshot's call and gradients
-        self.pending: Grads | None = None
+        self.kept = False  # `last`'s norms are not taken yet
 
     def at_backward(self, k: int, api: str, params: list[Any]) -> Grads | None:
         """Backward call `k` starts: the gradients of a kept snapshot that it does not supersede (to take now),
         or None."""
-        last, pending = self.last, self.pending
-        self.last = self.pending = None
+        last, kept = self.last, self.kept
+        self.last, self.kept = None, False
         if last is None:
             return None
         before, idx, grads = last
-        superseded = before == k - 1 and api != "autograd.grad" and all(
-            params[i].grad is g for i, g in zip(idx, grads))
-        if superseded:
+        if before == k - 1 and api != "autograd.grad" and all(params[i].grad is g for i, g in zip(idx, grads)):
             self.seen[before] = True
             return None
-        return pending
+        return (idx, grads) if kept else None
 
     def after_backward(self, k: int, idx: list[int], grads: list[torch.Tensor]) -> bool:
         """Backward call `k` has left these gradients: True when they are kept, not taken (NOTE [Superseded
         norms])."""
         self.seen.extend([False] * (k + 1 - len(self.seen)))
         self.last = (k, idx, grads)
-        if k < len(self.learned) and self.learned[k]:
-            self.pending = (idx, grads)
-            return True
-        return False
+        self.kept = k < len(self.learned) and self.learned[k]
+        return self.kept
 
     def take(self) -> Grads | None:
         """Something other than a backward is about to read or change the gradients: a kept snapshot's, to take
         now."""
-        pending = self.pending
-        self.last = self.pending = None
-        return pending
+        last, kept = self.last, self.kept
+        self.last, self.kept = None, False
+        return (last[1], last[2]) if last is not None and kept else None

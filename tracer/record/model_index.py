@@ -25,7 +25,7 @@ class ModelIndex:
     `param_by_name`), and of the unsharded copies FSDP2 makes of its parameters for a forward
     (`unsharded_names`, NOTE [Unsharded parameters])."""
 
-    def __init__(self, model: Any = None, sources: list[tuple[Any, ...]] | None = None) -> None:
+    def __init__(self, model: Any = None, sources: _Sources | None = None) -> None:
         self.module_names: dict[Any, str] = {}
         self.module_types: dict[str, str] = {}
         self.module_params: dict[str, list[str]] = {}
@@ -44,7 +44,7 @@ class ModelIndex:
         out.params, out._names, out.param_by_name = self.params, self._names, self.param_by_name
         return out
 
-    def _index(self, model: Any, sources: list[tuple[Any, ...]] | None = None) -> None:
+    def _index(self, model: Any, sources: _Sources | None = None) -> None:
         """One pre-order pass over the modules' children (what `named_modules(remove_duplicate=False)`
         walks, without its generators): a shared module or parameter keeps its first name, as
         `named_modules()` / `named_parameters()` give it.
@@ -69,7 +69,7 @@ class ModelIndex:
                 params[qual] = plist
             pdict, cdict = _compat.module_parameters(mod), _compat.module_children(mod)
             if sources is not None:  # what this index was built from (NOTE [Index kept])
-                sources.append((mod, pdict, tuple(pdict.values()), cdict, tuple(cdict.values())))
+                sources.add(mod, pdict, cdict)
             for pname, p in pdict.items():
                 if p is None:
                     continue
@@ -125,31 +125,43 @@ class IndexCache:
     def __init__(self) -> None:
         self.model: Any = None
         self.built: ModelIndex | None = None
-        self.sources = _Sources([])
+        self.sources = _Sources()
 
     def index(self, model: Any) -> ModelIndex:
         built = self.built
         if built is None or model is not self.model or not self.sources.unchanged():
-            seen: list[tuple[Any, ...]] = []
-            built = ModelIndex(model, seen)
-            self.model, self.built, self.sources = model, built, _Sources(seen)
+            sources = _Sources()
+            built = ModelIndex(model, sources)
+            self.model, self.built, self.sources = model, built, sources
         return built.shared()
 
 
 class _Sources:
-    """The modules an index was built from, their parameter and child dicts and what those held, flat: checked
-    again by a few C-level passes (`map`, `all`), not a Python loop over the modules."""
+    """The modules an index was built from, their parameter and child dicts and what those held then, flat:
+    checked again by a few C-level passes (`map`, `all`), not a Python loop over the modules."""
 
-    def __init__(self, seen: list[tuple[Any, ...]]) -> None:
-        self.mods = [m for m, _, _, _, _ in seen]
-        self.pdicts = [p for _, p, _, _, _ in seen]
-        self.cdicts = [c for _, _, _, c, _ in seen]
-        self.lens = [len(v) for _, _, v, _, _ in seen] + [len(v) for _, _, _, _, v in seen]
-        self.values = [x for _, _, v, _, _ in seen for x in v] + [x for _, _, _, _, v in seen for x in v]
+    def __init__(self) -> None:
+        self.mods: list[Any] = []
+        self.pdicts: list[dict[str, Any]] = []
+        self.cdicts: list[dict[str, Any]] = []
+        self.plens: list[int] = []
+        self.clens: list[int] = []
+        self.pvalues: list[Any] = []
+        self.cvalues: list[Any] = []
+
+    def add(self, mod: Any, pdict: dict[str, Any], cdict: dict[str, Any]) -> None:
+        self.mods.append(mod)
+        self.pdicts.append(pdict)
+        self.cdicts.append(cdict)
+        self.plens.append(len(pdict))
+        self.clens.append(len(cdict))
+        self.pvalues.extend(pdict.values())
+        self.cvalues.extend(cdict.values())
 
     def unchanged(self) -> bool:
-        dicts = self.pdicts + self.cdicts
-        return (all(map(is_, map(_compat.module_parameters, self.mods), self.pdicts))
-                and all(map(is_, map(_compat.module_children, self.mods), self.cdicts))
-                and list(map(len, dicts)) == self.lens
-                and all(map(is_, chain.from_iterable(map(dict.values, dicts)), self.values)))
+        pdicts, cdicts = self.pdicts, self.cdicts
+        return (all(map(is_, map(_compat.module_parameters, self.mods), pdicts))
+                and all(map(is_, map(_compat.module_children, self.mods), cdicts))
+                and list(map(len, pdicts)) == self.plens and list(map(len, cdicts)) == self.clens
+                and all(map(is_, chain.from_iterable(map(dict.values, pdicts)), self.pvalues))
+                and all(map(is_, chain.from_iterable(map(dict.values, cdicts)), self.cvalues)))
