@@ -39,11 +39,12 @@ if TYPE_CHECKING:
 
 
 def _html_inline(st: StepTrace) -> str:
-    """`StepTrace._repr_html_`: the notebook's display (app/export/inline.py), of the step's wire form."""
+    """`StepTrace._repr_html_`: the notebook's display (app/export/inline.py), of the form the trace file keeps
+    (`page_form`)."""
     from gradscape.app.export.inline import step_html_inline
-    from gradscape.tracer.wire import step_to_wire
+    from gradscape.tracer.step_doc import page_form
 
-    return step_html_inline(step_to_wire(st))
+    return step_html_inline(page_form(st, arrays=False)[0])
 
 
 def _html_file(st: StepTrace, path: Any) -> Any:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from test_budget_recording import _loop_step
-from test_wire_nodes import _traced
+from test_step_tables import _traced
 
 import gradscape
 from gradscape.tracer.record import native

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_wire_nodes import _traced
+from test_step_tables import _traced
 
 from gradscape.tracer.record import native
 from gradscape.tracer.record.thumb_stacks import thumb_stacks

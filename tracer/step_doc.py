@@ -1,11 +1,14 @@
 """A step's document in the trace file (the `graph` blob of its `steps` row) and its index row: written from
 the step's wire fields, read back whole or lazily.
 
-Two forms are written. A step in wire form (the server's, a step the Python recorder made) is its map with
-the nodes and tensors last, item by item (`tracer.wire.lazy.pack_step`), and its index made from the maps. A
-natively recorded step is its fields with `columns` in place of its nodes, edges and tensors (NOTE [Column
-document] in tracer/wire/columns.py), and its index made from the columns. Both read back as the same wire
-form: whole (`read_whole`), or with the node and tensor maps made when read (`read_indexed`).
+Two forms are written. Every step a recorder made, and every step read back from columns, is its fields
+with `columns` in place of its nodes, edges and tensors (NOTE [Column document] in tracer/wire/columns.py),
+and its index made from the columns. A step the columns cannot hold (one built by hand with fields that
+disagree: NOTE [Columns of any step] in tracer/wire/trace_columns.py) is its map with the nodes and tensors
+last, item by item (`tracer.wire.lazy.pack_step`), and its index made from the maps; a server stores an
+older tracer's maps step as columns. Both read back as the same wire form: whole (`read_whole`), or with the
+node and tensor maps made when read (`read_indexed`). A step in memory is drawn from that same form
+(`page_form`: `st.to_html()`, the notebook's display).
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ from typing import Any, cast
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
-from gradscape.tracer.wire import pack, unpack
+from gradscape.tracer.collector import collector_paused
+from gradscape.tracer.wire import encode_array, pack, unpack
+from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.column_index import index_from_columns
 from gradscape.tracer.wire.column_read import step_from_columns
+from gradscape.tracer.wire.column_write import step_columns
 from gradscape.tracer.wire.columns import StepColumns
 from gradscape.tracer.wire.lazy import IndexedWire, LazyItems, pack_step, read_lazily
 from gradscape.tracer.wire.step_index import StepIndex, index_from_wire, index_to_wire
-from gradscape.tracer.wire.types import TensorNumpy, TraceFormatError, WireStep
+from gradscape.tracer.wire.types import TensorArrays, TensorNumpy, TraceFormatError, WireStep
 from gradscape.tracer.wire.validation import step_from_wire
 from gradscape.tracer.wire.versions import with_defaults
 
@@ -88,3 +94,23 @@ def read_indexed(blob: bytes, index: StepIndex, spans: Any) -> WireStep:
     if len(wire["nodes"]) != index.n_nodes:
         raise TraceFormatError("the step's index is not of its columns")
     return cast(WireStep, IndexedWire(wire, index))
+
+
+@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
+def page_form(st: StepTrace, arrays: bool = True) -> tuple[WireStep, dict[int, TensorArrays]]:
+    """A step in memory as the page reads a stored one (`read_whole`, `TraceStore.read_arrays`): its column
+    document, packed and read back as the store keeps it, with every map made, and each tensor's arrays by
+    number (none when not `arrays`). So `st.to_html()` and the notebook's display draw what a live page draws
+    of the same step, from the same form (NOTE [Column document] in tracer/wire/columns.py). A step the
+    columns cannot hold (one built by hand: NOTE [Columns of any step] in tracer/wire/trace_columns.py) is
+    read from its maps, as the store writes it."""
+    made = step_columns(st)
+    if made is None:
+        wire, numpy = step_to_graph(st)
+    else:
+        doc, numpy = made
+        wire = _expanded(read_doc(pack(doc)), lazily=False)
+    if not arrays:
+        return wire, {}
+    return wire, {i: {"thumb": None if th is None else encode_array(th), "values": None if v is None else
+                      encode_array(v)} for i, (th, v) in enumerate(numpy)}

@@ -27,8 +27,9 @@ from typing import Any
 from gradscape.app.export.data import page_data
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import raised_gc_threshold
+from gradscape.tracer.step_doc import page_form
 from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import TensorArrays, WireStep, step_to_wire
+from gradscape.tracer.wire import TensorArrays, WireStep
 
 PAGE = Path(__file__).parent / "page"
 SCRIPTS = ("graph.js", "inspector.js")  # graph.js first: inspector.js starts the page
@@ -134,9 +135,12 @@ def _note(note: dict[str, str]) -> str:
 
 def write_html(step: StepTrace | WireStep, path: str | os.PathLike[str],
                arrays: Mapping[int, TensorArrays] | None = None) -> Path:
-    """Write the offline page of `step` (a `StepTrace`, or a step's wire form with its arrays or `arrays`)
-    to `path`."""
-    wire = step_to_wire(step) if isinstance(step, StepTrace) else step
+    """Write the offline page of `step` (a `StepTrace`, drawn from the form the trace file keeps: `page_form`;
+    or a step's wire form with its arrays or `arrays`) to `path`."""
+    if isinstance(step, StepTrace):
+        wire, arrays = page_form(step)
+    else:
+        wire = step
     out = Path(path)
     out.write_text(step_html(wire, arrays), encoding="utf-8")
     return out

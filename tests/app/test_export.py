@@ -6,6 +6,7 @@ real kernel)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import zlib
@@ -20,10 +21,12 @@ from zoo import build, loop_model, loop_step
 
 import gradscape
 from gradscape.app import cli
-from gradscape.app.export.data import LEVELS, PAD_CODE
+from gradscape.app.export.data import LEVELS, PAD_CODE, page_data
 from gradscape.app.export.html import export_file, scrub_json, scrub_paths, write_html
 from gradscape.app.view import default_collapse
-from gradscape.tracer.wire import step_to_wire
+from gradscape.tracer.record import native
+from gradscape.tracer.step_doc import page_form
+from gradscape.tracer.wire import codec, step_to_wire
 
 
 class Net(nn.Module):
@@ -312,3 +315,53 @@ def test_the_header_says_what_a_compiled_models_step_did(tmp_path: Path) -> None
                                 r'\(compiled model\)</span>', header.group(1))
     plain = _step().to_html(tmp_path / "e.html").read_text(encoding="utf-8")
     assert '<div class="gs-step-notes"></div>' in plain and '<span class="gs-step-note' not in plain
+
+
+def _trained_step(tmp_path: Path, recorder: str) -> Any:
+    """A step with two backward passes, clipping and an SGD step, recorded by `recorder`, kept in a trace file."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gradscape.Tracer(model, sink=str(tmp_path / "t.sqlite"), run="r", recorder=recorder) as tr, \
+            tr.step(0) as st:
+        for _ in range(2):
+            model(torch.randn(4, 6)).pow(2).mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+    return st
+
+
+@pytest.mark.parametrize("recorder", ["native", "python"])
+def test_a_step_in_memory_is_drawn_from_the_form_the_file_keeps(tmp_path: Path, recorder: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`st.to_html()` and the notebook's display draw the step from its column document, as the page and
+    `gradscape export` read the stored step (`page_form`), with no maps written: the two files' data are
+    equal (their pictures are not: the file keeps them in 8 bits, NOTE [Compact thumbnails] in
+    tracer/wire/compact.py), and the page's data and pictures are those the maps writer's form gives."""
+    if recorder == "native" and not native.status()[0]:
+        pytest.skip("the native recorder is not built here")
+    st = _trained_step(tmp_path, recorder)
+    wire, arrays = page_form(st)
+    assert len(wire["nodes"]) == len(st.nodes) and len(wire["passes"]) == 2 and wire["optimizer_steps"]
+    exported, written = tmp_path / "export.html", tmp_path / "write.html"
+    export_file(tmp_path / "t.sqlite", "r", 0, 0, exported)
+    maps_writer = codec._to_wire
+    with monkeypatch.context() as m:
+        m.setattr(codec, "_to_wire", lambda *a: pytest.fail("the maps writer ran"))
+        st.to_html(written)
+        assert "<svg" in st._repr_html_()
+    from_file, from_memory = (_parts(p.read_text(encoding="utf-8"))[0] for p in (exported, written))
+    assert from_memory == from_file
+    assert codec._to_wire is maps_writer and page_data(wire, arrays) == page_data(step_to_wire(st))
+
+
+def test_a_step_the_columns_cannot_hold_is_drawn_from_its_maps(tmp_path: Path) -> None:
+    """A step built by hand whose node time is not its first run's: the columns would derive it, so the page
+    is drawn from the step's maps, with that time."""
+    st = _step()
+    k = next(k for k, n in enumerate(st.nodes) if n.runs and n.time_us is not None)
+    nodes = list(st.nodes)
+    nodes[k] = dataclasses.replace(nodes[k], time_us=nodes[k].time_us + 1.0)
+    wire, _ = page_form(dataclasses.replace(st, nodes=nodes))
+    assert wire["nodes"][k]["t"] == nodes[k].time_us != wire["nodes"][k]["runs"][0][4]
+    st.to_html(tmp_path / "f.html")

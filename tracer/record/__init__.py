@@ -25,5 +25,5 @@ The native recorder's step (NOTE [Native recorder] in native.py), by room:
     tensor_table  its gradient summaries (`TensorTable`), and arena_compact, a kept step's arena cut down
     lazy_tuples   `st.execution` and `st.edges` kept as columns until read
     thumb_stacks  its thumbnails gathered by shape for the store
-    wire_nodes    its nodes straight to their wire form; wire_columns, the step as the column document
+    wire_columns  the step as the column document (what the store keeps, the socket sends and the page reads)
 """

@@ -150,13 +150,6 @@ class LazyNodes(Sequence[NodeTrace]):
     def module_names(self) -> set[str]:
         return {m for m in self.tables.modules if m}
 
-    def wire_nodes(self, tab: Any) -> list[Any]:
-        """Every node's wire form, from the tables (NOTE [Nodes to the wire] in tracer/record/wire_nodes.py);
-        `tab` is the codec's tensor table."""
-        from gradscape.tracer.record.wire_nodes import wire_nodes
-
-        return wire_nodes(self, tab)
-
     def column_parts(self, st: Any) -> Any:
         """The step as columns (NOTE [Column document] in tracer/wire/columns.py), or None: what
         `tracer.wire.column_write` asks of a natively recorded step for the store and the sinks."""

@@ -87,8 +87,8 @@ def _node_columns(t: StepTables, slots: np.ndarray) -> dict[str, Any]:
 
 
 def _first_met(t: StepTables) -> np.ndarray:
-    """The tensor rows the nodes' slots name, in the order the codec first meets them (NOTE [Nodes to the
-    wire]): node by node, its first run's `gi` then `go`, every later run's `go` then `gi`."""
+    """The tensor rows the nodes' slots name, in the order the codec first meets them (`node_to_wire` in
+    tracer/wire/codec.py): node by node, its first run's `gi` then `go`, every later run's `go` then `gi`."""
     r, pos = t.runs, t.run_rows
     is_first = np.zeros(len(pos), bool)
     starts = t.run_start[:-1]

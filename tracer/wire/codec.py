@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import msgpack
-import numpy as np
 
 from gradscape.tracer._model import STAT_NAMES, NodeTrace, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.collector import collector_paused
@@ -54,16 +53,6 @@ class TensorTable:
                 self.items.append(tensor_summary(t))
                 self.arrays.append((t.thumb, t.values))
         return i
-
-    def add(self, summary: WireTensor, thumb: np.ndarray | None) -> int:
-        """A tensor given by its summary (`tensor_summary`'s form) and thumbnail, with no `TensorTrace` behind it
-        (a natively recorded step's: NOTE [Nodes to the wire] in tracer/record/wire_nodes.py); its index."""
-        if self.arrays is None:
-            self.items.append({**summary, "thumb": None if thumb is None else encode_array(thumb), "values": None})
-        else:
-            self.items.append(summary)
-            self.arrays.append((thumb, None))
-        return self.base + len(self.items) - 1
 
     def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
         return None if ts is None else self.refs_all(ts)
@@ -118,10 +107,7 @@ def node_to_wire(n: NodeTrace, tab: TensorTable) -> WireNode:
 
 
 def _to_wire(st: StepTrace, tab: TensorTable) -> WireStep:
-    # a natively recorded step's nodes go from its tables, making no NodeTrace (tracer/record/wire_nodes.py)
-    from_tables = getattr(st.nodes, "wire_nodes", None)
-    nodes: list[WireNode] = (from_tables(tab) if from_tables is not None
-                             else [node_to_wire(n, tab) for n in st.nodes])
+    nodes: list[WireNode] = [node_to_wire(n, tab) for n in st.nodes]
     rest = step_fields(st, tab)  # after the nodes: the codec numbers tensors as it first meets them
     return cast(WireStep, {**rest, "nodes": nodes, "edges": [list(e) for e in st.edges], "tensors": tab.items})
 

@@ -3,9 +3,9 @@ it (`column_parts`) and the socket sink sends it (`step_message`).
 
 A natively recorded step's nodes (`LazyNodes`, tracer/record/tables.py) write its columns from the recorder's
 tables (`LazyNodes.column_parts`, from tracer/record/wire_columns.py). The store and the sinks are a layer
-above the recorder and import none of it (docs/architecture.md): they ask the step's nodes, as the codec asks
-them for their wire form (`wire_nodes`). Any other step (the Python recorder's, one read back) is written
-from its `NodeTrace`s (`trace_columns`, NOTE [Columns of any step]).
+above the recorder and import none of it (docs/architecture.md): they ask the step's nodes. Any other step
+(the Python recorder's, one read back) is written from its `NodeTrace`s (`trace_columns`, NOTE [Columns of
+any step]).
 """
 
 from __future__ import annotations
