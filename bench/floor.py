@@ -39,6 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import gradscape
 from gradscape.tracer.record import native as native_recorder
+from gradscape.tracer.record.tables import RUN_DTYPE
 from gradscape.tracer.summary.summariser import Summariser
 
 if __package__:  # imported as bench.floor (the tests), else run from the bench folder
@@ -47,7 +48,7 @@ else:
     from workloads import build
 
 MODES = ("plain", "norms", "native", "bare", "traced")
-RUN_SIZE = native_recorder.RUN_DTYPE.itemsize
+RUN_SIZE = RUN_DTYPE.itemsize
 _BACKWARD = torch.Tensor.backward
 
 

@@ -1,5 +1,6 @@
 """A step the Python recorder made, stored as maps (what earlier releases wrote) and as columns (this release:
-NOTE [Columns of any step] in tracer/wire/trace_columns.py), the same step both ways in one run.
+its tables' columns, NOTE [Python steps as tables] in tracer/record/assemble.py), the same step both ways in
+one run.
 
     python bench/stored_forms.py                    # LSTMCell loops of 40 and 700 time steps, 5 rounds
     python bench/stored_forms.py --lengths 2000 --rounds 3
@@ -27,8 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gradscape  # noqa: E402
+from gradscape.tracer import store as store_module  # noqa: E402
 from gradscape.tracer.store import TraceStore  # noqa: E402
-from gradscape.tracer.wire import trace_columns  # noqa: E402
 
 
 def _step(length: int) -> Any:
@@ -62,15 +63,15 @@ def _as_maps(st: Any) -> Any:
 def measure(st: Any, form: str, folder: str, rounds: int) -> dict[str, float]:
     """Write `st` in `form` to a new file `rounds` times and read it back; the best times in ms, and bytes."""
     path = os.path.join(folder, f"{form}.sqlite")
-    made = trace_columns.column_parts
-    trace_columns.column_parts = made if form == "columns" else _as_maps  # type: ignore[assignment]
+    made = store_module.column_parts
+    store_module.column_parts = made if form == "columns" else _as_maps  # type: ignore[assignment]
     try:
         def write() -> None:
             with TraceStore(path) as store:
                 store.write_step(st)
         out = {"write": _best(write, rounds), "bytes": float(os.path.getsize(path))}
     finally:
-        trace_columns.column_parts = made  # type: ignore[assignment]
+        store_module.column_parts = made  # type: ignore[assignment]
     with TraceStore(path, readonly=True) as store:
         out["read"] = _best(lambda: store.read_step("forms", 0), rounds)
         out["index"] = _best(lambda: store.read_indexed("forms", 0), rounds)

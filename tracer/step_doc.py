@@ -76,9 +76,12 @@ def read_doc(blob: bytes) -> dict[str, Any]:
 
 def read_trace(doc: dict[str, Any], arrays: dict[int, TensorNumpy]) -> StepTrace:
     """The stored step (`read_doc`) as a `StepTrace`, its tensors' (thumbnail, values) from `arrays`: a column
-    document's nodes and tensors made from its columns (NOTE [Column read]), a map document's from its maps."""
+    document's tensors made from its columns (NOTE [Column read] in tracer/wire/column_read.py) and its nodes
+    its tables (NOTE [Read back as tables] in tracer/record/column_tables.py), a map document's from its maps."""
     if "columns" in doc:
-        return step_from_columns(doc, arrays)
+        from gradscape.tracer.record.column_tables import column_nodes  # (the recorder's modules import torch)
+
+        return step_from_columns(doc, arrays, column_nodes)
     return step_from_wire(with_defaults(doc), arrays)
 
 

@@ -9,8 +9,10 @@ tracer/tracing.py), which owns the step's state and its parts:
     params        the parameters' gradients (`st.params`)
     module_sums   module-level gradients (lazy_modules: a natively recorded step's, made when read)
     structure     labels and schemas from the graph's structure, cached per Tracer (labels, derivatives)
-    assemble      the plain `NodeTrace`s once the hooks are gone
-    native        the native recorder (native_step, tables, slot_rows: its step as flat tables)
+    assemble      the Python recorder's step as the native recorder's tables, once the hooks are gone
+    column_tables a stored column step's nodes read back as the same tables
+    native        the native recorder (native_step, tables, slot_rows: its step as flat tables, the one form of
+                  both recorders' steps)
     view          what the debugger and the problem finder read of a running step
     global_hooks  torch's global module and optimizer hooks, the one registration of each (the monitor's too)
     patched_calls the backward calls and GradScaler's unscale of a monitored block, wrapped while it is open

@@ -69,9 +69,6 @@ from gradscape.tracer.summary.summariser import Summariser
 KINDS = ("op", "acc", "compiled", "checkpoint", "hook", "custom")  # the extension's kind codes
 _KIND_BYTE = {k: bytes((i,)) for i, k in enumerate(KINDS)}  # each code as one int8 byte (`has_kinds`)
 _KIND_ACC = 1
-RUN_DTYPE = np.dtype([("node", "<i4"), ("pass", "<i4"), ("time", "<f8"), ("go_off", "<i4"), ("go_n", "<i4"),
-                      ("gi_off", "<i4"), ("gi_n", "<i4")])
-SUMM_DTYPE = np.dtype([("plan", "<i4"), ("chunk", "<i4"), ("off", "<i8"), ("py", "<i4"), ("wide", "<i4")])
 
 
 @lru_cache(maxsize=1)

@@ -13,10 +13,10 @@ from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, TensorTrace
 from gradscape.tracer.record.lazy_tuples import LazyTuples
 from gradscape.tracer.record.model_index import ModelIndex
-from gradscape.tracer.record.native import KINDS, RUN_DTYPE, SUMM_DTYPE, NativeGraph, dtype_names, names, relu_codes
+from gradscape.tracer.record.native import KINDS, NativeGraph, dtype_names, names, relu_codes
 from gradscape.tracer.record.structure import ArrayGraph, NodeStatics, StructureCache, grouped_statics
-from gradscape.tracer.record.tables import LazyNodes, StepTables
-from gradscape.tracer.record.tensor_table import TensorTable
+from gradscape.tracer.record.tables import RUN_DTYPE, LazyNodes, Outputs, StepTables
+from gradscape.tracer.record.tensor_table import SUMM_DTYPE, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 
@@ -97,7 +97,8 @@ class NativeStep:
         kinds = _kinds(g, cache)
         nm = names(g.name)
         statics = _statics(g, nm, kinds, mods, cache)
-        tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, _Outputs(g), g.child_off,
+        outputs = Outputs(g.out_off, g.out_ndim, g.out_dtype, g.out_dims, dtype_names())
+        tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, outputs, g.child_off,
                             g.child_id, g.child_nr, runs, slots, tensors,
                             (np.frombuffer(rows_b, np.int64), np.frombuffer(start_b, np.int64)))
         tables.relu_slots = g.rec.first_slots(relu_codes())
@@ -151,33 +152,6 @@ def _statics(g: NativeGraph, nm: list[str], kinds: list[str], mods: list[str | N
         graph = ArrayGraph(nm, g.name.tolist(), kinds, mods, g.params, g.acc_shapes, g.child_off, g.child_id)
         statics = cache.put(key, grouped_statics(graph, lambda i: _compat.forward_class(g.node(i))))
     return statics
-
-
-class _Outputs:
-    """Shapes and dtype names of each node's forward outputs, from the metadata the walk read, made once
-    per node when asked (`(shapes, dtypes)`)."""
-
-    def __init__(self, g: NativeGraph) -> None:
-        self.off, self.ndim, self.dtype, self.dims = g.out_off, g.out_ndim, g.out_dtype, g.out_dims
-        self._made: dict[int, tuple[list[Any], list[str | None]]] = {}
-        self._lists: tuple[list[int], ...] | None = None  # the columns as lists, once a node is asked for
-
-    def __call__(self, k: int) -> tuple[list[Any], list[str | None]]:
-        made = self._made.get(k)
-        if made is None:
-            if self._lists is None:
-                starts = np.concatenate([[0], np.cumsum(np.maximum(self.ndim, 0).astype(np.int64))])
-                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, starts, self.dims, self.dtype))
-            off, ndim, dim_off, dims, dtype = self._lists
-            names = dtype_names()
-            shapes: list[Any] = []
-            dtypes: list[str | None] = []
-            for o in range(off[k], off[k + 1]):
-                nd = ndim[o]
-                shapes.append(None if nd < 0 else tuple(dims[dim_off[o]:dim_off[o] + nd]))
-                dtypes.append(names.get(dtype[o]))
-            made = self._made[k] = (shapes, dtypes)
-        return made
 
 
 def _edges(g: NativeGraph, cache: StructureCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -41,7 +41,7 @@ from gradscape.tracer.collector import CollectorPause
 from gradscape.tracer.debug.breakpoints import breaker
 from gradscape.tracer.debug.problems import StepProblems, root_values
 from gradscape.tracer.record import patched_calls
-from gradscape.tracer.record.assemble import edges_of, node_traces
+from gradscape.tracer.record.assemble import edges_of, python_tables
 from gradscape.tracer.record.carry import (
     BREAKPOINT_NEXT_STEP,
     NOT_CARRIED,
@@ -159,8 +159,8 @@ class StepRecorder:
             records, execution = self.walk.records, self.hooks.execution
             for pos, (rid, k) in enumerate(execution):
                 records[rid].runs[k].order = pos
-            fill(st, nodes=node_traces(records, self.forward, self.view.slot_statics), edges=edges_of(records),
-                 execution=list(execution))
+            fill(st, nodes=python_tables(records, execution, self.forward, self.view.slot_statics),
+                 edges=edges_of(records), execution=list(execution))
         fill(st, passes=self.passes, params=dict(self.params.traces))
         fill(st, modules=self.module_sums.module_traces(st, module_grad_sums, self.model))
         if not self.passes and not self.notes and error is None:

@@ -1,4 +1,5 @@
-"""A step recorded by the native recorder, as flat tables, and the `NodeTrace`s made from them on demand.
+"""A recorded step as flat tables (the native recorder's, the Python recorder's laid out the same way, or one
+read back from columns), and the `NodeTrace`s made from them on demand.
 
 NOTE [Step tables]
     The native recorder (NOTE [Native recorder] in tracer/record/native.py) leaves a step as arrays:
@@ -10,7 +11,9 @@ NOTE [Step tables]
     are made when read, once, from the tables (and kept); a `TensorTrace` is made once per summary,
     so two slots that share a gradient share the object, as the Python recorder's do. Readers that go
     over every node for one fact (the wire codec, the problem finder, the thumbnail budget) read the
-    columns instead (`TensorTable.raw`, `LazyNodes.names`).
+    columns instead (`TensorTable.raw`, `LazyNodes.names`). The Python recorder's steps and steps read back
+    from a trace file are the same tables, with every summary Python's (NOTE [Python steps as tables] in
+    assemble.py, NOTE [Read back as tables] in column_tables.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ import numpy as np
 from gradscape.tracer._model import NodeRun, NodeTrace, TensorTrace
 from gradscape.tracer.record.tensor_table import TensorTable
 
+# one row per node run, in the order they ran: its node, pass, time (NaN: none), and where its `go` and `gi` are
+# in the step's slots (`gi_n` -1: no `gi`); a slot is a row of the tensor table, -1 for none
+RUN_DTYPE = np.dtype([("node", "<i4"), ("pass", "<i4"), ("time", "<f8"), ("go_off", "<i4"), ("go_n", "<i4"),
+                      ("gi_off", "<i4"), ("gi_n", "<i4")])
 _ACC_SEQ = (1 << 64) - 1  # the sequence number of every AccumulateGrad node (it has no source line)
 
 
@@ -41,12 +48,42 @@ def _name_mask(names: list[str], wanted: frozenset[str]) -> np.ndarray:
     return mask
 
 
+class Outputs:
+    """Shapes and dtype names of each node's forward outputs, as columns (`off`: each node's first output, one
+    more than the nodes; per output `ndim`, -1 for no shape, `dtype`, a code into `names`, -1 for none; `dims`,
+    every shape's sizes one after the other), and made into lists once per node when asked (`(shapes,
+    dtypes)`)."""
+
+    def __init__(self, off: np.ndarray, ndim: np.ndarray, dtype: np.ndarray, dims: np.ndarray,
+                 names: dict[int, str]) -> None:
+        self.off, self.ndim, self.dtype, self.dims, self.names = off, ndim, dtype, dims, names
+        self._made: dict[int, tuple[list[Any], list[str | None]]] = {}
+        self._lists: tuple[list[int], ...] | None = None  # the columns as lists, once a node is asked for
+
+    def __call__(self, k: int) -> tuple[list[Any], list[str | None]]:
+        made = self._made.get(k)
+        if made is None:
+            if self._lists is None:
+                starts = np.concatenate([[0], np.cumsum(np.maximum(self.ndim, 0).astype(np.int64))])
+                self._lists = tuple(a.tolist() for a in (self.off, self.ndim, starts, self.dims, self.dtype))
+            off, ndim, dim_off, dims, dtype = self._lists
+            names = self.names
+            shapes: list[Any] = []
+            dtypes: list[str | None] = []
+            for o in range(off[k], off[k + 1]):
+                nd = ndim[o]
+                shapes.append(None if nd < 0 else tuple(dims[dim_off[o]:dim_off[o] + nd]))
+                dtypes.append(names.get(dtype[o]))
+            made = self._made[k] = (shapes, dtypes)
+        return made
+
+
 class StepTables:
     """What `LazyNodes` makes `NodeTrace`s from: per node its name, kind, module, parameter, source line,
     statics (labels, slot arguments, schema), output shapes and dtypes, and its runs."""
 
     def __init__(self, names: list[str], name_code: np.ndarray, kinds: list[str], modules: list[str | None],
-                 params: dict[int, str], sources: list[str | None], statics: list[Any], outputs: Any,
+                 params: dict[int, str], sources: list[str | None], statics: list[Any], outputs: Outputs,
                  child_off: np.ndarray, child_id: np.ndarray, child_nr: np.ndarray, runs: np.ndarray,
                  slots: np.ndarray, tensors: TensorTable, by_node: tuple[np.ndarray, np.ndarray]) -> None:
         self.names, self.name_code, self.kinds, self.modules = names, name_code, kinds, modules

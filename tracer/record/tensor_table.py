@@ -16,6 +16,9 @@ from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.summary.stats import stats_from_raw
 
 _F32 = np.dtype(np.float32)
+# one row per summary: its kernel plan (-1: Python's), where its statistics and thumbnail are in the arena
+# (`chunk`, `off`), its place among Python's (`py`) and its flags (`wide`: `TensorTable.flags`)
+SUMM_DTYPE = np.dtype([("plan", "<i4"), ("chunk", "<i4"), ("off", "<i8"), ("py", "<i4"), ("wide", "<i4")])
 
 
 class TensorTable:
@@ -43,6 +46,16 @@ class TensorTable:
         self.cells_bound = sum(map(len, chunks)) // 2 + evicted_cells
         self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
+
+    @classmethod
+    def of_traces(cls, traces: list[TensorTrace]) -> TensorTable:
+        """A table whose every summary is Python's: `traces`, in order (a Python-recorded step's, one read
+        back: NOTE [Python steps as tables] in assemble.py)."""
+        n = len(traces)
+        summs = np.zeros(n, SUMM_DTYPE)
+        summs["plan"] = -1
+        summs["py"] = np.arange(n)
+        return cls(summs, [], traces, np.full((n, 8), np.nan), False)
 
     def __len__(self) -> int:
         return len(self._made)

@@ -1,14 +1,15 @@
-"""A natively recorded step as the trace file stores it: its nodes and tensors as columns, from its tables.
+"""A recorded step as the trace file stores it: its nodes and tensors as columns, from its tables (either
+recorder's: NOTE [Python steps as tables] in assemble.py).
 
 The form is NOTE [Column document] in tracer/wire/columns.py. The node columns are the recorder's own arrays
 (NOTE [Step tables] in tables.py), written as they are; the tensors are rows of the step's tensor table, in
 the order the codec numbers them, found with numpy (`_first_met`), so the step reads back as `step_to_wire`
-would write it. A row Python summarised is written from its `TensorTrace`, as a map; a kernel row whose
-`TensorTrace` was made (a module call, a parameter or a pass holds it) takes its arrays from the object, so
-whatever was done to them since (the thumbnail budget) is what is written, and its summary from the columns:
-nothing changes a summary after it is made. Nodes are written from the tables even when one was made:
-nothing changes a `NodeTrace` after it is made from them (tests/test_wire_columns.py holds the two forms
-equal).
+would write it. A row Python summarised is written from its `TensorTrace` (a plan of its own and its
+statistics); a kernel row whose `TensorTrace` was made (a module call, a parameter or a pass holds it) takes
+its arrays from the object, so whatever was done to them since (the thumbnail budget) is what is written,
+and its summary from the columns: nothing changes a summary after it is made. Nodes are written from the
+tables even when one was made: nothing changes a `NodeTrace` after it is made from them
+(tests/test_wire_columns.py holds the two forms equal).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import numpy as np
 
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
-from gradscape.tracer.record.native import dtype_names
 from gradscape.tracer.record.tables import LazyNodes, StepTables
 from gradscape.tracer.record.tensor_table import TensorTable
 from gradscape.tracer.record.thumb_stacks import Stacks, thumb_stacks
@@ -82,7 +82,7 @@ def _node_columns(t: StepTables, slots: np.ndarray) -> dict[str, Any]:
               "gi_n": r["gi_n"], "slots": slots}
     return {"n": len(t.name_code), "name": list(t.names), "kind": kinds, "module": modules, "source": sources,
             "static": statics, "params": [[k, p] for k, p in sorted(t.params.items())],
-            "dtypes": [[c, nm] for c, nm in sorted(dtype_names().items())],
+            "dtypes": [[c, nm] for c, nm in sorted(out.names.items())],
             **{k: np.ascontiguousarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
 
 
@@ -106,10 +106,36 @@ def _first_met(t: StepTables) -> np.ndarray:
 
 def _object_rows(tt: TensorTable) -> dict[int, Any]:
     """Row -> its `TensorTrace`, for the rows made into one (their arrays are the object's) and the rows
-    Python summarised (written as maps)."""
+    Python summarised."""
     rows = {k: tt.py[int(tt.py_index[k])] for k in np.flatnonzero(tt.plan < 0).tolist()}
     rows.update((k, m) for k, m in enumerate(tt._made) if m is not None)
     return rows
+
+
+def _plan_key(shape: Any, dtype: str, view: str | None, device: str) -> tuple[Any, ...]:
+    return tuple(shape), dtype, view is None, view or "", device
+
+
+def _plans(tt: TensorTable, order: np.ndarray, objects: dict[int, Any]) -> tuple[np.ndarray, list[list[Any]],
+                                                                                 np.ndarray, list[Any]]:
+    """Each position's code into the plans (`[shape, dtype, view, device]`), the plans, and the positions of
+    Python's summaries with their maps. The plans are sorted, so a step's table is the same whichever
+    recorder summarised it, and whether it was read back (tests/test_step_form.py)."""
+    plan = tt.plan[order].astype(np.int64)
+    kernel = np.unique(plan[plan >= 0]).tolist()
+    keys = {i: _plan_key(p.shape, p.dtype, p.view, "cpu") for i, p in ((i, KERNEL_PLANS[i]) for i in kernel)}
+    py = np.flatnonzero(plan < 0)
+    maps = [tensor_summary(objects[int(order[i])]) for i in py.tolist()]
+    py_keys = [_plan_key(m["shape"], m["dtype"], m["view"], m["device"]) for m in maps]
+    table = sorted(set(keys.values()).union(py_keys))
+    at = {k: c for c, k in enumerate(table)}
+    lookup = np.full(max(kernel, default=0) + 1, -1, np.int64)
+    for i, k in keys.items():
+        lookup[i] = at[k]
+    code = np.where(plan >= 0, lookup[np.maximum(plan, 0)], -1)
+    code[py] = [at[k] for k in py_keys]
+    plans = [[list(shape), dtype, None if no_view else view, device] for shape, dtype, no_view, view, device in table]
+    return code, plans, py, maps
 
 
 def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any]) -> tuple[dict[str, Any],
@@ -117,20 +143,19 @@ def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any])
     """The tensor columns of table rows `order`, in that order; each position's (thumbnail, values) from its
     `TensorTrace` where one was made, and the kernel's thumbnails of the others stacked by shape (NOTE
     [Thumbnail stacks])."""
-    plan = tt.plan[order].astype(np.int64)
-    used = np.unique(plan[plan >= 0])
-    code = np.where(plan >= 0, np.searchsorted(used, np.maximum(plan, 0)), -1)
-    plans = [[list(p.shape), p.dtype, p.view, "cpu"] for p in (KERNEL_PLANS[i] for i in used.tolist())]
+    code, plans, py, maps = _plans(tt, order, objects)
     get = objects.get
     arrays: list[TensorNumpy] = [_NONE if (o := get(k)) is None else (o.thumb, o.values) for k in order.tolist()]
     skip = np.zeros(len(order), bool)
     if objects:
         skip[np.isin(order, np.fromiter(objects, np.int64, len(objects)))] = True
     stacks = thumb_stacks(tt, order, skip)
-    maps = [[i, tensor_summary(objects[int(order[i])])] for i in np.flatnonzero(code < 0).tolist()]
-    cols = {"n": len(order), "plans": plans, "maps": maps,
+    stats = tt.stats_array()[order]
+    if len(py):  # Python's summaries: their statistics as their maps hold them
+        stats[py] = [m["stats"] for m in maps]
+    cols = {"n": len(order), "plans": plans, "maps": [],
             "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
-            "stats": np.ascontiguousarray(tt.stats_array()[order], TENSOR_ARRAYS["stats"]).tobytes()}
+            "stats": np.ascontiguousarray(stats, TENSOR_ARRAYS["stats"]).tobytes()}
     return cols, arrays, stacks
 
 
@@ -141,7 +166,7 @@ _NONE: TensorNumpy = (None, None)
 def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stacks] | None:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
     (thumbnail, values) by position but the kernel's thumbnails, which come stacked by shape (NOTE [Thumbnail
-    stacks] in thumb_stacks.py); None for a step not recorded natively (written as maps). The store and the
+    stacks] in thumb_stacks.py); None for a step whose nodes are not a recorder's tables. The store and the
     sinks reach it through the step (`tracer.wire.column_write`, `LazyNodes.column_parts`).
     Tensors are numbered as the codec numbers them (`step_to_wire`): the rows the nodes name, as it first
     meets them, then what only the other fields name, as maps (`extra`)."""

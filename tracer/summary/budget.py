@@ -9,11 +9,11 @@ NOTE [Thumbnail budget]
     how many were left out, and the largest norm among them, so that the page can tell a thumbnail
     left out by the budget from one never made.
 
-    A step the native recorder made keeps its gradient summaries in a table (NOTE [Step tables] in
-    tracer/record/tables.py: `st.nodes.tables.tensors`); the budget reads that table's columns rather
-    than making every node's `NodeTrace`, and walks only what is outside it (module sums, root
-    gradients). Among gradients of equal norm at the cut, which keep their thumbnails may differ from
-    the Python recorder's step (both orders are by norm; ties go by position).
+    A recorded step keeps its gradient summaries in a table (NOTE [Step tables] in
+    tracer/record/tables.py: `st.nodes.tables.tensors`, either recorder's); the budget reads that table's
+    columns rather than making every node's `NodeTrace`, and walks only what is outside it (module sums,
+    root gradients). Among gradients of equal norm at the cut, which keep their thumbnails may differ
+    between the two recorders' steps (both orders are by norm; ties go by position in the table).
 
     The order and the cut exist once, here (`past_budget`): the step's end calls it over every gradient,
     and the native recorder calls it while the backward runs, to leave out pictures that can no longer

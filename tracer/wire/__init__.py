@@ -15,13 +15,13 @@ schema's public face; each lives in the module of its concern:
     fast_read   the common case of `step_from_wire`, read quickly
 
 The store and the socket sink write a step as a column document (NOTE [Column document] in columns.py),
-whichever recorder made it; the maps are read from files of earlier releases and from tracers that send
-them, and written for a step the columns cannot hold (NOTE [Columns of any step]), for a server that reads no
-columns and for the offline page:
+whichever recorder made it, and the page and the offline page read that document; the maps are read from
+files of earlier releases and from tracers that send them, and written for a step the columns cannot hold
+(NOTE [Columns of any step]) and for a server that reads no columns:
 
     columns        the document and `StepColumns`, read back as the maps they stand for
     column_write   a step's columns, asked of the step itself (the store and the socket sink)
-    trace_columns  the columns of a step that has no recorder's tables, made from its `NodeTrace`s
+    trace_columns  the columns of a step whose nodes are a list (read from maps, built by hand)
     column_check   a step sent as columns, checked as the server checks the wire form
     column_read    a stored column step read back as a `StepTrace`
     column_index   its index from the columns

@@ -1,11 +1,11 @@
 """A step as columns (NOTE [Column document] in columns.py), asked of the step itself: the store writes
 it (`column_parts`) and the socket sink sends it (`step_message`).
 
-A natively recorded step's nodes (`LazyNodes`, tracer/record/tables.py) write its columns from the recorder's
-tables (`LazyNodes.column_parts`, from tracer/record/wire_columns.py). The store and the sinks are a layer
-above the recorder and import none of it (docs/architecture.md): they ask the step's nodes. Any other step
-(the Python recorder's, one read back) is written from its `NodeTrace`s (`trace_columns`, NOTE [Columns of
-any step]).
+A recorded step's nodes (`LazyNodes`, tracer/record/tables.py: either recorder's, or a step read back from
+columns) write its columns from its tables (`LazyNodes.column_parts`, from tracer/record/wire_columns.py). The
+store and the sinks are a layer above the recorder and import none of it (docs/architecture.md): they ask the
+step's nodes. A step whose nodes are a list (read from maps, built by hand) is written from its `NodeTrace`s
+(`trace_columns`, NOTE [Columns of any step]).
 """
 
 from __future__ import annotations

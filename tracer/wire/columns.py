@@ -1,11 +1,12 @@
 """A stored step's nodes and tensors as columns (`StepColumns`): read back as the wire maps they stand for.
 
 NOTE [Column document]
-    The store writes a natively recorded step (NOTE [Step tables] in tracer/record/tables.py) without making
-    its node and tensor maps: at 100k nodes making them took 0.8 s, packing them one by one 0.4 s and the
-    step's index from them 0.2 s, more than the traced step itself. The step's document then holds, instead
-    of `nodes`, `edges` and `tensors`, one field `columns` (tracer/record/wire_columns.py writes it; for a
-    step the Python recorder made, tracer/wire/trace_columns.py, NOTE [Columns of any step]):
+    The store writes a recorded step (NOTE [Step tables] in tracer/record/tables.py) without making its node
+    and tensor maps: at 100k nodes making them took 0.8 s, packing them one by one 0.4 s and the step's
+    index from them 0.2 s, more than the traced step itself. The step's document then holds, instead of
+    `nodes`, `edges` and `tensors`, one field `columns` (tracer/record/wire_columns.py writes it from either
+    recorder's tables; for a step whose nodes are a list, tracer/wire/trace_columns.py, NOTE [Columns of any
+    step]):
 
       nodes    `n`; per node a code into a table for `name`, `kind`, `module`, `source` and `static`
                (`[schema, labels, args]`); `params` as `[node, name]` pairs; each node's slots (`child_off`,
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from gradscape.tracer._model import STAT_NAMES, NodeRun, NodeTrace, TensorTrace
+from gradscape.tracer._model import STAT_NAMES, TensorTrace
 from gradscape.tracer.wire import fast_read
 from gradscape.tracer.wire.types import TraceFormatError
 from gradscape.tracer.wire.validation import tensor_from_wire
@@ -218,44 +219,6 @@ class StepColumns:
         if self._slots_all is None:
             self._slots_all = self._slot_shapes(0, len(self.a["child_id"]))
         return [self.node(k) for k in range(self.n_nodes)]
-
-    def node_traces(self, tensors: list[TensorTrace]) -> list[NodeTrace]:
-        """Every node as `step_from_wire` makes it of `node(k)`, made from the columns directly (NOTE [Column
-        read] in tracer/wire/column_read.py); `tensors`: the step's, by number. The tables' types were checked
-        (`column_check.check_tables`), the arrays and offsets here."""
-        c, tab, dtypes, params = self.lists(), self.tables, self.dtypes, self.params
-        if self._slots_all is None:
-            self._slots_all = self._slot_shapes(0, len(self.a["child_id"]))
-        slots, by_node, run_start, child_off = c["slots"], c["by_node"], c["run_start"], c["child_off"]
-        dims, dim_off, ndim = c["out_dims"], c["dim_off"], c["out_ndim"]
-        out_off, out_dtype = c["out_off"], c["out_dtype"]
-        names, kinds, modules, sources, statics = (tab[k] for k in ("name", "kind", "module", "source", "static"))
-        in_all = [None if s is None else tuple(s) for s in self._slots_all]
-
-        def refs(off: int, n: int) -> list[TensorTrace | None]:
-            return [None if s < 0 else tensors[s] for s in slots[off:off + n]]
-
-        out: list[NodeTrace] = []
-        for k in range(self.n_nodes):
-            runs = []
-            for pos in by_node[run_start[k]:run_start[k + 1]]:
-                gi_n, t = c["gi_n"][pos], c["run_time"][pos]
-                runs.append(NodeRun(c["run_pass"][pos], pos, refs(c["go_off"][pos], c["go_n"][pos]),
-                                    None if gi_n < 0 else refs(c["gi_off"][pos], gi_n), None if t != t else t))
-            first = runs[0] if runs else None
-            schema, labels, args = statics[c["static_code"][k]]
-            outs = range(out_off[k], out_off[k + 1])
-            out.append(NodeTrace(
-                id=k, name=names[c["name_code"][k]], kind=kinds[c["kind_code"][k]], module=modules[c["module_code"][k]],
-                param=params.get(k), source=sources[c["source_code"][k]], schema=schema,
-                order=None if first is None else first.order, input_labels=list(labels), input_args=list(args),
-                input_shapes=in_all[child_off[k]:child_off[k + 1]],
-                output_shapes=[None if ndim[o] < 0 else tuple(dims[dim_off[o]:dim_off[o] + ndim[o]]) for o in outs],
-                output_dtypes=[dtypes.get(out_dtype[o]) for o in outs],
-                grad_inputs=None if first is None or first.grad_inputs is None else list(first.grad_inputs),
-                grad_outputs=None if first is None else list(first.grad_outputs),
-                time_us=None if first is None else first.time_us, runs=runs))
-        return out
 
     def tensor_traces(self) -> list[TensorTrace]:
         """Every tensor, its arrays left out: a row of a plan made here, the maps read by `fast_read` or, not in

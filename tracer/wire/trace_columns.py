@@ -1,16 +1,17 @@
-"""Any `StepTrace` as the column document (NOTE [Column document] in columns.py), made from its `NodeTrace`s:
-what the store keeps and the socket sink sends of a step the Python recorder made, or of one read back.
+"""A `StepTrace` whose nodes are a list of `NodeTrace`s as the column document (NOTE [Column document] in
+columns.py): a step read from maps (a file of an earlier release, an older tracer's), or one built by hand.
 
 NOTE [Columns of any step]
-    A natively recorded step writes its columns from the recorder's tables (tracer/record/wire_columns.py).
-    Every other step is written here from its nodes, so both recorders' steps are stored and sent in one
-    form. The columns hold less than the maps do, by design:
+    A step either recorder made, or read back from columns, writes its columns from its tables
+    (tracer/record/wire_columns.py; NOTE [Python steps as tables] in tracer/record/assemble.py). A step whose
+    nodes are a list is written here from them, so every step is stored and sent in one form. The columns
+    hold less than the maps do, by design:
     - a node's input shapes are its children's output shapes. `child_nr`, the output a slot takes, is
       stored only for that; a `NodeTrace` does not keep it, so the first output of that shape is named (one
       past the last for no shape);
     - a run's position is its place in the step's order;
     - a node's order, `grad_inputs`, `grad_outputs` and `time_us` are its first run's.
-    The Python recorder makes its steps so. A step that is not (one built by hand with other values) is
+    The recorders make their steps so. A step that is not (one built by hand with other values) is
     written as maps, as before: `column_parts` returns None. Tensors are numbered as the codec numbers them
     (`step_to_wire`): what the nodes name, as it first meets them, are the rows (each a plan, `[shape, dtype,
     view, device]`, and its 8 statistics); what only the other fields name comes after them as maps (`extra`).
