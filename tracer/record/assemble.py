@@ -27,7 +27,6 @@ import numpy as np
 from gradscape.tracer import _compat
 from gradscape.tracer._model import TensorTrace
 from gradscape.tracer.record.forward import ForwardRecorder
-from gradscape.tracer.record.labels import RELU_LIKE
 from gradscape.tracer.record.structure import NodeStatics
 from gradscape.tracer.record.tables import RUN_DTYPE, LazyNodes, Outputs, StepTables
 from gradscape.tracer.record.tensor_table import TensorTable
@@ -132,17 +131,6 @@ def _runs(records: list[NodeRecord], execution: list[tuple[int, int]], rows: _Ro
     return runs, slots
 
 
-def _relu_slots(records: list[NodeRecord], rows: _Rows) -> list[tuple[int, int, int]]:
-    """(node, sent row, came row) of each ReLU-like node whose first run sent and got slot 0."""
-    out = []
-    for r in records:
-        if r.name in RELU_LIKE and r.runs:
-            gi, go = r.runs[0].grad_inputs, r.runs[0].grad_outputs
-            if gi and go and gi[0] is not None and go[0] is not None:
-                out.append((r.id, rows.of([gi[0]])[0], rows.of([go[0]])[0]))
-    return out
-
-
 def python_tables(records: list[NodeRecord], execution: list[tuple[int, int]], forward: ForwardRecorder,
                   statics_of: Callable[[list[str | None]], list[NodeStatics]]) -> LazyNodes:
     """The step's nodes as tables (NOTE [Python steps as tables]); `execution`: (node, run) of every run in
@@ -165,12 +153,11 @@ def python_tables(records: list[NodeRecord], execution: list[tuple[int, int]], f
     run_node = runs["node"].astype(np.int64)
     by_node = np.argsort(run_node, kind="stable")
     run_start = np.concatenate([[0], np.cumsum(np.bincount(run_node, minlength=len(records)))]).astype(np.int64)
-    relu = _relu_slots(records, rows)
     tables = StepTables(list(names), name_code, [r.kind for r in records], mods,
                         {r.id: r.param for r in records if r.param is not None},
                         [None if r.seq == _ACC_SEQ else source_of(r.seq) for r in records], statics_of(mods),
                         _outputs([_outputs_of(r) for r in records]), np.array(child_off, np.int64),
                         np.array(child_id, np.int32), np.array(child_nr, np.int32), runs,
                         np.array(slots, np.int32), rows.table(), (by_node.astype(np.int64), run_start))
-    tables.relu_slots = relu
+    tables.relu_slots = tables.first_relu_slots()
     return LazyNodes(tables)

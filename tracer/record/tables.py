@@ -24,6 +24,7 @@ from typing import Any, overload
 import numpy as np
 
 from gradscape.tracer._model import NodeRun, NodeTrace, TensorTrace
+from gradscape.tracer.record.labels import RELU_LIKE
 from gradscape.tracer.record.tensor_table import TensorTable
 
 # one row per node run, in the order they ran: its node, pass, time (NaN: none), and where its `go` and `gi` are
@@ -97,6 +98,20 @@ class StepTables:
         # (node, sent row, came row) of every ReLU-like node that ran (`labels.RELU_LIKE`), in id order: the tensor
         # rows of its first run's grad_inputs[0] and grad_outputs[0] (the dead-unit check's), when it has both
         self.relu_slots: list[tuple[int, int, int]] = []
+
+    def first_relu_slots(self) -> list[tuple[int, int, int]]:
+        """`relu_slots` read from the tables (the native recorder's extension finds them as it records)."""
+        out = []
+        relu = [i for i, nm in enumerate(self.names) if nm in RELU_LIKE]
+        for k in np.flatnonzero(np.isin(self.name_code, relu)).tolist() if relu else ():
+            rows = self.node_runs(k)
+            if len(rows):
+                r = self.runs[int(rows[0])]
+                if r["gi_n"] > 0 and r["go_n"] > 0:
+                    sent, came = int(self.slots[int(r["gi_off"])]), int(self.slots[int(r["go_off"])])
+                    if sent >= 0 and came >= 0:
+                        out.append((k, sent, came))
+        return out
 
     def lists(self) -> _Lists:
         """The columns `LazyNodes` reads node by node, as Python lists (made once, when first asked)."""
