@@ -87,6 +87,24 @@ def test_a_step_changes_form_with_the_collector_paused(loop_step: gradscape.Step
     store.close()
 
 
+def test_a_steps_nodes_read_in_a_loop_are_made_with_the_collector_paused(loop_step: gradscape.StepTrace,
+                                                                         tmp_path: Path) -> None:
+    """Reading every node of a step read back (a loop over `st.nodes`) makes the `NodeTrace`s not made yet
+    with the collector paused; one node read alone is made as it is asked for."""
+    with TraceStore(tmp_path / "t.sqlite") as store:
+        store.write_step(loop_step)
+        back = store.read_step(loop_step.run, loop_step.step)
+    with calls_seen() as seen:
+        back.nodes[3]
+    assert ("_make", True) in seen
+    with calls_seen() as seen:
+        nodes = list(back.nodes)
+    assert len(nodes) == len(loop_step.nodes) and nodes[3] is back.nodes[3]
+    made = [enabled for fn, enabled in seen if fn == "_make"]
+    assert len(made) >= len(nodes) - 1 and not any(made)
+    assert gc.isenabled()
+
+
 def test_pauses_nest_and_leave_a_collector_switched_off_by_the_program_off() -> None:
     with collector_paused():
         with collector_paused():
