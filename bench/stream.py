@@ -148,9 +148,10 @@ def measure_throughput(st: Any, base: str, spill: Path, push: int) -> float:
     wait_readable(f"{base}/api/runs/throughput/steps/{push - 1}", timeout=600)
     dt = time.perf_counter() - t0
     sink.close()
-    from gradscape.tracer.wire import pack, step_to_wire
+    from gradscape.tracer.wire import pack
+    from gradscape.tracer.wire.column_write import step_message
 
-    mb = len(pack(step_to_wire(st))) / 1e6
+    mb = len(pack(step_message(st))) / 1e6
     print(f"throughput  {push / dt:.2f} steps/s  ({mb:.1f} MB per step, {push * mb / dt:.1f} MB/s; "
           f"the {push} write() calls took {t_written * 1e3:.1f} ms in all)  stats {sink.stats}")
     return push / dt

@@ -1,9 +1,10 @@
-"""Encode and decode one traced step (W4 by default) with the wire schema, `gradscape.tracer.wire`.
+"""Encode and decode one traced step (W4 by default) as the socket sink sends it and the server takes it: its
+column document (NOTE [Column document] in tracer/wire/columns.py).
 
 Rows, each the median of `--rounds` timings, ratios against the first row of its direction:
-    encode  step_to_wire + msgpack (the tracer's sender)        baseline
+    encode  step_message + msgpack (the tracer's sender)        baseline
             msgspec.msgpack over the same map (byte layer only)
-    decode  msgpack + step_from_wire (the server: every field checked)   baseline
+    decode  msgpack + column_step (the server: every field checked in place)   baseline
             msgpack only (what checking adds)
             msgspec.msgpack only (byte layer, no checking)
 msgspec is optional: its rows are skipped when it is not installed. A typed msgspec schema
@@ -30,7 +31,9 @@ import msgpack  # noqa: E402
 import workloads  # noqa: E402
 
 import gradscape  # noqa: E402
-from gradscape.tracer.wire import pack, step_from_wire, step_to_wire, unpack  # noqa: E402
+from gradscape.tracer.wire import pack, unpack  # noqa: E402
+from gradscape.tracer.wire.column_check import column_step  # noqa: E402
+from gradscape.tracer.wire.column_write import step_message  # noqa: E402
 
 
 def _median(fn: Callable[[], Any], rounds: int) -> float:
@@ -52,20 +55,21 @@ def main() -> None:
     with gradscape.Tracer(wl.model, run="bench") as tr, tr.step(0) as st:
         wl.loss(wl.model, wl.batch()).backward()
     assert st is not None
-    blob = pack(step_to_wire(st))
-    wire = unpack(blob)
-    print(f"{args.workload}: {len(st.nodes)} nodes, {len(wire['tensors'])} tensors, {len(blob) / 1e6:.2f} MB encoded")
+    blob = pack(step_message(st))
+    doc = unpack(blob)
+    print(f"{args.workload}: {len(st.nodes)} nodes, {doc['columns']['tensors']['n']} tensor rows, "
+          f"{len(blob) / 1e6:.2f} MB encoded")
     rows: list[tuple[str, str, Callable[[], Any]]] = [
-        ("encode", "step_to_wire + msgpack", lambda: pack(step_to_wire(st))),
-        ("decode", "msgpack + step_from_wire", lambda: step_from_wire(unpack(blob))),
+        ("encode", "step_message + msgpack", lambda: pack(step_message(st))),
+        ("decode", "msgpack + column_step", lambda: column_step(unpack(blob))),
         ("decode", "msgpack only", lambda: msgpack.unpackb(blob, raw=False, strict_map_key=False)),
     ]
     try:
         import msgspec
 
         enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
-        assert dec.decode(enc.encode(wire)) == wire
-        rows.insert(1, ("encode", "step_to_wire + msgspec", lambda: enc.encode(step_to_wire(st))))
+        assert dec.decode(enc.encode(doc)) == doc
+        rows.insert(1, ("encode", "step_message + msgspec", lambda: enc.encode(step_message(st))))
         rows.append(("decode", "msgspec only", lambda: dec.decode(blob)))
     except ImportError:
         print("msgspec not installed: its rows are skipped")

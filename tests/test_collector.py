@@ -14,13 +14,16 @@ from typing import Any
 
 import pytest
 import torch
+from earlier_release import step_to_wire
 from zoo import loop_model
 from zoo import loop_step as zoo_loop_step
 
 import gradscape
 from gradscape import TraceStore
 from gradscape.tracer.collector import CollectorPause, collector_paused
-from gradscape.tracer.wire import pack, step_from_wire, step_to_wire, unpack
+from gradscape.tracer.wire import pack, step_from_wire, unpack
+from gradscape.tracer.wire.column_check import column_step
+from gradscape.tracer.wire.column_write import step_message
 
 _TRACER = str(Path(gradscape.tracer.__file__).resolve().parent)
 
@@ -65,16 +68,15 @@ def test_the_probe_sees_the_collector_on_where_nothing_pauses_it(loop_step: grad
 def test_a_step_changes_form_with_the_collector_paused(loop_step: gradscape.StepTrace, tmp_path: Path) -> None:
     store = TraceStore(tmp_path / "t.sqlite")
     conversions: list[tuple[str, Callable[[], Any]]] = [
-        ("step_to_wire", lambda: step_to_wire(loop_step)),
         ("step_from_wire", lambda: step_from_wire(wire)),
-        ("TraceStore.write_wire", lambda: store.write_wire(wire)),
+        ("TraceStore.write_wire", lambda: store.write_wire(*checked)),
         ("TraceStore.write_step", lambda: store.write_step(loop_step)),
         ("TraceStore.read_graph", lambda: store.read_graph(loop_step.run, loop_step.step)),
         ("TraceStore.read_step", lambda: store.read_step(loop_step.run, loop_step.step)),
     ]
     with collector_paused():
-        data = pack(step_to_wire(loop_step))
-        wire = unpack(data)
+        wire = unpack(pack(step_to_wire(loop_step)))  # an earlier tracer's maps
+        checked = column_step(unpack(pack(step_message(loop_step))))  # what the server stores of this one's
     for name, convert in conversions:
         assert gc.isenabled()
         with calls_seen() as seen:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from earlier_release import step_to_wire
 from serving import Server, finish, worker
 from test_triggers import SPIKE, _setup, _train
 
 import gradscape
 from gradscape.app.api import graph_json
-from gradscape.tracer.wire import step_to_wire
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from earlier_release import step_to_wire
 from torch import nn
 from zoo import ZOO, build
 
@@ -19,7 +20,7 @@ import gradscape
 from gradscape.app.server import GradscapeApp, ServerConfig, create_app
 from gradscape.tracer import _model, protocol
 from gradscape.tracer.wire import WIRE_VERSION as V
-from gradscape.tracer.wire import TraceFormatError, pack, step_to_wire
+from gradscape.tracer.wire import TraceFormatError, pack
 from gradscape.tracer.wire.column_write import step_message
 from gradscape.tracer.wire.field_check import Counts, checked_fields
 

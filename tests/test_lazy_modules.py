@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire
 from test_native_recorder import PROGRAMS, ModuleCalls, _program
 
 import gradscape
@@ -17,7 +18,7 @@ from gradscape.tracer.record import native
 from gradscape.tracer.record import slot_rows as slot_rows_module
 from gradscape.tracer.record.lazy_modules import LazyModules
 from gradscape.tracer.record.slot_rows import slot_rows
-from gradscape.tracer.wire.codec import pack, step_to_wire
+from gradscape.tracer.wire.codec import pack
 from gradscape.tracer.wire.column_write import step_columns
 
 pytestmark = pytest.mark.skipif(not native.status()[0], reason="module calls are lazy when natively recorded")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from earlier_release import step_to_wire
 from helpers import CUDA
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -19,7 +20,6 @@ from zoo import ZOO, build
 
 import gradscape
 from gradscape.tracer.record import native
-from gradscape.tracer.wire.codec import step_to_wire
 
 
 def test_make_test_built_the_native_recorder() -> None:

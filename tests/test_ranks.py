@@ -125,11 +125,12 @@ def test_server_keeps_each_ranks_step_and_refuses_a_rank_beyond_world_size(tmp_p
     import time
 
     import torch
+    from earlier_release import step_to_wire
 
     import gradscape
     from gradscape.app.server import ServerConfig, create_app
     from gradscape.tracer import protocol
-    from gradscape.tracer.wire import pack, step_to_wire
+    from gradscape.tracer.wire import pack
 
     dash_app, sio = create_app(str(tmp_path / "s.sqlite"), ServerConfig(notify_interval=0.02))
     try:

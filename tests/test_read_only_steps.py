@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from earlier_release import step_to_wire, write_maps
 
 import gradscape
 from gradscape.tracer.blobs import decompress
 from gradscape.tracer.record import native
 from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import step_to_wire, unpack
+from gradscape.tracer.wire import unpack
 
 RECORDERS = ["python", pytest.param("native", marks=pytest.mark.skipif(not native.status()[0],
                                                                        reason="the native recorder is not built"))]
@@ -59,7 +60,7 @@ def test_a_step_read_back_is_read_only(form: str, tmp_path: Path) -> None:
     if form == "maps":
         recorded = _traced("python")
         with TraceStore(path) as store:
-            store.write_wire(step_to_wire(recorded))
+            write_maps(store, step_to_wire(recorded))
     else:
         recorded = _traced(form, sink=path)
     with sqlite3.connect(path) as db:

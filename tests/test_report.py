@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import torch
+from earlier_release import step_to_wire
 
 import gradscape
 from gradscape.app.view.heatmaps import stats_rows
 from gradscape.tracer.report import percent
-from gradscape.tracer.wire import step_to_wire
 
 
 def test_percent_tells_a_small_fraction_from_zero_and_a_large_one_from_all() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from earlier_release import pack_step, step_to_wire, write_maps
 from zoo import ZOO, build, loop_model, loop_step
 
 import gradscape
@@ -23,8 +24,8 @@ from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.record import native
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.store import StoreError, TraceStore
-from gradscape.tracer.wire import pack, step_to_wire, unpack
-from gradscape.tracer.wire.lazy import LazyItems, pack_step
+from gradscape.tracer.wire import pack, unpack
+from gradscape.tracer.wire.lazy import LazyItems
 from gradscape.tracer.wire.step_index import COLOURINGS, index_from_wire
 
 
@@ -43,7 +44,7 @@ class MapsSink(FileSink):
     """A file sink that stores each step as maps, the form of earlier releases."""
 
     def write(self, st: gradscape.StepTrace) -> None:
-        self.store.write_wire(step_to_wire(st))
+        write_maps(self.store, step_to_wire(st))
 
 
 def _recorder(form: str | None) -> str | None:

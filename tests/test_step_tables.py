@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from earlier_release import step_to_wire
 from test_native_recorder import PROGRAMS, _program
 from zoo import loop_model, loop_step
 
 import gradscape
 from gradscape.tracer._model import STAT_NAMES
 from gradscape.tracer.summary.stats import stats_from_raw
-from gradscape.tracer.wire.codec import step_to_wire
 from gradscape.tracer.wire.column_write import step_columns
 
 

@@ -14,11 +14,12 @@ import msgpack
 import numpy as np
 import pytest
 import zstandard
+from earlier_release import step_to_wire
 from zoo import build
 
 import gradscape
 from gradscape import TraceFormatError, TraceStore, load
-from gradscape.tracer.wire import step_from_wire, step_to_wire
+from gradscape.tracer.wire import step_from_wire
 
 
 def _traced(name: str = "transformer", mode: str = "full", run: str = "r1", steps: int = 2,

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire, write_maps
 
 import gradscape
 from gradscape import TraceStore, load
@@ -19,8 +20,6 @@ from gradscape.tracer.store import StoreError
 
 
 def _wire(run: str = "r", step: int = 0, rank: int | None = None, scale: float = 1.0) -> dict:
-    from gradscape.tracer.wire import step_to_wire
-
     lin = torch.nn.Linear(3, 2)
     tr = gradscape.Tracer(lin, run=run, tensors="full")
     with tr.step(step) as st:
@@ -34,8 +33,8 @@ def _wire(run: str = "r", step: int = 0, rank: int | None = None, scale: float =
 
 def test_ranks_are_stored_side_by_side(tmp_path: Path) -> None:
     with TraceStore(tmp_path / "t.sqlite") as store:
-        store.write_wire(_wire(step=0, rank=0, scale=1.0))
-        store.write_wire(_wire(step=0, rank=1, scale=3.0))
+        write_maps(store, _wire(step=0, rank=0, scale=1.0))
+        write_maps(store, _wire(step=0, rank=1, scale=3.0))
         assert store.ranks("r") == [0, 1]
         assert store.runs()[0]["ranks"] == [0, 1] and store.runs()[0]["steps"] == 1
         g0, g1 = store.read_step("r", 0, rank=0), store.read_step("r", 0, rank=1)
@@ -50,7 +49,7 @@ def test_ranks_are_stored_side_by_side(tmp_path: Path) -> None:
 
 def test_outside_distributed_steps_are_rank_0(tmp_path: Path) -> None:
     with TraceStore(tmp_path / "t.sqlite") as store:
-        store.write_wire(_wire(step=5, rank=None))
+        write_maps(store, _wire(step=5, rank=None))
         assert store.ranks("r") == [0]
         assert store.steps("r")[0]["step"] == 5 and store.steps("r", rank=1) == []
 
@@ -58,7 +57,7 @@ def test_outside_distributed_steps_are_rank_0(tmp_path: Path) -> None:
 _WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from test_store_ranks import _wire
+    from test_store_ranks import _wire, write_maps
     from gradscape import TraceStore
     rank, path = int(sys.argv[1]), sys.argv[2]
     wires = [_wire(step=i, rank=rank, scale=rank + 1.0) for i in range(3)]
@@ -67,7 +66,7 @@ _WRITER = textwrap.dedent("""
     store = TraceStore(path)
     for _ in range(10):
         for w in wires:
-            store.write_wire(w)
+            write_maps(store, w)
     store.close()
     print("done")
 """)
@@ -113,7 +112,7 @@ CREATE TABLE tensors(run TEXT NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT N
 def test_version_1_file_is_migrated(tmp_path: Path) -> None:
     new, old = tmp_path / "new.sqlite", tmp_path / "old.sqlite"
     with TraceStore(new) as store:
-        store.write_wire(_wire(step=4))
+        write_maps(store, _wire(step=4))
     src = sqlite3.connect(new)
     db = sqlite3.connect(old)
     db.executescript(_V1)
@@ -131,7 +130,7 @@ def test_version_1_file_is_migrated(tmp_path: Path) -> None:
         assert store.ranks("r") == [0]
         assert store.runs()[0]["ranks"] == [0]
         st = store.read_step("r", 4)
-        store.write_wire(_wire(step=4, rank=1))
+        write_maps(store, _wire(step=4, rank=1))
         assert store.ranks("r") == [0, 1]
     assert st.step == 4 and st.params["weight"].values is not None
     assert load(old).step == 4

@@ -12,6 +12,7 @@ import msgpack
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire, write_maps
 from test_store import assert_same_step
 from test_wire_columns import nodes_made
 
@@ -19,7 +20,7 @@ import gradscape
 from gradscape import StoreError, TraceStore, load
 from gradscape.app.view.heatmaps import slot_figures
 from gradscape.tracer.sinks.file import FileSink
-from gradscape.tracer.wire import TraceFormatError, compact, decode_array, encode_array, step_from_wire, step_to_wire
+from gradscape.tracer.wire import TraceFormatError, compact, decode_array, encode_array, step_from_wire
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, quantise_same_shape
 
 
@@ -223,7 +224,7 @@ def test_a_step_is_stored_alike_from_its_trace_and_from_its_wire_form(tmp_path: 
     for form, path in paths.items():
         with TraceStore(path) as store:
             if form == "wire":
-                store.write_wire(step_to_wire(st))
+                write_maps(store, step_to_wire(st))
             else:
                 store.write_step(st if form == "columns" else nodes_made(st))
     rows = {}

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from earlier_release import step_to_wire, write_maps
 from zoo import build
 
 import gradscape
@@ -33,7 +34,6 @@ from gradscape.tracer.wire import (
     node_runs,
     pack,
     step_from_wire,
-    step_to_wire,
     tensor_from_wire,
     unpack,
 )
@@ -150,7 +150,7 @@ def test_files_from_an_earlier_release_read_with_every_field(tmp_path: Path) -> 
     for n in w["nodes"]:
         del n["runs"], n["t"]
     with TraceStore(tmp_path / "old.sqlite") as store:
-        store.write_wire(w)
+        write_maps(store, w)
         graph = store.read_graph("fuzz-mlp", 2)
     assert set(graph) == WireStep.__required_keys__
     assert graph["problems"] == [] and graph["not_in_step"] == [] and graph["rank"] is None
@@ -188,7 +188,7 @@ def test_random_mutations_raise_only_trace_format_error(wires: list[dict[str, An
         accepted += 1
         if accepted % 20 == 0:  # what decodes can be stored and served, as the server does
             canonical = step_to_wire(st)
-            store.write_wire(canonical)
+            write_maps(store, canonical)
             graph_json(store.read_graph(st.run, st.step))
     store.close()
     assert rejected > 700 and accepted > 100, (rejected, accepted)
@@ -199,7 +199,9 @@ def test_the_fast_read_builds_what_the_checked_read_does_or_leaves_it(wires: lis
     equal to the checked reader's; on mutated ones the fast path never accepts what the checked reader
     rejects, and what it accepts is equal."""
     from gradscape.tracer.wire import fast_read
-    from gradscape.tracer.wire.validation import Refs, _node
+    from gradscape.tracer.wire.earlier import fast_nodes
+    from gradscape.tracer.wire.earlier.maps_step import _node
+    from gradscape.tracer.wire.validation import Refs
 
     def both(wire: dict[str, Any]) -> tuple[int, int]:
         fast_tensors = [fast_read.tensor(t) for t in wire["tensors"]]
@@ -211,7 +213,7 @@ def test_the_fast_read_builds_what_the_checked_read_does_or_leaves_it(wires: lis
         assert all(f is None or _same_tensor(f, t) for f, t in zip(fast_tensors, tensors))
         refs, fast = Refs(tensors, len(wire["nodes"])), 0
         for k, n in enumerate(wire["nodes"]):
-            got = fast_read.node(n, k, tensors)
+            got = fast_nodes.node(n, k, tensors)
             try:
                 want = _node(n, k, refs)
             except TraceFormatError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire, write_maps
 from zoo import ZOO, build, loop_model, loop_step
 
 import gradscape
@@ -21,7 +23,7 @@ from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.record import native
 from gradscape.tracer.sinks.file import FileSink
 from gradscape.tracer.store import StoreError, TraceStore
-from gradscape.tracer.wire import pack, step_to_wire, unpack
+from gradscape.tracer.wire import TraceFormatError, pack, unpack
 from gradscape.tracer.wire.lazy import LazyItems
 from gradscape.tracer.wire.step_index import index_from_wire
 
@@ -83,7 +85,7 @@ def _store(path: Path, steps: list[Any], columns: bool) -> None:
             if columns:
                 store.write_step(st)
             else:
-                store.write_wire(step_to_wire(st))
+                write_maps(store, step_to_wire(st))
 
 
 def _pictures(store: TraceStore, run: str, step: int) -> list[Any]:
@@ -163,28 +165,32 @@ def test_a_python_step_of_each_kind_is_stored_as_columns_that_read_back_as_its_m
 
 
 @pytest.mark.parametrize("change", ["time", "shape"])
-def test_a_step_the_columns_cannot_hold_is_stored_as_maps(tmp_path: Path, change: str) -> None:
+def test_a_step_the_columns_cannot_hold_is_refused_by_name(tmp_path: Path, change: str) -> None:
     """A node whose time is not its first run's, or an input shape on a slot without a child: the columns
-    derive both, so the step is written as maps and reads back as it was (NOTE [Columns of any step])."""
+    derive both, so such a step (built by hand) is refused, naming the node, and the file keeps the steps it
+    held (NOTE [Columns of any step]); `st.to_html()` refuses it the same way."""
     st = _steps("mlp", "python")[0]
     nodes = list(st.nodes)
     k = next(k for k, n in enumerate(nodes) if n.runs and None in n.input_shapes and n.time_us is not None)
     if change == "time":
         nodes[k] = dataclasses.replace(nodes[k], time_us=nodes[k].time_us + 1.0)
+        why = f"node {k}'s order, time or gradients are not its first run's"
     else:
         nodes[k] = dataclasses.replace(nodes[k], input_shapes=[s or (9, 9) for s in nodes[k].input_shapes])
-    changed = dataclasses.replace(st, nodes=nodes)
+        why = f"node {k}'s slot {nodes[k].input_shapes.index((9, 9))} has an input shape (9, 9) but no child"
+    changed = dataclasses.replace(st, nodes=nodes, step=1)
     path = tmp_path / "t.sqlite"
-    _store(path, [st, dataclasses.replace(changed, step=1)], True)
-    with sqlite3.connect(path) as db:
-        forms = ["columns" in d for d in (unpack(decompress(b)) for (b,) in db.execute("SELECT graph FROM steps "
-                                                                                          "ORDER BY step"))]
-    assert forms == [True, False]
-    _store(tmp_path / "maps.sqlite", [dataclasses.replace(changed, step=1)], False)
-    with TraceStore(path, readonly=True) as store, TraceStore(tmp_path / "maps.sqlite", readonly=True) as maps:
-        back = store.read_step(st.run, 1)
-        assert pack(step_to_wire(back)) == pack(step_to_wire(maps.read_step(st.run, 1)))  # pictures as stored
-    assert (back.nodes[k].time_us, back.nodes[k].input_shapes) == (nodes[k].time_us, nodes[k].input_shapes)
+    _store(path, [st], True)
+    with TraceStore(path) as store:
+        refused = f"step 1 of run 'mlp' cannot be written as columns: {why}"
+        with pytest.raises(TraceFormatError, match=re.escape(refused)):
+            store.write_step(changed)
+        assert [s["step"] for s in store.steps(st.run)] == [0]
+        back = store.read_step(st.run, 0)
+    assert [n.name for n in back.nodes] == [n.name for n in st.nodes] and back.edges == st.edges
+    assert [n.time_us for n in back.nodes] == [n.time_us for n in st.nodes]
+    with pytest.raises(TraceFormatError, match=re.escape(why)):
+        changed.to_html(tmp_path / "step.html")
 
 
 def test_a_file_holds_steps_of_both_forms(tmp_path: Path) -> None:

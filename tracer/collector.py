@@ -30,8 +30,9 @@ NOTE [Collector paused]
     `gradscape.load`, the HTML export) makes millions of small containers that form no cycles and live
     until the conversion ends. With the collector on, they set off full collections that traverse
     every object alive in the process, the step's other forms included, and free nothing: in a process
-    holding a traced 100,002-node step of the LSTMCell loop, `step_to_wire` took 7.1 s with the
-    collector on and 2.3 s with it paused, and `TraceStore.write_wire` 8.4 s and 5.1 s; a 15k-node
+    holding a traced 100,002-node step of the LSTMCell loop, writing its maps (the form earlier
+    releases wrote) took 7.1 s with the collector on and 2.3 s with it paused, and storing them 8.4 s
+    and 5.1 s; a 15k-node
     step read back from the trace file, 6.3 s and 2.5 s. So these conversions run inside
     `collector_paused()`.
 

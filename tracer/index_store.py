@@ -42,9 +42,9 @@ def delete_index(db: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> N
 
 
 def read_index(db: sqlite3.Connection, key: tuple[str, int, int]) -> tuple[bytes, StepIndex, Any] | None:
-    """The graph blob of step `key`, its index and its spans (`tracer.wire.lazy.pack_step`; none for a column
-    document); None when the step has no index written with it (a file or a step from before indexes, an
-    index of another version) or no row."""
+    """The graph blob of step `key`, its index and its spans (an earlier release's maps:
+    `tracer.wire.earlier.spans`; none for a column document); None when the step has no index written with
+    it (a file or a step from before indexes, an index of another version) or no row."""
     try:
         row = db.execute("SELECT s.graph, i.idx FROM steps s JOIN step_index i ON i.run = s.run AND i.rank = s.rank "
                          "AND i.step = s.step AND i.created = s.created WHERE s.run=? AND s.rank=? AND s.step=?",

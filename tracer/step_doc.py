@@ -1,14 +1,14 @@
 """A step's document in the trace file (the `graph` blob of its `steps` row) and its index row: written from
 the step's wire fields, read back whole or lazily.
 
-Two forms are written. Every step a recorder made, and every step read back from columns, is its fields
-with `columns` in place of its nodes, edges and tensors (NOTE [Column document] in tracer/wire/columns.py),
-and its index made from the columns. A step the columns cannot hold (one built by hand with fields that
-disagree: NOTE [Columns of any step] in tracer/wire/trace_columns.py) is its map with the nodes and tensors
-last, item by item (`tracer.wire.lazy.pack_step`), and its index made from the maps; a server stores an
-older tracer's maps step as columns. Both read back as the same wire form: whole (`read_whole`), or with the
-node and tensor maps made when read (`read_indexed`). A step in memory is drawn from that same form
-(`page_form`: `st.to_html()`, the notebook's display).
+One form is written: the step's fields with `columns` in place of its nodes, edges and tensors (NOTE [Column
+document] in tracer/wire/columns.py), and its index made from the columns. A step the columns cannot hold
+(one built by hand with fields that disagree) is refused (NOTE [Columns of any step] in
+tracer/wire/trace_columns.py). Files of earlier releases may also hold a step's maps, nodes and tensors last,
+item by item; they are read as they are (NOTE [Maps of earlier releases] in tracer/wire/earlier/__init__.py).
+Both read back as the same wire form: whole (`read_whole`), or with the node and tensor maps made when read
+(`read_indexed`). A step in memory is drawn from that same form (`page_form`: `st.to_html()`, the notebook's
+display).
 """
 
 from __future__ import annotations
@@ -20,30 +20,24 @@ from gradscape.tracer._model import StepTrace
 from gradscape.tracer.blobs import compress, decompress
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import encode_array, pack, unpack
-from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.column_index import index_from_columns
 from gradscape.tracer.wire.column_read import step_from_columns
 from gradscape.tracer.wire.column_write import step_columns
 from gradscape.tracer.wire.columns import StepColumns
-from gradscape.tracer.wire.lazy import IndexedWire, LazyItems, pack_step, read_lazily
-from gradscape.tracer.wire.step_index import StepIndex, index_from_wire, index_to_wire
+from gradscape.tracer.wire.earlier.maps_step import step_from_wire
+from gradscape.tracer.wire.earlier.spans import read_lazily
+from gradscape.tracer.wire.lazy import IndexedWire, LazyItems
+from gradscape.tracer.wire.step_index import StepIndex, index_to_wire
 from gradscape.tracer.wire.types import TensorArrays, TensorNumpy, TraceFormatError, WireStep
-from gradscape.tracer.wire.validation import step_from_wire
 from gradscape.tracer.wire.versions import with_defaults
 
 
 def encode(graph: Mapping[str, Any]) -> tuple[bytes, bytes, int, int]:
-    """The step's document and index row (both compressed), its node count and edge count."""
-    if "columns" in graph:
-        cols = StepColumns(graph["columns"])
-        spans: dict[str, Any] = {}
-        doc, index = pack(graph), index_from_columns(cols)
-        n_edges = int((cols.a["child_id"] >= 0).sum())
-    else:
-        (doc, spans), index = pack_step(graph), index_from_wire(graph)
-        n_edges = len(graph["edges"])
-    row = compress(pack({"index": index_to_wire(index), "spans": spans}))
-    return compress(doc), row, index.n_nodes, n_edges
+    """The step's column document and index row (both compressed), its node count and edge count."""
+    cols = StepColumns(graph["columns"])
+    doc, index = pack(graph), index_from_columns(cols)
+    row = compress(pack({"index": index_to_wire(index), "spans": {}}))
+    return compress(doc), row, index.n_nodes, int((cols.a["child_id"] >= 0).sum())
 
 
 def _expanded(doc: dict[str, Any], lazily: bool) -> WireStep:
@@ -105,14 +99,10 @@ def page_form(st: StepTrace, arrays: bool = True) -> tuple[WireStep, dict[int, T
     document, packed and read back as the store keeps it, with every map made, and each tensor's arrays by
     number (none when not `arrays`). So `st.to_html()` and the notebook's display draw what a live page draws
     of the same step, from the same form (NOTE [Column document] in tracer/wire/columns.py). A step the
-    columns cannot hold (one built by hand: NOTE [Columns of any step] in tracer/wire/trace_columns.py) is
-    read from its maps, as the store writes it."""
-    made = step_columns(st)
-    if made is None:
-        wire, numpy = step_to_graph(st)
-    else:
-        doc, numpy = made
-        wire = _expanded(read_doc(pack(doc)), lazily=False)
+    columns cannot hold (one built by hand: NOTE [Columns of any step] in tracer/wire/trace_columns.py)
+    raises `TraceFormatError`, as storing it does."""
+    doc, numpy = step_columns(st)
+    wire = _expanded(read_doc(pack(doc)), lazily=False)
     if not arrays:
         return wire, {}
     return wire, {i: {"thumb": None if th is None else encode_array(th), "values": None if v is None else

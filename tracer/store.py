@@ -18,9 +18,10 @@ waits up to `BUSY_TIMEOUT` seconds for the write lock instead of failing. A vers
 is migrated in place, in one transaction, the first time it is opened for writing; its steps become
 rank 0.
 
-`graph` is the step's document (`tracer/step_doc.py`): since version 5 its nodes and tensors as columns
-(NOTE [Column document] in `tracer.wire.columns`), else its wire form (`tracer.wire`) without the arrays,
-nodes and tensors last (`tracer.wire.lazy.pack_step`); `arrays` is the msgpack map `{"thumb": C|None,
+`graph` is the step's document (`tracer/step_doc.py`): its nodes and tensors as columns (NOTE [Column
+document] in `tracer.wire.columns`), as this release writes every step; files of earlier releases may hold
+its maps (`tracer.wire`) without the arrays, nodes and tensors last (NOTE [Maps of earlier releases] in
+`tracer.wire.earlier`), read as they are; `arrays` is the msgpack map `{"thumb": C|None,
 "values": A|None}` of tensor `idx`, so a view that needs one node's heatmaps reads only those rows.
 Values (`tensors="full"`) are raw little-endian bytes with dtype and shape; thumbnails are kept compactly
 (NOTE [Compact thumbnails] in `tracer.wire.compact`). Since version 4 both blobs are Zstandard frames
@@ -50,7 +51,6 @@ from gradscape.tracer.history_store import create_history_tables, read_history, 
 from gradscape.tracer.index_store import create_index_table, delete_index, read_index, write_index
 from gradscape.tracer.store_tables import MIGRATE_1_2, STEP_TABLES
 from gradscape.tracer.wire import TensorArrays, TraceFormatError, WireStep, decode_array, encode_array, pack, unpack
-from gradscape.tracer.wire.codec import step_to_graph
 from gradscape.tracer.wire.column_write import column_parts
 from gradscape.tracer.wire.compact import ThumbTable, expand_all, expand_pictures, refers_to
 from gradscape.tracer.wire.history import WireHistory
@@ -59,7 +59,6 @@ from gradscape.tracer.wire.lazy import indexed
 T = TypeVar("T")
 SCHEMA_VERSION = 5
 _READABLE = ("2", "3", "4", "5")  # the same tables; blobs uncompressed in 2, zlib in 3, no columns before 5
-_SUMMARY_KEYS = ("shape", "dtype", "stats", "view", "device")  # a stored tensor's map: its arrays apart
 BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 class RunInfo(TypedDict):
@@ -171,31 +170,35 @@ class TraceStore:
     # ------------------------------------------------------------------ writing
     @collector_paused()  # the step's forms are made and let go inside (NOTE [Collector paused])
     def write_step(self, st: StepTrace) -> None:
-        """Store a step, in one transaction; its arrays go to their rows without becoming wire arrays."""
+        """Store a step as its column document, in one transaction; its arrays go to their rows without
+        becoming wire arrays. A step the columns cannot hold (one built by hand) raises `TraceFormatError`."""
         self._writable()
-        graph, arrays, stacked = column_parts(st) or (*step_to_graph(st), None)  # a native step's as columns
+        graph, arrays, stacked = column_parts(st)
         thumbs = ThumbTable().keep_arrays([thumb for thumb, _ in arrays], stacked)
         self._write(graph, thumbs, [None if v is None else encode_array(v) for _, v in arrays])
 
     @collector_paused()
-    def write_wire(self, wire: Mapping[str, Any], arrays: list[tuple[Any, Any]] | None = None) -> None:
-        """Store a checked step, in wire form or a column document and its `arrays` (`column_check`'s), at once."""
+    def write_wire(self, doc: Mapping[str, Any], arrays: list[tuple[Any, Any]]) -> None:
+        """Store a checked column document and its `arrays` (`column_check`'s: thumbnails already read as
+        arrays), at once."""
         self._writable()
-        if arrays is None:  # the wire form: its tensors hold their arrays
-            thumbs = ThumbTable().keep_all([t.get("thumb") for t in wire["tensors"]])
-            values = [t.get("values") for t in wire["tensors"]]
-            wire = {**wire, "tensors": [{k: t[k] for k in _SUMMARY_KEYS} for t in wire["tensors"]]}
-        else:  # thumbnails already read as arrays (`column_check` checked them so)
-            thumbs = ThumbTable().keep_arrays([th for th, _ in arrays])
-            values = [v for _, v in arrays]
-        self._write(wire, thumbs, values)
+        if "columns" not in doc:
+            raise TraceFormatError("a step is stored as its column document; maps are read, not written "
+                                   "(NOTE [Maps of earlier releases] in tracer/wire/earlier/__init__.py)")
+        self._write(doc, ThumbTable().keep_arrays([th for th, _ in arrays]), [v for _, v in arrays])
 
     def _write(self, graph: Mapping[str, Any], thumbs: list[Any], values: list[Any]) -> None:
         """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its
         kept thumbnail (`ThumbTable`) and its values."""
         tensors = [(i, compress(pack({"thumb": th, "values": v})))
                    for i, (th, v) in enumerate(zip(thumbs, values)) if th is not None or v is not None]
-        doc, index, n_nodes, n_edges = step_doc.encode(graph)
+        self.write_rows(graph, step_doc.encode(graph), tensors)
+
+    def write_rows(self, graph: Mapping[str, Any], encoded: tuple[bytes, bytes, int, int],
+                   tensors: list[tuple[int, bytes]]) -> None:
+        """The rows of one step, in one transaction: `graph`'s run, step and rank, its document and index row
+        and counts (`step_doc.encode`'s), and each tensor's arrays row."""
+        doc, index, n_nodes, n_edges = encoded
         now = time.time()
         run, step, rank = graph["run"], int(graph["step"]), wire_rank(cast(WireStep, graph))
         with self._lock, self._db:

@@ -1,7 +1,7 @@
 """What the offline page of one step shows, as JSON-ready data: built from the step's wire form by the
 view layer (`gradscape.app.view`), so the file draws what the live page draws. No Dash, no torch.
 
-    data = page_data(wire)           # wire: the whole step, arrays included (`step_to_wire`)
+    data = page_data(wire)           # wire: the whole step's maps, arrays included
     data = page_data(wire, arrays)   # or a stored step as `read_graph` gives it, and its arrays
 
 - The graph: the views a person can open, laid out here (`app.export.views`).

@@ -116,8 +116,11 @@ class TracerNamespace(ProtocolNamespace):
         _check_head(run, step, *head)
         if columns:
             self.state.store_columns(stored, arrays)  # the checked document: the schema's own form
-        else:
-            self.state.store_step(trace)  # in the schema's own form, unknown keys dropped
+            return protocol.chunk_ack(step, chunk, stored=True)
+        try:  # an earlier release's tracer sent maps: stored as columns (NOTE [Columns of any step])
+            self.state.store_step(trace)
+        except TraceFormatError as exc:
+            raise protocol.ProtocolError(f"step_chunk: step {step} cannot be stored: {exc}") from exc
         return protocol.chunk_ack(step, chunk, stored=True)
 
     def _gather(self, run: str, step: int, chunk: int, chunks: int, data: bytes) -> bytes | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from earlier_release import step_to_wire
 from test_view_fit import Loop, Wrapped, loop_wire
 from torch import nn
 
@@ -16,7 +17,6 @@ from gradscape.app.view.call_folds import CALLS_SHOWN, CallView, fold_tokens, sp
 from gradscape.app.view.calls import call_members
 from gradscape.app.view.ids import call_element, call_of, more_element
 from gradscape.app.view.layered import ProperGraph
-from gradscape.tracer.wire import step_to_wire
 
 STEPS = 120
 

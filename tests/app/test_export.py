@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire
 from torch import nn
 from zoo import build, loop_model, loop_step
 
@@ -26,7 +27,7 @@ from gradscape.app.export.html import export_file, scrub_json, scrub_paths, writ
 from gradscape.app.view import default_collapse
 from gradscape.tracer.record import native
 from gradscape.tracer.step_doc import page_form
-from gradscape.tracer.wire import codec, step_to_wire
+from gradscape.tracer.wire import TraceFormatError
 
 
 class Net(nn.Module):
@@ -332,12 +333,11 @@ def _trained_step(tmp_path: Path, recorder: str) -> Any:
 
 
 @pytest.mark.parametrize("recorder", ["native", "python"])
-def test_a_step_in_memory_is_drawn_from_the_form_the_file_keeps(tmp_path: Path, recorder: str,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_step_in_memory_is_drawn_from_the_form_the_file_keeps(tmp_path: Path, recorder: str) -> None:
     """`st.to_html()` and the notebook's display draw the step from its column document, as the page and
-    `gradscape export` read the stored step (`page_form`), with no maps written: the two files' data are
+    `gradscape export` read the stored step (`page_form`): the two files' data are
     equal (their pictures are not: the file keeps them in 8 bits, NOTE [Compact thumbnails] in
-    tracer/wire/compact.py), and the page's data and pictures are those the maps writer's form gives."""
+    tracer/wire/compact.py), and the page's data and pictures are those an earlier release's maps of the step give."""
     if recorder == "native" and not native.status()[0]:
         pytest.skip("the native recorder is not built here")
     st = _trained_step(tmp_path, recorder)
@@ -345,23 +345,22 @@ def test_a_step_in_memory_is_drawn_from_the_form_the_file_keeps(tmp_path: Path, 
     assert len(wire["nodes"]) == len(st.nodes) and len(wire["passes"]) == 2 and wire["optimizer_steps"]
     exported, written = tmp_path / "export.html", tmp_path / "write.html"
     export_file(tmp_path / "t.sqlite", "r", 0, 0, exported)
-    maps_writer = codec._to_wire
-    with monkeypatch.context() as m:
-        m.setattr(codec, "_to_wire", lambda *a: pytest.fail("the maps writer ran"))
-        st.to_html(written)
-        assert "<svg" in st._repr_html_()
+    st.to_html(written)
+    assert "<svg" in st._repr_html_()
     from_file, from_memory = (_parts(p.read_text(encoding="utf-8"))[0] for p in (exported, written))
     assert from_memory == from_file
-    assert codec._to_wire is maps_writer and page_data(wire, arrays) == page_data(step_to_wire(st))
+    assert page_data(wire, arrays) == page_data(step_to_wire(st))  # an earlier release's maps of it
 
 
-def test_a_step_the_columns_cannot_hold_is_drawn_from_its_maps(tmp_path: Path) -> None:
-    """A step built by hand whose node time is not its first run's: the columns would derive it, so the page
-    is drawn from the step's maps, with that time."""
+def test_a_step_the_columns_cannot_hold_is_refused_by_name(tmp_path: Path) -> None:
+    """A step built by hand whose node time is not its first run's: the columns would derive it, so drawing
+    it raises, naming the node, and writes no file (NOTE [Columns of any step] in
+    tracer/wire/trace_columns.py)."""
     st = _step()
     k = next(k for k, n in enumerate(st.nodes) if n.runs and n.time_us is not None)
     nodes = list(st.nodes)
     nodes[k] = dataclasses.replace(nodes[k], time_us=nodes[k].time_us + 1.0)
-    wire, _ = page_form(dataclasses.replace(st, nodes=nodes))
-    assert wire["nodes"][k]["t"] == nodes[k].time_us != wire["nodes"][k]["runs"][0][4]
+    with pytest.raises(TraceFormatError, match=f"node {k}'s order, time or gradients are not its first run's"):
+        dataclasses.replace(st, nodes=nodes).to_html(tmp_path / "f.html")
+    assert not (tmp_path / "f.html").exists()
     st.to_html(tmp_path / "f.html")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from earlier_release import step_to_wire
 from torch import nn
 
 import gradscape
@@ -16,7 +17,6 @@ from gradscape.app.view import after_tap, cytoscape_elements, layout_graph, reve
 from gradscape.app.view.call_folds import split_folds
 from gradscape.app.view.ids import call_element, node_of, run_element, run_of
 from gradscape.app.view.op_runs import RUN_OPS, RUNS_FROM, RUNS_SHOWN, Runs, run_tokens, split_runs
-from gradscape.tracer.wire import step_to_wire
 
 STEPS = 320  # four ops a time step: about 1,280 ops in the scan's box, 13 runs
 

@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 import torch
 import torch.nn as nn
+from earlier_release import step_to_wire, write_maps
 
 import gradscape
 from gradscape.app import view
@@ -20,7 +21,7 @@ from gradscape.app.ui import compare, graph, ids, inspector, page, problems, run
 from gradscape.app.ui.address import address, link_rank
 from gradscape.app.view.problems import problem_lines
 from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import STAT_NAMES, step_to_wire
+from gradscape.tracer.wire import STAT_NAMES
 
 RANK_STEPS = {0: [0, 1, 2], 1: [0, 1]}  # rank 1 is a step behind
 
@@ -46,8 +47,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with TraceStore(path) as st:
         for rank, steps in RANK_STEPS.items():
             for step in steps:
-                st.write_wire(_wire(step, rank, 2))
-        st.write_wire(_wire(0, None, None))  # outside torch.distributed: rank 0 only
+                write_maps(st, _wire(step, rank, 2))
+        write_maps(st, _wire(0, None, None))  # outside torch.distributed: rank 0 only
         yield st
 
 
@@ -151,7 +152,7 @@ def test_the_graph_inspector_and_problems_of_a_rank(store: TraceStore) -> None:
 
 def test_the_first_page_of_a_run_shows_its_first_rank(tmp_path: Path) -> None:
     with TraceStore(tmp_path / "t.sqlite") as st:
-        st.write_wire(_wire(0, 1, 2))  # rank 0 has stored nothing yet
+        write_maps(st, _wire(0, 1, 2))  # rank 0 has stored nothing yet
         state = page.initial_state(PageData(st))
     assert state["ranks"] == [1] and state["step"] == 0 and state["order"]["rank"] == 1
     assert state["selected"]["rank"] == 1

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from earlier_release import step_to_wire
 
 import gradscape
 from gradscape.app.view import compare as cmp
-from gradscape.tracer.wire import step_to_wire
 
 
 def _wire(x: torch.Tensor, mode: str = "full") -> tuple[dict[str, Any], dict[int, Any], torch.Tensor]:

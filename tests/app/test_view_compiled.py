@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from earlier_release import step_to_wire
 
 import gradscape
 from gradscape.app.view import DIFF, compare_rows, cytoscape_elements, has_comparison, layout_graph, step_notes
@@ -21,7 +22,6 @@ from gradscape.app.view.colours import MISSING_COLOR
 from gradscape.app.view.compiled import DIFF_SCALE, ZERO_DIFF, diff_range
 from gradscape.app.view.marks import step_marks
 from gradscape.tracer.record.compare import differences
-from gradscape.tracer.wire import step_to_wire
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's own notes on what it compiles
 

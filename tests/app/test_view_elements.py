@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn as nn
+from earlier_release import step_to_wire
 from zoo import build
 
 import gradscape
 from gradscape.app.view import COLOR_BY, cytoscape_elements, find, layout_graph, legend, search, search_index
-from gradscape.tracer.wire import step_to_wire
 
 
 def zoo_wire(name: str) -> dict[str, Any]:

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 import torch
+from earlier_release import step_to_wire
 from torch import nn
 
 import gradscape
 from gradscape.app.view import default_collapse, expand_one_level, layout_graph
 from gradscape.app.view.collapse import fit_drawn
-from gradscape.tracer.wire import step_to_wire
 
 
 class Loop(nn.Module):

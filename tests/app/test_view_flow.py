@@ -8,12 +8,12 @@ from typing import Any
 import plotly.graph_objects as go
 import pytest
 import torch
+from earlier_release import step_to_wire
 from zoo import build
 
 import gradscape
 from gradscape.app.view import flow_rows, gradient_flow, norm_over_steps
 from gradscape.app.view.flow import ROW_PX, flow_height, short_names
-from gradscape.tracer.wire import step_to_wire
 
 
 def layer_grads(model: torch.nn.Module, layer: str) -> torch.Tensor:

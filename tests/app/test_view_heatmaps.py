@@ -12,13 +12,14 @@ import plotly.graph_objects as go
 import pytest
 import torch
 import torch.nn as nn
+from earlier_release import step_to_wire
 from zoo import build
 
 import gradscape
 from gradscape.app.view import explain, node_tensors, slot_figures
 from gradscape.app.view.grid import block_edges
 from gradscape.app.view.heatmaps import ARRIVING, SENT
-from gradscape.tracer.wire import decode_array, step_to_wire
+from gradscape.tracer.wire import decode_array
 
 Store = tuple[gradscape.TraceStore, str, int]
 

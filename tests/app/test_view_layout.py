@@ -10,6 +10,7 @@ from typing import Any
 import networkx as nx
 import pytest
 import torch
+from earlier_release import step_to_wire
 from zoo import ZOO, build
 
 import gradscape
@@ -27,7 +28,6 @@ from gradscape.app.view import (
     visible_element,
 )
 from gradscape.app.view.layout import box_overlaps
-from gradscape.tracer.wire import step_to_wire
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire
 from zoo import build
 
 import gradscape
 from gradscape.app.view import backward_hook_note, module_detail, module_table, module_tensors, param_rows
-from gradscape.tracer.wire import step_to_wire
 
 
 def traced(name: str) -> tuple[dict[str, Any], Any]:

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from distributed_runs import run_ranks
+from earlier_release import step_to_wire
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -22,7 +23,7 @@ import gradscape
 from gradscape.app import view
 from gradscape.tracer import protocol
 from gradscape.tracer.store import TraceStore
-from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire import pack
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 

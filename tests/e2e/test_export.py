@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from earlier_release import step_to_wire
 from playwright.sync_api import Page, Route
 
 import gradscape
 from gradscape.app.ui.player import PAUSE_CLASS, PAUSE_TITLE, PLAY_CLASS, PLAY_TITLE
 from gradscape.app.view import default_collapse
-from gradscape.tracer.wire import step_to_wire
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # bench/ is not a package of the distribution: import it from the checkout

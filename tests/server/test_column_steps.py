@@ -1,11 +1,13 @@
 """Steps sent to the server as columns (NOTE [Column document]): a step streamed by a real tracer to a real
 `gradscape serve`, natively recorded or by the Python recorder (NOTE [Columns of any step]), is stored as columns
 and reads back as the same step as the tracer's own file holds;
-a tracer talking to a server that does not read columns sends maps; a malformed column step is refused with
+a tracer talking to a server of an earlier release, which reads no columns, sends it nothing, warns once and
+keeps every step in its spill file (NOTE [Maps of earlier releases]); a malformed column step is refused with
 an error naming what is wrong, and nothing of it is stored."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from earlier_release import step_to_wire
 from serving import Server, finish, worker
 from zoo import build
 
@@ -21,7 +24,7 @@ from gradscape.app.server import GradscapeApp, ServerConfig, create_app
 from gradscape.tracer import protocol
 from gradscape.tracer.blobs import decompress
 from gradscape.tracer.record import native
-from gradscape.tracer.wire import pack, step_to_wire, unpack
+from gradscape.tracer.wire import pack, unpack
 from gradscape.tracer.wire.column_write import step_message
 
 RECORDERS = [pytest.param("native", marks=pytest.mark.skipif(not native.status()[0], reason="no native recorder")),
@@ -59,20 +62,39 @@ def _forms(store: Path) -> list[bool]:
 
 
 @pytest.mark.parametrize("recorder", RECORDERS)
-@pytest.mark.parametrize("kind", [ColumnsOnly, OldServer])
-def test_a_tracer_sends_columns_to_a_server_that_reads_them(tmp_path: Path, kind: type[Server], recorder: str) -> None:
-    srv = kind(tmp_path / "store.sqlite").start()
+def test_a_tracer_sends_columns_to_a_server_that_reads_them(tmp_path: Path, recorder: str) -> None:
+    srv = ColumnsOnly(tmp_path / "store.sqlite").start()
     try:
         ref = tmp_path / "reference.sqlite"
         res = finish(worker(srv.url, "live", "--steps", "3", "--file", str(ref), "--model", "transformer",
                             "--recorder", recorder))
         assert res["stats"] == {"sent": 3, "spilled": 0, "dropped": 0, "written": 3}
-        # every step was taken, so each server got the form it reads; the store keeps what it checked as columns
+        # every step was taken as columns (the server refuses maps), and stored as it came
         assert _forms(srv.store) == _forms(ref) == [True] * 3
         for step in range(3):
             mine = step_to_wire(gradscape.load(ref, "live", step))
             got = step_to_wire(gradscape.load(srv.store, "live", step))
             assert pack(got) == pack(mine)  # every field, tensors numbered alike, thumbnails as stored
+    finally:
+        srv.stop()
+
+
+def test_a_server_of_an_earlier_release_gets_nothing_and_the_steps_are_kept(tmp_path: Path) -> None:
+    """Its hello names no "columns" form: the tracer sends it no step, warns once, naming why, and spills
+    every step, which read back as the tracer's own file holds them."""
+    srv = OldServer(tmp_path / "store.sqlite").start()
+    try:
+        ref, spill = tmp_path / "reference.sqlite", tmp_path / "spill.sqlite"
+        proc = worker(srv.url, "live", "--steps", "3", "--file", str(ref), "--spill", str(spill))
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "Traceback" not in err, err
+        res = json.loads(out.strip().splitlines()[-1])
+        assert res["stats"] == {"sent": 0, "spilled": 3, "dropped": 0, "written": 3}
+        assert err.count("is of an earlier release, which reads no step sent as columns") == 1, err
+        assert not srv.store.exists() or _forms(srv.store) == []
+        for step in range(3):
+            assert pack(step_to_wire(gradscape.load(spill, "live", step))) == \
+                pack(step_to_wire(gradscape.load(ref, "live", step)))
     finally:
         srv.stop()
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import msgpack
 import pytest
+from earlier_release import step_to_wire
 from zoo import build
 
 import gradscape
 from gradscape.app.server import GradscapeApp, ServerConfig, create_app
 from gradscape.tracer import protocol
-from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire import pack
 
 
 @pytest.fixture

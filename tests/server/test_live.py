@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+from earlier_release import step_to_wire
 from serving import ApiError, Server, finish, free_port, get_json, worker
 
 import gradscape
 from gradscape.app.api import graph_json, node_json, node_tensor_indices
-from gradscape.tracer.wire import step_to_wire
 
 
 def _as_json(obj: object) -> object:

@@ -46,7 +46,9 @@ def check_hello(payload: dict[str, Any]) -> list[int]:
     return accepts
 
 
-STEP_FORMS = ("maps", "columns")  # how a step's data may be sent: `step_to_wire`'s, or NOTE [Column document]'s
+# how a step's data may be sent: an earlier release's maps (NOTE [Maps of earlier releases] in
+# tracer/wire/earlier/__init__.py), or NOTE [Column document]'s
+STEP_FORMS = ("maps", "columns")
 
 
 def hello_ack() -> dict[str, Any]:

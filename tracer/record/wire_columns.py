@@ -3,13 +3,13 @@ recorder's: NOTE [Python steps as tables] in assemble.py).
 
 The form is NOTE [Column document] in tracer/wire/columns.py. The node columns are the recorder's own arrays
 (NOTE [Step tables] in tables.py), written as they are; the tensors are rows of the step's tensor table, in
-the order the codec numbers them, found with numpy (`_first_met`), so the step reads back as `step_to_wire`
-would write it. A row Python summarised is written from its `TensorTrace` (a plan of its own and its
-statistics); a kernel row whose `TensorTrace` was made (a module call, a parameter or a pass holds it) takes
-its arrays from the object, so whatever was done to them since (the thumbnail budget) is what is written,
-and its summary from the columns: nothing changes a summary after it is made. Nodes are written from the
-tables even when one was made: nothing changes a `NodeTrace` after it is made from them
-(tests/test_wire_columns.py holds the two forms equal).
+the order the maps numbered them (NOTE [Columns of any step] in tracer/wire/trace_columns.py), found with
+numpy (`_first_met`), so a step reads back numbered alike whichever writer wrote it. A row Python summarised
+is written from its `TensorTrace` (a plan of its own and its statistics); a kernel row whose `TensorTrace`
+was made (a module call, a parameter or a pass holds it) takes its arrays from the object, so whatever was
+done to them since (the thumbnail budget) is what is written, and its summary from the columns: nothing
+changes a summary after it is made. Nodes are written from the tables even when one was made: nothing
+changes a `NodeTrace` after it is made from them (tests/test_wire_columns.py holds the two forms equal).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def _node_columns(t: StepTables, slots: np.ndarray) -> dict[str, Any]:
 
 
 def _first_met(t: StepTables) -> np.ndarray:
-    """The tensor rows the nodes' slots name, in the order the codec first meets them (`node_to_wire` in
-    tracer/wire/codec.py): node by node, its first run's `gi` then `go`, every later run's `go` then `gi`."""
+    """The tensor rows the nodes' slots name, in the order they are first met (NOTE [Columns of any step] in
+    tracer/wire/trace_columns.py): node by node, its first run's `gi` then `go`, every later run's `go` then
+    `gi`."""
     r, pos = t.runs, t.run_rows
     is_first = np.zeros(len(pos), bool)
     starts = t.run_start[:-1]
@@ -163,16 +164,15 @@ _NONE: TensorNumpy = (None, None)
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stacks] | None:
+def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stacks]:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
     (thumbnail, values) by position but the kernel's thumbnails, which come stacked by shape (NOTE [Thumbnail
-    stacks] in thumb_stacks.py); None for a step whose nodes are not a recorder's tables. The store and the
-    sinks reach it through the step (`tracer.wire.column_write`, `LazyNodes.column_parts`).
-    Tensors are numbered as the codec numbers them (`step_to_wire`): the rows the nodes name, as it first
-    meets them, then what only the other fields name, as maps (`extra`)."""
+    stacks] in thumb_stacks.py), of a step whose nodes are a recorder's tables (`LazyNodes`). The store and
+    the sinks reach it through the step (`tracer.wire.column_write`, `LazyNodes.column_parts`).
+    Tensors are numbered as first met (`_first_met`): the rows the nodes name, then what only the other
+    fields name, as maps (`extra`)."""
     lazy = st.nodes
-    if not isinstance(lazy, LazyNodes):
-        return None
+    assert isinstance(lazy, LazyNodes)  # called through `LazyNodes.column_parts` only
     t = lazy.tables
     tt = t.tensors
     order = _first_met(t)

@@ -4,7 +4,9 @@ NOTE [Socket sink]
     `write()` runs in the training loop and only appends the finished `StepTrace` to a queue
     bounded in bytes: no encoding, no I/O, no lock held for long. A daemon sender thread is the only
     thread that touches the Socket.IO client (binary emits from several threads at once can
-    interleave their frames): it connects with backoff, says hello, encodes each step (msgpack), splits it
+    interleave their frames): it connects with backoff, says hello (a server of an earlier release, whose
+    hello names no "columns" form, is warned of once and taken as unreachable), encodes each step as its
+    column document (msgpack: NOTE [Column document] in tracer/wire/columns.py), splits it
     into chunks of `protocol.CHUNK_BYTES` and sends them with acknowledged calls. A step the server
     cannot take (down, too slow, refused) goes to a second queue drained by a spill thread into a
     local SQLite trace file (`gradscape serve --store <spill>` shows it later). When both queues
@@ -39,7 +41,7 @@ from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.debug.breakpoints import BreakpointLink
 from gradscape.tracer.sinks.paths import spill_path
 from gradscape.tracer.sinks.queue import ByteQueue, Queued, estimate_bytes
-from gradscape.tracer.wire import pack, step_to_wire
+from gradscape.tracer.wire import TraceFormatError, pack
 from gradscape.tracer.wire.column_write import step_message
 from gradscape.tracer.wire.history import WireHistory, history_parts
 
@@ -73,7 +75,7 @@ class _Sender:
         self._seq = 0
         self._next_try = 0.0
         self._backoff = 0.2
-        self._columns = False  # the server reads a step sent as columns (its hello said so)
+        self._too_old = False  # the server's hello said it reads no column steps (warned once)
         self._busy = threading.Event()
         self._file: Any = None
         self._sender = threading.Thread(target=self._send_loop, name="gradscape-sender", daemon=True)
@@ -194,13 +196,19 @@ class _Sender:
 
     def _deliver(self, st: Queued) -> None:
         if self._client is None and (time.monotonic() < self._next_try or not self._connect()):
-            self._to_spill(st, 0, "the server is unreachable", force=True)
+            why = "the server is of an earlier release" if self._too_old else "the server is unreachable"
+            self._to_spill(st, 0, why, force=True)
             return
         if isinstance(st, dict):  # a batch of history rows (the monitor)
             return self._deliver_history(st)
         try:
             with collector_paused():  # the wire form is let go inside (NOTE [Collector paused])
-                data = pack((self._columns and step_message(st)) or step_to_wire(st))
+                data = pack(step_message(st))
+        except TraceFormatError as exc:  # a step built by hand that no file or server can hold
+            log.warning("gradscape: step %s is dropped: %s", st.step, exc)
+            self.stats["dropped"] += 1
+            return
+        try:
             chunks = [data[i:i + protocol.CHUNK_BYTES] for i in range(0, len(data), protocol.CHUNK_BYTES)] or [b""]
             ack: Any = None
             for k, part in enumerate(chunks):
@@ -265,9 +273,18 @@ class _Sender:
                                        "pid": os.getpid(), "host": socket.gethostname()})
             if not isinstance(ack, dict) or not ack.get("ok"):
                 raise _Refused(ack.get("error") if isinstance(ack, dict) else repr(ack))
-            self._columns = "columns" in (ack.get("forms") or ())  # a server from before columns: maps
+            if "columns" not in (ack.get("forms") or ()):
+                raise _TooOld(f"the server at {self.url} is of an earlier release, which reads no step sent as "
+                              f"columns; run this release's `gradscape serve` (steps are kept in the spill file)")
             self._backoff = 0.2
             return True
+        except _TooOld as exc:
+            if not self._too_old:
+                self._too_old = True
+                log.warning("gradscape: %s", exc)
+            self._drop_client(client)
+            self._next_try = time.monotonic() + 2.0
+            return False
         except Exception as exc:
             log.info("gradscape: cannot reach %s: %s", self.url, exc)
             self._drop_client(client)
@@ -352,6 +369,10 @@ def _close_all() -> None:
     for core in list(_live):
         with contextlib.suppress(Exception):
             core.close(5.0)
+
+
+class _TooOld(Exception):
+    """The server is of a release that reads no column steps (NOTE [Column document])."""
 
 
 class _Refused(Exception):

@@ -1,14 +1,15 @@
-"""A `StepTrace` to its wire form (`step_to_wire`), and the wire form to bytes and back (msgpack)."""
+"""A `StepTrace`'s wire fields but its nodes, edges and tensors (`step_fields`, the column document's fields:
+tracer/record/wire_columns.py, trace_columns.py), each tensor's map (`TensorTable`), and msgpack bytes and
+back (`pack`, `unpack`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import msgpack
 
-from gradscape.tracer._model import STAT_NAMES, NodeTrace, OptimizerStep, StepTrace, TensorTrace
-from gradscape.tracer.collector import collector_paused
+from gradscape.tracer._model import STAT_NAMES, OptimizerStep, StepTrace, TensorTrace
 from gradscape.tracer.wire.arrays import encode_array
 from gradscape.tracer.wire.checks import plain
 from gradscape.tracer.wire.types import (
@@ -16,11 +17,8 @@ from gradscape.tracer.wire.types import (
     TensorRefs,
     TraceFormatError,
     WireModule,
-    WireNode,
     WireOptimizerStep,
     WirePass,
-    WireRun,
-    WireStep,
     WireTensor,
 )
 from gradscape.tracer.wire.versions import WIRE_VERSION
@@ -74,42 +72,6 @@ def tensor_summary(t: TensorTrace) -> WireTensor:
 def tensor_to_wire(t: TensorTrace) -> WireTensor:
     return {**tensor_summary(t), "thumb": None if t.thumb is None else encode_array(t.thumb),
             "values": None if t.values is None else encode_array(t.values)}
-
-
-@collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def step_to_wire(st: StepTrace) -> WireStep:
-    return _to_wire(st, TensorTable())
-
-
-@collector_paused()
-def step_to_graph(st: StepTrace) -> tuple[WireStep, list[TensorNumpy]]:
-    """The step's wire form with its tensors' arrays apart: the tensors without "thumb" and "values" (the
-    trace file's graph form), and each tensor's (thumbnail, values) as arrays, by position. The store
-    keeps the two apart; going through wire arrays, it encoded 50k thumbnails of a 100k-node step only to
-    decode them again."""
-    tab = TensorTable(apart=True)
-    wire = _to_wire(st, tab)
-    return wire, tab.arrays or []
-
-
-def node_to_wire(n: NodeTrace, tab: TensorTable) -> WireNode:
-    return {
-        "id": n.id, "name": n.name, "kind": n.kind, "module": n.module, "param": n.param,
-        "source": n.source, "schema": n.schema, "order": n.order,
-        "labels": list(n.input_labels), "args": list(n.input_args),
-        "in_shapes": [None if s is None else list(s) for s in n.input_shapes],
-        "out_shapes": [None if s is None else list(s) for s in n.output_shapes],
-        "out_dtypes": list(n.output_dtypes),
-        "gi": tab.refs(n.grad_inputs), "go": tab.refs(n.grad_outputs), "t": n.time_us,
-        "runs": [list(WireRun(r.pass_index, r.order, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs),
-                              r.time_us)) for r in n.runs],
-    }
-
-
-def _to_wire(st: StepTrace, tab: TensorTable) -> WireStep:
-    nodes: list[WireNode] = [node_to_wire(n, tab) for n in st.nodes]
-    rest = step_fields(st, tab)  # after the nodes: the codec numbers tensors as it first meets them
-    return cast(WireStep, {**rest, "nodes": nodes, "edges": [list(e) for e in st.edges], "tensors": tab.items})
 
 
 def step_fields(st: StepTrace, tab: TensorTable, execution: bool = True) -> dict[str, Any]:

@@ -11,10 +11,12 @@ NOTE [Columns of any step]
       past the last for no shape);
     - a run's position is its place in the step's order;
     - a node's order, `grad_inputs`, `grad_outputs` and `time_us` are its first run's.
-    The recorders make their steps so. A step that is not (one built by hand with other values) is
-    written as maps, as before: `column_parts` returns None. Tensors are numbered as the codec numbers them
-    (`step_to_wire`): what the nodes name, as it first meets them, are the rows (each a plan, `[shape, dtype,
-    view, device]`, and its 8 statistics); what only the other fields name comes after them as maps (`extra`).
+    The recorders make their steps so, and so do the releases that wrote maps. A step that is not (one built by
+    hand with other values) is refused: `column_parts` raises `TraceFormatError` naming the first field that
+    disagrees: nothing writes the maps any more (NOTE [Maps of earlier releases] in earlier/__init__.py).
+    Tensors are numbered as the maps numbered them, as first met: the nodes' (each node's first `gi`, its
+    first `go`, then each run's `go` and `gi`) are the rows (each a plan, `[shape, dtype, view, device]`, and
+    its 8 statistics); what only the other fields name comes after them as maps (`extra`).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from gradscape.tracer._model import STAT_NAMES, NodeTrace, StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.codec import TensorTable, step_fields
 from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
-from gradscape.tracer.wire.types import TensorNumpy
+from gradscape.tracer.wire.types import TensorNumpy, TraceFormatError
 
 
 class _NotColumns(Exception):
-    """The step holds something the columns cannot (NOTE [Columns of any step])."""
+    """The step holds something the columns cannot (NOTE [Columns of any step]): what, in words."""
 
 
 def codes(values: list[Any], key: Any = None) -> tuple[list[Any], list[int]]:
@@ -51,16 +53,17 @@ def codes(values: list[Any], key: Any = None) -> tuple[list[Any], list[int]]:
     return table, code
 
 
-def _strs(values: Any) -> list[str]:
+def _strs(values: Any, where: str) -> list[str]:
     if not all(isinstance(v, str) for v in values):
-        raise _NotColumns
+        raise _NotColumns(f"{where} are not all strings: {list(values)!r}")
     return list(values)
 
 
 def _static(n: NodeTrace) -> list[Any]:
     if n.schema is not None and not isinstance(n.schema, str):
-        raise _NotColumns
-    return [n.schema, _strs(n.input_labels), _strs(n.input_args)]
+        raise _NotColumns(f"node {n.id}'s schema is not a string: {n.schema!r}")
+    return [n.schema, _strs(n.input_labels, f"node {n.id}'s input labels"),
+            _strs(n.input_args, f"node {n.id}'s input args")]
 
 
 def _slots(nodes: list[NodeTrace], edges: list[tuple[int, int, int]]) -> tuple[list[int], list[int], list[int]]:
@@ -75,7 +78,7 @@ def _slots(nodes: list[NodeTrace], edges: list[tuple[int, int, int]]) -> tuple[l
             c = child.pop((n.id, j), -1)
             if c < 0:
                 if shape is not None:
-                    raise _NotColumns
+                    raise _NotColumns(f"node {n.id}'s slot {j} has an input shape {shape} but no child")
                 ids.append(-1)
                 nrs.append(0)
                 continue
@@ -85,11 +88,13 @@ def _slots(nodes: list[NodeTrace], edges: list[tuple[int, int, int]]) -> tuple[l
             elif tuple(shape) in outs:
                 nrs.append(outs.index(tuple(shape)))
             else:
-                raise _NotColumns
+                raise _NotColumns(f"node {n.id}'s slot {j} has input shape {tuple(shape)}, none of its child "
+                                  f"{c}'s output shapes {outs}")
             ids.append(c)
         off.append(len(ids))
-    if child:  # an edge from a slot the node does not have
-        raise _NotColumns
+    if child:
+        (src, slot), dst = next(iter(child.items()))
+        raise _NotColumns(f"the edge {src} -> {dst} leaves slot {slot}, which node {src} does not have")
     return off, ids, nrs
 
 
@@ -101,7 +106,8 @@ def _outputs(nodes: list[NodeTrace]) -> tuple[dict[str, list[int]], list[list[An
     names: dict[str, int] = {}
     for n in nodes:
         if len(n.output_dtypes) != len(n.output_shapes):
-            raise _NotColumns
+            raise _NotColumns(f"node {n.id} has {len(n.output_shapes)} output shapes and "
+                              f"{len(n.output_dtypes)} output dtypes")
         for shape, dt in zip(n.output_shapes, n.output_dtypes):
             ndim.append(-1 if shape is None else len(shape))
             dims.extend(shape or ())
@@ -112,18 +118,19 @@ def _outputs(nodes: list[NodeTrace]) -> tuple[dict[str, list[int]], list[list[An
 
 
 def _runs(st: StepTrace, tab: TensorTable) -> dict[str, list[Any]]:
-    """The run columns, a row per run in the order they ran, and `slots`; tensors entered in `tab` as the codec
-    enters them (`node_to_wire`: a node's first `gi`, its first `go`, then each run's `go` and `gi`)."""
+    """The run columns, a row per run in the order they ran, and `slots`; tensors entered in `tab` as the maps
+    entered them (NOTE [Columns of any step])."""
     rows: list[Any] = [None] * sum(len(n.runs) for n in st.nodes)
     for n in st.nodes:
         tab.refs(n.grad_inputs)
         tab.refs(n.grad_outputs)
         if not _first_run_agrees(n):
-            raise _NotColumns
+            raise _NotColumns(f"node {n.id}'s order, time or gradients are not its first run's")
         last = -1
         for r in n.runs:
             if not (type(r.order) is int and last < r.order < len(rows)) or rows[r.order] is not None:
-                raise _NotColumns
+                raise _NotColumns(f"node {n.id}'s runs are not at distinct places in the step's "
+                                  f"{len(rows)} runs, in order: {[r.order for r in n.runs]}")
             last = r.order
             rows[r.order] = (n.id, r.pass_index, r.time_us, tab.refs_all(r.grad_outputs), tab.refs(r.grad_inputs))
     cols: dict[str, list[Any]] = {k: [] for k in ("run_node", "run_pass", "run_time", "go_off", "go_n", "gi_off",
@@ -165,30 +172,40 @@ def _tensor_columns(items: list[Any]) -> dict[str, Any]:
             "stats": stats.tobytes()}
 
 
+def _checked_edges(st: StepTrace, nodes: list[NodeTrace]) -> list[tuple[int, int, int]]:
+    """The step's edges, after checking that the nodes are numbered by place and named by strings."""
+    for k, n in enumerate(nodes):
+        if n.id != k:
+            raise _NotColumns(f"node {k} of the list has id {n.id!r}: the nodes are numbered by their place")
+        if not isinstance(n.name, str) or not isinstance(n.kind, str):
+            raise _NotColumns(f"node {k}'s name or kind is not a string: {n.name!r}, {n.kind!r}")
+    edges = [(int(a), int(b), int(s)) for a, b, s in st.edges]
+    for a, b, _ in edges:
+        if not 0 <= b < len(nodes):
+            raise _NotColumns(f"the edge {a} -> {b} names no node of the {len(nodes)}")
+    return edges
+
+
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
-def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], dict[Any, Any]] | None:
+def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], dict[Any, Any]]:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, and every tensor's
-    (thumbnail, values) by number (no stacks: `tracer.wire.column_write`'s form); None for a step the columns
-    cannot hold, which is written as maps (NOTE [Columns of any step])."""
+    (thumbnail, values) by number (no stacks: `tracer.wire.column_write`'s form). A step the columns cannot hold
+    raises `TraceFormatError` naming what disagrees (NOTE [Columns of any step])."""
     nodes = list(st.nodes)
     try:
-        if any(n.id != k or not isinstance(n.name, str) or not isinstance(n.kind, str) for k, n in enumerate(nodes)):
-            raise _NotColumns
-        edges = [(int(a), int(b), int(s)) for a, b, s in st.edges]
-        if any(not 0 <= b < len(nodes) for _, b, _ in edges):
-            raise _NotColumns
+        edges = _checked_edges(st, nodes)
         child_off, child_id, child_nr = _slots(nodes, edges)
         if edges != [(k, c, j) for k in range(len(nodes)) for j, c in
                      enumerate(child_id[child_off[k]:child_off[k + 1]]) if c >= 0]:
-            raise _NotColumns  # the columns list the edges node by node, slot by slot
+            raise _NotColumns("the edges are not listed node by node, slot by slot")
         outs, dtypes = _outputs(nodes)
         tab = TensorTable(apart=True)
         runs = _runs(st, tab)
         if [tuple(e) for e in st.execution] != _execution(runs["run_node"]):
-            raise _NotColumns
+            raise _NotColumns("the execution order is not the runs' order")
         statics, static_code = codes([_static(n) for n in nodes], key=repr)
-    except _NotColumns:
-        return None
+    except _NotColumns as exc:
+        raise TraceFormatError(f"step {st.step} of run {st.run!r} cannot be written as columns: {exc}") from None
     n_rows = len(tab.items)
     rows = tab.items[:]
     fields = step_fields(st, tab, execution=False)  # after the rows: what only the other fields name
