@@ -9,7 +9,8 @@ One concern per folder:
     summary/   gradient statistics and thumbnails (and the optional C kernel)
     monitor/   the every-step monitor: a history row for every step, and triggers that trace a step
     debug/     live breakpoints and the problem finder
-    wire/      the serialised step, its one schema (maps and columns), its index, the history rows
+    wire/      the serialised step (its column document; earlier releases' maps, read only), its index,
+               the history rows
     protocol/  the socket messages between a tracer, the server and the page
     sinks/     where finished steps go: memory, a SQLite file, a live server
     data/      torch's derivatives table, read by record/derivatives.py

@@ -1,6 +1,6 @@
 """The data model of a recorded step (`StepTrace` and its parts): what the recorder makes and what users,
 `gradscape.load` and the tests read. It is not what travels on: a sink hands a step on in its wire form
-(tracer/wire/: maps, or columns for a natively recorded step), which the store keeps and the page reads;
+(tracer/wire/: its column document, whichever recorder made it), which the store keeps and the page reads;
 the page never rebuilds a `StepTrace` (app/view/step_fields.py).
 
 A `StepTrace` is complete when the `with tr.step(i)` block exits. Everything in it is plain Python

@@ -53,7 +53,8 @@ STEP_FORMS = ("maps", "columns")
 
 def hello_ack() -> dict[str, Any]:
     """The server's answer to a tracer's `hello`: the version it speaks, the sizes it takes and the forms of
-    a step it reads (a tracer sends maps to a server that does not say "columns")."""
+    a step it reads (a tracer of this release sends nothing to a server that does not say "columns": NOTE
+    [Socket sink])."""
     return ack(protocol=PROTOCOL_VERSION, max_message=MAX_MESSAGE, chunk=CHUNK_BYTES, forms=list(STEP_FORMS))
 
 
