@@ -7,8 +7,8 @@ in summary mode, against the same step in a SQLite trace file written in the sam
 Prints, per workload: nodes, tensors, the file's size and its parts (page data JSON, heatmap cells,
 scripts and styles), the views laid out (one per fold that opens, within NOTE [Export budgets] in
 app/export/views.py), the time to write it from the step in memory (`st.to_html`) and from the trace
-file (`gradscape export`, which reads the stored maps and arrays, no `StepTrace`), and the ratio to the
-step's trace file.
+file (`gradscape export`, which reads the stored step's node maps, made from its columns, and arrays, no
+`StepTrace`), and the ratio to the step's trace file.
 """
 
 from __future__ import annotations
