@@ -118,9 +118,12 @@ def test_columns_read_back_as_the_maps(tmp_path: Path, name: str, recorder: str)
             assert pack(lazy["tensors"][-1]) == pack(whole["tensors"][-1])
             assert pack({**lazy, "nodes": list(lazy["nodes"]), "tensors": list(lazy["tensors"])}) == pack(whole)
             ia, ib, iw = lazy.index, b.read_indexed(run, i).index, index_from_wire(whole)  # type: ignore[attr-defined]
+            ic = whole.index  # type: ignore[attr-defined]  # read whole: the index made from its columns
             for f in ("n_nodes", "modules", "module_code", "names", "name_code", "badges", "accumulated",
                       "param_node"):
-                assert getattr(ia, f) == getattr(ib, f) == getattr(iw, f), f
+                assert getattr(ia, f) == getattr(ib, f) == getattr(iw, f) == getattr(ic, f), f
+            assert all(np.array_equal(np.array(v, float), np.array(ic.values[c], float), equal_nan=True)
+                       for c, v in iw.values.items())
             for c, values in ia.values.items():
                 assert np.array_equal(np.array(values, float), np.array(ib.values[c], float), equal_nan=True), c
             assert np.array_equal(ia.sent, ib.sent) and np.array_equal(ia.sent_start, ib.sent_start)

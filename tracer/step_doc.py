@@ -42,20 +42,21 @@ def encode(graph: Mapping[str, Any]) -> tuple[bytes, bytes, int, int]:
 
 def _expanded(doc: dict[str, Any], lazily: bool) -> WireStep:
     """A column document's fields with its nodes, edges, tensors and execution order, which it does not
-    store (the order is its runs')."""
+    store (the order is its runs'); read whole (not `lazily`), with its index made from the columns."""
     cols = StepColumns(doc.pop("columns"))
     wire = with_defaults(doc)  # before the items: a column document's nodes and tensors have every field
     doc.update(edges=cols.edges(), execution=cols.execution())
     if lazily:
         doc.update(nodes=LazyItems(cols.n_nodes, cols.node, cols.nodes),
                    tensors=LazyItems(cols.n_tensors, cols.tensor, cols.tensors))
-    else:
-        doc.update(nodes=cols.nodes(), tensors=cols.tensors())
-    return wire
+        return wire
+    doc.update(nodes=cols.nodes(), tensors=cols.tensors())
+    # the page's index from the columns, with numpy, not by a pass over the maps just made (`indexed`)
+    return cast(WireStep, IndexedWire(wire, index_from_columns(cols)))
 
 
 def read_whole(blob: bytes) -> WireStep:
-    """The stored step's wire form, every map made."""
+    """The stored step's wire form, every map made; a column document's with its index (`IndexedWire`)."""
     doc = read_doc(blob)
     return _expanded(doc, lazily=False) if "columns" in doc else with_defaults(doc)
 
