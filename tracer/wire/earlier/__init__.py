@@ -17,6 +17,6 @@ NOTE [Maps of earlier releases]
     spans       its stored document read lazily: the node and tensor maps at their spans (`read_lazily`)
 
 The page still reads a node or a tensor as a map (`WireNode`): a column document's are made from its columns
-when read (`tracer.wire.columns.StepColumns.node`), and the step's index from the maps of either
-(`step_index.index_from_wire`).
+when read (`tracer.wire.columns.StepColumns.node`), and its index from its columns (`column_index`); an earlier
+release's maps step's index is made from its maps (`step_index.index_from_wire`) when its file holds none.
 """
