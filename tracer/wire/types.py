@@ -1,10 +1,11 @@
 """The wire form as types, and the error raised when data does not fit them.
 
-The codec builds these, `step_from_wire` checks them, the store keeps them, and the JSON API and the
-view read them. They are plain dicts and lists at run time (msgpack gives nothing else); the types let
-mypy check every key the readers use against this one definition, so a renamed or misspelt field fails
-`make lint` instead of reading None. The layout in words is in the package's docstring
-(`gradscape.tracer.wire`).
+A column document's columns make the node and tensor maps when read (`columns.StepColumns`), the codec
+makes the step's other fields and its tensor maps (`step_fields`, `TensorTable`), an earlier release's maps
+are checked by `step_from_wire` (earlier/maps_step.py), and the JSON API and the view read them. They are
+plain dicts and lists at run time (msgpack gives nothing else); the types let mypy check every key the
+readers use against this one definition, so a renamed or misspelt field fails `make lint` instead of reading
+None. The layout in words is in the package's docstring (`gradscape.tracer.wire`).
 """
 
 from __future__ import annotations
