@@ -71,7 +71,10 @@ def _step(tr: gradscape.Tracer, model: nn.Module, x: torch.Tensor, i: int, extra
     return st, moded
 
 
-def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradients() -> None:
+@pytest.mark.parametrize("monitor", [True, False])
+def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradients(monitor: bool) -> None:
+    """With the monitor its capture hands a carried step's backward to the recorder; without it, the traced
+    step's own (NOTE [Backward handoff] in tracer/record/handoff.py)."""
     torch.manual_seed(0)
     model, x = _Net(), torch.randn(5, 3)
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module → (grad_input[0], grad_output[0]), torch's
@@ -80,7 +83,7 @@ def test_a_repeated_forward_runs_without_the_mode_and_keeps_its_lines_and_gradie
     want_grads = torch.autograd.grad(model(x).pow(2).mean(), list(model.parameters()))
     for h in hooks:
         h.remove()
-    tr = gradscape.Tracer(model)
+    tr = gradscape.Tracer(model, monitor=monitor)
     moded = []
     for i in range(5):
         st, on = _step(tr, model, x, i)
@@ -117,14 +120,14 @@ def test_a_forward_that_changes_loses_only_its_own_attribution_and_the_mode_come
     assert _ops(steps[4]) == _ops(steps[6]) == _want()
 
 
-@pytest.mark.parametrize("how", ["monitor off", "full tensors", "backward by name"])
+@pytest.mark.parametrize("how", ["full tensors", "backward by name", "backward by name, monitor off"])
 def test_never_carried(how: str) -> None:
     torch.manual_seed(0)
     model, x = _Net(), torch.randn(5, 3)
-    opts = {"monitor off": {"monitor": False}, "full tensors": {"tensors": "full"}}.get(how, {})
+    opts = {"full tensors": {"tensors": "full"}, "backward by name, monitor off": {"monitor": False}}.get(how, {})
     tr = gradscape.Tracer(model, **opts)  # type: ignore[arg-type]
     for i in range(4):
-        st, on = _step(tr, model, x, i, by_name=how == "backward by name")
+        st, on = _step(tr, model, x, i, by_name=how.startswith("backward by name"))
         assert on, (how, i)
         assert _ops(st) == _want() and len(st.passes) == 1, (how, i)
         model.zero_grad()

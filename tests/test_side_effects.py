@@ -112,16 +112,21 @@ def test_every_n_installs_nothing_on_untraced_steps() -> None:
     case = build("mlp")
     tr = gradscape.Tracer(case.model, every=3, monitor=False)  # the monitor installs a little on every step
     base = _global_hook_state()
-    traced = []
+    traced, hooked = [], []
     for i in range(7):
         with tr.step(i) as st:
             if st is None:
                 assert _global_hook_state() == base  # nothing at all while an untraced step runs
             else:
-                assert _global_hook_state() != base
+                hooked.append(_global_hook_state() != base)
             case.loss(case.model, case.batch).backward()
         traced.append(st is not None)
     assert traced == [True, False, False, True, False, False, True]
+    # the first two traced steps record their forward with the hooks and the mode; the third makes the same
+    # forward and is carried, without them (NOTE [Carried forwards], NOTE [Backward handoff])
+    assert hooked == [True, True, False]
+    assert tr.last is not None and tr.last.meta.get("notes") is None  # carried: its lines and modules kept
+    assert any(n.module is not None for n in tr.last.nodes) and all(n.source for n in tr.last.nodes if n.kind == "op")
 
 
 def test_graph_freed_after_each_step() -> None:

@@ -9,6 +9,7 @@ import logging
 import operator
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -17,8 +18,11 @@ import torch
 
 from gradscape.tracer._model import StepTrace, fill
 from gradscape.tracer.monitor import Monitor, as_module
+from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.carry import ForwardCarry
 from gradscape.tracer.record.compiled import COMPILED_MODES, EagerRegions, compiled_meta
+from gradscape.tracer.record.handles import CallOnRemove
+from gradscape.tracer.record.handoff import Handoff
 from gradscape.tracer.record.model_index import IndexCache
 from gradscape.tracer.record.native import status as native_status
 from gradscape.tracer.record.recorder import StepRecorder
@@ -104,8 +108,13 @@ class Tracer:
         # the every-step monitor (tracer/monitor/)
         self._monitor = Monitor(self, triggers, norms_every) if monitor else None
         # a repeated forward's attribution, carried between steps (NOTE [Carried forwards] in tracer/record/carry.py):
-        # only with the monitor, whose wrapped backward calls see a backward without the mode
-        self._carry = ForwardCarry() if monitor else None
+        # the wrapped backward calls see a backward without the mode, the monitor's capture or, without the
+        # monitor, the traced step's own (NOTE [Backward handoff] in tracer/record/handoff.py), the wrappers
+        # held in place between the steps as the monitor holds them
+        self._carry = ForwardCarry()
+        self._hold = None if monitor else patched_calls.Hold()
+        if self._hold is not None:
+            weakref.finalize(self, self._hold.release)
         # the model's calls, kept for a loss trigger's replay (NOTE [Replayed loss triggers] in tracer/record/replay.py)
         kinds = self._monitor.triggers.cfg.kinds if self._monitor is not None else ()
         loss_triggers = bool({"nonfinite", "loss_spike"} & set(kinds))
@@ -115,8 +124,9 @@ class Tracer:
     def step(self, i: int) -> AbstractContextManager[StepTrace | None]:
         """Trace step `i` (when `i % every == 0`, or when a trigger asks): forward attribution and every
         backward inside the block. The context yields the `StepTrace`, complete once the block exits, or
-        None on an untraced step, for which only the monitor is installed (nothing at all with
-        `monitor=False`: the context is a shared no-op)."""
+        None on an untraced step, for which only the monitor is installed (nothing with `monitor=False`: the
+        context is a shared no-op; the wrapped backward functions stay in place while the Tracer lives, and
+        pass such a step's calls straight through: NOTE [Backward handoff] in tracer/record/handoff.py)."""
         if self._closed:
             raise RuntimeError("this Tracer is closed")
         if type(i) is not int:
@@ -175,6 +185,8 @@ class Tracer:
         if self._closed:
             return
         self._closed = True
+        if self._hold is not None:
+            self._hold.release()
         if self._monitor is not None:
             try:  # the history rows not yet written go first
                 self._monitor.close()
@@ -279,6 +291,8 @@ class _TracedStep:
         # NOTE [Compiled regions on a traced step] in tracer/record/compiled.py (None: not entered, or "opaque")
         self.regions: EagerRegions | None = None
         self.replayed: dict[str, Any] | None = None  # NOTE [Replayed loss triggers] in tracer/record/replay.py
+        # without the monitor, the step's own capture of the backward calls (NOTE [Backward handoff])
+        self.handoff = Handoff(self.rec) if tracer._monitor is None else None
 
     def __enter__(self) -> StepTrace:
         self.tracer._active = True
@@ -287,6 +301,9 @@ class _TracedStep:
                 self.regions = EagerRegions()
                 self.regions.start()
             self.rec.start()
+            if self.handoff is not None:
+                patched_calls.install(self.handoff)
+                self.rec.handles.add(CallOnRemove(lambda: patched_calls.uninstall(self.handoff)))
         except BaseException:
             if self.regions is not None:
                 self.regions.stop()

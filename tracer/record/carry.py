@@ -16,11 +16,13 @@ NOTE [Carried forwards]
     LBFGS closure) has a key per call: the graph's as that call began, walked as far as it then was (the
     call's own new nodes included), made of the nodes that call walked and the key of the call before it.
 
-    `ForwardCarry` (one per Tracer with the monitor on) keeps the last forward recorded with the hooks
+    `ForwardCarry` (one per Tracer) keeps the last forward recorded with the hooks
     and the mode: its calls' keys, every node's source line and module, and each call's module calls by
     node ids (`CallPlan`, tracer/record/module_sums.py). Once two such steps in a row had the same keys
-    (`ready`), the Tracer's next steps run without the hooks and the mode (the monitor's wrapped backward
-    calls hand the backward to the recorder: NOTE [Patched backward] in tracer/record/patched_calls.py).
+    (`ready`), the Tracer's next steps run without the hooks and the mode (the wrapped backward calls
+    hand the backward to the recorder, through the monitor's capture or, without the monitor, the traced
+    step's own: NOTE [Patched backward] in tracer/record/patched_calls.py, NOTE [Backward handoff] in
+    handoff.py).
     As each backward call starts, a carried step whose key for that call is the kept one takes the kept
     module calls (its module sums are planned from them), and at its end the kept lines and modules: what
     the hooks and the mode would have given, had the same code made the same nodes; each call's structure

@@ -23,9 +23,12 @@ NOTE [Patched backward]
     `torch.autograd.grad(...)` and GradScaler are seen. Two monitored blocks of two Tracers open on one
     thread: the calls go to the innermost.
 
-    Between a Tracer's blocks the wrappers stay in place while its monitor holds them (`Hold`, from the
-    monitor's start to `Tracer.close()` or the Tracer's collection), and a call then finds no capture and
-    goes straight to the original. Putting them back and in place again each step cost more than the calls:
+    A traced block of a Tracer without the monitor installs a capture of its own (NOTE [Backward handoff]
+    in handoff.py), so that its carried steps' backward calls reach the recorder too.
+    Between a Tracer's blocks the wrappers stay in place while its monitor, or a Tracer without one, holds
+    them (`Hold`, from the monitor's or the Tracer's start to `Tracer.close()` or the Tracer's collection),
+    and a call then finds no capture and goes straight to the original. Putting them back and in place
+    again each step cost more than the calls:
     an attribute set on `torch.Tensor` empties the interpreter's attribute caches of every type, and a
     monitored step of the 3-20-30-2 MLP paid 36-65 µs for it (1.31-1.36x a plain step, 1.24x held;
     interleaved in one run).
@@ -169,8 +172,9 @@ _last: list[tuple[Any, Any]] = [(None, None)] * len(_PLAN)  # (original, wrapper
 
 
 class Hold:
-    """A monitor's hold on the wrappers between its blocks (see NOTE [Patched backward]); `release()` lets go,
-    once, and puts the originals back when no other hold or open block needs them."""
+    """A monitor's (or a Tracer's without one) hold on the wrappers between its blocks (see NOTE [Patched
+    backward]); `release()` lets go, once, and puts the originals back when no other hold or open block needs
+    them."""
 
     __slots__ = ("on",)
 
