@@ -179,8 +179,7 @@ class TraceStore:
 
     @collector_paused()
     def write_wire(self, doc: Mapping[str, Any], arrays: list[tuple[Any, Any]]) -> None:
-        """Store a checked column document and its `arrays` (`column_check`'s: thumbnails already read as
-        arrays), at once."""
+        """Store a checked column document and its `arrays` (`column_check`'s, thumbnails as arrays), at once."""
         self._writable()
         if "columns" not in doc:
             raise TraceFormatError("a step is stored as its column document; maps are read, not written "
@@ -188,16 +187,14 @@ class TraceStore:
         self._write(doc, ThumbTable().keep_arrays([th for th, _ in arrays]), [v for _, v in arrays])
 
     def _write(self, graph: Mapping[str, Any], thumbs: list[Any], values: list[Any]) -> None:
-        """The step's graph row (its tensors without arrays), and a row for each tensor with arrays: its
-        kept thumbnail (`ThumbTable`) and its values."""
+        """The step's rows: its document, and each tensor's kept thumbnail (`ThumbTable`) and values."""
         tensors = [(i, compress(pack({"thumb": th, "values": v})))
                    for i, (th, v) in enumerate(zip(thumbs, values)) if th is not None or v is not None]
         self.write_rows(graph, step_doc.encode(graph), tensors)
 
     def write_rows(self, graph: Mapping[str, Any], encoded: tuple[bytes, bytes, int, int],
                    tensors: list[tuple[int, bytes]]) -> None:
-        """The rows of one step, in one transaction: `graph`'s run, step and rank, its document and index row
-        and counts (`step_doc.encode`'s), and each tensor's arrays row."""
+        """One step's rows in one transaction: its document, index and counts (`step_doc.encode`'s), arrays."""
         doc, index, n_nodes, n_edges = encoded
         now = time.time()
         run, step, rank = graph["run"], int(graph["step"]), wire_rank(cast(WireStep, graph))
