@@ -16,6 +16,7 @@ import gradscape
 from gradscape.tracer.record.carry import NOT_CARRIED
 
 _mode_stack_len = torch._C._len_torch_function_stack
+_ENGINE = torch.autograd._engine_run_backward  # what `backward` calls (NOTE [Backward by name]), before any block
 
 
 def _line(marker: str) -> str:
@@ -122,14 +123,22 @@ def test_a_forward_that_changes_loses_only_its_own_attribution_and_the_mode_come
 
 @pytest.mark.parametrize("how", ["full tensors", "backward by name", "backward by name, monitor off"])
 def test_never_carried(how: str) -> None:
+    """A backward taken by name reaches the mode on every release (NOTE [Backward by name] in
+    tracer/record/backward_by_name.py: on torch 2.9 through `backward`'s call of the engine, put back as each
+    block ends), and the step records it whole: its ops, and each parameter's gradient as torch gives it."""
     torch.manual_seed(0)
     model, x = _Net(), torch.randn(5, 3)
+    want = torch.autograd.grad(model(x).pow(2).mean(), list(model.parameters()))
     opts = {"full tensors": {"tensors": "full"}, "backward by name, monitor off": {"monitor": False}}.get(how, {})
     tr = gradscape.Tracer(model, **opts)  # type: ignore[arg-type]
     for i in range(4):
         st, on = _step(tr, model, x, i, by_name=how.startswith("backward by name"))
         assert on, (how, i)
         assert _ops(st) == _want() and len(st.passes) == 1, (how, i)
+        assert torch.autograd._engine_run_backward is _ENGINE, (how, i)
+        for (name, p), g in zip(model.named_parameters(), want):
+            assert torch.equal(p.grad, g), (how, i, name)
+            assert st.params[name].stats["norm"] == pytest.approx(g.norm().item(), rel=1e-6), (how, i, name)
         model.zero_grad()
 
 

@@ -19,6 +19,7 @@ EXPECTED = {
     ("torch._C._autograd", "_get_sequence_nr"), ("torch._C", "DisableTorchFunction"),
     ("torch._C", "_push_on_torch_function_stack"), ("torch._C", "_pop_torch_function_stack"),
     ("torch._C", "_len_torch_function_stack"), ("torch._C", "_get_function_stack_at"),
+    ("torch._C", "_is_torch_function_mode_enabled"),
     ("torch._C", "_current_graph_task_id"), ("torch._C", "_set_grad_enabled"),
     ("torch.autograd.graph.Node", "_sequence_nr"), ("torch.autograd.graph.Node", "_input_metadata"),
     ("torch", "_foreach_norm"), ("torch", "_amp_foreach_non_finite_check_and_unscale_"),
@@ -56,6 +57,15 @@ def test_the_torch_function_mode_stack() -> None:
     assert _compat.mode_stack_len() == depth
     with _compat.DisableTorchFunction():
         assert torch.ones(2).sum().item() == 2.0
+
+
+def test_modes_enabled_is_false_under_disable_torch_function_with_the_mode_still_on_the_stack() -> None:
+    """What tracer/record/backward_by_name.py reads to leave a call made with torch functions disabled alone."""
+    with TorchFunctionMode():
+        assert _compat.modes_enabled()
+        with _compat.DisableTorchFunction():
+            assert not _compat.modes_enabled() and _compat.mode_stack_len() >= 1
+        assert _compat.modes_enabled()
 
 
 def test_graph_task_id_and_grad_mode() -> None:

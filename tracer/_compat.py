@@ -18,7 +18,7 @@ What each is for (see docs/autograd.md):
 - `sequence_nr()`: the autograd sequence number the next node created on this thread will get; the
   forward-op attribution matches nodes to the ops that made them with it.
 - `DisableTorchFunction`: a context in which torch-function handlers (our mode) are not called.
-- `push_mode` / `pop_mode` / `mode_stack_len` / `mode_at`: the torch-function mode stack, as
+- `push_mode` / `pop_mode` / `mode_stack_len` / `mode_at` / `modes_enabled`: the torch-function mode stack, as
   `TorchFunctionMode.__enter__/__exit__` use it; the tracer steps its mode aside around library
   leaf modules and optimizer steps, which costs less than leaving and re-entering the mode.
 - `current_graph_task_id()`: -1 outside a backward pass (the engine's graph task on this thread).
@@ -116,6 +116,7 @@ DisableTorchFunction = _private(torch._C, "torch._C", "DisableTorchFunction")
 push_mode = _private(torch._C, "torch._C", "_push_on_torch_function_stack")
 pop_mode = _private(torch._C, "torch._C", "_pop_torch_function_stack")
 mode_stack_len = _private(torch._C, "torch._C", "_len_torch_function_stack")
+modes_enabled = _private(torch._C, "torch._C", "_is_torch_function_mode_enabled")  # False under DisableTorchFunction
 mode_at = _private(torch._C, "torch._C", "_get_function_stack_at")
 current_graph_task_id = _private(torch._C, "torch._C", "_current_graph_task_id")
 set_grad_enabled = _private(torch._C, "torch._C", "_set_grad_enabled")

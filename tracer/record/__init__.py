@@ -18,6 +18,8 @@ tracer/tracing.py), which owns the step's state and its parts:
     patched_calls the backward calls and GradScaler's unscale of a monitored block, wrapped while it is open
     carry         a repeated forward's attribution, carried from one traced step to the next
     handoff       a traced step's backward calls handed to its recorder when no monitor sees them
+    backward_by_name  a `torch.autograd.backward` taken by name, seen by the mode on releases where it does not
+                  dispatch
     compiled      a compiled model's regions run eagerly on a traced step (or left opaque)
     replay        a loss trigger's step replayed eagerly from the state before its forward
     compare       a compiled step's gradients against the eager ones (the numbers; tracer/compare_step.py runs it)

@@ -50,7 +50,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from gradscape.tracer import _compat
-from gradscape.tracer.record import global_hooks
+from gradscape.tracer.record import backward_by_name, global_hooks
 from gradscape.tracer.record.global_hooks import compiling as _compiling
 from gradscape.tracer.record.patched_calls import original_of
 from gradscape.tracer.record.sources import ForwardFrames, is_library_leaf, user_frame
@@ -144,13 +144,16 @@ class ForwardRecorder:
         self._mode = _StepMode(self)
         self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)
+        backward_by_name.acquire(_StepMode)  # (NOTE [Backward by name])
 
     def stop(self) -> None:
         """Idempotent; safe to call from a `finally`."""
         global_hooks.discard(self)
         mode, self._mode = self._mode, None
-        if mode is not None and not self._paused:
-            _remove_mode(mode)
+        if mode is not None:
+            backward_by_name.release()
+            if not self._paused:
+                _remove_mode(mode)
         self._paused = False
         self._leaf = None
         self._stack.clear()

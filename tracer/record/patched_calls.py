@@ -20,7 +20,8 @@ NOTE [Patched backward]
 
     What a wrapper does not see: a function taken by name before the block opened (`from torch.autograd
     import grad`, then `grad(...)`) is the original. Its losses are not in the row; `loss.backward()`,
-    `torch.autograd.grad(...)` and GradScaler are seen. Two monitored blocks of two Tracers open on one
+    `torch.autograd.grad(...)` and GradScaler are seen. (A traced step's mode sees such a call: NOTE
+    [Backward by name] in tracer/record/backward_by_name.py.) Two monitored blocks of two Tracers open on one
     thread: the calls go to the innermost.
 
     A traced block of a Tracer without the monitor installs a capture of its own (NOTE [Backward handoff]
