@@ -69,7 +69,7 @@ class PageData:
         self._layouts: OrderedDict[tuple[str, int, int, tuple[str, ...] | None], dict[str, Any]] = OrderedDict()
         self._flows: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
         self._flow_rows: OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = OrderedDict()
-        self._search: OrderedDict[tuple[str, int, int], list[dict[str, str]]] = OrderedDict()
+        self._search: OrderedDict[tuple[str, int, int], view.SearchTable] = OrderedDict()
         self._orders: OrderedDict[tuple[str, int, int], dict[str, Any]] = OrderedDict()
         self._marks: OrderedDict[tuple[str, int, int, str], view.StepMarks] = OrderedDict()
         self._making: dict[tuple[int, Any], _Making] = {}  # misses being made, per (cache, key)
@@ -152,9 +152,14 @@ class PageData:
         return self._lru(self._orders, (run, int(step), int(rank)),
                          lambda: view.exec_order(self.graph(run, step, rank), int(rank)))
 
-    def search_index(self, run: str, step: int, rank: int = 0) -> list[dict[str, str]]:
+    def search_table(self, run: str, step: int, rank: int = 0) -> view.SearchTable:
+        """The find box's options of a step (`view.SearchTable`): made once, for its first options and every
+        query typed."""
         return self._lru(self._search, (run, int(step), int(rank)),
-                         lambda: view.search_index(self.graph(run, step, rank)))
+                         lambda: view.SearchTable(self.graph(run, step, rank)))
+
+    def search_index(self, run: str, step: int, rank: int = 0) -> list[dict[str, str]]:
+        return self.search_table(run, step, rank).index()
 
     def marks(self, run: str, step: int, color_by: str, rank: int = 0) -> view.StepMarks:
         """The colour range, node statistics, NaN/Inf counts and legend of a step for one colouring: once per

@@ -40,19 +40,22 @@ def encode(graph: Mapping[str, Any]) -> tuple[bytes, bytes, int, int]:
     return compress(doc), row, index.n_nodes, int((cols.a["child_id"] >= 0).sum())
 
 
-def _expanded(doc: dict[str, Any], lazily: bool) -> WireStep:
+def _expanded(doc: dict[str, Any], lazily: bool, index: StepIndex | None = None) -> WireStep:
     """A column document's fields with its nodes, edges, tensors and execution order, which it does not
-    store (the order is its runs'); read whole (not `lazily`), with its index made from the columns."""
+    store (the order is its runs'), and its columns (`IndexedWire.columns`); its maps made when read (`lazily`)
+    or all now; its index `index` (the stored one), else made from the columns."""
     cols = StepColumns(doc.pop("columns"))
     wire = with_defaults(doc)  # before the items: a column document's nodes and tensors have every field
     doc.update(edges=cols.edges(), execution=cols.execution())
     if lazily:
         doc.update(nodes=LazyItems(cols.n_nodes, cols.node, cols.nodes),
                    tensors=LazyItems(cols.n_tensors, cols.tensor, cols.tensors))
-        return wire
-    doc.update(nodes=cols.nodes(), tensors=cols.tensors())
-    # the page's index from the columns, with numpy, not by a pass over the maps just made (`indexed`)
-    return cast(WireStep, IndexedWire(wire, index_from_columns(cols)))
+    else:
+        doc.update(nodes=cols.nodes(), tensors=cols.tensors())
+    if index is not None and index.n_nodes != cols.n_nodes:
+        raise TraceFormatError("the step's index is not of its columns")
+    # the page's index from the columns, with numpy, not by a pass over the maps (`indexed`)
+    return cast(WireStep, IndexedWire(wire, index if index is not None else index_from_columns(cols), cols))
 
 
 def read_whole(blob: bytes) -> WireStep:
@@ -88,10 +91,7 @@ def read_indexed(blob: bytes, index: StepIndex, spans: Any) -> WireStep:
     doc = unpack(raw)
     if not isinstance(doc, dict) or "columns" not in doc:
         raise TraceFormatError("a step stored without spans has no columns")
-    wire = _expanded(doc, lazily=True)
-    if len(wire["nodes"]) != index.n_nodes:
-        raise TraceFormatError("the step's index is not of its columns")
-    return cast(WireStep, IndexedWire(wire, index))
+    return _expanded(doc, lazily=True, index=index)
 
 
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py

@@ -67,12 +67,12 @@ def register(app: dash.Dash, data: PageData) -> None:
         if not query or not run or step is None:
             return no_update
         try:
-            wire = data.graph(run, step, int(rank or 0))
+            table = data.search_table(run, step, int(rank or 0))
         except StoreError:
             return no_update
-        if not view.searched_on_server(wire):
+        if table.n_nodes <= view.SEARCH_ALL:
             return no_update  # every option is in the browser already
-        hits = view.search(wire, query, limit=view.SEARCH_HITS)
+        hits = table.search(query, limit=view.SEARCH_HITS)
         kept = [o for o in options or [] if o.get("value") == value and o not in hits]
         return kept + hits
 

@@ -42,7 +42,15 @@ from gradscape.app.view.layout import count_crossings, layout_graph
 from gradscape.app.view.marks import StepMarks, step_marks
 from gradscape.app.view.modules import backward_hook_note, module_detail, module_table, module_tensors, param_rows
 from gradscape.app.view.order import exec_order, order_name
-from gradscape.app.view.search import SEARCH_HITS, find, search, search_index, searched_on_server
+from gradscape.app.view.search import (
+    SEARCH_ALL,
+    SEARCH_HITS,
+    SearchTable,
+    find,
+    search,
+    search_index,
+    searched_on_server,
+)
 
 __all__ = [
     "MAX_DRAWN",
@@ -52,7 +60,9 @@ __all__ = [
     "COMPARE_COLUMNS",
     "DIFF",
     "DIFF_LABEL",
+    "SEARCH_ALL",
     "SEARCH_HITS",
+    "SearchTable",
     "backward_hook_note",
     "collapse_module",
     "compare_rows",

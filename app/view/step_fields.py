@@ -12,6 +12,9 @@ import functools
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from gradscape.tracer.wire import STAT_NAMES, WireNode, WireStep, WireTensor
 from gradscape.tracer.wire.step_index import (  # noqa: F401 (ROOT_MODULE, param_owner: read from here by the view)
@@ -113,6 +116,31 @@ def step_index(wire: Wire) -> StepIndex:
     keeps it, for a caller that reads it often)."""
     index = getattr(wire, "index", None)
     return index if index is not None else index_from_wire(wire)
+
+
+@dataclass(frozen=True)
+class NodeFields:
+    """Per node, what the page reads of every node at once (the find box), as the node's map has it: its
+    `names`, its own `modules`, `params` (node → the parameter it names) and `orders`, the order of its first
+    run (-1: it never ran)."""
+
+    names: list[str]
+    modules: list[str | None]
+    params: dict[int, str]
+    orders: np.ndarray
+
+
+def node_fields(wire: Wire) -> NodeFields:
+    """Those fields: from a column document's arrays (`IndexedWire.columns`), no node's map made; else one
+    pass over the maps (a step of an earlier release's file, or one built by hand)."""
+    cols = getattr(wire, "columns", None)
+    if cols is not None:
+        names, modules, orders = cols.node_fields()
+        return NodeFields(names, modules, dict(cols.params), orders)
+    nodes = wire["nodes"]
+    return NodeFields([n["name"] for n in nodes], [n["module"] for n in nodes],
+                      {k: n["param"] for k, n in enumerate(nodes) if n["param"]},
+                      np.array([-1 if n["order"] is None else n["order"] for n in nodes], np.int64))
 
 
 def module_type(wire: Wire, prefix: str) -> str | None:

@@ -248,7 +248,7 @@ def test_folded_module_label_names_class_and_count() -> None:
 
 def test_big_step_searches_on_the_server() -> None:
     from gradscape.app.view import SEARCH_HITS, searched_on_server
-    from gradscape.app.view.search import SEARCH_ALL, _search_options
+    from gradscape.app.view.search import SEARCH_ALL, SearchTable
 
     small = zoo_wire("mlp")
     assert not searched_on_server(small) and len(search_index(small)) > len(small["nodes"])
@@ -258,7 +258,7 @@ def test_big_step_searches_on_the_server() -> None:
     assert len(first) == SEARCH_HITS and first[0]["value"].startswith("m:")
     # the same first options as sorting every one of them: modules outermost first, then parameters,
     # then the nodes in the order backward ran them
-    every = _search_options(big)  # every option, as a step under SEARCH_ALL nodes gets them
+    every = SearchTable(big).options()  # every option, as a step under SEARCH_ALL nodes gets them
     every.sort(key=lambda o: (not o["value"].startswith("m:"), o["value"].count(".")))
     assert first == every[:SEARCH_HITS]
     assert any(o["label"].endswith("(parameter)") for o in first) and first[-1]["value"].startswith("n")

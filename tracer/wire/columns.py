@@ -267,6 +267,17 @@ class StepColumns:
                 out.append({"shape": list(shape), "dtype": dtype, "stats": stats[i], "view": view, "device": device})
         return out + self.extra
 
+    def node_fields(self) -> tuple[list[str], list[str | None], np.ndarray]:
+        """Per node its name, its module and the order of its first run (-1: it never ran), as its map has
+        them, from the arrays with no map made: what the page reads of every node (the find box's options)."""
+        a, tab = self.a, self.tables
+        starts, by_node = self.run_start, self.by_node
+        first = np.full(self.n_nodes, -1, np.int64)
+        ran = starts[1:] > starts[:-1]
+        first[ran] = by_node[starts[:-1][ran]]
+        names, modules = tab["name"], tab["module"]
+        return [names[c] for c in a["name_code"].tolist()], [modules[c] for c in a["module_code"].tolist()], first
+
     def edges(self) -> list[list[int]]:
         """[node, child, slot] of every edge between the step's nodes, as the codec lists them."""
         a = self.a

@@ -80,9 +80,12 @@ class IndexedWire(dict):  # type: ignore[type-arg]
     """A step's wire form (`WireStep`'s keys) with its index (`index`): `nodes` and `tensors` may be
     `LazyItems`."""
 
-    def __init__(self, fields: Mapping[str, Any], index: StepIndex) -> None:
+    def __init__(self, fields: Mapping[str, Any], index: StepIndex, columns: Any = None) -> None:
         super().__init__(fields)
         self.index = index
+        # the `StepColumns` its maps are made from, for a column document (None for maps): the page reads its
+        # arrays where it asks something of every node (`app.view.step_fields.node_fields`)
+        self.columns = columns
 
 
 def indexed(wire: WireStep) -> WireStep:
