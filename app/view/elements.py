@@ -50,6 +50,7 @@ from gradscape.app.view.step_fields import (
     module_type,
     node_label,
     numel,
+    slot_labels,
     stat,
     step_index,
     tensor,
@@ -66,7 +67,7 @@ def _roots(wire: Wire) -> set[int]:
     roots = {r for p in wire["passes"] for r in p["roots"]}
     if not roots and wire["nodes"]:
         has_in = {dst for _, dst, _ in wire["edges"]}
-        roots = {n["id"] for n in wire["nodes"] if n["id"] not in has_in}
+        roots = {k for k in range(len(wire["nodes"])) if k not in has_in}  # (node ids are positions: no map made)
     return roots
 
 
@@ -192,7 +193,7 @@ def _edge_element(wire: Wire, index: StepIndex, edge: dict[str, Any],
     slots = edge["slots"]
     labels = []
     for src, _dst, slot in slots[:4]:
-        node_labels = wire["nodes"][src].get("labels") or []
+        node_labels = slot_labels(wire, src)
         labels.append(node_labels[slot] if slot < len(node_labels) else f"input {slot}")
     sent = index.sent_norms(slots)  # read from the step's index: a folded loop's edge stands for 10k slots
     data: dict[str, Any] = {"id": edge["id"], "source": edge["source"], "target": edge["target"],

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -141,6 +142,14 @@ def node_fields(wire: Wire) -> NodeFields:
     return NodeFields([n["name"] for n in nodes], [n["module"] for n in nodes],
                       {k: n["param"] for k, n in enumerate(nodes) if n["param"]},
                       np.array([-1 if n["order"] is None else n["order"] for n in nodes], np.int64))
+
+
+def slot_labels(wire: Wire, k: int) -> list[str]:
+    """Node `k`'s input slots' labels: from a column document's tables (no map made), else its map."""
+    cols = getattr(wire, "columns", None)
+    if cols is not None:
+        return cast(list[str], cols.labels_of(k))
+    return wire["nodes"][k].get("labels") or []
 
 
 def module_type(wire: Wire, prefix: str) -> str | None:

@@ -16,7 +16,7 @@ from zoo import ZOO, build
 
 import gradscape
 from gradscape.app.data import PageData
-from gradscape.app.view import SEARCH_HITS, SearchTable, find, search, search_index
+from gradscape.app.view import SEARCH_ALL, SEARCH_HITS, SearchTable, find, search, search_index
 from gradscape.app.view.step_fields import node_fields
 from gradscape.tracer.store import TraceStore
 from gradscape.tracer.wire.lazy import LazyItems
@@ -28,9 +28,9 @@ QUERIES = ["weight", "Addmm", "AddmmBackward0", "accumulate", "relu", "n3", "7",
            "sigmoid", "cell", "no such thing", "  ", "MUL"]
 
 
-def _traced(name: str) -> gradscape.StepTrace:
+def _traced(name: str, nodes: int = 300) -> gradscape.StepTrace:
     if name == "lstm":
-        wl = lstm_loop(300)
+        wl = lstm_loop(nodes)
         model, run = wl.model, lambda: wl.loss(wl.model, wl.batch()).backward()
     elif name == "nan":
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
@@ -81,8 +81,8 @@ def _made(wire: Any) -> int:
 
 
 def test_a_big_step_searched_makes_no_node_map_but_its_parameters(tmp_path: Path) -> None:
-    st = _traced("lstm")
-    assert len(st.nodes) > SEARCH_HITS * 4
+    st = _traced("lstm", SEARCH_ALL + 500)
+    assert len(st.nodes) > SEARCH_ALL
     wire = _stored(st, tmp_path / "t.sqlite")
     n_params = len(node_fields(wire).params)
     assert n_params < 10
@@ -92,6 +92,7 @@ def test_a_big_step_searched_makes_no_node_map_but_its_parameters(tmp_path: Path
     assert table.find("SigmoidBackward0") is not None
     assert _made(wire) <= n_params  # the parameters' nodes, for their labels
     assert len(hits) == SEARCH_HITS and all("sigmoid" in h["label"].lower() for h in hits)
+    assert len(first) == SEARCH_HITS and first == search_index(step_to_wire(st))  # as the maps give them
     ran = sorted((n for n in step_to_wire(st)["nodes"] if n["order"] is not None), key=lambda n: n["order"])
     want = [f"n{n['id']}" for n in ran if n["name"] == "SigmoidBackward0"][:SEARCH_HITS]
     assert [h["value"] for h in hits] == want  # in the order backward ran them
@@ -108,3 +109,31 @@ def test_the_page_data_makes_a_step_table_once(tmp_path: Path) -> None:
         table = data.search_table(st.run, st.step)
         assert data.search_table(st.run, st.step) is table
         assert data.search_index(st.run, st.step) == table.index() == search_index(data.graph(st.run, st.step))
+
+
+def test_the_page_makes_maps_only_for_the_nodes_it_draws(tmp_path: Path) -> None:
+    """A big step opened folded, searched, and its cell opened into its calls: the page reads every node's name,
+    module, order, statistics and slot labels from the columns and the index; a node's map is made only for a
+    node drawn or a parameter (its label in the find box)."""
+    from gradscape.app.ui.graph import graph_payload
+
+    st = _traced("lstm", SEARCH_ALL + 500)
+    path = tmp_path / "t.sqlite"
+    with TraceStore(path) as store:
+        store.write_step(st)
+    with TraceStore(path) as store:
+        data = PageData(store)
+        wire = data.graph(st.run, st.step)
+        n_params = len(node_fields(wire).params)
+        elements, *_, options = graph_payload(data, st.run, st.step, "norm", None)
+        drawn = sum("source" not in e["data"] for e in elements)  # nodes and module boxes, not edges
+        assert len(options) == SEARCH_HITS and _made(wire) <= drawn + n_params < len(st.nodes) // 100
+        data.search_table(st.run, st.step).search("tanh", limit=SEARCH_HITS)
+        assert _made(wire) <= drawn + n_params
+        folded = data.layout(st.run, st.step, None)["collapsed"]
+        assert "cell" in folded
+        opened = {"run": st.run, "collapsed": [m for m in folded if m != "cell"]}
+        elements, *_ = graph_payload(data, st.run, st.step, "norm", opened)
+        drawn_now = sum("source" not in e["data"] for e in elements)
+        assert drawn_now > drawn
+        assert _made(wire) <= drawn + drawn_now + n_params < len(st.nodes) // 20

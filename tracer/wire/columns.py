@@ -278,6 +278,10 @@ class StepColumns:
         names, modules = tab["name"], tab["module"]
         return [names[c] for c in a["name_code"].tolist()], [modules[c] for c in a["module_code"].tolist()], first
 
+    def labels_of(self, k: int) -> list[str]:
+        """Node `k`'s input slots' labels, as its map has them, with no map made (an edge's label, drawn)."""
+        return list(self.tables["static"][int(self.a["static_code"][k])][1])
+
     def edges(self) -> list[list[int]]:
         """[node, child, slot] of every edge between the step's nodes, as the codec lists them."""
         a = self.a
