@@ -31,15 +31,18 @@ class SearchTable:
     asked for (`label`) and all of them at the first typed search (`search`)."""
 
     def __init__(self, wire: Wire) -> None:
-        self.wire = wire
+        # (the step itself is not kept: the page's data lets a big step's graph go while this may stay)
         self.fields = f = node_fields(wire)
         self.n_nodes = len(f.names)
+        self.modules = set(wire["modules"])
         self.head: list[Option] = [
             {"label": f"{name} · {m.get('type', 'module')} (module)", "value": module_element(name)}
             for name, m in wire["modules"].items() if name != ROOT_MODULE]
         nodes = wire["nodes"]
         self.head += [{"label": f"{node_label(nodes[k], wire)} (parameter)", "value": node_element(k)}
                       for k in sorted(f.params)]
+        # what an AccumulateGrad node is called on the graph (its parameter and shape), for `find`
+        self.shown = {k: node_label(nodes[k], wire) for k, name in enumerate(f.names) if name == ACCUMULATE}
         orders = f.orders
         never = orders < 0
         key = np.where(never, int(orders.max(initial=-1)) + 1 + np.arange(self.n_nodes), orders)
@@ -83,10 +86,9 @@ class SearchTable:
 
     def find(self, query: str) -> str | None:
         """`find`'s answer."""
-        q, wire, f = query.strip(), self.wire, self.fields
+        q, f, modules = query.strip(), self.fields, self.modules
         if not q:
             return None
-        modules = wire["modules"]
         digits = q[1:] if q[:1] in "nN" else q
         if digits.isdigit():
             return node_element(int(digits)) if int(digits) < self.n_nodes else None
@@ -100,10 +102,9 @@ class SearchTable:
         if named:
             return node_element(min(named))
         low = q.lower()
-        nodes = wire["nodes"]
         for k in self.ran:
             name = f.names[k]
-            shown = node_label(nodes[k], wire) if name == ACCUMULATE else short_name(name)
+            shown = self.shown[k] if name == ACCUMULATE else short_name(name)
             if low in (name.rsplit("::", 1)[-1].lower(), shown.lower()):
                 return node_element(k)
         hit = self.search(q, limit=1)

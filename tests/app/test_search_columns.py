@@ -4,7 +4,9 @@ for them but the parameters'; and the page's data making a step's table once for
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,12 @@ def test_the_page_data_makes_a_step_table_once(tmp_path: Path) -> None:
         table = data.search_table(st.run, st.step)
         assert data.search_table(st.run, st.step) is table
         assert data.search_index(st.run, st.step) == table.index() == search_index(data.graph(st.run, st.step))
+        wire = store.read_indexed(st.run, st.step)
+        gone = weakref.ref(wire)
+        kept = SearchTable(wire)
+        del wire
+        gc.collect()
+        assert gone() is None and kept.find("SigmoidBackward0") is not None  # a table kept keeps no step
 
 
 def test_the_page_makes_maps_only_for_the_nodes_it_draws(tmp_path: Path) -> None:
