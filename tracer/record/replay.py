@@ -118,7 +118,7 @@ class ForwardSnapshot:
         if _wrappable(model):  # NOTE [Snapshot by forward]
             if self._forward is None:
                 self._forward = types.MethodType(_forward_of(weakref.ref(self), type(model).forward), model)
-            model.forward = self._forward
+            vars(model)["forward"] = self._forward  # (what `nn.Module.__setattr__` does with a method, less its checks)
             self.installed = self.wrapped = True
             return
         pre, post = self._hooks
@@ -134,8 +134,9 @@ class ForwardSnapshot:
 
     def remove(self) -> None:
         if self.installed and self.wrapped:
-            if vars(self.model).get("forward") is self._forward:  # (not if the program set its own since)
-                del self.model.forward
+            own = vars(self.model)
+            if own.get("forward") is self._forward:  # (not if the program set its own since)
+                del own["forward"]
         elif self.installed:
             for h in self.handles:
                 h.remove()
