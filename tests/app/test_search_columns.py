@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import sys
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,13 +102,17 @@ def test_a_big_step_searched_makes_no_node_map_but_its_parameters(tmp_path: Path
     assert first[0]["value"].startswith("m:")
 
 
-def test_the_page_data_makes_a_step_table_once(tmp_path: Path) -> None:
-    st = _traced("lstm")
-    path = tmp_path / "t.sqlite"
+def _page_data(st: gradscape.StepTrace, path: Path) -> Iterator[tuple[TraceStore, PageData]]:
+    """The step written to a trace file, then that file opened as the page's server opens it."""
     with TraceStore(path) as store:
         store.write_step(st)
     with TraceStore(path) as store:
-        data = PageData(store)
+        yield store, PageData(store)
+
+
+def test_the_page_data_makes_a_step_table_once(tmp_path: Path) -> None:
+    st = _traced("lstm")
+    for store, data in _page_data(st, tmp_path / "t.sqlite"):
         table = data.search_table(st.run, st.step)
         assert data.search_table(st.run, st.step) is table
         assert data.search_index(st.run, st.step) == table.index() == search_index(data.graph(st.run, st.step))
@@ -126,11 +131,7 @@ def test_the_page_makes_maps_only_for_the_nodes_it_draws(tmp_path: Path) -> None
     from gradscape.app.ui.graph import graph_payload
 
     st = _traced("lstm", SEARCH_ALL + 500)
-    path = tmp_path / "t.sqlite"
-    with TraceStore(path) as store:
-        store.write_step(st)
-    with TraceStore(path) as store:
-        data = PageData(store)
+    for _store, data in _page_data(st, tmp_path / "t.sqlite"):
         wire = data.graph(st.run, st.step)
         n_params = len(node_fields(wire).params)
         elements, *_, options = graph_payload(data, st.run, st.step, "norm", None)
