@@ -4,9 +4,12 @@ each end of the supported range (tests/torch_range.txt names the files of that c
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import OrderedDict
 from typing import Any
 
+import pytest
 import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
@@ -182,3 +185,28 @@ def test_module_buffers_and_what_a_compiled_callable_is() -> None:
     entered.clear()
     compiled(torch.randn(4, 2))
     assert not entered  # put back
+
+
+_MADE_UNDER = """
+import sys
+import torch
+model, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
+with torch.inference_mode() if sys.argv[1] == "inference_mode" else torch.no_grad():
+    import gradscape
+    tr = gradscape.Tracer(model)  # (imports the recorder, whose import-time checks build a graph)
+want = torch.autograd.grad(model(x).sum(), [model.weight])[0]
+with tr.step(0) as st:
+    model(x).sum().backward()
+assert torch.equal(model.weight.grad, want)
+assert abs(st.params["weight"].stats["norm"] - want.norm().item()) <= 1e-6 * want.norm().item()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("how", ["inference_mode", "no_grad"])
+def test_a_tracer_made_under_inference_mode_or_no_grad_traces(how: str) -> None:
+    """The recorder's import-time checks (`_check_nodes`, NOTE [Backward by name]'s trial) build a small graph;
+    a Tracer made (and gradscape imported) under the loop's `inference_mode` or `no_grad` still gets one, and
+    traces a step whose gradients are torch's."""
+    out = subprocess.run([sys.executable, "-c", _MADE_UNDER, how], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -139,8 +139,10 @@ def _check_nodes() -> None:
         def backward(ctx: Any, g: Any) -> Any:
             return g
 
-    leaf = torch.zeros(1, requires_grad=True)
-    with torch.enable_grad():  # the outputs are kept: a custom Function's node is readable while its graph is
+    # (gradscape may be imported under `no_grad` or `inference_mode`); the outputs are kept: a custom Function's
+    # node is readable while its graph is
+    with torch.inference_mode(False), torch.enable_grad():
+        leaf = torch.zeros(1, requires_grad=True)
         outs = (leaf * 1, _Same.apply(leaf))
     op: Any = outs[0].grad_fn
     for node in (op, op.next_functions[0][0], outs[1].grad_fn):

@@ -52,12 +52,12 @@ def _tried() -> bool:
                 return None
             return func(*args, **(kwargs or {}))
 
-    with _compat.DisableTorchFunction():
-        t = torch.zeros((), requires_grad=True)
     below = [_compat.pop_mode() for _ in range(_compat.mode_stack_len())]
-    try:
-        with _Seen():
-            back(t)
+    try:  # (imported under `no_grad` or `inference_mode` too)
+        with torch.inference_mode(False), torch.enable_grad(), _Seen():
+            back(torch.zeros((), requires_grad=True))
+    except Exception:  # a trial that fails leaves the engine alone: such a call is then not seen, as before
+        return False
     finally:
         for m in reversed(below):
             _compat.push_mode(m)
