@@ -141,10 +141,11 @@ class ForwardRecorder:
         if carried:
             return
         global_hooks.add(self)
+        if self._mode is None:  # (one hold on the engine's wrapper per mode, released by `stop`)
+            backward_by_name.acquire(_StepMode)  # (NOTE [Backward by name])
         self._mode = _StepMode(self)
         self._thread = threading.get_ident()  # the mode is on this thread's stack, and only there
         _push_mode(self._mode)
-        backward_by_name.acquire(_StepMode)  # (NOTE [Backward by name])
 
     def stop(self) -> None:
         """Idempotent; safe to call from a `finally`."""
