@@ -1,7 +1,8 @@
 """A stored step read for the page: every field decoded but the node and tensor maps, which are made one at a
 time when read (`LazyItems`: from a column document's columns, or an earlier release's packed maps,
-`earlier/spans.py`), and the step's index (NOTE [Step index]) beside them (`IndexedWire`). Reading all the
-items of a `LazyItems` (iterating it) makes them in one call, as reading the whole step would.
+`earlier/spans.py`), and the step's index (NOTE [Step index]) and a column document's `StepColumns` beside
+them (`IndexedWire`: the page reads what it asks of every node from those, not from the maps). Reading all
+the items of a `LazyItems` (iterating it) makes them in one call, as reading the whole step would.
 """
 
 from __future__ import annotations
