@@ -11,16 +11,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from zoo import build  # noqa: E402
+from zoo import Case, build  # noqa: E402
 
 import gradscape  # noqa: E402
+
+
+def _lstm(nodes: int) -> Case:
+    """`--model lstm:N`: bench/pernode.py's LSTMCell loop of about N autograd nodes, as a zoo case."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from workloads import lstm_loop
+
+    wl = lstm_loop(nodes)
+    return Case(wl.name, wl.model, wl.batch(), wl.loss)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
     ap.add_argument("--run", required=True)
-    ap.add_argument("--model", default="transformer")
+    ap.add_argument("--model", default="transformer", help="a zoo model, or lstm:N (an LSTMCell loop of ~N nodes)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--pause", type=float, default=0.0)
@@ -29,7 +38,7 @@ def main() -> None:
     ap.add_argument("--close-timeout", type=float, default=20.0)
     ap.add_argument("--recorder", default=None, choices=["native", "python"])
     args = ap.parse_args()
-    case = build(args.model, args.device)
+    case = _lstm(int(args.model[5:])) if args.model.startswith("lstm:") else build(args.model, args.device)
     sinks: list[object] = []
     from gradscape.tracer.sinks.socket import SocketSink
 

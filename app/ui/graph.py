@@ -31,9 +31,10 @@ def register(app: dash.Dash, data: PageData) -> None:
     @app.callback(Output(ids.GRAPH, "elements"), Output(ids.EXEC_ORDER, "data"), Output(ids.SLIDER, "max"),
                   Output(ids.LEGEND, "children"), Output(ids.GRAPH_INFO, "children"), Output(ids.SEARCH, "options"),
                   Input(ids.RUN_SELECT, "value"), Input(ids.STEP_SELECT, "value"), Input(ids.COLOR_BY, "value"),
-                  Input(ids.COLLAPSED, "data"), Input(ids.RANK_SELECT, "value"), prevent_initial_call=True)
+                  Input(ids.COLLAPSED, "data"), Input(ids.RANK_SELECT, "value"), State(ids.SEARCH, "search_value"),
+                  prevent_initial_call=True)
     def load_graph(run: str | None, step: int | None, color_by: str, collapsed: dict[str, Any] | None,
-                   rank: int | None) -> Any:
+                   rank: int | None, typed: str | None) -> Any:
         # the search options belong to the step: a fold or a new colouring keeps them (the dropdown
         # re-indexes every option it is given, ~0.1 s in the browser for a 500-node step)
         # and so does the execution order (358 KB for a 10,000-node step): a fold or a first expand sends the
@@ -44,7 +45,7 @@ def register(app: dash.Dash, data: PageData) -> None:
             data, run, step, color_by, collapsed, with_search=new_step, rank=int(rank or 0), with_order=new_step)
         if not new_step:
             return elements, no_update, no_update, legend, info, no_update
-        return elements, order, last, legend, info, search
+        return elements, order, last, legend, info, _with_typed(data, run, step, int(rank or 0), search, typed)
 
     @app.callback(Output(ids.SEARCH, "options", allow_duplicate=True), Input(ids.SEARCH, "id"),
                   State(ids.RUN_SELECT, "value"), State(ids.STEP_SELECT, "value"), State(ids.RANK_SELECT, "value"),
@@ -67,14 +68,28 @@ def register(app: dash.Dash, data: PageData) -> None:
         if not query or not run or step is None:
             return no_update
         try:
-            table = data.search_table(run, step, int(rank or 0))
+            hits = _server_hits(data, run, step, int(rank or 0), query)
         except StoreError:
             return no_update
-        if table.n_nodes <= view.SEARCH_ALL:
+        if hits is None:
             return no_update  # every option is in the browser already
-        hits = table.search(query, limit=view.SEARCH_HITS)
         kept = [o for o in options or [] if o.get("value") == value and o not in hits]
         return kept + hits
+
+
+def _server_hits(data: PageData, run: str, step: int, rank: int, query: str) -> list[dict[str, str]] | None:
+    """The step's options that match `query`, searched on the server; None for a step whose every option is in
+    the browser (`view.SEARCH_ALL`)."""
+    table = data.search_table(run, step, rank)
+    return table.search(query, limit=view.SEARCH_HITS) if table.n_nodes > view.SEARCH_ALL else None
+
+
+def _with_typed(data: PageData, run: str | None, step: int | None, rank: int, options: list[dict[str, str]],
+                typed: str | None) -> list[dict[str, str]]:
+    """A new step's first options, with the new step's hits of what is typed in the find box when its options are
+    searched on the server (a streamed step would otherwise take the person's hits away as they pick one)."""
+    hits = _server_hits(data, run, step, rank, typed) if typed and run and step is not None else None
+    return options if hits is None else hits + [o for o in options if o not in hits]
 
 
 def graph_payload(data: PageData, run: str | None, step: int | None, color_by: str | None,

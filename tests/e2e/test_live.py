@@ -297,3 +297,25 @@ def test_a_step_streamed_as_columns_shows_its_stored_gradients(tmp_path: Path, p
         proc.kill()
         proc.communicate(timeout=30)
         srv.stop()
+
+
+def test_the_find_box_of_a_big_step_searches_on_the_server_while_steps_stream(live_server: Any, page: Page) -> None:
+    """An LSTMCell loop's steps of about 2,500 nodes stream in: typed in the find box, a node's id is searched on
+    the server (the step's `SearchTable`, read from its columns) and picked; the node is selected and in the
+    inspector, and stays selected as newer steps arrive."""
+    proc = worker(live_server.url, RUN, "--model", "lstm:2500", "--steps", "300", "--pause", "0.5")
+    try:
+        wait_steps(live_server.url, 2)
+        open_page(page, live_server.url)
+        node = 1234  # not among the first options of a step past 2,000 nodes: only the server's search finds it
+        type_in_find_box(page, f"n{node})")
+        page.get_by_text(f"(n{node})", exact=False).first.click()
+        page.wait_for_function(SELECTED, arg=f"n{node}")
+        page.wait_for_function(INSPECTOR_HAS, arg=f"(node n{node},")
+        step = wait_shown_step_above(page, shown_step(page))
+        page.wait_for_function(URL_STEP_AT_LEAST, arg=step)
+        page.wait_for_function(SELECTED, arg=f"n{node}")
+        clean_console(page)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
