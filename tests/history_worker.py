@@ -2,8 +2,9 @@
 timeline's browser test run it as a subprocess). One batch at step `--spike` is scaled ×100, so a
 trigger fires there; at step `--nan` (if given) the loss is the log of a negative value, a NaN, and the
 optimizer does not step. With `--hold FILE`, the loop waits before the spike's step until FILE exists
-(a test that must see the page before the trigger fires). Prints one JSON line at the end: the Tracer's
-history rows and sink counts."""
+(a test that must see the page before the trigger fires). Every step is a full one (`--norms-every`, 1 unless
+given: NOTE [Light steps] in tracer/monitor/light.py), so that a loss trigger traces its own step whatever this
+machine's speed. Prints one JSON line at the end: the Tracer's history rows and sink counts."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def main() -> None:
     ap.add_argument("--nan", type=int, default=-1)
     ap.add_argument("--pause", type=float, default=0.0)
     ap.add_argument("--hold", default=None)
+    ap.add_argument("--norms-every", type=int, default=1)
     args = ap.parse_args()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, run=args.run, sink=args.url, every=args.every)
+    tr = gradscape.Tracer(model, run=args.run, sink=args.url, every=args.every, norms_every=args.norms_every)
     for i in range(args.steps):
         x, y = torch.randn(16, 8), torch.randn(16, 1)
         if i == args.spike:

@@ -29,7 +29,8 @@ def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any], traced_ste
     for p, _ in named:
         p.grad = None
     versions = [p._version for p, _ in named]
-    step = MonitoredStep(tracer._monitor, i, None, tracer) if tracer._monitor is not None else nullcontext()
+    mon = tracer._monitor
+    step = MonitoredStep(mon, i, None, tracer, mon.sampler.due(False)) if mon is not None else nullcontext()
     with step:
         loss_c = closure()
     compiled = {n: p.grad for p, n in named}

@@ -138,6 +138,8 @@ class Tracer:
         scheduled = i % self.every == 0  # the one place `every` is read; the monitor adds triggered steps
         if self._monitor is not None:  # every step: a history row, and triggered traces (tracer/monitor/)
             inner = self._monitor.step(i, scheduled, self)
+            if inner.light:  # NOTE [Light steps] in tracer/monitor/light.py
+                return inner
             if self._snapshot is None or inner.traced is not None:
                 return _Busy(self, inner)
             return Replayable(_Busy(self, inner), self._snapshot)  # a loss trigger may replay its forward

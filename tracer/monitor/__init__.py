@@ -4,11 +4,12 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     models.py    several models for one Tracer (a list, tuple or dict of modules)
     installed.py what a block installs: two global optimizer hooks and the backward calls wrapped
                  (tracer/record/patched_calls.py)
-    capture.py   what a block sees: losses, norms before/after clipping, GradScaler, optimizer steps
+    capture.py   what a full step's block sees: losses, norms before/after clipping, GradScaler, optimizer steps
+    light.py     a light step's block: its losses and GradScaler's skip, nothing else (NOTE [Light steps])
     grad_norms.py the norms of a list of gradients, in one fused call
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row
-    sampling.py  the gradient norms taken every k-th step, k from their measured cost (NOTE [Sampled norms])
+    sampling.py  the full steps (the gradient norms) every k-th step, k from the measured cost (NOTE [Sampled norms])
     superseded.py the norms after a backward the next backward supersedes, left untaken (NOTE [Superseded norms])
     triggers.py  the triggers, their rules, thresholds and caps
     problems.py  the monitor's problems (spikes, skipped AMP steps)

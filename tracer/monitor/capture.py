@@ -188,6 +188,7 @@ class StepCapture:
             self._unscaled(args, opt)
 
     def _unscaled(self, args: tuple[Any, ...], opt: Any) -> None:
+        self.mon.scaler_seen = True  # no light step from now on (NOTE [Light steps] in light.py)
         try:
             grads, found_inf, inv_scale = args[0], args[1], args[2]
             rec = self._open_record(opt) if opt is not None else None

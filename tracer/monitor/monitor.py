@@ -14,9 +14,12 @@ import weakref
 from collections import deque
 from typing import Any
 
+import torch
+
 from gradscape.tracer import _compat
 from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
+from gradscape.tracer.monitor.light import LightStep
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve
 from gradscape.tracer.monitor.sampling import NormSampler
@@ -51,6 +54,8 @@ class Monitor:
             for p, n in ModelIndex(tracer.model).params:
                 self._add(p, n)
         self._opt_names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self.optimizers: list[tuple[Any, str]] = []  # (a weak reference, its name) of each optimizer seen stepping
+        self.scaler_seen = False  # a GradScaler unscaled in a block: no light step from then on (NOTE [Light steps])
         self._opt_counts: dict[str, int] = {}
         self.pending: deque[PendingRow] = deque()
         self.rows: deque[WireHistoryRow] = deque(maxlen=KEEP_ROWS)  # as `history()` gives them, once read
@@ -81,6 +86,7 @@ class Monitor:
             n = self._opt_counts.get(cls, 0)
             self._opt_counts[cls] = n + 1
             name = self._opt_names[opt] = cls if n == 0 else f"{cls}#{n}"
+            self.optimizers.append((weakref.ref(opt), name))
         return name
 
     # ------------------------------------------------------------------ steps
@@ -100,7 +106,10 @@ class Monitor:
             traced = self.start_trace(i, trig[0], trig[2])
         if traced is not None and trig is not None:
             self.trace_of.setdefault(i, (trig[0], trig[2]))
-        return MonitoredStep(self, i, traced, owner)
+        norms = self.sampler.due(traced is not None)  # NOTE [Sampled norms] in sampling.py
+        if not norms and traced is None and not self.scaler_seen:
+            return LightStep(self, i, owner)  # NOTE [Light steps] in light.py
+        return MonitoredStep(self, i, traced, owner, norms)
 
     def start_trace(self, i: int, kind: str, details: dict[str, Any]) -> Any:
         ts = self.tracer.traced_step(i)
@@ -176,13 +185,40 @@ class Monitor:
         if len(self.unsent) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
             self.flush()
 
+    def take_light(self, step: LightStep) -> None:
+        """A light step's row (NOTE [Light steps] in light.py): made now on the CPU, else pending."""
+        lr: dict[str, list[float]] = {}
+        for ref, name in self.optimizers:
+            opt = ref()
+            if opt is not None:
+                lr[name] = [float(v) for g in opt.param_groups if (v := g.get("lr")) is not None
+                            and (not isinstance(v, torch.Tensor) or v.is_cpu)]
+        skipped = step.skipped() if step.found_inf else False
+        if step.on_device:
+            row = PendingRow(step.step, False, None, 0, n_params=len(self.params), norms=False, lr=lr, skipped=skipped)
+            row.loss_slots = [row.nums.add(v) for v in step.losses]
+            row.nums.launch()
+            self.pending.append(row)
+            self.resolve_ready()
+            return
+        losses = step.losses
+        wire: WireHistoryRow = {
+            "step": step.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
+            "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * len(self.params), "lr": lr,
+            "scale": None, "skipped": skipped, "traced": False, "trigger": None, "norms": False}
+        if self.pending:
+            self.resolve_ready(force=True)  # (rows join the history in step order)
+        self._take(step, wire, losses)
+        if self.unsent:
+            self._maybe_flush()
+
     def _take_plain(self, row: WireHistoryRow) -> None:
         """`_take` for a row of an untraced step without norms whose losses the loss rules have read already
         (`plain_row`): nothing in it can set off a trigger (a step GradScaler skipped is never plain)."""
         self.rows.append(row)
         self.unsent.append(row)
 
-    def _take(self, row: PendingRow, wire: WireHistoryRow, losses: list[float | None]) -> None:
+    def _take(self, row: PendingRow | LightStep, wire: WireHistoryRow, losses: list[float | None]) -> None:
         """A row joins the history; the triggers it sets off are noted (for the step's own trace) or
         wait for the next step (NOTE [Trigger rules])."""
         trig, norms = self.triggers, wire["param_norms"]
@@ -264,8 +300,11 @@ def _rank() -> int | None:
 class MonitoredStep:
     """The context of every step while the monitor is on: the capture, and the trace when there is one."""
 
-    def __init__(self, monitor: Monitor, i: int, traced: Any, owner: Any) -> None:
+    light = False  # (NOTE [Light steps] in light.py)
+
+    def __init__(self, monitor: Monitor, i: int, traced: Any, owner: Any, norms: bool) -> None:
         self.mon = monitor
+        self.norms = norms
         self.owner = owner  # the Tracer, held while the block is open (the monitor holds a proxy of it)
         self.i = i
         self.traced = traced
@@ -277,7 +316,7 @@ class MonitoredStep:
 
     def __enter__(self) -> Any:
         t0 = time.perf_counter()
-        cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.mon.sampler.due(self.traced is not None))
+        cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.norms)
         cap.installed.install()
         snap = self.snap = getattr(self.owner, "_snapshot", None)
         self.snap_spent = snap.spent if snap is not None else 0.0

@@ -117,7 +117,7 @@ def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[
             if i < len(norms):
                 norms[i] = float(v)
     steps: list[OptimizerStep] = []
-    lr: dict[str, list[float]] = {}
+    lr: dict[str, list[float]] = dict(row.lr)  # (a light step's, read as it ended: NOTE [Light steps])
     clipped_sq, any_step = 0.0, False
     for o, lr_slots, slots in row.opt_slots:
         o.grad_norm_before_clip = _f(vals[slots["before"]])

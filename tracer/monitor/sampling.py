@@ -3,25 +3,28 @@
 NOTE [Sampled norms]
     The monitor's fused norms (NOTE [Norms before and after clipping] in `capture.py`) cost a fixed few
     tens of µs a step: nothing against a 50 ms step, 15-30% of the regression program's (bench W6). The
-    whole monitor may cost at most `BUDGET` (3%) of a step: its norms, and its own code around the loop's
-    calls as well (opening and closing the block, reading each loss, the optimizer hooks, the history row,
-    the forward snapshot of NOTE [Snapshots on the CPU only] in tracer/record/replay.py), which it times on
-    every untraced step (`NormClock`, `took`). So the norms get what that own cost leaves of the budget, and
-    never less than `FLOOR` (1%) of the step, and are taken every k-th step, k the smallest whole number for
-    which their cost over k steps is within that room: k = ceil(norm cost / room), room = max(BUDGET × step
-    - own cost, FLOOR × step), from the smallest norm cost, the median step (the loop's own time: the block
-    less the monitor's) and the median own cost of the recent steps (a step stalled by another process
-    raises none of them), worked out again on each step that takes them and every `KEEP` steps. Until
-    this release the norms had the whole 3% to themselves, and a 13 ms step of a small CNN with 26
-    parameters paid 2.4% for its norms and 2% for the rest. The first `WARMUP` steps take them (what is
-    measured), and so does every
-    traced step (a trigger traces the step after the one that set it off: that one has its norms).
-    What is checked on every step, norms or not: the losses (a non-finite one, a loss spike) and
-    GradScaler's skip (its `found_inf`; the norms are then taken, to name the parameters that held
-    inf/NaN). Each history row says whether it has norms (`norms`); `grad_norm`, `param_norms` and
+    whole monitor may cost at most `BUDGET` (3%) of a step. A step that takes the norms is a full step (the
+    forward snapshot of NOTE [Snapshots on the CPU only] in tracer/record/replay.py, the optimizer hooks,
+    the clipped norms); one that does not is a light step (NOTE [Light steps] in `light.py`: its losses,
+    GradScaler's skip). Both are timed on every untraced step (`NormClock`, `took`): a full step's whole
+    cost (its norms and its own calls around the loop's: opening and closing the block, reading each loss,
+    the hooks, the row, the snapshot), a light step's own. The light steps' cost comes off the budget first,
+    and the full steps get what it leaves, and never less than `FLOOR` (1%) of the step: they come every
+    k-th step, k the smallest whole number for which their extra cost over k steps is within that room:
+    k = ceil((full cost - light cost) / room), room = max(BUDGET × step - light cost, FLOOR × step), from
+    the smallest full cost, the median step (the loop's own time: the block less the monitor's) and the
+    median light cost of the recent steps (a step stalled by another process raises none of them), worked
+    out again on each full step and every `KEEP` steps. (Until this release every step was full and only
+    the norms were spread: a full step without norms of the 3-20-30-2 MLP cost about 100 µs of its 0.26 ms.)
+    The first `WARMUP` steps are full (what is measured), and so is every traced step (a trigger traces the
+    step after the one that set it off: that one has its norms), and every step of a Tracer that has seen
+    a GradScaler (its skips read without a wait).
+    What is checked on every step, full or light: the losses (a non-finite one, a loss spike) and
+    GradScaler's skip (its `found_inf`; on a full step the norms are then taken, to name the parameters that
+    held inf/NaN). Each history row says whether it has norms (`norms`); `grad_norm`, `param_norms` and
     `grad_norm_clipped` are None on the others, and the grad-spike rule looks only at rows with norms.
     On the steps that have them the norms are the same computation as before: `grad_norm_before_clip`
-    stays equal to what `clip_grad_norm_` returned. `Tracer(norms_every=k)` fixes k (1: every step).
+    stays equal to what `clip_grad_norm_` returned. `Tracer(norms_every=k)` fixes k (1: every step full).
 """
 
 from __future__ import annotations
@@ -66,9 +69,9 @@ class NormSampler:
         self.k = every or 1
         self.steps = 0  # steps seen
         self.since = 0  # steps since the last that took the norms
-        self.costs: deque[float] = deque(maxlen=KEEP)  # the norms' time on the recent steps that took them
+        self.costs: deque[float] = deque(maxlen=KEEP)  # the whole monitor's time on the recent full steps
         self.times: deque[float] = deque(maxlen=KEEP)  # the loop's own time on the recent steps
-        self.owns: deque[float] = deque(maxlen=KEEP)  # the monitor's own time on them, the norms aside
+        self.owns: deque[float] = deque(maxlen=KEEP)  # the monitor's time on the recent light steps
         self.seen = 0  # untraced steps timed
 
     def due(self, traced: bool) -> bool:
@@ -86,14 +89,16 @@ class NormSampler:
         loop_s = step_s - own_s - (norm_s or 0.0)
         if loop_s <= 0:
             return
-        if norm_s is not None:
-            self.costs.append(norm_s)
+        if norm_s is not None:  # a full step's whole cost (NOTE [Light steps] in light.py)
+            self.costs.append(norm_s + own_s)
+        else:
+            self.owns.append(own_s)
         self.times.append(loop_s)
-        self.owns.append(own_s)
         self.seen += 1
         # k again on a step with norms and every `KEEP` steps (the medians move slowly; three a step were a
         # tenth of the monitor's own time on a 1 ms step)
         if self.costs and (norm_s is not None or self.seen % KEEP == 0):
             step = median(self.times)
-            room = max(BUDGET * step - median(self.owns), FLOOR * step, 1e-9)
-            self.k = min(K_MAX, max(1, math.ceil(min(self.costs) / room)))
+            light = median(self.owns) if self.owns else 0.0
+            room = max(BUDGET * step - light, FLOOR * step, 1e-9)
+            self.k = min(K_MAX, max(1, math.ceil((min(self.costs) - light) / room)))

@@ -2,14 +2,17 @@
 
 NOTE [Trigger rules]
     `nonfinite`   a backward root (the loss) is NaN or infinite. Known when the backward starts: that
-                  very backward is traced.
+                  very backward is traced (on a full step; on a light step the next step:
+                  NOTE [Light steps] in light.py).
     `loss_spike`  the loss is far above its recent history: `loss - median > max(k * 1.4826 * MAD,
                   ratio * |median|)` over the last `window` finite losses of the same backward (first,
                   second, ... of the step), once `warmup` of them are known. With the defaults (k = 8,
                   ratio = 1) the loss must at least double and stand 8 robust standard deviations
                   above the median: step-to-step noise, a falling loss and a slow drift never fire it.
-                  (The median and MAD are recomputed every `REFRESH` = 4 values.)
-                  Known when the backward starts: that very backward is traced.
+                  (The median is exact at every value; the MAD is computed for a loss already past
+                  `ratio * |median|`, and with `ratio` = 0 recomputed every `REFRESH` = 4 values.)
+                  Known when the backward starts: that very backward is traced (the next step, on a
+                  light step).
     `grad_spike`  the total gradient norm (unscaled, before clipping) is far above its recent history,
                   by the same rule. Known when the step ends: the next step is traced.
     `amp_skipped` GradScaler skipped an optimizer step (inf/NaN gradients). Known when the step ends:
@@ -22,6 +25,7 @@ NOTE [Trigger rules]
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,7 +35,7 @@ from gradscape.tracer.summary.stats import median_sorted
 
 TRIGGERS = ("nonfinite", "loss_spike", "grad_spike", "amp_skipped")
 _MAD_SIGMA = 1.4826  # MAD → standard deviation of a normal distribution
-REFRESH = 4  # the median and MAD are recomputed after this many new values (they move slowly)
+REFRESH = 4  # with `ratio` 0, the MAD is recomputed after this many new values (it moves slowly)
 
 
 @dataclass
@@ -88,37 +92,48 @@ def finite(x: Any) -> bool:
 
 @dataclass
 class SpikeRule:
-    """`value - median > max(k·1.4826·MAD, ratio·|median|)` over a window of finite values."""
+    """`value - median > max(k·1.4826·MAD, ratio·|median|)` over a window of finite values.
+
+    The window is kept in arrival order and sorted (`bisect`: an insertion and a removal a value, in C), so the
+    median is exact at every value. The MAD is needed only for a value already past `ratio·|median|` (with the
+    defaults, a loss that at least doubled: rare), or at every value when `ratio` is 0, where it is recomputed
+    every `REFRESH` values."""
 
     window: int
     warmup: int
     k: float
     ratio: float
     values: deque[float] = field(default_factory=deque)
+    ordered: list[float] = field(default_factory=list)  # `values`, sorted
 
-    _cached: tuple[float, float] | None = None  # (median, limit), recomputed every few values
-    _stale: int = 0
+    _mad: float | None = None  # the last MAD computed, for `ratio` 0
+    _stale: int = 0  # values added since
 
     def excess(self, x: float) -> tuple[float, float] | None:
         """(median, threshold) when `x` is a spike, else None."""
-        if not finite(x) or len(self.values) < max(self.warmup, 3):
+        s = self.ordered
+        if not finite(x) or len(s) < max(self.warmup, 3):
             return None
-        if self._cached is None or self._stale >= REFRESH:
-            s = sorted(self.values)
-            med = median_sorted(s)
+        med = median_sorted(s)
+        floor = self.ratio * abs(med)
+        if x - med <= floor:
+            return None  # within the ratio's bound: no MAD can make it a spike
+        if self._mad is None or self._stale >= REFRESH or self.ratio > 0:
             # |v - med| of each, in C (no Python frame a value)
-            mad = median_sorted(sorted(map(abs, map(med.__rsub__, s))))
-            self._cached = (med, max(self.k * _MAD_SIGMA * mad, self.ratio * abs(med)))
+            self._mad = median_sorted(sorted(map(abs, map(med.__rsub__, s))))
             self._stale = 0
-        med, limit = self._cached
+        limit = max(self.k * _MAD_SIGMA * self._mad, floor)
         return (med, med + limit) if x - med > limit else None
 
     def add(self, x: Any) -> None:
         if finite(x):
-            self.values.append(float(x))
+            v = float(x)
+            self.values.append(v)
+            insort(self.ordered, v)
             self._stale += 1
             if len(self.values) > self.window:
-                self.values.popleft()
+                old = self.values.popleft()
+                del self.ordered[bisect_left(self.ordered, old)]
 
 
 class TriggerState:

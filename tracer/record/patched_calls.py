@@ -73,13 +73,14 @@ _lock = threading.Lock()
 _captures: dict[int, list[Any]] = {}  # thread id -> the captures of the untraced blocks open on it, innermost last
 _held = 0  # the live `Hold`s: while any, the wrappers stay in place between blocks
 _wrapped: dict[Any, Any] = {}  # wrapper -> the original it calls (kept: a mode may be handed one after it is off)
-_handling = threading.local()  # a call of this thread is being handled (nested calls pass through)
+_handling: set[int] = set()  # the threads a call of which is being handled (their nested calls pass through)
+_ident = threading.get_ident
 
 
 def handling() -> bool:
     """A wrapped backward call of this thread is being handled now (the recorder asks, to know that the
     wrappers see this step's backward calls: NOTE [Carried forwards] in tracer/record/carry.py)."""
-    return bool(getattr(_handling, "on", False))
+    return _ident() in _handling
 
 
 def original_of(func: Any) -> Any:
@@ -90,14 +91,16 @@ def original_of(func: Any) -> Any:
 def _backward_wrapper(original: Any, api: str) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        caps = _captures.get(threading.get_ident()) if _captures else None
-        if not caps or getattr(_handling, "on", False) or compiling():
-            return original(*args, **kwargs)
-        _handling.on = True
-        try:
-            return caps[-1].on_backward(api, original, args, kwargs)
-        finally:
-            _handling.on = False
+        if _captures:  # (between blocks: straight to the original)
+            tid = _ident()
+            caps = _captures.get(tid)
+            if caps and tid not in _handling and not compiling():
+                _handling.add(tid)
+                try:
+                    return caps[-1].on_backward(api, original, args, kwargs)
+                finally:
+                    _handling.discard(tid)
+        return original(*args, **kwargs)
 
     return wrapper
 
@@ -105,8 +108,8 @@ def _backward_wrapper(original: Any, api: str) -> Any:
 def _unscale_wrapper(original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        caps = _captures.get(threading.get_ident()) if _captures else None
-        if not caps or getattr(_handling, "on", False) or compiling():
+        caps = _captures.get(_ident()) if _captures else None
+        if not caps or _ident() in _handling or compiling():
             return original(*args, **kwargs)
         caps[-1].before_change()
         out = original(*args, **kwargs)
@@ -131,8 +134,8 @@ def _scaler_optimizer(frame: Any) -> Any:
 def _clip_wrapper(original: Any, api: str) -> Any:
     @functools.wraps(original)
     def wrapper(parameters: Any, *args: Any, **kwargs: Any) -> Any:
-        caps = _captures.get(threading.get_ident()) if _captures else None
-        if not caps or getattr(_handling, "on", False) or compiling():
+        caps = _captures.get(_ident()) if _captures else None
+        if not caps or _ident() in _handling or compiling():
             return original(parameters, *args, **kwargs)
         if not isinstance(parameters, torch.Tensor):
             parameters = list(parameters)  # a generator (`model.parameters()`) is read once: by the original
@@ -210,23 +213,29 @@ def install(capture: Any) -> None:
                     wrapper = _wrapper_of(owner, name, make)
                     _last[k] = (_wrapped[wrapper], wrapper)
                 setattr(owner, name, wrapper)
-        _captures.setdefault(threading.get_ident(), []).append(capture)
+        tid = threading.get_ident()
+        mine = _captures.get(tid)
+        if mine is None:
+            _captures[tid] = [capture]
+        else:
+            mine.append(capture)
 
 
 def uninstall(capture: Any) -> None:
     """`capture` gone (from whichever thread it was installed on); the originals back when no block or hold is
     left."""
     with _lock:
-        mine = _captures.get(threading.get_ident())
-        if mine is not None and any(c is capture for c in mine):  # (the usual: it is this thread's)
-            tid = threading.get_ident()
+        tid = threading.get_ident()
+        caps = _captures.get(tid)
+        if caps is not None and caps[-1] is capture:  # (the usual: this thread's innermost)
+            caps.pop()
         else:
             found = [t for t, caps in _captures.items() if any(c is capture for c in caps)]
             if not found:
                 return
             tid = found[0]
-        caps = _captures[tid]
-        caps[:] = [c for c in caps if c is not capture]
+            caps = _captures[tid]
+            caps[:] = [c for c in caps if c is not capture]
         if not caps:
             del _captures[tid]
         if not _captures and not _held:
