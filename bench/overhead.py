@@ -12,7 +12,8 @@ once, rotating which mode goes first; a short step is repeated and preceded by o
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
     untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10, monitor=False), i % 10 != 0
     monitor   the same step inside `with trm.step(i)` of Tracer(model, every=10**9): untraced, the every-step
-              monitor on (its history row, fused gradient norms, triggers armed)
+              monitor on (its history row, triggers armed; a full step with its fused gradient norms every k-th
+              step, light steps between: NOTE [Light steps] in tracer/monitor/light.py)
     triggered the same step traced because a trigger fired (grad_spike, noted as the previous step's):
               a monitor step plus the trace, as a step that goes wrong costs
     nofinder  (with --finder) `traced` with the problem finder switched off (`gradscape.tracer.debug.problems.enabled`),

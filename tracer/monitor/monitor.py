@@ -208,9 +208,12 @@ class Monitor:
             "scale": None, "skipped": skipped, "traced": False, "trigger": None, "norms": False}
         if self.pending:
             self.resolve_ready(force=True)  # (rows join the history in step order)
-        self._take(step, wire, losses)
-        if self.unsent:
-            self._maybe_flush()
+        hit = self.triggers.loss_trigger(losses) if losses else None
+        if hit is None and not skipped:  # (the usual: nothing in the row can set off a trigger)
+            self._take_plain(wire)
+        else:
+            self._join(step, wire, hit)
+        self._maybe_flush()
 
     def _take_plain(self, row: WireHistoryRow) -> None:
         """`_take` for a row of an untraced step without norms whose losses the loss rules have read already
@@ -221,10 +224,14 @@ class Monitor:
     def _take(self, row: PendingRow | LightStep, wire: WireHistoryRow, losses: list[float | None]) -> None:
         """A row joins the history; the triggers it sets off are noted (for the step's own trace) or
         wait for the next step (NOTE [Trigger rules])."""
+        hit = self.triggers.loss_trigger(losses[row.checked:], row.checked) if len(losses) > row.checked else None
+        self._join(row, wire, hit)
+
+    def _join(self, row: PendingRow | LightStep, wire: WireHistoryRow, hit: tuple[str, dict[str, Any]] | None) -> None:
+        """`_take`, the losses read by the loss rules (`hit`: what they set off)."""
         trig, norms = self.triggers, wire["param_norms"]
         found: list[tuple[str, dict[str, Any]]] = []  # for this step's trace, when it has one
         later: list[tuple[str, dict[str, Any]]] = []  # for the next step's
-        hit = trig.loss_trigger(losses[row.checked:], row.checked) if len(losses) > row.checked else None
         if hit is not None:  # read after the step (not on the CPU): the next step is traced
             later.append((hit[0], {**hit[1], "step": row.step}))
         behind = self.trace_of.get(row.step)
