@@ -66,3 +66,14 @@ def vjp_of_node(node: Any, grad_outputs: list[torch.Tensor | None]) -> list[torc
 def close(a: np.ndarray, b: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
     ref = b.detach().float().cpu().numpy()
     return a.shape == ref.shape and np.allclose(a, ref, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def scaler_step(model: Any, opt: Any, scaler: Any, loss: torch.Tensor, skip: bool = False) -> None:
+    """One GradScaler step of `loss`; `skip`: a finite loss whose weight gradient is NaN (sqrt's at 0 times 0),
+    a step GradScaler skips."""
+    if skip:
+        loss = loss + torch.sqrt(model.weight.sum() * 0.0)
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()

@@ -137,3 +137,41 @@ def test_a_cuda_model_keeps_no_forward_snapshot() -> None:
             opt.step()
     tr.close()
     assert [r["step"] for r in tr.history] == [1, 2, 3] and all(r["loss"] is not None for r in tr.history)
+
+
+def test_light_steps_on_the_gpu_never_wait_and_read_their_losses_later() -> None:
+    """NOTE [Light steps]: a light step's loss stays on the device, is read when its row is resolved, and a NaN
+    there traces a later step that names it; the host never waits for the GPU."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 8, device="cuda"), torch.randn(16, 1, device="cuda")
+    losses: dict[int, torch.Tensor] = {}
+    tr = gradscape.Tracer(model, every=10 ** 9, norms_every=1000)  # every step light
+
+    def monitored(i: int) -> Callable[[], None]:
+        def run() -> None:
+            with tr.step(i):
+                loss = (model(x * (math.nan if i == 5 else 1.0)) - y).pow(2).mean()
+                loss.backward()
+                if i != 5:
+                    opt.step()
+                opt.zero_grad()
+            losses[i] = loss.detach()
+
+        return run
+
+    monitored(1)()
+    for i in range(2, 5):
+        assert not _host_waited(monitored(i)), f"light step {i} waited for the GPU"
+    for i in range(5, 10):
+        monitored(i)()
+    traces = tr.steps
+    tr.close()
+    rows = {r["step"]: r for r in tr.history}
+    assert sorted(rows) == list(range(1, 10)) and not any(rows[i]["norms"] for i in range(1, 5))
+    for i in range(1, 5):
+        assert rows[i]["loss"] == float(losses[i]) and rows[i]["lr"] == {}
+    assert math.isnan(rows[5]["loss"])
+    (st,) = traces
+    assert 5 < st.step <= 8 and st.trigger == "nonfinite" and st.meta["trigger"]["step"] == 5
