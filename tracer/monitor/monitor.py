@@ -186,7 +186,8 @@ class Monitor:
             self.flush()
 
     def take_light(self, step: LightStep) -> None:
-        """A light step's row (NOTE [Light steps] in light.py): made now on the CPU, else pending."""
+        """A light step's row (NOTE [Light steps] in light.py): made now when its losses were read on the CPU and no
+        row waits before it, else pending."""
         lr: dict[str, list[float]] = {}
         for ref, name in self.optimizers:
             opt = ref()
@@ -194,7 +195,7 @@ class Monitor:
                 lr[name] = [float(v) for g in opt.param_groups if (v := g.get("lr")) is not None
                             and (not isinstance(v, torch.Tensor) or v.is_cpu)]
         skipped = step.skipped() if step.found_inf else False
-        if step.on_device:
+        if step.on_device or self.pending:  # (behind a row still on its way: in step order, never waited for)
             row = PendingRow(step.step, False, None, 0, n_params=len(self.params), norms=False, lr=lr, skipped=skipped)
             row.loss_slots = [row.nums.add(v) for v in step.losses]
             row.nums.launch()
@@ -206,8 +207,6 @@ class Monitor:
             "step": step.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
             "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * len(self.params), "lr": lr,
             "scale": None, "skipped": skipped, "traced": False, "trigger": None, "norms": False}
-        if self.pending:
-            self.resolve_ready(force=True)  # (rows join the history in step order)
         hit = self.triggers.loss_trigger(losses) if losses else None
         if hit is None and not skipped:  # (the usual: nothing in the row can set off a trigger)
             self._take_plain(wire)
