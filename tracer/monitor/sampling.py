@@ -14,8 +14,10 @@ NOTE [Sampled norms]
     k = ceil((full cost - light cost) / room), room = max(BUDGET × step - light cost, FLOOR × step), from
     the smallest full cost, the median step (the loop's own time: the block less the monitor's) and the
     median light cost of the recent steps (a step stalled by another process raises none of them), worked
-    out again on each full step and every `KEEP` steps. (Until this release every step was full and only
-    the norms were spread: a full step without norms of the 3-20-30-2 MLP cost about 100 µs of its 0.26 ms.)
+    out again on each full step and every `KEEP` steps. Each cost counts `UNSEEN` (2) times what the
+    monitor's clock measured: measured on the loop, its code costs about twice its own time. (Until this
+    release every step was full and only the norms were spread: a full step without norms of the 3-20-30-2
+    MLP cost about 100 µs of its 0.26 ms.)
     The first `WARMUP` steps are full (what is measured), and so is every traced step (a trigger traces the
     step after the one that set it off: that one has its norms), and every step of a Tracer that has seen
     a GradScaler (its skips read without a wait).
@@ -39,6 +41,10 @@ FLOOR = 0.01  # of a step's time, what the norms may always cost on average, wha
 WARMUP = 8  # first steps that always take the norms (and are measured)
 KEEP = 8  # norm steps whose costs are remembered
 K_MAX = 1000
+# what the monitor's code costs the loop, over what its own clock measures of it: its code runs colder between the
+# loop's calls and slows theirs (a light step of the 3-20-30-2 MLP measured 19-22 µs and cost the loop 40-45 µs; at
+# k = 3 the actor-critic program's measured 3% cost it 4.5-5.7%)
+UNSEEN = 2.0
 
 
 class NormClock:
@@ -90,9 +96,9 @@ class NormSampler:
         if loop_s <= 0:
             return
         if norm_s is not None:  # a full step's whole cost (NOTE [Light steps] in light.py)
-            self.costs.append(norm_s + own_s)
+            self.costs.append(UNSEEN * (norm_s + own_s))
         else:
-            self.owns.append(own_s)
+            self.owns.append(UNSEEN * own_s)
         self.times.append(loop_s)
         self.seen += 1
         # k again on a step with norms and every `KEEP` steps (the medians move slowly; three a step were a
