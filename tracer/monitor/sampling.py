@@ -43,7 +43,7 @@ KEEP = 8  # norm steps whose costs are remembered
 K_MAX = 1000
 # what the monitor's code costs the loop, over what its own clock measures of it: its code runs colder between the
 # loop's calls and slows theirs (a light step of the 3-20-30-2 MLP measured 19-22 µs and cost the loop 40-45 µs; at
-# k = 3 the actor-critic program's measured 3% cost it 4.5-5.7%)
+# k = 3 the actor-critic program's measured 3% cost it 4-8% in six runs)
 UNSEEN = 2.0
 
 
