@@ -21,7 +21,7 @@ from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.light import LightStep
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
-from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve
+from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve, row_without_norms
 from gradscape.tracer.monitor.sampling import NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.record import patched_calls
@@ -203,10 +203,7 @@ class Monitor:
             self.resolve_ready()
             return
         losses = step.losses
-        wire: WireHistoryRow = {
-            "step": step.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
-            "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * len(self.params), "lr": lr,
-            "scale": None, "skipped": skipped, "traced": False, "trigger": None, "norms": False}
+        wire = row_without_norms(step.step, losses, lr, len(self.params), skipped)
         hit = self.triggers.loss_trigger(losses) if losses else None
         if hit is None and not skipped:  # (the usual: nothing in the row can set off a trigger)
             self._take_plain(wire)

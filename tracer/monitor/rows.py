@@ -78,10 +78,16 @@ def plain_row(cap: StepCapture, n_params: int) -> WireHistoryRow | None:
             if isinstance(v, torch.Tensor) and not v.is_cpu:  # (a learning rate on a device: read with a wait)
                 return None
         lr[r.name] = [float(v) for v in values if v is not None]
-    losses = list(cap.loss_values)
-    return {"step": cap.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
+    return row_without_norms(cap.step, list(cap.loss_values), lr, n_params)
+
+
+def row_without_norms(step: int, losses: list[float | None], lr: dict[str, list[float]], n_params: int,
+                      skipped: bool = False) -> WireHistoryRow:
+    """The row of an untraced step without norms whose numbers are all on the host (`plain_row`, a light step's:
+    NOTE [Light steps] in light.py)."""
+    return {"step": step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
             "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * n_params, "lr": lr,
-            "scale": None, "skipped": False, "traced": False, "trigger": None, "norms": False}
+            "scale": None, "skipped": skipped, "traced": False, "trigger": None, "norms": False}
 
 
 def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:

@@ -213,12 +213,7 @@ def install(capture: Any) -> None:
                     wrapper = _wrapper_of(owner, name, make)
                     _last[k] = (_wrapped[wrapper], wrapper)
                 setattr(owner, name, wrapper)
-        tid = threading.get_ident()
-        mine = _captures.get(tid)
-        if mine is None:
-            _captures[tid] = [capture]
-        else:
-            mine.append(capture)
+        _captures.setdefault(threading.get_ident(), []).append(capture)
 
 
 def uninstall(capture: Any) -> None:
