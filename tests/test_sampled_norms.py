@@ -12,7 +12,7 @@ import torch.nn as nn
 from helpers import scaler_step
 
 import gradscape
-from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, UNSEEN, WARMUP, NormSampler
+from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, TIMED, UNSEEN, WARMUP, NormSampler
 
 
 def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
@@ -52,23 +52,25 @@ def test_k_spreads_a_full_steps_whole_cost_over_what_the_light_steps_leave_of_th
     assert big.k == 1  # against a 50 ms step the norms and the rest fit: every step
 
 
-def test_every_untraced_step_gives_the_sampler_its_times() -> None:
-    """Measured in a real loop: every untraced step reports the loop's time, and the monitor's: a full step its
-    whole cost, a light step its own."""
+def test_every_full_step_and_every_timed_light_step_give_the_sampler_their_times() -> None:
+    """Measured in a real loop: every full untraced step reports the loop's time and its whole cost, and every
+    `TIMED`-th step, when light, the loop's time and its own."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     tr = gradscape.Tracer(model, every=10 ** 6)
     s = tr._monitor.sampler
     x = torch.randn(32, 8)
-    for i in range(1, WARMUP + 4):
+    for i in range(1, WARMUP + 13):  # (step i is the sampler's i-th)
         with tr.step(i):
             opt.zero_grad()
             model(x).pow(2).mean().backward()
             opt.step()
-    light = sum(not r["norms"] for r in tr.history)  # NOTE [Light steps] in tracer/monitor/light.py
-    assert len(s.times) == min(WARMUP + 3, s.times.maxlen)
-    assert len(s.owns) == min(light, s.owns.maxlen) and len(s.costs) == min(WARMUP + 3 - light, s.costs.maxlen)
+    full = sum(r["norms"] for r in tr.history)
+    timed = sum(not r["norms"] and r["step"] % TIMED == 0 for r in tr.history)  # NOTE [Light steps]
+    assert full >= WARMUP and timed >= 1
+    assert s.seen == full + timed and len(s.times) == min(full + timed, s.times.maxlen)
+    assert len(s.owns) == min(timed, s.owns.maxlen) and len(s.costs) == min(full, s.costs.maxlen)
     assert all(o > 0 for o in s.owns) and all(t > 0 for t in s.times) and all(c > 0 for c in s.costs)
     tr.close()
 

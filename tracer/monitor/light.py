@@ -32,32 +32,47 @@ from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.record import patched_calls
 
 log = logging.getLogger(__name__)
+_mode_on = _compat.modes_enabled
 
 
 class LightStep:
     """The context of a light step (NOTE [Light steps]): the Tracer marked busy, this step the thread's capture
-    for the wrapped backward calls, the row made at its end."""
+    for the wrapped backward calls, the row kept at its end (NOTE [Light rows] in light_rows.py). The monitor
+    hands out the same one again once it has closed (`Monitor.light_step`)."""
 
     light = True  # (the Tracer returns it as it is: no `_Busy`, no `Replayable` around it)
     traced = None
     checked = 0  # (as a row: none of its losses given to the loss rules yet, `Monitor._take`)
 
-    __slots__ = ("mon", "owner", "step", "losses", "on_device", "found_inf", "spent", "t0")
+    __slots__ = ("mon", "owner", "step", "losses", "on_device", "found_inf", "spent", "t0", "timed")
 
-    def __init__(self, monitor: Any, i: int, owner: Any) -> None:
-        self.mon = monitor
-        self.owner = owner  # the Tracer, held while the block is open (the monitor holds a proxy of it)
-        self.step = i
+    def __init__(self) -> None:
+        self.mon: Any = None  # the monitor, while the block is open (no cycle with it between blocks)
+        self.owner: Any = None  # the Tracer, held while the block is open (the monitor holds a proxy of it)
+        self.step = 0
         self.losses: list[Any] = []  # floats, or a device's 0-d tensors (detached), or None (not a scalar)
         self.on_device = False
         self.found_inf: list[torch.Tensor] = []  # GradScaler's, when one unscaled in the block
         self.spent = 0.0  # seconds in the monitor's own calls inside the block
         self.t0 = 0.0
+        self.timed = False  # the sampler is told what this step cost (NOTE [Sampled norms])
+
+    def open(self, monitor: Any, i: int, owner: Any, timed: bool) -> LightStep:
+        """Ready for step `i` (this object is handed out again only after its block closed)."""
+        self.mon = monitor
+        self.owner = owner
+        self.step = i
+        self.losses = []
+        self.timed = timed
+        if self.on_device or self.found_inf:
+            self.on_device = False
+            self.found_inf = []
+        return self
 
     def __enter__(self) -> None:
         t0 = perf_counter()
         self.owner._active = True  # (`Tracer.step` refused a nested block already)
-        patched_calls.install(self)
+        patched_calls.install(self, checked=False)
         self.t0 = t0
         self.spent = perf_counter() - t0
         return None
@@ -66,19 +81,30 @@ class LightStep:
         t1 = perf_counter()
         patched_calls.uninstall(self)
         self.owner._active = False
+        self.owner = None
         mon = self.mon
+        self.mon = None
+        joined = False
         try:
-            mon.take_light(self)
+            joined = mon.take_light(self)
         except Exception as err:  # the monitor never breaks the loop
             log.warning("gradscape: the monitor could not record step %s: %s", self.step, err)
-        t2 = perf_counter()
-        mon.sampler.took(None, t2 - self.t0, self.spent + (t2 - t1))
-        self.owner = None
+        if self.timed:  # (a batch of rows is counted a row a step: NOTE [Light rows] in light_rows.py)
+            t2 = perf_counter()
+            light = mon.light
+            own = self.spent + (t2 - t1) + light.per_row - (light.spent if joined else 0.0)
+            mon.sampler.took(None, t2 - self.t0, own)
+        mon.free = self
         return None  # never swallow the user's exception
 
     # ------------------------------------------------------------------ what the wrappers hand it
     def on_backward(self, api: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         t0 = perf_counter()
+        t = args[0] if args and api == "Tensor.backward" else None
+        if type(t) is torch.Tensor and t.is_cpu and t.requires_grad and not _mode_on() and t.numel() == 1:
+            self.losses.append(t.item())  # (the usual: `loss.backward()` of a plain tensor, no torch-function mode)
+            self.spent += perf_counter() - t0
+            return func(*args, **kwargs)
         try:
             with _compat.DisableTorchFunction():  # our reads: not through a mode of the loop's
                 self._read(root_values(api, args, kwargs))

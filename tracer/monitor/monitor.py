@@ -20,9 +20,17 @@ from gradscape.tracer import _compat
 from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.light import LightStep
+from gradscape.tracer.monitor.light_rows import LightRows, learning_rates
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
-from gradscape.tracer.monitor.rows import PendingRow, pending_row, plain_row, resolve, row_without_norms
-from gradscape.tracer.monitor.sampling import NormSampler
+from gradscape.tracer.monitor.rows import (
+    PendingRow,
+    pending_row,
+    plain_row,
+    resolve,
+    row_without_norms,
+    rows_without_norms,
+)
+from gradscape.tracer.monitor.sampling import TIMED, NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.model_index import ModelIndex
@@ -60,6 +68,8 @@ class Monitor:
         self.pending: deque[PendingRow] = deque()
         self.rows: deque[WireHistoryRow] = deque(maxlen=KEEP_ROWS)  # as `history()` gives them, once read
         self.unsent: list[WireHistoryRow] = []
+        self.light = LightRows()  # light steps' rows on their way to `rows` (NOTE [Light rows] in light_rows.py)
+        self.free: LightStep | None = None  # the light step's context, closed, to hand out again
         self._last_flush = time.monotonic()
         self.window: deque[tuple[int, list[float | None]]] = deque(maxlen=self.triggers.cfg.window)
         self.found: dict[int, list[tuple[str, dict[str, Any]]]] = {}  # step → what its row set off
@@ -107,8 +117,16 @@ class Monitor:
         if traced is not None and trig is not None:
             self.trace_of.setdefault(i, (trig[0], trig[2]))
         norms = self.sampler.due(traced is not None)  # NOTE [Sampled norms] in sampling.py
-        if not norms and traced is None and not self.scaler_seen:
-            return LightStep(self, i, owner)  # NOTE [Light steps] in light.py
+        if not norms and traced is None and not self.scaler_seen:  # NOTE [Light steps] in light.py
+            light = self.free
+            if light is None:
+                light = LightStep()
+            else:
+                self.free = None
+            return light.open(self, i, owner, self.sampler.steps % TIMED == 0)
+        if self.light.rows:
+            self.drain()
+        self.light.refresh(self.optimizers)
         return MonitoredStep(self, i, traced, owner, norms)
 
     def start_trace(self, i: int, kind: str, details: dict[str, Any]) -> Any:
@@ -185,15 +203,23 @@ class Monitor:
         if len(self.unsent) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
             self.flush()
 
-    def take_light(self, step: LightStep) -> None:
-        """A light step's row (NOTE [Light steps] in light.py): made now when its losses were read on the CPU and no
-        row waits before it, else pending."""
-        lr: dict[str, list[float]] = {}
-        for ref, name in self.optimizers:
-            opt = ref()
-            if opt is not None:
-                lr[name] = [float(v) for g in opt.param_groups if (v := g.get("lr")) is not None
-                            and (not isinstance(v, torch.Tensor) or v.is_cpu)]
+    def take_light(self, step: LightStep) -> bool:
+        """A light step's row (NOTE [Light steps] in light.py): kept for a batch when its losses were read on the CPU
+        and no row waits before it (NOTE [Light rows] in light_rows.py), else pending; True when a batch joined."""
+        light = self.light
+        if light.opts != len(self.optimizers):  # (an optimizer first seen stepping on the last full step)
+            self.drain()
+            light.refresh(self.optimizers)
+        groups = light.groups
+        lr: Any = [g["lr"] for g in groups] if groups is not None else learning_rates(self.optimizers)
+        if not (step.on_device or self.pending or step.found_inf):
+            if light.add(step.step, step.losses, lr) or time.monotonic() - light.since >= FLUSH_SECONDS:
+                self.drain()
+                return True
+            return False
+        self.drain()
+        if type(lr) is list:
+            lr = light.rates(lr)
         skipped = step.skipped() if step.found_inf else False
         if step.on_device or self.pending:  # (behind a row still on its way: in step order, never waited for)
             row = PendingRow(step.step, False, None, 0, n_params=len(self.params), norms=False, lr=lr, skipped=skipped)
@@ -201,15 +227,41 @@ class Monitor:
             row.nums.launch()
             self.pending.append(row)
             self.resolve_ready()
-            return
-        losses = step.losses
-        wire = row_without_norms(step.step, losses, lr, len(self.params), skipped)
-        hit = self.triggers.loss_trigger(losses) if losses else None
-        if hit is None and not skipped:  # (the usual: nothing in the row can set off a trigger)
-            self._take_plain(wire)
         else:
-            self._join(step, wire, hit)
+            losses = step.losses
+            hit = self.triggers.loss_trigger(losses) if losses else None
+            self._join(step.step, False, row_without_norms(step.step, losses, lr, len(self.params), skipped), hit)
+            self._maybe_flush()
+        return True
+
+    def drain(self) -> None:
+        """The light rows kept join the history in step order, their losses read by the loss rules: those under
+        their rule's quiet bound only join its window (NOTE [Light rows] in light_rows.py)."""
+        t0 = time.perf_counter()
+        light = self.light
+        loud = light.loud
+        rows = light.take()
+        if rows:
+            shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
+            for k, (i, losses, lr) in enumerate(rows):
+                if type(lr) is not dict:
+                    if lr != shared[0]:
+                        shared = (lr, light.rates(lr))
+                    rows[k] = (i, losses, shared[1])
+            wires = rows_without_norms(rows, len(self.params))
+            last = wires.pop() if loud else None
+            self.triggers.add_quiet([w["losses"] for w in wires])
+            for wire in wires:
+                self._take_plain(wire)
+            if last is not None:  # (its loss may set a rule off: read as `take_light` reads one)
+                hit = self.triggers.loss_trigger(last["losses"])
+                self._join(last["step"], False, last, hit) if hit is not None else self._take_plain(last)
+        light.bound(self.triggers.loss_rules)
+        light.since = time.monotonic()
         self._maybe_flush()
+        light.spent = time.perf_counter() - t0
+        if rows:
+            light.per_row = light.spent / len(rows)
 
     def _take_plain(self, row: WireHistoryRow) -> None:
         """`_take` for a row of an untraced step without norms whose losses the loss rules have read already
@@ -217,52 +269,56 @@ class Monitor:
         self.rows.append(row)
         self.unsent.append(row)
 
-    def _take(self, row: PendingRow | LightStep, wire: WireHistoryRow, losses: list[float | None]) -> None:
+    def _take(self, row: PendingRow, wire: WireHistoryRow, losses: list[float | None]) -> None:
         """A row joins the history; the triggers it sets off are noted (for the step's own trace) or
         wait for the next step (NOTE [Trigger rules])."""
         hit = self.triggers.loss_trigger(losses[row.checked:], row.checked) if len(losses) > row.checked else None
-        self._join(row, wire, hit)
+        self._join(row.step, row.traced, wire, hit)
 
-    def _join(self, row: PendingRow | LightStep, wire: WireHistoryRow, hit: tuple[str, dict[str, Any]] | None) -> None:
-        """`_take`, the losses read by the loss rules (`hit`: what they set off)."""
+    def _join(self, step: int, traced: bool, wire: WireHistoryRow, hit: tuple[str, dict[str, Any]] | None) -> None:
+        """`_take` of step `step`'s row, its losses read by the loss rules (`hit`: what they set off)."""
         trig, norms = self.triggers, wire["param_norms"]
         found: list[tuple[str, dict[str, Any]]] = []  # for this step's trace, when it has one
         later: list[tuple[str, dict[str, Any]]] = []  # for the next step's
         if hit is not None:  # read after the step (not on the CPU): the next step is traced
-            later.append((hit[0], {**hit[1], "step": row.step}))
-        behind = self.trace_of.get(row.step)
-        if row.traced and behind is not None and behind[1].setdefault("step", row.step) == row.step:
-            self.trace_of.pop(row.step)  # a loss trigger traced this very backward
+            later.append((hit[0], {**hit[1], "step": step}))
+        behind = self.trace_of.get(step)
+        if traced and behind is not None and behind[1].setdefault("step", step) == step:
+            self.trace_of.pop(step)  # a loss trigger traced this very backward
             found.append(behind)
         g = wire["grad_norm"]
         if g is not None:
             spike = trig.grad_rule.excess(g)
             if spike is not None and trig.on("grad_spike"):
                 later.append(("grad_spike", {"grad_norm": g, "median": spike[0], "threshold": spike[1],
-                                             "step": row.step}))
+                                             "step": step}))
             trig.grad_rule.add(g)
         if wire["skipped"] and trig.on("amp_skipped"):
             bad = [self.names[i] for i, v in enumerate(norms)
                    if v is not None and not finite(v) and i < len(self.names)]
-            later.append(("amp_skipped", {"step": row.step, "scale": wire["scale"], "params": bad}))
+            later.append(("amp_skipped", {"step": step, "scale": wire["scale"], "params": bad}))
         for kind, d in found + later:
             if kind in ("loss_spike", "grad_spike"):
-                d["layer"] = rising_layer(self.window, row.step, norms)
+                d["layer"] = rising_layer(self.window, step, norms)
         if wire["norms"]:  # (a row without norms says nothing of which layer rose: NOTE [Sampled norms])
-            self.window.append((row.step, list(norms)))
-        if row.traced:
-            self.found[row.step] = found + later
+            self.window.append((step, list(norms)))
+        if traced:
+            self.found[step] = found + later
         elif later and trig.pending is None:
-            trig.pending = (later[0][0], row.step, later[0][1])
+            trig.pending = (later[0][0], step, later[0][1])
         self.rows.append(wire)
         self.unsent.append(wire)
 
     def history(self) -> list[dict[str, Any]]:
         """The rows kept, as `TraceStore.history` gives them (each parameter's norm by name)."""
+        if self.light.rows:
+            self.drain()
         return [row_as_dict(r, self.names) for r in self.rows]
 
     def flush(self, force: bool = False) -> None:
         """Write the rows not yet written to every sink that takes history (`write_history`)."""
+        if self.light.rows:
+            self.drain()  # (which flushes again: nothing is left then)
         if not self.unsent:
             return
         rows, self.unsent = self.unsent, []
@@ -294,7 +350,6 @@ def _plain(v: Any) -> Any:
 
 
 def _rank() -> int | None:
-    import torch
 
     dist = torch.distributed
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else None

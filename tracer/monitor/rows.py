@@ -85,9 +85,29 @@ def row_without_norms(step: int, losses: list[float | None], lr: dict[str, list[
                       skipped: bool = False) -> WireHistoryRow:
     """The row of an untraced step without norms whose numbers are all on the host (`plain_row`, a light step's:
     NOTE [Light steps] in light.py)."""
-    return {"step": step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
-            "grad_norm": None, "grad_norm_clipped": None, "param_norms": [None] * n_params, "lr": lr,
-            "scale": None, "skipped": skipped, "traced": False, "trigger": None, "norms": False}
+    (row,) = rows_without_norms([(step, losses, lr)], n_params)
+    row["skipped"] = skipped
+    return row
+
+
+def rows_without_norms(rows: list[tuple[int, list[float | None], dict[str, list[float]]]],
+                       n_params: int) -> list[WireHistoryRow]:
+    """`row_without_norms` of each (step, losses, lr), none skipped; the rows share one `param_norms` (which no
+    reader of a row changes: `Monitor.flush` pads it with a new list)."""
+    blank: WireHistoryRow = {
+        "step": 0, "loss": None, "losses": [], "grad_norm": None, "grad_norm_clipped": None,
+        "param_norms": [None] * n_params, "lr": {}, "scale": None, "skipped": False, "traced": False,
+        "trigger": None, "norms": False}
+    out = []
+    for step, losses, lr in rows:
+        row = blank.copy()
+        row["step"] = step
+        row["loss"] = losses[0] if losses and losses[0] is not None else next((v for v in losses if v is not None),
+                                                                                  None)
+        row["losses"] = losses
+        row["lr"] = lr
+        out.append(row)
+    return out
 
 
 def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:

@@ -45,6 +45,7 @@ K_MAX = 1000
 # loop's calls and slows theirs (a light step of the 3-20-30-2 MLP measured 19-22 µs and cost the loop 40-45 µs; at
 # k = 3 the actor-critic program's measured 3% cost it 4-8% in six runs)
 UNSEEN = 2.0
+TIMED = 4  # a light step in this many is timed for the sampler (the light steps' costs barely move)
 
 
 class NormClock:

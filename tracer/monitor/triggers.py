@@ -36,6 +36,7 @@ from gradscape.tracer.summary.stats import median_sorted
 TRIGGERS = ("nonfinite", "loss_spike", "grad_spike", "amp_skipped")
 _MAD_SIGMA = 1.4826  # MAD → standard deviation of a normal distribution
 REFRESH = 4  # with `ratio` 0, the MAD is recomputed after this many new values (it moves slowly)
+QUIET_MAX = 1.7976931348623157e308  # the largest float: an infinite value is never under a bound
 
 
 @dataclass
@@ -125,15 +126,37 @@ class SpikeRule:
         limit = max(self.k * _MAD_SIGMA * self._mad, floor)
         return (med, med + limit) if x - med > limit else None
 
+    def quiet_ladder(self, adds: int) -> tuple[float, tuple[float, ...]]:
+        """`(pivot, ladder)`: while this rule takes its next `adds` values, of which `c` so far fell below `pivot`, no
+        finite value at or below `ladder[c]` is a spike (NOTE [Quiet bound] in tracer/monitor/light_rows.py). An empty
+        ladder: no bound can be given."""
+        s = self.ordered
+        n, need = len(s), max(self.warmup, 3)
+        if n + adds <= need:  # (each of them meets fewer than `need` values)
+            return QUIET_MAX, (QUIET_MAX,) * (adds + 1)
+        if n < need:
+            return QUIET_MAX, ()
+        m, r = (n - 1) // 2, self.ratio
+        return s[m], tuple(_least_floor(s[m - c], r) for c in range(min(m, adds) + 1))
+
     def add(self, x: Any) -> None:
         if finite(x):
-            v = float(x)
-            self.values.append(v)
-            insort(self.ordered, v)
-            self._stale += 1
-            if len(self.values) > self.window:
-                old = self.values.popleft()
-                del self.ordered[bisect_left(self.ordered, old)]
+            self.add_finite(float(x))
+
+    def add_finite(self, v: float) -> None:
+        """`add` of a value known to be a finite float."""
+        self.values.append(v)
+        insort(self.ordered, v)
+        self._stale += 1
+        if len(self.values) > self.window:
+            old = self.values.popleft()
+            del self.ordered[bisect_left(self.ordered, old)]
+
+
+def _least_floor(low: float, ratio: float) -> float:
+    """The least `m + ratio * |m|` over every median `m >= low` (NOTE [Quiet bound] in tracer/monitor/light_rows.py)."""
+    least = min(low * (1 + ratio), QUIET_MAX) if low >= 0 else (low * (1 - ratio) if ratio <= 1 else 0.0)
+    return least - abs(least) * 1e-12  # (under the rule's own rounding of `x - median`)
 
 
 class TriggerState:
@@ -165,6 +188,15 @@ class TriggerState:
     def fire(self, kind: str, step: int) -> None:
         self.fired += 1
         self.last[kind] = step
+
+    def add_quiet(self, rows: list[list[Any]]) -> None:
+        """Each step's losses (finite floats, or None), known to set off no rule (NOTE [Quiet bound] in
+        tracer/monitor/light_rows.py), join their rules' windows in order."""
+        rules = self.loss_rules
+        for losses in rows:
+            for pos, v in enumerate(losses):
+                if v is not None:
+                    rules[pos].add_finite(v)
 
     def loss_trigger(self, losses: list[Any], first: int = 0) -> tuple[str, dict[str, Any]] | None:
         """The trigger a step's losses set off, if any (floats; `first`: the position in the step of the

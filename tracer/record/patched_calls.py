@@ -72,6 +72,7 @@ _CLIPS: tuple[tuple[Any, str, str], ...] = (
 _lock = threading.Lock()
 _captures: dict[int, list[Any]] = {}  # thread id -> the captures of the untraced blocks open on it, innermost last
 _held = 0  # the live `Hold`s: while any, the wrappers stay in place between blocks
+_placed = False  # the wrappers were put in place, or found there, and not put back since
 _wrapped: dict[Any, Any] = {}  # wrapper -> the original it calls (kept: a mode may be handed one after it is off)
 _handling: set[int] = set()  # the threads a call of which is being handled (their nested calls pass through)
 _ident = threading.get_ident
@@ -199,11 +200,14 @@ class Hold:
                 _put_back()
 
 
-def install(capture: Any) -> None:
+def install(capture: Any, checked: bool = True) -> None:
     """The wrappers in place (if no other block put them there, or a hold kept them) and `capture` as this
-    thread's innermost."""
+    thread's innermost. `checked` False (a light step's): while a hold keeps them, the wrappers are not looked
+    at again (they are at the next full step's block: NOTE [Light steps] in tracer/monitor/light.py)."""
+    global _placed
     with _lock:
-        if not _captures:
+        if not _captures and (checked or not (_held and _placed)):
+            _placed = True
             for k, (owner, name, make) in enumerate(_PLAN):
                 original, wrapper = _last[k]
                 current = getattr(owner, name)
@@ -239,6 +243,8 @@ def uninstall(capture: Any) -> None:
 
 def _put_back() -> None:
     """The originals back where the wrappers still are (`_lock` held)."""
+    global _placed
+    _placed = False
     for (owner, name), (original, wrapper) in _made.items():
         if getattr(owner, name) is wrapper:  # put back only what is still ours
             setattr(owner, name, original)

@@ -1,0 +1,196 @@
+"""Light rows (NOTE [Light rows] in tracer/monitor/light_rows.py): the rows of light steps join the history in
+batches, a loss the rules might find sends its batch at once, and the quiet bound under which no loss is a spike
+(NOTE [Quiet bound]) holds against the rule's definition, computed here by `statistics`."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+import gradscape
+from gradscape.tracer.monitor import monitor as monitor_module
+from gradscape.tracer.monitor.light import LightStep
+from gradscape.tracer.monitor.light_rows import BATCH
+from gradscape.tracer.monitor.triggers import _MAD_SIGMA, SpikeRule
+
+
+def _fires(window: list[float], x: float, k: float, ratio: float) -> bool:
+    """The loss-spike rule by its definition (NOTE [Trigger rules])."""
+    med = statistics.median(window)
+    mad = statistics.median([abs(v - med) for v in window])
+    return x - med > max(k * _MAD_SIGMA * mad, ratio * abs(med))
+
+
+def _next_value(rnd: random.Random, centre: float) -> float:
+    """A loss, or one chosen to pull the median down as fast as it can go, or one the window never holds."""
+    roll = rnd.random()
+    if roll < 0.3:
+        return -1e6 if rnd.random() < 0.5 else centre - abs(centre) * 10 - 1
+    if roll < 0.35:
+        return float("nan")
+    return rnd.gauss(centre, abs(centre) * 0.2 + 0.1)
+
+
+def test_no_value_under_the_quiet_bound_is_a_spike_while_the_rule_takes_its_next_values() -> None:
+    rnd = random.Random(7)
+    probes = under = 0
+    for trial in range(300):
+        window, warmup = rnd.choice([(5, 3), (30, 5), (100, 20)])
+        ratio, k = rnd.choice([0.0, 0.5, 1.0, 2.0]), rnd.choice([0.5, 3.0, 8.0])
+        centre = rnd.choice([3.0, 0.01, -2.0, 0.0])
+        rule = SpikeRule(window=window, warmup=warmup, k=k, ratio=ratio)
+        held: list[float] = []
+        for _ in range(rnd.randrange(0, 2 * window)):
+            v = rnd.gauss(centre, abs(centre) * 0.2 + 0.1)
+            rule.add(v)
+            held = (held + [v])[-window:]
+        adds = rnd.choice([1, 4, BATCH])
+        pivot, ladder = rule.quiet_ladder(adds)
+        below = 0
+        for _ in range(adds):
+            bound = ladder[below] if below < len(ladder) else -math.inf
+            if bound > -math.inf:
+                for x in (bound, math.nextafter(bound, -math.inf), bound - rnd.random() * (abs(bound) + 1)):
+                    if len(held) >= max(warmup, 3) and math.isfinite(x):
+                        probes += 1
+                        assert not _fires(held, x, k, ratio), (trial, x, bound)
+                        assert rule.excess(x) is None
+            v = _next_value(rnd, centre)
+            under += bound > -math.inf and math.isfinite(v) and v <= bound
+            below += v < pivot
+            rule.add(v)
+            if math.isfinite(v):
+                held = (held + [v])[-window:]
+    assert probes > 2000 and under > 300  # (the bound was probed, and values fell under it)
+    assert SpikeRule(window=100, warmup=20, k=8.0, ratio=1.0).quiet_ladder(BATCH)[1] == ()  # nothing known yet
+
+
+def test_the_quiet_bound_lets_a_noisy_loss_through() -> None:
+    """With the defaults, nearly every loss of a noisy falling curve, and of a loop whose batches differ in loss
+    by a factor of three, is under the bound: its row waits for its batch."""
+    rnd = random.Random(1)
+    for curve in (lambda n: 2.0 * math.exp(-n / 400) + rnd.gauss(0, 0.05), lambda n: (0.5, 0.8, 1.2, 1.5)[n % 4]):
+        rule = SpikeRule(window=100, warmup=20, k=8.0, ratio=1.0)
+        passed = below = 0
+        pivot, ladder = rule.quiet_ladder(BATCH)
+        for n in range(1000):
+            if n % BATCH == 0:
+                pivot, ladder, below = *rule.quiet_ladder(BATCH), 0
+            x = curve(n)
+            if n >= 100:
+                passed += below < len(ladder) and x <= ladder[below]
+            below += x < pivot
+            rule.add(x)
+        assert passed >= 0.98 * 900
+
+
+def _loss(model: nn.Module, i: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(i)
+    x, y = torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
+    return (model(x) - y).pow(2).mean() * scale
+
+
+def test_light_rows_join_in_batches_and_a_spike_on_a_light_step_traces_the_next_step() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    losses: dict[int, float] = {}
+    waiting = []  # light rows not yet in the history, as each step ended
+    with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
+        mon = tr._monitor
+        for i in range(1, 181):
+            ctx = tr.step(i)
+            with ctx:
+                loss = _loss(model, i % 4, scale=60.0 if i == 150 else 1.0)  # (four batches, over and over)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            losses[i] = loss.item()
+            waiting.append(len(mon.light.rows))
+            if i == 150:  # the spike's batch joined as its step ended: the rules found it
+                assert isinstance(ctx, LightStep) and not mon.light.rows and mon.triggers.pending is not None
+        rows = tr.history
+        (st,) = tr.steps
+    assert [r["step"] for r in rows] == list(range(1, 181))
+    assert all(r["losses"] == [losses[r["step"]]] for r in rows)  # bitwise: the loss the loop computed
+    assert max(waiting) == BATCH - 1 and sum(w > 0 for w in waiting[100:149]) > 40  # kept, then joined in batches
+    assert st.step == 151 and st.meta["trigger"]["reason"] == "loss_spike" and st.meta["trigger"]["step"] == 150
+    assert rows[150]["traced"] and rows[150]["trigger"] == "loss_spike"
+
+
+def test_light_rows_join_once_a_flush_interval_passed() -> None:
+    """A slow loop's light rows reach the history (and the sinks) within `FLUSH_SECONDS`, not a batch later."""
+    model = nn.Linear(4, 1)
+    with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
+        mon = tr._monitor
+        for i in range(1, 200):
+            with tr.step(i):
+                _loss(model, i).backward()
+            if mon.light.rows:
+                break
+        assert mon.light.rows
+        started = time.monotonic()
+        while time.monotonic() - started < monitor_module.FLUSH_SECONDS:  # one step as long as the interval
+            with tr.step(i + 1):
+                _loss(model, i).backward()
+                while time.monotonic() - started < monitor_module.FLUSH_SECONDS:
+                    time.sleep(0.01)
+        assert not mon.light.rows and mon.rows[-1]["step"] == i + 1
+
+
+def test_learning_rates_as_each_light_step_ended_a_tensor_one_and_an_optimizer_seen_later() -> None:
+    """The rates are read as each block ends, from the parameter groups the last full step saw (a float each), or
+    one by one where a rate is a tensor (changed in place by the loop); an optimizer first seen stepping on a full
+    step is on the rows from the next step on."""
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 1), nn.Linear(4, 1)
+    opt_a = torch.optim.SGD(a.parameters(), lr=0.5)
+    opt_b = torch.optim.SGD(b.parameters(), lr=torch.tensor(0.25))
+    want: dict[int, dict[str, list[float]]] = {}
+    with gradscape.Tracer([a, b], every=10 ** 6, norms_every=10) as tr:
+        for i in range(1, 41):
+            with tr.step(i):
+                (_loss(a, i) + _loss(b, i)).backward()
+                opt_a.param_groups[0]["lr"] = 0.5 / i  # (a schedule of floats)
+                opt_a.step()
+                if i >= 15:  # seen stepping by the full step 20
+                    opt_b.param_groups[0]["lr"].fill_(1.0 / i)  # (a tensor, changed in place)
+                    opt_b.step()
+                opt_a.zero_grad()
+                opt_b.zero_grad()
+            want[i] = {"SGD": [0.5 / i]} | ({"SGD#1": [float(torch.tensor(1.0 / i))]} if i >= 20 else {})
+        rows = {r["step"]: r for r in tr.history}
+    assert [i for i in rows if rows[i]["norms"]] == [10, 20, 30, 40]
+    for i in range(11, 41):
+        assert rows[i]["lr"] == want[i], i
+
+
+def test_the_light_step_context_is_handed_out_again_and_holds_no_cycle() -> None:
+    import gc
+    import weakref
+
+    model = nn.Linear(4, 1)
+    tr = gradscape.Tracer(model, every=10 ** 6, norms_every=1000)
+    first = tr.step(1)
+    second = tr.step(2)  # (the first is not closed yet: a context of its own)
+    assert isinstance(first, LightStep) and second is not first
+    with second:
+        _loss(model, 2).backward()
+    with tr.step(3) as got:
+        assert got is None
+    assert tr.step(4) is second  # closed: handed out again
+    with second:
+        _loss(model, 4).backward()
+    gc.collect()
+    gc.disable()
+    try:
+        ref = weakref.ref(model.weight)  # (which the monitor holds)
+        del model, tr, first, second
+        assert ref() is None  # freed as the last reference went, with no collection (no cycle through the monitor)
+    finally:
+        gc.enable()

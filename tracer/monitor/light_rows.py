@@ -1,0 +1,122 @@
+"""The rows of light steps, kept as they came until a batch of them joins the history (NOTE [Light rows]).
+
+NOTE [Light rows]
+    A light step (NOTE [Light steps] in light.py) on the CPU, with no row waiting before it, leaves its step,
+    losses and learning rates here; they become history rows and pass the loss rules (NOTE [Trigger rules] in
+    triggers.py) in a batch (`Monitor.drain`): when `BATCH` are here, when `FLUSH_SECONDS` passed since the
+    last batch, before any other step's row, and when history is read or written. A loss that a rule might find
+    (not finite, or above its rule's quiet bound: NOTE [Quiet bound]
+    `SpikeRule.quiet_ladder(adds)`: a value x fires the loss-spike rule only if `x - median > ratio * |median|`
+    (the rule's floor; with `ratio` 0, only if `x > median`), and only once `warmup` values (at least 3) are in
+    its window. Take the n values held when a batch starts, sorted, m = (n - 1) // 2 and `pivot` the value at
+    place m. While the next values arrive, c of them below `pivot`, the median cannot fall below `low`, the
+    value at place m - c: at most m - c held values and c new ones lie below it, too few to fill the places
+    0..m, a value dropped from the window moves none down, and the window never shrinks. So no x at or below
+    `ladder[c]`, the least `m' + ratio * |m'|` over every median `m' >= low`, fires: `low * (1 + ratio)` for
+    `low >= 0`, `low * (1 - ratio)` below 0 with `ratio <= 1`, else 0. A value that is not finite is never
+    under a bound (`-inf < x <= bound`). Past the ladder's end (c > m), or while the window holds fewer than
+    `warmup` values, there is no bound: every loss is read by the rules as its step ends.
+    `tests/test_light_rows.py` checks the bound against the rule's definition, with values chosen to pull the
+    median down as fast as it can go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+BATCH = 32  # light rows that join the history together (at most: NOTE [Light rows])
+_NEG = float("-inf")
+
+
+class LightRows:
+    """The light rows not yet in the history, and each loss position's quiet bounds (NOTE [Quiet bound])."""
+
+    __slots__ = ("rows", "loud", "pivots", "ladders", "below", "since", "spent", "per_row", "groups", "layout", "opts")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, list[Any], Any]] = []  # (step, losses, lr: a dict, or the rates read in `groups`)
+        self.loud = False  # the last row's losses were not all under their bounds (the others' were)
+        self.pivots: tuple[float, ...] = ()  # each loss position's, as its rule stood when the batch started
+        self.ladders: tuple[tuple[float, ...], ...] = ()  # each loss position's bounds, by `below`
+        self.below: list[int] = []  # each position's losses kept so far below its pivot
+        self.since = 0.0  # `time.monotonic()` of the last batch
+        self.spent = 0.0  # seconds the last batch took to join
+        self.per_row = 0.0  # the last batch's seconds a row: what a light step's row costs (NOTE [Sampled norms])
+        # the parameter groups of the optimizers seen, whose learning rates a light step reads (None: read them
+        # by `learning_rates`, one is a tensor), each optimizer's name and number of groups; as `opts` optimizers
+        # were seen and the last full step began (`refresh`)
+        self.groups: list[dict[str, Any]] | None = []
+        self.layout: list[tuple[str, int]] = []
+        self.opts = 0
+
+    def refresh(self, optimizers: list[tuple[Any, str]]) -> None:
+        """The parameter groups again, from the optimizers seen (rows kept before have joined: `Monitor.drain`)."""
+        groups: list[dict[str, Any]] = []
+        layout = []
+        for ref, name in optimizers:
+            opt = ref()
+            if opt is not None:
+                mine = [g for g in opt.param_groups if g.get("lr") is not None]
+                layout.append((name, len(mine)))
+                groups += mine
+        floats = all(type(g["lr"]) is float for g in groups)  # (else a tensor, or an int: read each time)
+        self.groups, self.layout, self.opts = groups if floats else None, layout, len(optimizers)
+
+    def rates(self, raw: list[Any]) -> dict[str, list[float]]:
+        """The row's `lr` from the learning rates a light step read (`raw`, in `groups`' order)."""
+        lr, at = {}, 0
+        for name, n in self.layout:
+            mine = raw[at:at + n]
+            if any(type(v) is not float for v in mine):  # (set to a tensor since the groups were read)
+                mine = [float(v) for v in mine if not isinstance(v, torch.Tensor) or v.is_cpu]
+            lr[name] = mine
+            at += n
+        return lr
+
+    def add(self, step: int, losses: list[Any], lr: Any) -> bool:
+        """Keep a light step's row; True when its batch should join the history now (`loud`: because of it)."""
+        rows = self.rows
+        rows.append((step, losses, lr))
+        ladders, below = self.ladders, self.below
+        for k, v in enumerate(losses):
+            if v is None:
+                continue
+            if k >= len(ladders):
+                self.loud = True  # (a position with no rule yet)
+                return True
+            c = below[k]
+            ladder = ladders[k]
+            if c >= len(ladder) or not _NEG < v <= ladder[c]:
+                self.loud = True  # (a rule may fire: NOTE [Quiet bound])
+                return True
+            if v < self.pivots[k]:
+                below[k] = c + 1
+        return len(rows) >= BATCH
+
+    def take(self) -> list[tuple[int, list[Any], Any]]:
+        rows, self.rows = self.rows, []
+        self.loud = False
+        return rows
+
+    def bound(self, rules: dict[int, Any]) -> None:
+        """Each position's bounds for the next batch, from the rules as they are now (positions from 0 on)."""
+        pivots: list[float] = []
+        ladders: list[tuple[float, ...]] = []
+        while (rule := rules.get(len(pivots))) is not None:
+            pivot, ladder = rule.quiet_ladder(BATCH)
+            pivots.append(pivot)
+            ladders.append(ladder)
+        self.pivots, self.ladders, self.below = tuple(pivots), tuple(ladders), [0] * len(pivots)
+
+
+def learning_rates(optimizers: list[tuple[Any, str]]) -> dict[str, list[float]]:
+    """Each optimizer's learning rates as they are now (one a parameter group; a tensor on a device is not read)."""
+    lr: dict[str, list[float]] = {}
+    for ref, name in optimizers:
+        opt = ref()
+        if opt is not None:
+            lr[name] = [v if type(v) is float else float(v) for g in opt.param_groups if (v := g.get("lr")) is not None
+                        and (not isinstance(v, torch.Tensor) or v.is_cpu)]
+    return lr
