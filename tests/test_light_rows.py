@@ -194,3 +194,16 @@ def test_the_light_step_context_is_handed_out_again_and_holds_no_cycle() -> None
         assert ref() is None  # freed as the last reference went, with no collection (no cycle through the monitor)
     finally:
         gc.enable()
+
+
+def test_a_compared_compiled_step_rows_after_the_light_rows_kept_before_it() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    compiled = torch.compile(model, backend="eager")
+    with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
+        for i in range(1, 31):
+            with tr.step(i):
+                _loss(model, 0).backward()
+        assert tr._monitor.light.rows  # (kept: past the rule's warm-up, under its bound)
+        tr.compare_compiled(31, lambda: _loss(compiled, 0).backward())
+        assert [r["step"] for r in tr.history] == list(range(1, 32))

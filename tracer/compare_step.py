@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from gradscape.tracer._model import StepTrace
-from gradscape.tracer.monitor.monitor import MonitoredStep
 from gradscape.tracer.record.compare import TrainingState, differences
 from gradscape.tracer.record.model_index import ModelIndex
 
@@ -30,7 +29,7 @@ def compare_compiled(tracer: Any, i: int, closure: Callable[[], Any], traced_ste
         p.grad = None
     versions = [p._version for p, _ in named]
     mon = tracer._monitor
-    step = MonitoredStep(mon, i, None, tracer, mon.sampler.due(False)) if mon is not None else nullcontext()
+    step = mon.full_step(i, None, tracer, mon.sampler.due(False)) if mon is not None else nullcontext()
     with step:
         loss_c = closure()
     compiled = {n: p.grad for p, n in named}

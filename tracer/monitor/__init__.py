@@ -14,11 +14,13 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     superseded.py the norms after a backward the next backward supersedes, left untaken (NOTE [Superseded norms])
     triggers.py  the triggers, their rules, thresholds and caps
     problems.py  the monitor's problems (spikes, skipped AMP steps)
-    monitor.py   one Tracer's monitor and the context of each step
+    full.py      the context of a full step (its capture, its trace)
+    monitor.py   one Tracer's monitor: which kind each step is, its rows, the triggers
 """
 
+from gradscape.tracer.monitor.full import MonitoredStep
 from gradscape.tracer.monitor.models import as_module
-from gradscape.tracer.monitor.monitor import Monitor, MonitoredStep
+from gradscape.tracer.monitor.monitor import Monitor
 from gradscape.tracer.monitor.triggers import TRIGGERS, Triggers
 
 __all__ = ["TRIGGERS", "Monitor", "MonitoredStep", "Triggers", "as_module"]

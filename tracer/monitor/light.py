@@ -5,14 +5,18 @@ NOTE [Light steps]
     light step: its block sees only its backward calls, through the wrappers held between the Tracer's
     blocks (NOTE [Patched backward] in tracer/record/patched_calls.py), and GradScaler's unscale. It reads
     each loss (on the CPU at once; on another device kept, and read when its row is resolved, as a full
-    step's are), and at its end makes the history row: the losses, the learning rates of the optimizers the
-    monitor has seen stepping (read from them as the block ends), `norms` false. The loss rules read the
-    losses as the row joins the history (`Monitor._take`), so a loss trigger set off on a light step traces
-    the next step, as on a device; only a full step keeps the model's calls for a replay of its own backward
+    step's are), and at its end keeps its row: the losses, the learning rates of the optimizers the monitor
+    has seen stepping (read from their parameter groups as the block ends), `norms` false. The loss rules
+    read the losses as the row joins the history (`Monitor.drain`: NOTE [Light rows] in light_rows.py), at
+    the latest as the step ends, so a loss trigger set off on a light step traces the next step, as on a
+    device; only a full step keeps the model's calls for a replay of its own backward
     (NOTE [Replayed loss triggers] in tracer/record/replay.py). What a light step does not do, and a full one
     does: the forward snapshot, the optimizer hooks (what each optimizer stepped with, and whether it did),
     the clipped norms. A GradScaler's unscale seen on a light step is read at its end (its `found_inf`: a wait
     on a device), and from then on every step of the Tracer is a full one, whose skip is read without a wait.
+    Nor does it look at the backward wrappers while the monitor's hold keeps them in place (a full step's
+    block does, and wraps again whatever replaced them). The monitor hands out the same context again once
+    it closed (`Monitor.step`), holding the monitor only while it is open.
 
     Why: on the 3-20-30-2 MLP (bench W1, 0.26 ms a step) a full step without norms cost about 100 µs, most
     of it Python calls around the loop's own (the forward snapshot alone 22 µs); the every-step monitor may

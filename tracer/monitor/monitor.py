@@ -19,6 +19,7 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
+from gradscape.tracer.monitor.full import MonitoredStep
 from gradscape.tracer.monitor.light import LightStep
 from gradscape.tracer.monitor.light_rows import LightRows, learning_rates
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
@@ -124,6 +125,10 @@ class Monitor:
             else:
                 self.free = None
             return light.open(self, i, owner, self.sampler.steps % TIMED == 0)
+        return self.full_step(i, traced, owner, norms)
+
+    def full_step(self, i: int, traced: Any, owner: Any, norms: bool) -> MonitoredStep:
+        """Step `i`'s full block (its row after every light row kept before it: NOTE [Light rows])."""
         if self.light.rows:
             self.drain()
         self.light.refresh(self.optimizers)
@@ -353,63 +358,3 @@ def _rank() -> int | None:
 
     dist = torch.distributed
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
-
-
-class MonitoredStep:
-    """The context of every step while the monitor is on: the capture, and the trace when there is one."""
-
-    light = False  # (NOTE [Light steps] in light.py)
-
-    def __init__(self, monitor: Monitor, i: int, traced: Any, owner: Any, norms: bool) -> None:
-        self.mon = monitor
-        self.norms = norms
-        self.owner = owner  # the Tracer, held while the block is open (the monitor holds a proxy of it)
-        self.i = i
-        self.traced = traced
-        self.cap: StepCapture | None = None
-        self.t0 = 0.0
-        self.entered = 0.0  # seconds the block's opening took
-        self.snap: Any = None  # the forward's snapshot (tracer/record/replay.py), if the Tracer keeps one
-        self.snap_spent = 0.0  # its `spent` as the block opened
-
-    def __enter__(self) -> Any:
-        t0 = time.perf_counter()
-        cap = self.cap = StepCapture(self.mon, self.i, self.traced, self.norms)
-        cap.installed.install()
-        snap = self.snap = getattr(self.owner, "_snapshot", None)
-        self.snap_spent = snap.spent if snap is not None else 0.0
-        self.t0 = time.perf_counter()
-        self.entered = self.t0 - t0
-        if self.traced is None:
-            return None
-        try:
-            return self.traced.__enter__()
-        except BaseException:
-            cap.finish()
-            raise
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        cap = self.cap
-        assert cap is not None
-        t1 = time.perf_counter()
-        untraced = cap.traced is None
-        norms = cap.clock.spent if cap.norms else None
-        try:
-            cap.finish()
-            self.mon.end_step(cap, (exc_type, exc, tb))
-        finally:
-            cap.installed.remove()
-            cap.release()  # no reference cycle left to the cyclic collector
-            if untraced:  # what the monitor cost against the loop's time (NOTE [Sampled norms])
-                self._took(norms, cap.own.spent, t1)
-            self.cap = self.traced = self.owner = self.snap = None
-        return None
-
-    def _took(self, norms: float | None, inside: float, t1: float) -> None:
-        """The block's times to the sampler: its norms, the whole block, and the monitor's own part of it (its calls
-        inside the block, the norms aside; the forward's snapshot; opening and closing the block)."""
-        snap = self.snap
-        kept = (snap.spent - self.snap_spent) if snap is not None else 0.0
-        t2 = time.perf_counter()
-        own = inside - (norms or 0.0) + kept + self.entered + (t2 - t1)
-        self.mon.sampler.took(norms, t2 - self.t0 + self.entered, own)

@@ -6,9 +6,10 @@ NOTE [Sampled norms]
     whole monitor may cost at most `BUDGET` (3%) of a step. A step that takes the norms is a full step (the
     forward snapshot of NOTE [Snapshots on the CPU only] in tracer/record/replay.py, the optimizer hooks,
     the clipped norms); one that does not is a light step (NOTE [Light steps] in `light.py`: its losses,
-    GradScaler's skip). Both are timed on every untraced step (`NormClock`, `took`): a full step's whole
-    cost (its norms and its own calls around the loop's: opening and closing the block, reading each loss,
-    the hooks, the row, the snapshot), a light step's own. The light steps' cost comes off the budget first,
+    GradScaler's skip). Both are timed (`NormClock`, `took`): on every full untraced step its whole cost
+    (its norms and its own calls around the loop's: opening and closing the block, reading each loss, the
+    hooks, the row, the snapshot), and on one step in `TIMED` (4), when light, its own (its row's share of
+    the batch it joins with: NOTE [Light rows] in `light_rows.py`). The light steps' cost comes off the budget first,
     and the full steps get what it leaves, and never less than `FLOOR` (1%) of the step: they come every
     k-th step, k the smallest whole number for which their extra cost over k steps is within that room:
     k = ceil((full cost - light cost) / room), room = max(BUDGET × step - light cost, FLOOR × step), from
