@@ -12,7 +12,7 @@ import torch.nn as nn
 from helpers import scaler_step
 
 import gradscape
-from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, TIMED, UNSEEN, WARMUP, NormSampler
+from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, K_MAX, TIMED, UNSEEN, WARMUP, NormSampler
 
 
 def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
@@ -62,15 +62,17 @@ def test_every_full_step_and_every_timed_light_step_give_the_sampler_their_times
     s = tr._monitor.sampler
     x = torch.randn(32, 8)
     for i in range(1, WARMUP + 13):  # (step i is the sampler's i-th)
+        if i == WARMUP + 1:  # light from here on (k is worked out again only at the 16th step timed)
+            s.k = K_MAX
         with tr.step(i):
             opt.zero_grad()
             model(x).pow(2).mean().backward()
             opt.step()
-    full = sum(r["norms"] for r in tr.history)
-    timed = sum(not r["norms"] and r["step"] % TIMED == 0 for r in tr.history)  # NOTE [Light steps]
-    assert full >= WARMUP and timed >= 1
-    assert s.seen == full + timed and len(s.times) == min(full + timed, s.times.maxlen)
-    assert len(s.owns) == min(timed, s.owns.maxlen) and len(s.costs) == min(full, s.costs.maxlen)
+    full = [r["step"] for r in tr.history if r["norms"]]
+    timed = [r["step"] for r in tr.history if not r["norms"] and r["step"] % TIMED == 0]  # NOTE [Light steps]
+    assert full == list(range(1, WARMUP + 1)) and timed == list(range(12, WARMUP + 13, TIMED))
+    assert s.seen == WARMUP + len(timed) and len(s.times) == s.times.maxlen
+    assert len(s.owns) == len(timed) and len(s.costs) == min(WARMUP, s.costs.maxlen)
     assert all(o > 0 for o in s.owns) and all(t > 0 for t in s.times) and all(c > 0 for c in s.costs)
     tr.close()
 
