@@ -42,7 +42,7 @@ _mode_on = _compat.modes_enabled
 class LightStep:
     """The context of a light step (NOTE [Light steps]): the Tracer marked busy, this step the thread's capture
     for the wrapped backward calls, the row kept at its end (NOTE [Light rows] in light_rows.py). The monitor
-    hands out the same one again once it has closed (`Monitor.light_step`)."""
+    hands out the same one again once it has closed (`Monitor.step`)."""
 
     light = True  # (the Tracer returns it as it is: no `_Busy`, no `Replayable` around it)
     traced = None

@@ -260,7 +260,10 @@ class Monitor:
                 self._take_plain(wire)
             if last is not None:  # (its loss may set a rule off: read as `take_light` reads one)
                 hit = self.triggers.loss_trigger(last["losses"])
-                self._join(last["step"], False, last, hit) if hit is not None else self._take_plain(last)
+                if hit is None:
+                    self._take_plain(last)
+                else:
+                    self._join(last["step"], False, last, hit)
         light.bound(self.triggers.loss_rules)
         light.since = time.monotonic()
         self._maybe_flush()
