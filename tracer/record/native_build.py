@@ -80,15 +80,15 @@ def syntax_command(torch_include: Path) -> list[str]:
             str(SOURCE_DIR / MAIN)]
 
 
-def command(output: Path) -> list[str]:
-    """The compiler's command line for the build."""
+def command(output: Path, source: Path = SOURCE_DIR / MAIN) -> list[str]:
+    """The compiler's command line for the build (of `source`: bench/light_floor.py builds another with it)."""
     from torch.utils import cpp_extension
 
     include = [f"-I{p}" for p in [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]]
     libs = cpp_extension.library_paths()
     abi = int(_compat.cxx11_abi)
     return [*compiler(), "-O2", "-shared", "-fPIC", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f'-DGS_TORCH_VERSION="{torch.__version__}"', *include, str(SOURCE_DIR / MAIN),
+            f'-DGS_TORCH_VERSION="{torch.__version__}"', *include, str(source),
             *[f"-L{p}" for p in libs], *[f"-Wl,-rpath,{p}" for p in libs],
             "-ltorch_python", "-ltorch", "-ltorch_cpu", "-lc10", "-o", str(output)]
 

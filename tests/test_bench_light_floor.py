@@ -1,0 +1,48 @@
+"""bench/light_floor.py: its C++ block reads each loss of the step, bit for bit what the loop's loss holds, and
+leaves `Tensor.backward` as it found it; the benchmark prints a ratio for each mode."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from bench import light_floor
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    folder = tmp_path_factory.mktemp("light-floor")
+    return folder, light_floor.load_native(folder)
+
+
+def test_the_native_block_reads_each_loss_and_puts_backward_back(built: tuple[Path, Any]) -> None:
+    before = torch.Tensor.backward
+    floor = light_floor.LightFloor("W1", built[1])
+    try:
+        (loss,) = floor.run("native", 3)
+        assert floor.block.losses == [loss.item()]  # the last step's loss, as the C++ wrapper read it
+        assert torch.Tensor.backward is before
+        (loss,) = floor.run("row", 3)
+        assert len(floor.rows) == 3 and floor.rows[-1][1:] == (loss.item(), 1e-3)
+        assert torch.Tensor.backward is before
+        floor.run("plain", 1)
+        assert floor.block.losses == [loss.item()]  # outside a block nothing is read
+    finally:
+        floor.tr.close()
+
+
+def test_the_benchmark_prints_a_ratio_for_each_mode(built: tuple[Path, Any],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    threads = torch.get_num_threads()
+    try:
+        args = ["--workloads", "W6", "--rounds", "1", "--steps", "20", "--build", str(built[0])]
+        assert light_floor.main(args) == 0
+    finally:  # the benchmark runs on one thread; the tests after this one run as they would without it
+        torch.set_num_threads(threads)
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert row.startswith("W6")
+    assert len(re.findall(r"\d+\.\d+x", row)) == len(light_floor.MODES) - 1
