@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import subprocess
 import sysconfig
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ def load_native(folder: Path) -> Any:
     out = folder / f"light_floor{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
     if not out.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        native_build.subprocess.run(native_build.command(out, SOURCE), check=True, capture_output=True)
+        subprocess.run(native_build.command(out, SOURCE), check=True, capture_output=True)
     spec = importlib.util.spec_from_file_location("light_floor", out)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

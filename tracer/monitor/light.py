@@ -46,7 +46,6 @@ class LightStep:
 
     light = True  # (the Tracer returns it as it is: no `_Busy`, no `Replayable` around it)
     traced = None
-    checked = 0  # (as a row: none of its losses given to the loss rules yet, `Monitor._take`)
 
     __slots__ = ("mon", "owner", "step", "losses", "on_device", "found_inf", "spent", "t0", "timed")
 

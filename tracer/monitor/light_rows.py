@@ -80,9 +80,7 @@ class LightRows:
         lr, at = {}, 0
         for name, n in self.layout:
             mine = raw[at:at + n]
-            if any(type(v) is not float for v in mine):  # (set to a tensor since the groups were read)
-                mine = [float(v) for v in mine if not isinstance(v, torch.Tensor) or v.is_cpu]
-            lr[name] = mine
+            lr[name] = mine if all(type(v) is float for v in mine) else _floats(mine)  # (a tensor set since)
             at += n
         return lr
 
@@ -128,6 +126,10 @@ def learning_rates(optimizers: list[tuple[Any, str]]) -> dict[str, list[float]]:
     for ref, name in optimizers:
         opt = ref()
         if opt is not None:
-            lr[name] = [v if type(v) is float else float(v) for g in opt.param_groups if (v := g.get("lr")) is not None
-                        and (not isinstance(v, torch.Tensor) or v.is_cpu)]
+            lr[name] = _floats([g.get("lr") for g in opt.param_groups])
     return lr
+
+
+def _floats(rates: list[Any]) -> list[float]:
+    """Learning rates as floats: None and a tensor on a device left out (one is not read without a wait)."""
+    return [float(v) for v in rates if v is not None and (not isinstance(v, torch.Tensor) or v.is_cpu)]

@@ -102,8 +102,7 @@ def rows_without_norms(rows: list[tuple[int, list[float | None], dict[str, list[
     for step, losses, lr in rows:
         row = blank.copy()
         row["step"] = step
-        row["loss"] = losses[0] if losses and losses[0] is not None else next((v for v in losses if v is not None),
-                                                                                  None)
+        row["loss"] = next((v for v in losses if v is not None), None)
         row["losses"] = losses
         row["lr"] = lr
         out.append(row)
