@@ -27,8 +27,7 @@ from gradscape.tracer.record.thumb_stacks import Stacks, thumb_stacks
 from gradscape.tracer.summary.fastpath import KERNEL_PLANS
 from gradscape.tracer.wire.codec import TensorTable as WireTensors
 from gradscape.tracer.wire.codec import step_fields, tensor_summary
-from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
-from gradscape.tracer.wire.trace_columns import codes
+from gradscape.tracer.wire.column_doc import codes, document, plan_codes, plan_key
 from gradscape.tracer.wire.types import TensorNumpy
 
 # id of a step's statics list (shared by the steps of one graph shape: StructureCache) -> (the list, its codes)
@@ -82,8 +81,7 @@ def _node_columns(t: StepTables, slots: np.ndarray) -> dict[str, Any]:
               "gi_n": r["gi_n"], "slots": slots}
     return {"n": len(t.name_code), "name": list(t.names), "kind": kinds, "module": modules, "source": sources,
             "static": statics, "params": [[k, p] for k, p in sorted(t.params.items())],
-            "dtypes": [[c, nm] for c, nm in sorted(out.names.items())],
-            **{k: np.ascontiguousarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
+            "dtypes": [[c, nm] for c, nm in sorted(out.names.items())], **arrays}
 
 
 def _first_met(t: StepTables) -> np.ndarray:
@@ -113,29 +111,20 @@ def _object_rows(tt: TensorTable) -> dict[int, Any]:
     return rows
 
 
-def _plan_key(shape: Any, dtype: str, view: str | None, device: str) -> tuple[Any, ...]:
-    return tuple(shape), dtype, view is None, view or "", device
-
-
 def _plans(tt: TensorTable, order: np.ndarray, objects: dict[int, Any]) -> tuple[np.ndarray, list[list[Any]],
                                                                                  np.ndarray, list[Any]]:
-    """Each position's code into the plans (`[shape, dtype, view, device]`), the plans, and the positions of
-    Python's summaries with their maps. The plans are sorted, so a step's table is the same whichever
-    recorder summarised it, and whether it was read back (tests/test_step_form.py)."""
+    """Each position's code into the plans (`[shape, dtype, view, device]`, sorted: `plan_codes`), the plans,
+    and the positions of Python's summaries with their maps."""
     plan = tt.plan[order].astype(np.int64)
     kernel = np.unique(plan[plan >= 0]).tolist()
-    keys = {i: _plan_key(p.shape, p.dtype, p.view, "cpu") for i, p in ((i, KERNEL_PLANS[i]) for i in kernel)}
     py = np.flatnonzero(plan < 0)
     maps = [tensor_summary(objects[int(order[i])]) for i in py.tolist()]
-    py_keys = [_plan_key(m["shape"], m["dtype"], m["view"], m["device"]) for m in maps]
-    table = sorted(set(keys.values()).union(py_keys))
-    at = {k: c for c, k in enumerate(table)}
+    keys = [plan_key(p.shape, p.dtype, p.view, "cpu") for p in (KERNEL_PLANS[i] for i in kernel)]
+    plans, at = plan_codes(keys + [plan_key(m["shape"], m["dtype"], m["view"], m["device"]) for m in maps])
     lookup = np.full(max(kernel, default=0) + 1, -1, np.int64)
-    for i, k in keys.items():
-        lookup[i] = at[k]
+    lookup[kernel] = at[:len(kernel)]
     code = np.where(plan >= 0, lookup[np.maximum(plan, 0)], -1)
-    code[py] = [at[k] for k in py_keys]
-    plans = [[list(shape), dtype, None if no_view else view, device] for shape, dtype, no_view, view, device in table]
+    code[py] = at[len(kernel):]
     return code, plans, py, maps
 
 
@@ -154,10 +143,7 @@ def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any])
     stats = tt.stats_array()[order]
     if len(py):  # Python's summaries: their statistics as their maps hold them
         stats[py] = [m["stats"] for m in maps]
-    cols = {"n": len(order), "plans": plans, "maps": [],
-            "plan_code": code.astype(TENSOR_ARRAYS["plan_code"]).tobytes(),
-            "stats": np.ascontiguousarray(stats, TENSOR_ARRAYS["stats"]).tobytes()}
-    return cols, arrays, stacks
+    return {"n": len(order), "plans": plans, "maps": [], "plan_code": code, "stats": stats}, arrays, stacks
 
 
 _NONE: TensorNumpy = (None, None)
@@ -185,6 +171,5 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stac
     # after the rows: what only the modules, parameters and passes name; not the runs' order, which the columns hold
     fields = step_fields(st, tab, execution=False)
     tensors, arrays, stacks = _tensor_columns(tt, order, objects)
-    columns = {"version": COLUMNS_VERSION, "nodes": _node_columns(t, at[t.slots]),
-               "tensors": {**tensors, "extra": tab.items}}
-    return {**fields, "columns": columns}, arrays + (tab.arrays or []), stacks
+    doc = document(fields, _node_columns(t, at[t.slots]), {**tensors, "extra": tab.items})
+    return doc, arrays + (tab.arrays or []), stacks

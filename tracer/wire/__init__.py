@@ -21,6 +21,7 @@ send them, by the subpackage `earlier` (NOTE [Maps of earlier releases] in earli
 `fast_nodes`, `spans`; `step_from_wire`):
 
     columns        the document and `StepColumns`, read back as the maps they stand for
+    column_doc     the document's one writer: codes, plans and layout, whichever form the nodes are in
     column_write   a step's columns, asked of the step itself (the store and the socket sink)
     trace_columns  the columns of a step whose nodes are a list (read from maps, built by hand), or refused
     column_check   a step sent as columns, checked as the server checks the wire form

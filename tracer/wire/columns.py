@@ -4,9 +4,9 @@ NOTE [Column document]
     The store writes a recorded step (NOTE [Step tables] in tracer/record/tables.py) without making its node
     and tensor maps: at 100k nodes making them took 0.8 s, packing them one by one 0.4 s and the step's
     index from them 0.2 s, more than the traced step itself. The step's document then holds, instead of
-    `nodes`, `edges` and `tensors`, one field `columns` (tracer/record/wire_columns.py writes it from either
+    `nodes`, `edges` and `tensors`, one field `columns` (tracer/record/wire_columns.py reads it from either
     recorder's tables; for a step whose nodes are a list, tracer/wire/trace_columns.py, NOTE [Columns of any
-    step]):
+    step]; both lay it out through column_doc.py, its one writer):
 
       nodes    `n`; per node a code into a table for `name`, `kind`, `module`, `source` and `static`
                (`[schema, labels, args]`); `params` as `[node, name]` pairs; each node's slots (`child_off`,

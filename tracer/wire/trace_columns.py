@@ -16,7 +16,9 @@ NOTE [Columns of any step]
     disagrees: nothing writes the maps any more (NOTE [Maps of earlier releases] in earlier/__init__.py).
     Tensors are numbered as the maps numbered them, as first met: the nodes' (each node's first `gi`, its
     first `go`, then each run's `go` and `gi`) are the rows (each a plan, `[shape, dtype, view, device]`, and
-    its 8 statistics); what only the other fields name comes after them as maps (`extra`).
+    its 8 statistics); what only the other fields name comes after them as maps (`extra`). The codes, the
+    plans' order and the document's layout are column_doc.py's, as for a step written from its tables: a
+    Python-recorded step written either way is the same bytes.
 """
 
 from __future__ import annotations
@@ -28,29 +30,12 @@ import numpy as np
 from gradscape.tracer._model import STAT_NAMES, NodeTrace, StepTrace
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire.codec import TensorTable, step_fields
-from gradscape.tracer.wire.columns import COLUMNS_VERSION, NODE_ARRAYS, TENSOR_ARRAYS
+from gradscape.tracer.wire.column_doc import codes, document, plan_codes, plan_key
 from gradscape.tracer.wire.types import TensorNumpy, TraceFormatError
 
 
 class _NotColumns(Exception):
     """The step holds something the columns cannot (NOTE [Columns of any step]): what, in words."""
-
-
-def codes(values: list[Any], key: Any = None) -> tuple[list[Any], list[int]]:
-    """The distinct `values` in the order met, and each value's position among them: compared as they are
-    (hashable), or by `key(value)` when given (the table then holds the first value of each key)."""
-    seen: dict[Any, int] = {}
-    if key is None:
-        code = [seen.setdefault(v, len(seen)) for v in values]
-        return list(seen), code
-    table: list[Any] = []
-    code = []
-    for v in values:
-        c = seen.setdefault(key(v), len(table))
-        if c == len(table):
-            table.append(v)
-        code.append(c)
-    return table, code
 
 
 def _strs(values: Any, where: str) -> list[str]:
@@ -165,11 +150,9 @@ def _same(a: list[Any] | None, b: list[Any] | None) -> bool:
 
 def _tensor_columns(items: list[Any]) -> dict[str, Any]:
     """The rows' plans and statistics, of their maps (`tensor_summary`'s form)."""
-    plans, plan_code = codes(items, key=lambda m: (tuple(m["shape"]), m["dtype"], m["view"], m["device"]))
-    stats = np.array([m["stats"] for m in items], TENSOR_ARRAYS["stats"]).reshape(-1, len(STAT_NAMES))
-    return {"n": len(items), "plans": [[list(m["shape"]), m["dtype"], m["view"], m["device"]] for m in plans],
-            "maps": [], "plan_code": np.array(plan_code, TENSOR_ARRAYS["plan_code"]).tobytes(),
-            "stats": stats.tobytes()}
+    plans, plan_code = plan_codes([plan_key(m["shape"], m["dtype"], m["view"], m["device"]) for m in items])
+    stats = np.array([m["stats"] for m in items], np.float64).reshape(-1, len(STAT_NAMES))
+    return {"n": len(items), "plans": plans, "maps": [], "plan_code": plan_code, "stats": stats}
 
 
 def _checked_edges(st: StepTrace, nodes: list[NodeTrace]) -> list[tuple[int, int, int]]:
@@ -213,16 +196,13 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], dict
     kinds, kind_code = codes([n.kind for n in nodes])
     modules, module_code = codes([n.module for n in nodes])
     sources, source_code = codes([n.source for n in nodes])
-    arrays = {"name_code": name_code, "kind_code": kind_code, "module_code": module_code,
-              "source_code": source_code, "static_code": static_code, "child_off": child_off, "child_id": child_id,
-              "child_nr": child_nr, **outs, **runs}
     node_cols = {"n": len(nodes), "name": names, "kind": kinds, "module": modules, "source": sources,
                  "static": statics, "params": [[n.id, n.param] for n in nodes if n.param is not None],
-                 "dtypes": dtypes,
-                 **{k: np.asarray(arrays[k], dt).tobytes() for k, dt in NODE_ARRAYS.items()}}
+                 "dtypes": dtypes, "name_code": name_code, "kind_code": kind_code, "module_code": module_code,
+                 "source_code": source_code, "static_code": static_code, "child_off": child_off,
+                 "child_id": child_id, "child_nr": child_nr, **outs, **runs}
     tensors = {**_tensor_columns(rows), "extra": tab.items[n_rows:]}
-    return {**fields, "columns": {"version": COLUMNS_VERSION, "nodes": node_cols, "tensors": tensors}}, \
-        list(tab.arrays or []), {}
+    return document(fields, node_cols, tensors), list(tab.arrays or []), {}
 
 
 def _execution(run_node: list[int]) -> list[tuple[int, int]]:
