@@ -12,7 +12,7 @@ from collections import OrderedDict
 from typing import Any
 
 from gradscape.app import view
-from gradscape.app.server.state import DebugState
+from gradscape.app.serving.state import DebugState
 from gradscape.app.step_flags import StepFlags
 from gradscape.tracer.collector import made_frozen
 from gradscape.tracer.store import RunInfo, TraceStore

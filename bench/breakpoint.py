@@ -35,7 +35,7 @@ from werkzeug.serving import make_server  # noqa: E402
 
 import gradscape  # noqa: E402
 from gradscape.app.server import ServerConfig, create_app  # noqa: E402
-from gradscape.tracer.debug.breakpoints import Breaker, breaker  # noqa: E402
+from gradscape.tracer.record.debug.breakpoints import Breaker, breaker  # noqa: E402
 from gradscape.tracer.sinks.socket import SocketSink  # noqa: E402
 
 logging.getLogger("werkzeug").setLevel(logging.CRITICAL)

@@ -16,7 +16,7 @@ once, rotating which mode goes first; a short step is repeated and preceded by o
               step, light steps between: NOTE [Light steps] in tracer/monitor/light.py)
     triggered the same step traced because a trigger fired (grad_spike, noted as the previous step's):
               a monitor step plus the trace, as a step that goes wrong costs
-    nofinder  (with --finder) `traced` with the problem finder switched off (`gradscape.tracer.debug.problems.enabled`),
+    nofinder  (with --finder) `traced`, the problem finder off (`gradscape.tracer.record.debug.problems.enabled`),
               to show what the finder itself costs on a finite step
 
 Ratios are taken per round (traced_r / plain_r) and the median of those is reported, which holds up
@@ -51,7 +51,7 @@ from memory import page_faults, steady_malloc  # noqa: E402
 from workloads import WORKLOADS, Workload, build  # noqa: E402
 
 import gradscape  # noqa: E402
-import gradscape.tracer.debug.problems as problem_finder  # noqa: E402
+import gradscape.tracer.record.debug.problems as problem_finder  # noqa: E402
 
 MODES: tuple[str, ...] = ("plain", "traced", "untraced", "monitor", "triggered")
 FINDER_MODES = (*MODES, "nofinder")

@@ -27,7 +27,7 @@ from werkzeug.serving import make_server
 import gradscape
 from gradscape.app.data import PageData
 from gradscape.app.server import ServerConfig, create_app
-from gradscape.tracer.debug.breakpoints import breaker
+from gradscape.tracer.record.debug.breakpoints import breaker
 from gradscape.tracer.sinks.socket import SocketSink
 
 

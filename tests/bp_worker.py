@@ -13,7 +13,7 @@ import time
 import torch
 
 import gradscape
-from gradscape.tracer.debug.breakpoints import breaker
+from gradscape.tracer.record.debug.breakpoints import breaker
 
 
 def build(seed: int = 0, device: str = "cpu") -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:

@@ -17,8 +17,8 @@ from bp_worker import build, params_hex, train
 from helpers import DEVICES
 
 import gradscape
-from gradscape.tracer.debug.breakpoints import Breaker, breaker, check_breakpoint
 from gradscape.tracer.record.carry import BREAKPOINT_NEXT_STEP
+from gradscape.tracer.record.debug.breakpoints import Breaker, breaker, check_breakpoint
 from gradscape.tracer.sinks.socket import SocketSink
 
 

@@ -1,5 +1,5 @@
 """Breakpoints, what a pause sends: the paused backward's nodes with heatmap thumbnails of their
-gradients (NOTE [Paused heatmaps] in tracer/debug/breakpoints.py), kept to a byte budget; the route that
+gradients (NOTE [Paused heatmaps] in tracer/record/debug/breakpoints.py), kept to a byte budget; the route that
 serves one node's thumbnails and what the page draws of them; the server's checks of the payload (one it
 refuses does not hold the backward). The server and training on threads as in tests/test_breakpoints.py
 (tests/bp_harness.py); some tests pause a backward with no server at all (`_caught`)."""
@@ -21,14 +21,14 @@ import gradscape
 from gradscape.app.api import thumb_json
 from gradscape.app.ui.debugger import OVER_BUDGET, heatmaps
 from gradscape.tracer import protocol
-from gradscape.tracer.debug.breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker
 from gradscape.tracer.protocol import MAX_PAUSED_THUMB_BYTES, check_paused_nodes
+from gradscape.tracer.record.debug.breakpoints import THUMB_BUDGET, THUMB_OVERHEAD, Breaker, breaker
 from gradscape.tracer.wire import decode_array, encode_array, pack
 
 # ---------------------------------------------------------------------------- paused heatmaps
 _PICTURE = 2**-8  # a thumbnail's cells are rounded to bfloat16 (NOTE [Arena thumbnails])
 
-# NOTE [Paused heatmaps] in tracer/debug/breakpoints.py: the paused message carries thumbnails; the server
+# NOTE [Paused heatmaps] in tracer/record/debug/breakpoints.py: the paused message carries thumbnails; the server
 # serves one node's at /api/runs/<run>/paused/nodes/<id>; the page draws them (app/ui/debugger.py).
 FC2_LABELS = ["self → fc2.bias", "mat1 → input of fc2", "mat2 → fc2.weight (transposed)"]
 

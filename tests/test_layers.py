@@ -1,5 +1,5 @@
 """Imports run one way (docs/architecture.md): no import of a higher layer by a lower one, no import cycle
-through two packages, and the known exceptions (tools/imports.py's ALLOWED) few and each still needed. The
+through two packages, and no known exception left (tools/imports.py's ALLOWED empty). The
 check reads the source (tools/imports.py), so it sees lazy imports as well as those at the top."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_every_module_is_in_a_layer_and_every_exception_is_still_needed() -> Non
         layering.layer_of(u)  # raises for a package no layer names
     pairs = {i.units() for i in found}
     assert [p for p in layering.ALLOWED if p not in pairs] == []  # fixed: take it off the list
-    assert len(layering.ALLOWED) <= 3
+    assert layering.ALLOWED == {}  # no exception to the layers is left: keep it so
 
 
 def test_the_architecture_page_draws_these_layers() -> None:

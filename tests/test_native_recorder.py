@@ -262,7 +262,7 @@ def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypa
     """With an optimizer in the block, `st.params` holds what it stepped with and the arrivals are not made
     into `TensorTrace`s: the problem finder gets each arrival's norm and whether it counted a NaN or an Inf
     from the extension (`arrival_rows`), checked here against torch on what arrived."""
-    from gradscape.tracer.debug import problems
+    from gradscape.tracer.record.debug import problems
 
     seen: list[dict[str, tuple[float, bool]]] = []
     layer_norms = problems.layer_norms

@@ -287,7 +287,7 @@ def test_a_layer_far_below_the_others_is_vanishing() -> None:
 
 def test_a_failing_finder_leaves_the_step_whole(monkeypatch: pytest.MonkeyPatch,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    import gradscape.tracer.debug.problems as finder
+    import gradscape.tracer.record.debug.problems as finder
 
     def broken(*args: object) -> list[gradscape.Problem]:
         raise RuntimeError("finder broke")

@@ -16,8 +16,8 @@ from earlier_release import step_to_graph
 from zoo import ZOO, build, loop_model, loop_step
 
 import gradscape
-from gradscape.tracer.debug.step_checks import _relu_zeros
 from gradscape.tracer.record import native
+from gradscape.tracer.record.debug.step_checks import _relu_zeros
 from gradscape.tracer.record.tables import LazyNodes
 from gradscape.tracer.store import TraceStore
 from gradscape.tracer.wire import pack, trace_columns

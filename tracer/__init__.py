@@ -5,10 +5,10 @@ there. The layers these run in, and which way their imports go: docs/architectur
 One concern per folder:
 
     record/    recording one traced step: the step recorder, its hooks, the graph walk, attribution,
-               the native recorder (C++, csrc/) and its tables
+               the native recorder (C++, csrc/) and its tables, live breakpoints and the problem finder
+               (record/debug/, which run inside the recorder)
     summary/   gradient statistics and thumbnails (and the optional C kernel)
     monitor/   the every-step monitor: a history row for every step, and triggers that trace a step
-    debug/     live breakpoints and the problem finder
     wire/      the serialised step (its column document; earlier releases' maps, read only), its index,
                the history rows
     protocol/  the socket messages between a tracer, the server and the page

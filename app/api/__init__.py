@@ -13,7 +13,7 @@ from gradscape.app.api.errors import register_errors
 from gradscape.app.api.forms import graph_json, node_json, node_tensor_indices, tensor_json, thumb_json
 from gradscape.app.api.history import register_history
 from gradscape.app.api.runs import register_runs
-from gradscape.app.server.state import ServerState
+from gradscape.app.serving.state import ServerState
 
 
 def register_api(server: Flask, socketio: SocketIO, state: ServerState) -> None:

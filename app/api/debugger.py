@@ -9,7 +9,7 @@
     POST   /api/runs/<run>/resume          {"mode": "step"} or {"mode": "continue"}
 
 The server holds each run's breakpoints in memory and pushes the whole list to the run's tracers,
-which connect to `/debug` (see NOTE [Breakpoints] in tracer/debug/breakpoints.py). A paused tracer sends the
+which connect to `/debug` (see NOTE [Breakpoints] in tracer/record/debug/breakpoints.py). A paused tracer sends the
 partial backward in its `paused` message (with the thumbnails of its newest nodes: NOTE [Paused
 heatmaps]); it is checked (`protocol.check_paused`), kept in memory until the run resumes or its
 tracer goes away, and served by `/paused/nodes` and `/paused/nodes/<id>`. The page hears `paused` /
@@ -31,8 +31,8 @@ from flask_socketio import SocketIO
 
 from gradscape.app.api.errors import ALL_METHODS, BadParameter, Conflict, Forbidden, NotAllowed, NotFound, check_index
 from gradscape.app.api.forms import thumb_json
-from gradscape.app.server.security import foreign_origin
-from gradscape.app.server.state import ServerState, TooManyBreakpoints
+from gradscape.app.serving.security import foreign_origin
+from gradscape.app.serving.state import ServerState, TooManyBreakpoints
 from gradscape.tracer import protocol
 
 

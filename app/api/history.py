@@ -21,7 +21,7 @@ from gradscape.tracer.wire import TraceFormatError, unpack
 from gradscape.tracer.wire.history import history_from_wire, json_row
 
 if TYPE_CHECKING:
-    from gradscape.app.server.state import ServerState
+    from gradscape.app.serving.state import ServerState
 
 
 def receive_history(state: ServerState, msg: Any) -> dict[str, Any]:

@@ -24,9 +24,9 @@ from plotly.io.json import to_json_plotly
 from plotly.utils import PlotlyJSONEncoder
 
 from gradscape.app.server.namespaces import DebugNamespace, TracerNamespace, UINamespace
-from gradscape.app.server.notifier import Notifier
-from gradscape.app.server.security import ServerConfig, secure
-from gradscape.app.server.state import ServerState
+from gradscape.app.serving.notifier import Notifier
+from gradscape.app.serving.security import ServerConfig, secure
+from gradscape.app.serving.state import ServerState
 from gradscape.tracer import protocol
 from gradscape.tracer.store import TraceStore
 

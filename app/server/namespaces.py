@@ -14,8 +14,8 @@ from typing import Any
 from flask import request
 from flask_socketio import Namespace, emit, join_room
 
-from gradscape.app.server.security import TOKEN_COOKIE
-from gradscape.app.server.state import ChunkedStep, ServerState
+from gradscape.app.serving.security import TOKEN_COOKIE
+from gradscape.app.serving.state import ChunkedStep, ServerState
 from gradscape.tracer import protocol
 from gradscape.tracer.collector import collector_paused
 from gradscape.tracer.wire import TraceFormatError, step_from_wire, unpack

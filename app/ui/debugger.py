@@ -8,7 +8,7 @@ notification on `/ui` only says which run changed, and the page reads the state 
 (app/api/debugger.py), so notifications that merge lose nothing. Writes go to the same API with the page's
 own origin. The heatmaps are drawn on the server, as the inspector draws a finished step's
 (`view.slot_figures`, `inspector.slot_view`), from the thumbnails the tracer sent with the pause
-(NOTE [Paused heatmaps] in tracer/debug/breakpoints.py), read through `PageData.paused_node` and made a
+(NOTE [Paused heatmaps] in tracer/record/debug/breakpoints.py), read through `PageData.paused_node` and made a
 one-node step by `protocol.paused_step`. Their one input is `ids.BP_PICK`, which the
 browser sets (a click on a row; a new pause picks its paused node) and nothing streamed changes:
 Dash drops the answer of a callback whose input changes while it is in flight.

@@ -26,7 +26,7 @@ Everything is deterministic (no randomness; ties are broken by node id order) an
 
 NOTE [networkx and what is hand-written here]: networkx is used where it does the job: `condensation`
 for the cycles folding makes (`layers.py`), and the problem finder's own graph of the recorder's nodes in
-the training process (tracer/debug/step_checks.py). The page keeps no networkx model of the step: one
+the training process (tracer/record/debug/step_checks.py). The page keeps no networkx model of the step: one
 (`app/view/graph.py`: step_graph, by_module, layers, reachability, paths) was read by tests only, and
 routing the layout through it measured slower on bench/ui.py's 10,151-node step (this 2-core box, CPU
 time, best of 5): building the DiGraph 61 ms, folding it (`by_module`) 24 ms more, 74 ms together,

@@ -12,7 +12,7 @@ import pytest
 from bp_harness import call, logits_grad_norm, paused, reference_params, wait_for
 from serving import ApiError, Server
 
-from gradscape.tracer.debug.breakpoints import BreakpointLink
+from gradscape.tracer.record.debug.breakpoints import BreakpointLink
 
 
 def test_pause_step_continue_bitwise(server: Server, worker_factory: Any) -> None:

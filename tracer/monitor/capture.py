@@ -33,11 +33,11 @@ from typing import Any
 import torch
 
 from gradscape.tracer import _compat
-from gradscape.tracer.debug.problems import root_values
 from gradscape.tracer.monitor.grad_norms import gather, norms_of, set_grads
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.monitor.superseded import Superseded
+from gradscape.tracer.record.debug.problems import root_values
 from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.summary.stats import grad_off
 

@@ -1,4 +1,4 @@
-"""`/debug`: live breakpoints (NOTE [Breakpoints] in tracer/debug/breakpoints.py), on the tracer's second
+"""`/debug`: live breakpoints (NOTE [Breakpoints] in tracer/record/debug/breakpoints.py), on the tracer's second
 connection. The tracer sends, with `call`:
 
     hello    payload {"pid": 4242}              ack {"ok": true, "breakpoints": [<breakpoint>, ...]}

@@ -1,5 +1,5 @@
 """The `paused` message on `/debug`: a tracer's backward stopped at a breakpoint (NOTE [Breakpoints] and
-NOTE [Paused heatmaps] in tracer/debug/breakpoints.py). Built here for the tracer (`paused_payload`), checked
+NOTE [Paused heatmaps] in tracer/record/debug/breakpoints.py). Built here for the tracer (`paused_payload`), checked
 here for the server (`check_paused`), and turned here into the one-node step the view draws
 (`paused_step`), so its fields are spelled in this file only.
 

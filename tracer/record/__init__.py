@@ -14,6 +14,7 @@ tracer/tracing.py), which owns the step's state and its parts:
     native        the native recorder (native_step, tables, slot_rows: its step as flat tables, the one form of
                   both recorders' steps)
     view          what the debugger and the problem finder read of a running step
+    debug/        live breakpoints and the problem finder, which run inside the recorder
     global_hooks  torch's global module and optimizer hooks, the one registration of each (the monitor's too)
     patched_calls the backward calls and GradScaler's unscale of a monitored block, wrapped while it is open
     carry         a repeated forward's attribution, carried from one traced step to the next

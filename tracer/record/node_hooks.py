@@ -33,7 +33,7 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeRun, TensorTrace
-from gradscape.tracer.debug.breakpoints import Breaker
+from gradscape.tracer.record.debug.breakpoints import Breaker
 from gradscape.tracer.record.handles import StepHandles
 from gradscape.tracer.record.labels import VIEW_NODES
 from gradscape.tracer.record.model_index import ModelIndex

@@ -110,7 +110,7 @@ class ParamGradients:
         # (tracer/monitor/capture.py): an arrival of theirs is not made a `TensorTrace` (`resolve`)
         self.replaced: Collection[str] = ()
         # those arrivals' (norm, counted a NaN or an Inf), for the problem finder, which reads the gradients
-        # as the backward left them (tracer/debug/step_checks.py)
+        # as the backward left them (tracer/record/debug/step_checks.py)
         self.unmade: dict[str, tuple[float, bool]] = {}
         self.distributed = _dist_initialized()
         # FSDP2 (`fully_shard`): the parameters are DTensor shards (NOTE [Unsharded parameters]); the

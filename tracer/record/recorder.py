@@ -38,8 +38,6 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer._model import BackwardPass, StepTrace, fill
 from gradscape.tracer.collector import CollectorPause
-from gradscape.tracer.debug.breakpoints import breaker
-from gradscape.tracer.debug.problems import StepProblems, root_values
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.assemble import edges_of, python_tables
 from gradscape.tracer.record.carry import (
@@ -50,6 +48,8 @@ from gradscape.tracer.record.carry import (
     attribution,
     forward_key,
 )
+from gradscape.tracer.record.debug.breakpoints import breaker
+from gradscape.tracer.record.debug.problems import StepProblems, root_values
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -111,9 +111,9 @@ class StepRecorder:
         self.notes: list[str] = []  # what this step could not trace, and why (st.meta["notes"])
         execution: list[tuple[int, int]] = []  # written by the node hooks, read by the view
         self.view = StepView(step, self.walk, execution, self.forward, summariser, self.model, self.statics)
-        # breakpoints: see NOTE [Breakpoints] in tracer/debug/breakpoints.py
+        # breakpoints: see NOTE [Breakpoints] in tracer/record/debug/breakpoints.py
         self.hooks = NodeHooks(step, summariser, self.params, self.module_sums, breaker(run), self.view, execution)
-        self.problems = StepProblems(self.statics)  # the problem finder (tracer/debug/problems.py)
+        self.problems = StepProblems(self.statics)  # the problem finder (tracer/record/debug/problems.py)
         # the native recorder's part of the step (NOTE [Native recorder] in native.py), from its first backward
         self.native: NativeStep | None = None
         self.forward.on_detach = self.problems.note_detach  # the problem finder: where graphs are cut
@@ -176,7 +176,7 @@ class StepRecorder:
             fill(st, rank=dist.get_rank(), world_size=dist.get_world_size())
         if error is not None:
             fill(st, error=f"{type(error).__name__}: {error}")
-        fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (tracer/debug/)
+        fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (debug/)
         if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
             self.carry.reset()  # its reason may name the line of a detach: only the mode sees those
         self._release()

@@ -53,7 +53,7 @@ class StructureCache:
 def slot_statics(records: list[NodeRecord], mods: list[str | None], cache: StructureCache) -> list[NodeStatics]:
     """Every walked node's slot arguments, labels and schema, from the `StructureCache` (computed
     and cached on a miss); `mods`: the nodes' modules (`ForwardRecorder.modules_of`), in walk order.
-    Also read while a backward is paused at a breakpoint (tracer/debug/breakpoints.py): the graph is
+    Also read while a backward is paused at a breakpoint (tracer/record/debug/breakpoints.py): the graph is
     walked before the backward runs, so the labels are already those of the finished step."""
     key = tuple((type(r.node), r.name, r.kind, mod, r.param, tuple(r.children),
                  tuple(r.node.variable.shape) if r.kind == "leaf" else None)  # labels name a leaf's shape

@@ -1,5 +1,5 @@
-"""`StepView`: what the debugger (tracer/debug/breakpoints.py) and the problem finder
-(tracer/debug/problems.py) may read of a step while it is recorded, typed, in one place. They read
+"""`StepView`: what the debugger (tracer/record/debug/breakpoints.py) and the problem finder
+(tracer/record/debug/problems.py) may read of a step while it is recorded, typed, in one place. They read
 through it, never the recorder's own state; it holds no reference back to the recorder."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace
 from gradscape.tracer.collector import collector_paused
-from gradscape.tracer.debug.breakpoints import BreakpointLink
+from gradscape.tracer.record.debug.breakpoints import BreakpointLink
 from gradscape.tracer.sinks.paths import spill_path
 from gradscape.tracer.sinks.queue import ByteQueue, Queued, estimate_bytes
 from gradscape.tracer.wire import TraceFormatError, pack
@@ -83,7 +83,7 @@ class _Sender:
         self._started = False
         self._closed = False
         self._life = threading.Lock()  # start and close, each once, never at the same time
-        # breakpoints: the run's /debug link (NOTE [Breakpoints] in tracer/debug/breakpoints.py). Unlike the
+        # breakpoints: the run's /debug link (NOTE [Breakpoints] in tracer/record/debug/breakpoints.py). Unlike the
         # sender it starts with the sink: a breakpoint set before the first step must pause its backward.
         self._breakpoints = BreakpointLink(self.url, run, token=self.token, grace=break_grace)
 

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradscape.app.server.notifier import Notifier
-from gradscape.app.server.security import ServerConfig
+from gradscape.app.serving.notifier import Notifier
+from gradscape.app.serving.security import ServerConfig
 from gradscape.app.step_flags import StepFlags
 from gradscape.tracer import protocol
 from gradscape.tracer._model import StepTrace

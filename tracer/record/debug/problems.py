@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from gradscape.tracer._model import Problem, StepTrace, fill
-from gradscape.tracer.debug.forward_search import ForwardSearch, nonfinite, value_word
-from gradscape.tracer.debug.step_checks import (
+from gradscape.tracer.record.debug.forward_search import ForwardSearch, nonfinite, value_word
+from gradscape.tracer.record.debug.step_checks import (
     any_nonfinite_gradient,
     backward_born,
     dead,
