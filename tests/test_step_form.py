@@ -150,3 +150,17 @@ def test_a_step_written_from_its_node_list_is_the_document_its_tables_write(name
         store.write_step(listed)
     back = gradscape.load(tmp_path / "t.sqlite")
     assert pack(step_to_graph(back)[0]) == pack(step_to_graph(st)[0])
+
+
+@pytest.mark.parametrize("recorder", RECORDERS)
+def test_a_steps_nodes_are_read_only(recorder: str) -> None:
+    """A node made from the tables cannot be changed in place, which would show one thing and store another
+    (NOTE [Read-only steps]); a changed copy is made with `dataclasses.replace`."""
+    st = _zoo_step("mlp", recorder)
+    node = st.nodes[0]
+    with pytest.raises(dataclasses.FrozenInstanceError, match="source"):
+        node.source = "elsewhere.py:1"  # type: ignore[misc]
+    changed = dataclasses.replace(st, nodes=[dataclasses.replace(n, source="elsewhere.py:1") for n in st.nodes])
+    cols = StepColumns(step_columns(changed)[0]["columns"])
+    assert {n["source"] for n in cols.nodes()} == {"elsewhere.py:1"}
+    assert st.nodes[0].source != "elsewhere.py:1"

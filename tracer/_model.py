@@ -10,8 +10,12 @@ NOTE [Read-only steps]
     A `StepTrace` is what a step recorded, so its fields cannot be assigned: `st.nodes = ...` raises
     `dataclasses.FrozenInstanceError` (an `AttributeError`) naming the field. A changed copy is
     `dataclasses.replace(st, ...)`. The recorders and the readers of the wire forms, which build one
-    field at a time, write through `fill`, the one way in. The lists and maps inside are the
-    recorder's own and are not copied on the way out.
+    field at a time, write through `fill`, the one way in. Its nodes are read-only too: a recorded
+    step's `NodeTrace` is made from the step's tables when read (NOTE [Step tables] in
+    tracer/record/tables.py), and the tables are what is written, so a node changed in place would
+    show one thing and store another; a changed node is `dataclasses.replace(node, ...)`, in a changed
+    step whose nodes are then a list. The lists and maps inside are the recorder's own and are not
+    copied on the way out.
 
 NOTE [Slot order]
     `NodeTrace.grad_inputs[j]` is what the node sent along `next_functions[j]`: the gradient w.r.t.
@@ -82,7 +86,7 @@ class NodeRun:
     time_us: float | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class NodeTrace:
     """One autograd graph node (`grad_fn`), with the gradients it saw in this step.
 
@@ -103,6 +107,8 @@ class NodeTrace:
       forward's inputs and outputs.
     - `time_us`: its time on its engine thread since the previous node there finished (None for
       AccumulateGrad); `runs`: every execution (`NodeRun`), e.g. under `retain_graph=True`.
+
+    Read-only, as the step is (NOTE [Read-only steps]).
     """
 
     id: int

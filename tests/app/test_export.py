@@ -92,9 +92,9 @@ def test_file_holds_the_step_and_refers_to_nothing_outside(tmp_path: Path) -> No
 def test_no_path_of_the_writers_machine(tmp_path: Path) -> None:
     st = _step()
     home = "/home/alice/projects/secret-model"
-    for n in st.nodes:
-        if n.source:
-            n.source = f"{home}/{n.source}"
+    nodes = [dataclasses.replace(n, source=f"{home}/{n.source}") if n.source else n for n in st.nodes]
+    assert any(n.source and n.source.startswith(home) for n in nodes)
+    st = dataclasses.replace(st, nodes=nodes)  # NodeTraces are read-only: a changed copy, as a user makes one
     st.meta["script"] = f"{home}/train.py"
     st.meta["cwd"] = "C:\\Users\\alice\\work\\run1\\"
     st.problems.append(gradscape.Problem("no_grad", f"fc3.weight got no gradient ({home}/train.py:12)", None,
