@@ -1,13 +1,13 @@
 """What the offline page of one step shows, as JSON-ready data: built from the step's wire form by the
 view layer (`gradscape.app.view`), so the file draws what the live page draws. No Dash, no torch.
 
-    data = page_data(wire)           # wire: the whole step's maps, arrays included
-    data = page_data(wire, arrays)   # or a stored step as `read_graph` gives it, and its arrays
+    data, cells = page_data(wire)           # wire: the whole step's maps, arrays included
+    data, cells = page_data(wire, arrays)   # or a stored step as `read_graph` gives it, and its arrays
 
 - The graph: the views a person can open, laid out here (`app.export.views`).
 - Colours, labels, sizes and classes: `cytoscape_elements`, the same for an element in every state.
 - The inspector: `slot_figures(..., plotly=False)` (labels, titles, statistics, which 2-D view) and each
-  tensor's heatmap once, quantised to 8 bits over the map's own symmetric range (the colour scale
+  tensor's heatmap once, up to `CELL_BUDGET` (NOTE [Export budgets] in views.py), quantised to 8 bits over the map's own symmetric range (the colour scale
   has no more levels than that; the statistics next to it are exact), in one base64 blob.
 - The problems: `problem_lines`. The player: the backward order. The header's notes: `step_notes` (a
   compiled model's step ran eagerly, was replayed, was compared; the comparison's table and colouring

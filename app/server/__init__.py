@@ -1,5 +1,5 @@
 """The server: `create_app` (`factory`) builds one around a trace file, from what it holds and who may connect
-(app/serving/: `state`, `security`, `notifier`, re-exported here) and the socket namespaces on one base
+(app/serving/: `state` and `security`, re-exported here, and `notifier`) and the socket namespaces on one base
 (`namespaces`)."""
 
 from gradscape.app.server.factory import GradscapeApp, GradscapeDash, create_app

@@ -1,7 +1,7 @@
 """The Socket.IO namespaces (`tracer.protocol` defines their messages), on one base: `ProtocolNamespace`
 checks the token on connect and answers every event with an ack map, a handler's error included.
 
-    /tracer  `TracerNamespace`  the tracer's step stream: hello, step chunks, status
+    /tracer  `TracerNamespace`  the tracer's step stream: hello, step chunks, status, history
     /debug   `DebugNamespace`   the tracer's breakpoint link: hello, paused (the server sends breakpoints, resume)
     /ui      `UINamespace`      the page listens; on connecting it is caught up
 """

@@ -2,7 +2,7 @@
 `CALLS_SHOWN` of them, and one node for the calls not drawn yet, which draws the next `CALLS_SHOWN` when
 clicked; a call opens into its ops (which calls made which nodes: `app.view.calls`).
 
-The page keeps what is folded as one list of strings (`ids.COLLAPSED`, the layout's `"collapsed"`): the
+The page keeps what is folded as one list of strings (`app.ui.ids.COLLAPSED`, the layout's `"collapsed"`): the
 module prefixes folded, and for a module opened into its calls the tokens `cell#calls=50` (how many calls
 are drawn) and `cell#call=17` (call 17 opened into its ops). `split_folds` reads them back; a module name
 never holds `#` (a module's qualified name is attribute names joined by dots). A call opened into its ops

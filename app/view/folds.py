@@ -1,4 +1,4 @@
-"""What a click on the graph, or a node found, does to the page's fold list (`ids.COLLAPSED`): the module
+"""What a click on the graph, or a node found, does to the page's fold list (`app.ui.ids.COLLAPSED`): the module
 prefixes folded, the modules opened into their calls (tokens of `app.view.call_folds`) and the runs of ops
 opened (`app.view.op_runs`).
 

@@ -8,7 +8,7 @@
                  app/view/calls.py)
     c:cell#more  the calls of `cell` not drawn yet, as one node: a click draws the next ones
     o:scan#0.3   run 3 (of 1, 2, ...) of the ops drawn in box `scan`, folded: a box of over a thousand
-                 ops draws them in runs of a few hundred, in the order backward ran them (of the
+                 ops draws them in runs of `op_runs.RUN_OPS` (100), in the order backward ran them (of the
                  module's own ops: call 0; of its call 17 opened into ops, in that call's box:
                  `o:scan#17#17.3`; app/view/op_runs.py)
     o:scan#0.more  the runs of box `scan` not drawn yet, as one node: a click draws the next ones

@@ -9,7 +9,7 @@ The ops of a box are grouped by call: the module's own (call 0), or those of its
 (when the module is opened into its calls: drawn in the call's box, `scan#17`); each group of over
 `RUNS_FROM` ops is cut into runs.
 
-The page's fold list (`ids.COLLAPSED`) holds the runs opened as tokens `scan#run=0.3` (run 3 of box
+The page's fold list (`app.ui.ids.COLLAPSED`) holds the runs opened as tokens `scan#run=0.3` (run 3 of box
 `scan`'s own ops) and `scan#17#run=17.3` (of its call 17, in that call's box), and how many runs are drawn
 where more than `RUNS_SHOWN` are, `scan#runs=0.100`. `call_folds.split_folds` leaves them to `split_runs` here.
 

@@ -2,8 +2,8 @@
 not; traces of the steps that go wrong; the gradients each optimizer really stepped with.
 
     models.py    several models for one Tracer (a list, tuple or dict of modules)
-    installed.py what a block installs: two global optimizer hooks and the backward calls wrapped
-                 (tracer/record/patched_calls.py)
+    installed.py what a block installs: two global optimizer hooks, and the backward calls, GradScaler's
+                 unscale and the clipping wrapped (tracer/record/patched_calls.py)
     capture.py   what a full step's block sees: losses, norms before/after clipping, GradScaler, optimizer steps
     light.py     a light step's block: its losses and GradScaler's skip, nothing else (NOTE [Light steps])
     light_rows.py light steps' rows, joining the history in batches under the rules' quiet bounds (NOTE [Light rows])

@@ -5,7 +5,8 @@ NOTE [Monitor hooks]
     APIs (`Tensor.backward`, `torch.autograd.backward`, `torch.autograd.grad`: the roots are the losses) and
     GradScaler's unscale (`torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)`,
     from `GradScaler._unscale_grads_`, whose frame names the optimizer), through wrappers of those four
-    functions, in place while a block is open and held between a Tracer's blocks (NOTE [Patched backward] in
+    functions and of the gradient clipping (NOTE [Clipping seen] in tracer/record/patched_calls.py), in
+    place while a block is open and held between a Tracer's blocks (NOTE [Patched backward] in
     tracer/record/patched_calls.py). Every other torch call of the block reaches torch as it would without
     gradscape. torch's global optimizer step pre/post hooks (gradscape's one registration of each, in
     tracer/record/global_hooks.py, shared with the recorder) see every `optimizer.step()`: the post-hook reads

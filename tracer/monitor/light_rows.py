@@ -25,8 +25,9 @@ NOTE [Quiet bound]
     0..m, a value dropped from the window moves none down, and the window never shrinks. So no x at or below
     `ladder[c]`, the least `m' + ratio * |m'|` over every median `m' >= low`, fires: `low * (1 + ratio)` for
     `low >= 0`, `low * (1 - ratio)` below 0 with `ratio <= 1`, else 0. A value that is not finite is never
-    under a bound (`-inf < x <= bound`). Past the ladder's end (c > m), or while the window holds fewer than
-    `warmup` values, there is no bound: every loss is read by the rules as its step ends.
+    under a bound (`-inf < x <= bound`). Past the ladder's end (c > m), or while a batch would bring the window to its
+    `warmup` values, there is no bound: every loss is read by the rules as its step ends (a batch that
+    cannot reach `warmup` at all is under the bound whole: no rule reads a window that short).
     `tests/test_light_rows.py` checks the bound against the rule's definition, with values chosen to pull the
     median down as fast as it can go.
 """

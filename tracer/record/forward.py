@@ -14,9 +14,11 @@ NOTE [Attribution by sequence window]
 NOTE [Source lines]
     A `TorchFunctionMode`, active only inside `Tracer.step`, sees every top-level torch call of the
     step. When a call moved the sequence counter, the first frame outside torch and gradscape is the
-    user's line, recorded for that counter range. The same mode intercepts `Tensor.backward`,
-    `torch.autograd.backward` and `torch.autograd.grad`, which all honour `__torch_function__`:
-    that is how the tracer learns the roots of a backward before it runs (no user call needed).
+    user's line, recorded for that counter range. The same mode intercepts `Tensor.backward` and
+    `torch.autograd.grad`, and `torch.autograd.backward` where it honours `__torch_function__` (elsewhere
+    NOTE [Backward by name] in backward_by_name.py): that is how the tracer learns the roots of a backward
+    before it runs (no user call needed). A carried step, without the mode, learns them through the
+    wrappers (NOTE [Patched backward] in patched_calls.py).
     Inside a handler the mode is off, so our own torch calls (statistics in hooks) never re-enter it.
 
 NOTE [Library leaves]

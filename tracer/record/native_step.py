@@ -1,6 +1,6 @@
 """One step recorded by the native recorder (NOTE [Native recorder] in native.py): each backward pass's
-start and end, and the step's `NodeTrace`s, edges and execution order made from its tables at the end
-(NOTE [Step tables] in tables.py)."""
+start and end, and at the end the step's nodes (`LazyNodes`: each `NodeTrace` made when read), edges
+and execution order (`LazyTuples`) from its tables (NOTE [Step tables] in tables.py)."""
 
 from __future__ import annotations
 

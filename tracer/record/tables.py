@@ -10,8 +10,8 @@ NOTE [Step tables]
     scan for as long as the step is kept. So `StepTrace.nodes` is a `LazyNodes`: a sequence whose items
     are made when read, once, from the tables (and kept); a `TensorTrace` is made once per summary,
     so two slots that share a gradient share the object, as the Python recorder's do. Readers that go
-    over every node for one fact (the wire codec, the problem finder, the thumbnail budget) read the
-    columns instead (`TensorTable.raw`, `LazyNodes.names`). The Python recorder's steps and steps read back
+    over every node for one fact (the column writer wire_columns.py, the problem finder, the thumbnail
+    budget) read the columns instead (`TensorTable.raw`, `LazyNodes.name_of`, `LazyNodes.ids_named`). The Python recorder's steps and steps read back
     from a trace file are the same tables, with every summary Python's (NOTE [Python steps as tables] in
     assemble.py, NOTE [Read back as tables] in column_tables.py).
 """

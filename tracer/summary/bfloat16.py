@@ -12,7 +12,7 @@ NOTE [Arena thumbnails]
     are off by up to 1/504 of the picture's range. On a graph of small ops the thumbnails are most of a
     step's memory: an `nn.LSTMCell` loop's (8, 32) gradient is its own thumbnail, and a 100k-node step's
     arena held 200 MiB of them in float32. A few summaries keep their rounded cells as float32 (`wide`,
-    csrc/summaries.h): what each optimizer stepped with and thumbnails of at most 16 cells (a loss's
+    tracer/record/csrc/summaries.h): what each optimizer stepped with and thumbnails of at most 16 cells (a loss's
     gradient). The step's end makes those into `TensorTrace`s at once, and a view of float32 cells costs
     it less than a conversion would (the same values either way).
     A gradient on another device (CUDA) is summarised by the Python summariser with both recorders, and

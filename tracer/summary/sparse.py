@@ -4,7 +4,8 @@ NOTE [Sparse gradients]
     A sparse gradient (COO, e.g. from `nn.Embedding(sparse=True)`, or CSR/CSC/BSR/BSC) is never made
     dense: it is coalesced (each stored element once) and its statistics are those of the whole tensor,
     computed from the stored values with the unstored elements counted as zeros. Its thumbnail is the
-    same block-mean picture a dense gradient gets, summed cell by cell from the stored elements.
+    same block-mean picture a dense gradient gets (but for 4-D: its rows are the leading dimensions
+    flattened), summed cell by cell from the stored elements.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Live breakpoints in the backward pass: the tracer side.
 
 NOTE [Breakpoints]
-    The server keeps each run's breakpoints (app/debug.py) and pushes the list to that run's tracer
+    The server keeps each run's breakpoints (`DebugState`, app/serving/state.py) and pushes the list to that run's tracer
     over a Socket.IO connection of its own, on the `/debug` namespace (`BreakpointLink`, started by
     the socket sink). It is a second connection, not the sink's: the sink's sender thread may be in
     the middle of a step's binary chunks when a node pauses, and the pause must be announced from
