@@ -7,8 +7,9 @@ view layer (`gradscape.app.view`), so the file draws what the live page draws. N
 - The graph: the views a person can open, laid out here (`app.export.views`).
 - Colours, labels, sizes and classes: `cytoscape_elements`, the same for an element in every state.
 - The inspector: `slot_figures(..., plotly=False)` (labels, titles, statistics, which 2-D view) and each
-  tensor's heatmap once, up to `CELL_BUDGET` (NOTE [Export budgets] in views.py), quantised to 8 bits over the map's own symmetric range (the colour scale
-  has no more levels than that; the statistics next to it are exact), in one base64 blob.
+  tensor's heatmap once, up to `CELL_BUDGET` (NOTE [Export budgets] in views.py), quantised to 8 bits over
+  the map's own symmetric range (the colour scale has no more levels than that; the statistics next to it
+  are exact), in one base64 blob.
 - The problems: `problem_lines`. The player: the backward order. The header's notes: `step_notes` (a
   compiled model's step ran eagerly, was replayed, was compared; the comparison's table and colouring
   are the live page's only).

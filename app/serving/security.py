@@ -1,6 +1,6 @@
-"""Who may talk to the server (docs/web-stack.md): bound to loopback by default; the Host header is checked
-on every request unless bound to all interfaces (the Socket.IO origin check alone lets DNS rebinding through); a token is required when
-bound anywhere else (generated if not given) and then checked on the socket connect (`namespaces`), the
+"""Who may talk to the server (docs/web-stack.md): bound to loopback by default; the Host header is checked on every
+request unless bound to all interfaces (the Socket.IO origin check alone lets DNS rebinding through); a token is
+required when bound anywhere else (generated if not given) and then checked on the socket connect (`namespaces`), the
 JSON API and the page (a `?token=` visit sets a cookie); writes from another site's page are refused
 (`foreign_origin`)."""
 

@@ -1,7 +1,7 @@
 """The UI's data layer: pure functions from a step's wire form to what the Dash views draw.
 
-No Dash here (only numpy, networkx for the layers' cycles, and plain dicts that plotly and dash-cytoscape accept), so each callback
-is a few lines over these functions and everything is testable on real traces without a browser:
+No Dash here (only numpy, networkx for the layers' cycles, and plain dicts that plotly and dash-cytoscape accept), so
+each callback is a few lines over these functions and everything is testable on real traces without a browser:
 
     wire = store.read_graph(run, step)
     layout = layout_graph(wire, collapsed)             # positions; None → default_collapse(wire)

@@ -1,5 +1,6 @@
-"""The backward calls (and GradScaler's unscale) of a monitored block, seen without a torch-function mode:
-the four functions (and the clipping of NOTE [Clipping seen]) wrapped while such a block is open, each call handed to the block's capture.
+"""The backward calls (and GradScaler's unscale) of a monitored block, seen without a torch-function mode: the four
+functions (and the clipping of NOTE [Clipping seen]) wrapped while such a block is open, each call handed to the
+block's capture.
 
 NOTE [Patched backward]
     A torch-function mode sends every torch call of the block through Python (`handle_torch_function`

@@ -2,18 +2,17 @@
 read back from columns), and the `NodeTrace`s made from them on demand.
 
 NOTE [Step tables]
-    The native recorder (NOTE [Native recorder] in tracer/record/native.py) leaves a step as arrays:
-    the graph (names, kinds, edges, the shapes of each node's outputs), one record per node run, the
-    summary of each gradient slot, the kernel's statistics and thumbnails in its arena. Making a
-    `NodeTrace`, its `NodeRun`s and `TensorTrace`s for every node when the step ends cost more than the
-    whole native recording, and each of those objects is one more for the cyclic garbage collector to
-    scan for as long as the step is kept. So `StepTrace.nodes` is a `LazyNodes`: a sequence whose items
-    are made when read, once, from the tables (and kept); a `TensorTrace` is made once per summary,
-    so two slots that share a gradient share the object, as the Python recorder's do. Readers that go
-    over every node for one fact (the column writer wire_columns.py, the problem finder, the thumbnail
-    budget) read the columns instead (`TensorTable.raw`, `LazyNodes.name_of`, `LazyNodes.ids_named`). The Python recorder's steps and steps read back
-    from a trace file are the same tables, with every summary Python's (NOTE [Python steps as tables] in
-    assemble.py, NOTE [Read back as tables] in column_tables.py).
+    The native recorder (NOTE [Native recorder] in tracer/record/native.py) leaves a step as arrays: the graph (names,
+    kinds, edges, the shapes of each node's outputs), one record per node run, the summary of each gradient slot, the
+    kernel's statistics and thumbnails in its arena. Making a `NodeTrace`, its `NodeRun`s and `TensorTrace`s for every
+    node when the step ends cost more than the whole native recording, and each of those objects is one more for the
+    cyclic garbage collector to scan for as long as the step is kept. So `StepTrace.nodes` is a `LazyNodes`: a
+    sequence whose items are made when read, once, from the tables (and kept); a `TensorTrace` is made once per
+    summary, so two slots that share a gradient share the object, as the Python recorder's do. Readers that go over
+    every node for one fact (the column writer wire_columns.py, the problem finder, the thumbnail budget) read the
+    columns instead (`TensorTable.raw`, `LazyNodes.name_of`, `LazyNodes.ids_named`). The Python recorder's steps and
+    steps read back from a trace file are the same tables, with every summary Python's (NOTE [Python steps as tables]
+    in assemble.py, NOTE [Read back as tables] in column_tables.py).
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ NOTE [Views share a buffer]
     reads the buffer once per trace (transposing the thumbnail where that trace's plan says so).
 
 NOTE [Summary arena]
-    The kernel writes each summary (8 statistics, then the thumbnail) into the step's arena: numpy
-    float64 chunks, each passed to the kernel by address, each chunk twice the last (32 KiB to 512 KiB), handed out in order. Passing
-    an address into it costs the ctypes call less than a fresh buffer per call would (an allocation
-    and a conversion: a third of the fast path's time on an 8×32 gradient). At `finalize` each
-    trace's thumbnail is read from its part of a chunk, rounded to bfloat16's precision as the native
-    recorder's arena keeps it (NOTE [Arena thumbnails] in `bfloat16.py`); a new step starts a new chunk.
+    The kernel writes each summary (8 statistics, then the thumbnail) into the step's arena: numpy float64 chunks,
+    each passed to the kernel by address, each chunk twice the last (32 KiB to 512 KiB), handed out in order. Passing
+    an address into it costs the ctypes call less than a fresh buffer per call would (an allocation and a conversion:
+    a third of the fast path's time on an 8×32 gradient). At `finalize` each trace's thumbnail is read from its part
+    of a chunk, rounded to bfloat16's precision as the native recorder's arena keeps it (NOTE [Arena thumbnails] in
+    `bfloat16.py`); a new step starts a new chunk.
 """
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ NOTE [Column document]
                `STAT_NAMES` order), or -1 and its map in `maps` (`[row, map]`); then `extra`, the maps of
                tensors past the rows (those only the modules, parameters or passes name).
 
-    Arrays are little-endian bytes. A node's map (`StepColumns.node`) is what an earlier release's codec
-    made of the same node (tests/earlier_release.py's `node_to_wire`): its first run's `gi`, `go`, order and
-    time, every run as `[pass, order, go, gi, time]`; the tensors are numbered as that codec numbered them, so a step reads back the same from either form
-    (tests/test_wire_columns.py). Its edges and execution order are not stored: they are the slots' and the
-    runs'. The step's index is made from the columns (`tracer.wire.column_index`), with numpy and no
-    per-node Python. A tracer sends a step to a server in this form too (`tracer.wire.column_check`).
+    Arrays are little-endian bytes. A node's map (`StepColumns.node`) is what an earlier release's codec made of the
+    same node (tests/earlier_release.py's `node_to_wire`): its first run's `gi`, `go`, order and time, every run as
+    `[pass, order, go, gi, time]`; the tensors are numbered as that codec numbered them, so a step reads back the same
+    from either form (tests/test_wire_columns.py). Its edges and execution order are not stored: they are the slots'
+    and the runs'. The step's index is made from the columns (`tracer.wire.column_index`), with numpy and no per-node
+    Python. A tracer sends a step to a server in this form too (`tracer.wire.column_check`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Live breakpoints in the backward pass: the tracer side.
 
 NOTE [Breakpoints]
-    The server keeps each run's breakpoints (`DebugState`, app/serving/state.py) and pushes the list to that run's tracer
-    over a Socket.IO connection of its own, on the `/debug` namespace (`BreakpointLink`, started by
-    the socket sink). It is a second connection, not the sink's: the sink's sender thread may be in
-    the middle of a step's binary chunks when a node pauses, and the pause must be announced from
-    the engine's thread at once. Everything sent on `/debug` is plain JSON, one packet per message,
-    but for the thumbnails of a `paused` message (NOTE [Paused heatmaps]), binary attachments.
+    The server keeps each run's breakpoints (`DebugState`, app/serving/state.py) and pushes the list to that run's
+    tracer over a Socket.IO connection of its own, on the `/debug` namespace (`BreakpointLink`, started by the socket
+    sink). It is a second connection, not the sink's: the sink's sender thread may be in the middle of a step's binary
+    chunks when a node pauses, and the pause must be announced from the engine's thread at once. Everything sent on
+    `/debug` is plain JSON, one packet per message, but for the thumbnails of a `paused` message (NOTE [Paused
+    heatmaps]), binary attachments.
 
     Each run has one `Breaker` (`breaker(run)`), cleared when a new link takes it (`Breaker.attach`:
     a second tracer of the run in this process, a notebook cell run again). The recorder's node
