@@ -20,6 +20,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import gradscape
 from bench.workloads import GPT
+from gradscape.tracer import _compat
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # dynamo's own notes on what it compiles
 
@@ -154,7 +155,13 @@ def _scaled_gelu(h: torch.Tensor) -> torch.Tensor:
     return F.gelu(h) * 1.5 + h.pow(2)
 
 
-def test_module_compile_and_a_compiled_function_inside_forward_are_traced_op_by_op() -> None:
+@pytest.mark.parametrize("stance", ["swapped", "torch's context"])
+def test_module_compile_and_a_compiled_function_inside_forward_are_traced_op_by_op(
+        stance: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also with the stance set through `torch.compiler.set_stance`, as on a torch without the names
+    `_compat.force_eager` swaps (none of the supported releases: a fault made by hand); the stance is put back."""
+    if stance != "swapped":
+        monkeypatch.setattr(_compat, "_STANCE", [None])
     torch.manual_seed(0)
     eager = _Gelu2(_scaled_gelu)
     model = copy.deepcopy(eager)
@@ -175,6 +182,7 @@ def test_module_compile_and_a_compiled_function_inside_forward_are_traced_op_by_
     assert tanh.module == "block.1"
     for p, w in zip(model.parameters(), want):
         assert torch.equal(p.grad, w)
+    assert torch._dynamo.eval_frame._stance.stance == "default"
 
 
 def test_an_eager_model_has_no_compiled_meta() -> None:

@@ -255,13 +255,56 @@ def _check_handle() -> None:
 _check_handle()
 
 
-# NOTE [Compiled regions on a traced step] (tracer/record/compiled.py): dynamo is imported only by a program
-# that compiles; gradscape never imports it itself. Each compiled callable's wrapper asks
+# NOTE [Compiled regions on a traced step] (tracer/record/compiled.py): gradscape never imports dynamo itself
+# (torch imports it with the first optimizer made, 2.13). Each compiled callable's wrapper asks
 # `torch._dynamo.eval_frame._callback_from_stance(callback)` (looked up at each call) which frame callback
 # to run its function under: under the stance "force_eager" it answers None, and the function runs eagerly.
 def dynamo_loaded() -> bool:
     """torch._dynamo is imported: something in this process may have compiled (`torch.compile` imports it)."""
     return "torch._dynamo" in sys.modules
+
+
+_STANCE: list[Any] = []  # [eval_frame, "force_eager", its frame-callback getter], or [None]: found once
+
+
+def _stance_parts() -> list[Any]:
+    if not _STANCE:
+        from torch._dynamo import eval_frame
+
+        try:
+            from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+            _STANCE.extend((eval_frame, eval_frame.DynamoStance("force_eager"), get_eval_frame_callback))
+            eval_frame._stance  # noqa: B018 (the global `_set_stance` swaps)
+        except (ImportError, AttributeError, TypeError):  # another torch: its public context (below)
+            _STANCE[:] = [None]
+    return _STANCE
+
+
+def force_eager() -> Any:
+    """Set dynamo's stance to "force_eager" and return what puts it back (for `put_stance`): what
+    `torch.compiler.set_stance("force_eager")` does on entering (`eval_frame._set_stance`, torch 2.9 to 2.14),
+    without its context object and the import its function runs at every call (1.4 µs of its 1.5); that
+    context itself on a torch without those names. `RuntimeError` inside a compiled region, as there."""
+    parts = _stance_parts()
+    if parts[0] is None:
+        return torch.compiler.set_stance("force_eager")
+    eval_frame, stance, callback = parts
+    cb = callback()
+    if cb is not False and cb is not None:
+        raise RuntimeError("attempted to set_stance in a torch.compile region")
+    prior = eval_frame._stance
+    eval_frame._stance = stance
+    return prior
+
+
+def put_stance(prior: Any) -> None:
+    """Put back the stance `force_eager` replaced."""
+    parts = _stance_parts()
+    if parts[0] is None:
+        prior.__exit__(None, None, None)
+    else:
+        parts[0]._stance = prior
 
 
 def compiled_entries(on_entry: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from gradscape.tracer._model import StepTrace, fill
+from gradscape.tracer._model import StepTrace
 from gradscape.tracer.monitor import Monitor, as_module
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.carry import ForwardCarry
@@ -323,14 +323,13 @@ class _TracedStep:
         try:
             with self.rec.handles:  # every hook of the step is gone when this block ends, whatever happens in it
                 try:
-                    done = self.rec.finish(exc)  # removes them first: the step is assembled without them
+                    self.rec.finish(exc, self.st)  # removes them first: the step is assembled without them
                 except Exception as err:  # never hide the user's exception behind ours
                     warnings.warn(f"gradscape: could not assemble step {self.st.step}: {err}", RuntimeWarning,
                                   stacklevel=2)
                     return None
-            apply_thumb_budget(done, tr.thumb_budget, self.rec.summ.thumb_cells)
-            _copy_recorded(self.st, done)
-            compiled = compiled_meta(done.nodes, self.regions)
+            apply_thumb_budget(self.st, tr.thumb_budget, self.rec.summ.thumb_cells)
+            compiled = compiled_meta(self.st.nodes, self.regions)
             if compiled is not None:
                 self.st.meta["compiled"] = compiled
             if self.replayed is not None:
@@ -345,12 +344,6 @@ class _TracedStep:
         finally:
             self.rec.collector.resume()  # paused at the step's start (tracer/collector.py)
         return None  # never swallow the user's exception
-
-
-def _copy_recorded(target: StepTrace, src: StepTrace) -> None:
-    """Copy what the recorder assembled into the `StepTrace` the `with` block handed out."""
-    fill(target, **{f: getattr(src, f) for f in ("nodes", "edges", "modules", "params", "passes", "execution", "meta",
-                                                  "error", "problems", "not_in_step", "rank", "world_size")})
 
 
 def trace(loss: torch.Tensor, model: torch.nn.Module | None = None, **opts: Any) -> StepTrace:

@@ -26,7 +26,8 @@ NOTE [Compiled regions on a traced step]
     (`Tracer(compiled="opaque")`, which keeps the compiled step bit for bit and compiles once more for
     its traced steps, NOTE [Hooks under torch.compile] in global_hooks.py; or a backward traced after
     a compiled forward already ran, as a loss trigger's). Absent otherwise. gradscape never imports
-    dynamo: a program that never compiled pays nothing.
+    dynamo: a program that never loaded it pays nothing (torch 2.13 loads it with the first optimizer made;
+    the stance is then swapped as `set_stance` swaps it, `_compat.force_eager`, about 2 µs a traced step).
 """
 
 from __future__ import annotations
@@ -56,10 +57,8 @@ class EagerRegions:
             return
         with _lock:
             if not _open:
-                import torch
-
                 try:
-                    _prior.append(torch.compiler.set_stance("force_eager"))
+                    _prior.append(_compat.force_eager())
                 except RuntimeError as exc:  # inside a compiled region (a step block in a compiled function)
                     log.warning("gradscape: the traced step could not set torch.compile aside: %s", exc)
                     return
@@ -80,12 +79,12 @@ class EagerRegions:
             self._held = False
             _open.remove(self)
             if not _open:
-                _prior.pop().__exit__(None, None, None)  # the stance the first block found
+                _compat.put_stance(_prior.pop())  # the stance the first block found
 
 
 _lock = threading.Lock()
 _open: list[EagerRegions] = []  # the traced blocks open now that hold the stance "force_eager"
-_prior: list[Any] = []  # what `set_stance` returned when the first of them opened: exiting it puts back the stance
+_prior: list[Any] = []  # the stance the first of them found (`_compat.force_eager`), put back by the last
 
 
 def compiled_meta(nodes: Any, regions: EagerRegions | None) -> str | None:

@@ -131,8 +131,9 @@ class StepRecorder:
         self.forward.start(carried=carry is not None and carry.ready and self._native_ok()
                            and self.params.dtensor is None)
 
-    def finish(self, error: BaseException | None = None) -> StepTrace:
-        """Remove every hook, fetch summaries, and build the `StepTrace`. Drops every torch reference."""
+    def finish(self, error: BaseException | None = None, st: StepTrace | None = None) -> StepTrace:
+        """Remove every hook, fetch summaries, and fill the `StepTrace` (`st`, the one the step's block handed
+        out: no second step is made and copied into it; a new one if None). Drops every torch reference."""
         self.handles.remove()
         self.settle_params()
         native = self.native
@@ -140,7 +141,8 @@ class StepRecorder:
             self.module_sums.sums = native.graph.sums()
         module_grad_sums = self.module_sums.summaries(self.summ)
         self.summ.finalize()
-        st = StepTrace(run=self.run, step=self.step)
+        if st is None:
+            st = StepTrace(run=self.run, step=self.step)
         if native is not None:
             keys = self.call_keys
             keep = None if self.unwrapped or not self.passes or len(keys[0]) != len(self.passes) else keys
