@@ -218,14 +218,18 @@ def _against_kind(norms: dict[str, float], module_types: dict[str, str]) -> dict
         med = median(norms[m] for m in mods)
         if med <= 0:
             continue
-        peers = f"the median of the {len(mods)} layers of its kind ({cls} {pattern}: {med:.3g})"
-        for m in mods:
+        high, low = LAYER_FACTOR * med, med / LAYER_FACTOR
+        for m in mods:  # (the words are made only for a layer found: every traced step runs this loop)
             v = norms[m]
-            if v > LAYER_FACTOR * med:
-                out[m] = ("exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× {peers}")
-            elif v < med / LAYER_FACTOR:
-                out[m] = ("vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of {peers}")
+            if v > high:
+                out[m] = ("exploding", f"{v:.3g}, over {LAYER_FACTOR:g}× {_peers(len(mods), cls, pattern, med)}")
+            elif v < low:
+                out[m] = ("vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of {_peers(len(mods), cls, pattern, med)}")
     return out
+
+
+def _peers(n: int, cls: str, pattern: str, med: float) -> str:
+    return f"the median of the {n} layers of its kind ({cls} {pattern}: {med:.3g})"
 
 
 def _against_history(v: float, past: deque[float] | None) -> tuple[str, str] | None:
