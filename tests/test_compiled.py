@@ -185,6 +185,32 @@ def test_module_compile_and_a_compiled_function_inside_forward_are_traced_op_by_
     assert torch._dynamo.eval_frame._stance.stance == "default"
 
 
+def test_a_process_that_compiled_nothing_keeps_dynamos_stance_on_a_traced_step() -> None:
+    """Nothing of gradscape's on torch's calls until a compiled callable is made: an optimizer loads dynamo
+    (torch 2.13), and under "force_eager" its calls take another path (NOTE [Compiled regions on a traced
+    step]). Once one is made (here after `torch._dynamo.reset()` forgot those of earlier tests), the traced
+    block runs under "force_eager" and puts the stance back."""
+    from torch._dynamo import eval_frame
+
+    torch._dynamo.reset()
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    own = eval_frame._callback_from_stance
+    seen = []
+    with gradscape.Tracer(model, monitor=False) as tr:
+        for i in range(2):
+            if i == 1:
+                double = torch.compile(lambda t: t * 2, backend="eager")
+            with tr.step(i) as st:
+                seen.append((eval_frame._stance.stance, eval_frame._callback_from_stance is own))
+                loss = model(torch.randn(4, 3)).sum()
+                (double(loss) if i == 1 else loss).backward()
+                opt.step()
+            assert seen[-1][0] == "default" or st.meta.get("compiled") == "eager"
+    assert seen == [("default", True), ("force_eager", False)]
+    assert eval_frame._stance.stance == "default" and eval_frame._callback_from_stance is own
+
+
 def test_an_eager_model_has_no_compiled_meta() -> None:
     torch.manual_seed(0)
     model = nn.Linear(3, 2)

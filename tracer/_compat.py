@@ -307,6 +307,17 @@ def put_stance(prior: Any) -> None:
         parts[0]._stance = prior
 
 
+def compiled_anything() -> bool:
+    """A compiled callable was made in this process (`torch.compile`, `module.compile()`): dynamo keeps each
+    one's backend (`eval_frame.cached_backends`, torch 2.9 to 2.14; `torch.compiler.disable` keeps None there)
+    until `torch._dynamo.reset()`. True where this torch keeps no such table."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is None:
+        return False
+    backends = getattr(eval_frame, "cached_backends", None)
+    return not isinstance(backends, dict) or any(b is not None for b in backends.values())
+
+
 def compiled_entries(on_entry: Any) -> Any:
     """Call `on_entry()` each time a compiled callable is entered, until the returned function is called
     (it puts dynamo's own back). None where this torch has no `_callback_from_stance`."""

@@ -25,9 +25,15 @@ NOTE [Compiled regions on a traced step]
     `_compat.compiled_entries`); "opaque" when the trace holds a compiled region as one node
     (`Tracer(compiled="opaque")`, which keeps the compiled step bit for bit and compiles once more for
     its traced steps, NOTE [Hooks under torch.compile] in global_hooks.py; or a backward traced after
-    a compiled forward already ran, as a loss trigger's). Absent otherwise. gradscape never imports
-    dynamo: a program that never loaded it pays nothing (torch 2.13 loads it with the first optimizer made;
-    the stance is then swapped as `set_stance` swaps it, `_compat.force_eager`, about 2 µs a traced step).
+    a compiled forward already ran, as a loss trigger's). Absent otherwise.
+
+    All this only once the process made a compiled callable (`_compat.compiled_anything`: dynamo keeps
+    the backend of each). gradscape never imports dynamo, but torch 2.13 does with the first optimizer
+    made, and under "force_eager" every call of a function torch marks dynamo-disabled (an optimizer's
+    `step` and `zero_grad`) takes another path, which with the entry hook cost 15–20 µs a traced step on
+    the regression program of bench/ (0.1 ms a step) that never compiled. After `torch._dynamo.reset()`
+    (which forgets the backends) and before the next compiled callable is made, a traced step runs its
+    compiled callables as they are: the trace says "opaque" where a region was compiled.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ class EagerRegions:
         self._undo: Any = None
 
     def start(self) -> None:
-        if not _compat.dynamo_loaded():  # nothing was compiled yet, nor can be without dynamo
+        if not _compat.compiled_anything():  # nothing to run eagerly (and nothing of ours on torch's calls)
             return
         with _lock:
             if not _open:
