@@ -208,13 +208,8 @@ def _against_kind(norms: dict[str, float], module_types: dict[str, str]) -> dict
     """Layers far from the median of the layers of their kind (at least `MIN_LAYERS` of them). Not the median
     of all layers: a layer's norm is normal only against others that play its part (an attention query's is
     about 1/1000 of the median of all layers at initialisation, as a freshly made BERT shows)."""
-    kinds: dict[tuple[str, str], list[str]] = {}
-    for mod in norms:
-        kinds.setdefault(kind_of(mod, module_types), []).append(mod)
     out: dict[str, tuple[str, str]] = {}
-    for (cls, pattern), mods in kinds.items():
-        if len(mods) < MIN_LAYERS:
-            continue
+    for (cls, pattern), mods in _kinds(tuple(norms), module_types):
         med = median(norms[m] for m in mods)
         if med <= 0:
             continue
@@ -226,6 +221,25 @@ def _against_kind(norms: dict[str, float], module_types: dict[str, str]) -> dict
             elif v < low:
                 out[m] = ("vanishing", f"{v:.3g}, under 1/{LAYER_FACTOR:g} of {_peers(len(mods), cls, pattern, med)}")
     return out
+
+
+_Groups = list[tuple[tuple[str, str], list[str]]]
+_last_kinds: tuple[tuple[str, ...], dict[str, str], _Groups] | None = None  # (layers, module_types, groups)
+
+
+def _kinds(mods: tuple[str, ...], module_types: dict[str, str]) -> _Groups:
+    """The layers `mods` by kind (`kind_of`), only the kinds of `MIN_LAYERS` layers or more: the same layers come
+    back every traced step, so the last grouping is kept (one tuple, read and replaced whole by any thread)."""
+    global _last_kinds
+    last = _last_kinds
+    if last is not None and last[1] is module_types and last[0] == mods:
+        return last[2]
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for mod in mods:
+        kinds.setdefault(kind_of(mod, module_types), []).append(mod)
+    groups = [(k, ms) for k, ms in kinds.items() if len(ms) >= MIN_LAYERS]
+    _last_kinds = (mods, module_types, groups)
+    return groups
 
 
 def _peers(n: int, cls: str, pattern: str, med: float) -> str:
