@@ -143,46 +143,55 @@ class StepRecorder:
         self.summ.finalize()
         if st is None:
             st = StepTrace(run=self.run, step=self.step)
-        if native is not None:
-            keys = self.call_keys
-            keep = None if self.unwrapped or not self.passes or len(keys[0]) != len(self.passes) else keys
-            attributed = attribution(self.carry, native.graph, self.forward, self.kept, keep)
-            nodes, edges, ran = native.assemble(attributed, self.statics)
-            fill(st, nodes=nodes, edges=edges, execution=ran)
-            self.params.resolve(native)
-            tensors = native.tables.tensors  # type: ignore[union-attr]
-            self.summ.thumb_cells += tensors.cells_bound  # a bound: the budget counts exactly past it
-            self.summ.nonfinite = self.summ.nonfinite or tensors.nonfinite()
-        else:
-            if self.carry is not None:  # no key without the native graph: the next step runs with the mode
-                self.carry.reset()
-                if self.passes and self.forward.carried:
-                    self._note(NOT_CARRIED)
-            records, execution = self.walk.records, self.hooks.execution
-            for pos, (rid, k) in enumerate(execution):
-                records[rid].runs[k].order = pos
-            fill(st, nodes=python_tables(records, execution, self.forward, self.view.slot_statics),
-                 edges=edges_of(records), execution=list(execution))
-        fill(st, passes=self.passes, params=dict(self.params.traces))
-        fill(st, modules=self.module_sums.module_traces(st, module_grad_sums, self.model))
-        if not self.passes and not self.notes and error is None:
-            self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
-                            "or torch.autograd.grad() inside the `with tr.step(i)` block)")
-        fill(st, meta={"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)})
-        if self.passes:  # which recorder recorded the node hooks, and why not the native one (NOTE [Native recorder])
-            st.meta["recorder"] = self.recorded_by
-        if self.notes:
-            st.meta["notes"] = list(self.notes)
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            fill(st, rank=dist.get_rank(), world_size=dist.get_world_size())
-        if error is not None:
-            fill(st, error=f"{type(error).__name__}: {error}")
+        fill(st, **self._graph_fields(), passes=self.passes, params=dict(self.params.traces))
+        fill(st, **self._closing_fields(st, module_grad_sums, error))
         fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (debug/)
         if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
             self.carry.reset()  # its reason may name the line of a detach: only the mode sees those
         self._release()
         return st
+
+    def _graph_fields(self) -> dict[str, Any]:
+        """The step's nodes, edges and execution order, from either recorder (and the parameters resolved)."""
+        native = self.native
+        if native is not None:
+            keys = self.call_keys
+            keep = None if self.unwrapped or not self.passes or len(keys[0]) != len(self.passes) else keys
+            attributed = attribution(self.carry, native.graph, self.forward, self.kept, keep)
+            nodes, edges, ran = native.assemble(attributed, self.statics)
+            self.params.resolve(native)
+            tensors = native.tables.tensors  # type: ignore[union-attr]
+            self.summ.thumb_cells += tensors.cells_bound  # a bound: the budget counts exactly past it
+            self.summ.nonfinite = self.summ.nonfinite or tensors.nonfinite()
+            return {"nodes": nodes, "edges": edges, "execution": ran}
+        if self.carry is not None:  # no key without the native graph: the next step runs with the mode
+            self.carry.reset()
+            if self.passes and self.forward.carried:
+                self._note(NOT_CARRIED)
+        records, execution = self.walk.records, self.hooks.execution
+        for pos, (rid, k) in enumerate(execution):
+            records[rid].runs[k].order = pos
+        return {"nodes": python_tables(records, execution, self.forward, self.view.slot_statics),
+                "edges": edges_of(records), "execution": list(execution)}
+
+    def _closing_fields(self, st: StepTrace, module_grad_sums: Any, error: BaseException | None) -> dict[str, Any]:
+        """The step's modules, meta, ranks and error (filled at once: each `fill` of a read-only step is a call)."""
+        if not self.passes and not self.notes and error is None:
+            self._note_once("no backward ran inside the traced step, so its trace is empty (call backward() "
+                            "or torch.autograd.grad() inside the `with tr.step(i)` block)")
+        meta: dict[str, Any] = {"torch": torch.__version__, "nodes": len(st.nodes), "passes": len(self.passes)}
+        if self.passes:  # which recorder recorded the node hooks, and why not the native one (NOTE [Native recorder])
+            meta["recorder"] = self.recorded_by
+        if self.notes:
+            meta["notes"] = list(self.notes)
+        out: dict[str, Any] = {"modules": self.module_sums.module_traces(st, module_grad_sums, self.model),
+                               "meta": meta}
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            out.update(rank=dist.get_rank(), world_size=dist.get_world_size())
+        if error is not None:
+            out["error"] = f"{type(error).__name__}: {error}"
+        return out
 
     def _release(self) -> None:
         if self.native is not None:
