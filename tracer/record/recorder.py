@@ -131,9 +131,9 @@ class StepRecorder:
         self.forward.start(carried=carry is not None and carry.ready and self._native_ok()
                            and self.params.dtensor is None)
 
-    def finish(self, error: BaseException | None = None, st: StepTrace | None = None) -> StepTrace:
-        """Remove every hook, fetch summaries, and fill the `StepTrace` (`st`, the one the step's block handed
-        out: no second step is made and copied into it; a new one if None). Drops every torch reference."""
+    def finish(self, error: BaseException | None, st: StepTrace) -> StepTrace:
+        """Remove every hook, fetch summaries, and fill `st`, the `StepTrace` the step's block handed out (no second
+        step is made and copied into it). Drops every torch reference."""
         self.handles.remove()
         self.settle_params()
         native = self.native
@@ -141,8 +141,6 @@ class StepRecorder:
             self.module_sums.sums = native.graph.sums()
         module_grad_sums = self.module_sums.summaries(self.summ)
         self.summ.finalize()
-        if st is None:
-            st = StepTrace(run=self.run, step=self.step)
         fill(st, **self._graph_fields(), passes=self.passes, params=dict(self.params.traces))
         fill(st, **self._closing_fields(st, module_grad_sums, error))
         fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (debug/)
