@@ -11,7 +11,9 @@ given as the median over rounds of the ratio to the plain step of the same round
     native   the same inside a block of bench/light_floor.cpp, built here: a C++ context, and a C++ wrapper of
              `Tensor.backward` that reads the loss (`item`) and hands the call to torch's own function
     row      `native` and, after each block, a Python tuple kept: the step, its loss, the learning rate
-    monitor  gradscape's monitor: `Tracer(model, every=10**9)`, its light steps and its sampled full ones
+    python   gradscape's monitor with its light steps in Python (`light_native.ENABLED` off as its Tracer was made)
+    monitor  gradscape's monitor: `Tracer(model, every=10**9)`, its light steps (the extension's block, NOTE
+             [Native light steps] in tracer/monitor/light_native.py) and its sampled full ones
 
 `native` is what the block and the capture cost at the least; `row` adds the Python a row needs at the least.
 """
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 
 import gradscape
+from gradscape.tracer.monitor import light_native
 from gradscape.tracer.record import native_build, patched_calls
 
 if __package__:  # imported as bench.light_floor (the tests), else run from the bench folder
@@ -37,7 +40,7 @@ if __package__:  # imported as bench.light_floor (the tests), else run from the 
 else:
     from workloads import build
 
-MODES = ("plain", "native", "row", "monitor")
+MODES = ("plain", "native", "row", "python", "monitor")
 SOURCE = Path(__file__).with_name("light_floor.cpp")
 
 
@@ -62,6 +65,11 @@ class LightFloor:
         self.model, self.batch = self.wl.model, self.wl.batch()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.tr = gradscape.Tracer(self.model, run=f"light-floor-{key}", every=10 ** 9)
+        light_native.ENABLED = False
+        try:
+            self.tr_py = gradscape.Tracer(self.model, run=f"light-floor-{key}-python", every=10 ** 9)
+        finally:
+            light_native.ENABLED = True
         self.wrapper = ext.make_wrapper(patched_calls.original_of(torch.Tensor.backward))
         self.block = ext.Block()
         self.rows: list[tuple[int, float, Any]] = []
@@ -76,8 +84,9 @@ class LightFloor:
 
     def run(self, mode: str, n: int) -> list[torch.Tensor]:
         """`n` steps of `mode`; the losses of the last (a `native` or `row` run's, as the block read them too)."""
+        swapped = mode in ("native", "row")  # (only then: the monitor's own wrapper stays as its steps left it)
         held = torch.Tensor.backward
-        if mode in ("native", "row"):
+        if swapped:
             torch.Tensor.backward = self.wrapper  # type: ignore[method-assign]
         losses = []
         try:
@@ -85,8 +94,8 @@ class LightFloor:
                 self.i += 1
                 if mode == "plain":
                     losses = [self._step()]
-                elif mode == "monitor":
-                    with self.tr.step(self.i):
+                elif mode in ("monitor", "python"):
+                    with (self.tr if mode == "monitor" else self.tr_py).step(self.i):
                         losses = [self._step()]
                 else:
                     with self.block:
@@ -96,7 +105,8 @@ class LightFloor:
                         if len(self.rows) >= 32:
                             self.rows.clear()
         finally:
-            torch.Tensor.backward = held  # type: ignore[method-assign]
+            if swapped:
+                torch.Tensor.backward = held  # type: ignore[method-assign]
         return losses
 
 
@@ -133,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         floor = LightFloor(key, ext)
         res = measure(floor, args.rounds, args.steps)
         floor.tr.close()
+        floor.tr_py.close()
         print(f"{key:<10} " + " ".join(f"{statistics.median(res[m]):>7.3f}x" for m in MODES[1:]))
     return 0
 

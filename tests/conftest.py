@@ -63,3 +63,17 @@ def worker_factory() -> Iterator[Any]:
     yield make
     for w in made:
         w.kill()
+
+
+@pytest.fixture(params=["native", "python"])
+def light_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The light step each monitor of the test makes (NOTE [Native light steps] in
+    tracer/monitor/light_native.py): the extension's block, or the Python one."""
+    from gradscape.tracer.monitor import light_native
+    from gradscape.tracer.record import native
+
+    if request.param == "python":
+        monkeypatch.setattr(light_native, "ENABLED", False)
+    elif native.extension() is None:
+        pytest.skip(f"the native recorder is not in use: {native.status()[1]}")
+    return str(request.param)

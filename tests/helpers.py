@@ -77,3 +77,14 @@ def scaler_step(model: Any, opt: Any, scaler: Any, loss: torch.Tensor, skip: boo
     scaler.step(opt)
     scaler.update()
     opt.zero_grad()
+
+
+def is_light(ctx: Any) -> bool:
+    """`Tracer.step` handed out a light step's context (NOTE [Light steps]): the Python one or the native block."""
+    return getattr(ctx, "light", False) is True
+
+
+def kept_rows(mon: Any) -> int:
+    """Light rows kept by the monitor `mon` that have not joined its history (Python's and the native block's)."""
+    native = mon.light.native
+    return len(mon.light.rows) + (native.size() if native is not None else 0)

@@ -33,6 +33,7 @@ def test_the_native_block_reads_each_loss_and_puts_backward_back(built: tuple[Pa
         assert floor.block.losses == [loss.item()]  # outside a block nothing is read
     finally:
         floor.tr.close()
+        floor.tr_py.close()
 
 
 def test_the_benchmark_prints_a_ratio_for_each_mode(built: tuple[Path, Any],

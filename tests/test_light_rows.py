@@ -9,14 +9,17 @@ import random
 import statistics
 import time
 
+import pytest
 import torch
 import torch.nn as nn
+from helpers import is_light, kept_rows
 
 import gradscape
 from gradscape.tracer.monitor import monitor as monitor_module
-from gradscape.tracer.monitor.light import LightStep
 from gradscape.tracer.monitor.light_rows import BATCH
 from gradscape.tracer.monitor.triggers import _MAD_SIGMA, SpikeRule
+
+pytestmark = pytest.mark.usefixtures("light_kind")  # each test with the native and the Python light step
 
 
 def _fires(window: list[float], x: float, k: float, ratio: float) -> bool:
@@ -111,9 +114,9 @@ def test_light_rows_join_in_batches_and_a_spike_on_a_light_step_traces_the_next_
                 opt.step()
                 opt.zero_grad()
             losses[i] = loss.item()
-            waiting.append(len(mon.light.rows))
+            waiting.append(kept_rows(mon))
             if i == 150:  # the spike's batch joined as its step ended: the rules found it
-                assert isinstance(ctx, LightStep) and not mon.light.rows and mon.triggers.pending is not None
+                assert is_light(ctx) and not kept_rows(mon) and mon.triggers.pending is not None
         rows = tr.history
         (st,) = tr.steps
     assert [r["step"] for r in rows] == list(range(1, 181))
@@ -131,16 +134,16 @@ def test_light_rows_join_once_a_flush_interval_passed() -> None:
         for i in range(1, 200):
             with tr.step(i):
                 _loss(model, i).backward()
-            if mon.light.rows:
+            if kept_rows(mon):
                 break
-        assert mon.light.rows
+        assert kept_rows(mon)
         started = time.monotonic()
         while time.monotonic() - started < monitor_module.FLUSH_SECONDS:  # one step as long as the interval
             with tr.step(i + 1):
                 _loss(model, i).backward()
                 while time.monotonic() - started < monitor_module.FLUSH_SECONDS:
                     time.sleep(0.01)
-        assert not mon.light.rows and mon.rows[-1]["step"] == i + 1
+        assert not kept_rows(mon) and mon.rows[-1]["step"] == i + 1
 
 
 def test_learning_rates_as_each_light_step_ended_a_tensor_one_and_an_optimizer_seen_later() -> None:
@@ -170,15 +173,22 @@ def test_learning_rates_as_each_light_step_ended_a_tensor_one_and_an_optimizer_s
         assert rows[i]["lr"] == want[i], i
 
 
-def test_the_light_step_context_is_handed_out_again_and_holds_no_cycle() -> None:
+def test_the_light_step_context_is_handed_out_again_and_holds_no_cycle(light_kind: str) -> None:
+    """A light step's context is handed out again once closed; one not closed yet is not (another is made); the
+    monitor holds no cycle through the model. The native block holds its Tracer from `open` to its end (`with
+    Tracer(model).step(i)` leaves no other reference), so one handed out and never entered is a cycle, which the
+    collector frees."""
     import gc
     import weakref
 
     model = nn.Linear(4, 1)
     tr = gradscape.Tracer(model, every=10 ** 6, norms_every=1000)
+    with tr.step(100):  # (the first light step puts the backward wrappers in place; the native block opens after)
+        _loss(model, 0).backward()
     first = tr.step(1)
     second = tr.step(2)  # (the first is not closed yet: a context of its own)
-    assert isinstance(first, LightStep) and second is not first
+    assert is_light(first) and is_light(second) and second is not first
+    assert (type(first).__name__ == "LightBlock") is (light_kind == "native")
     with second:
         _loss(model, 2).backward()
     with tr.step(3) as got:
@@ -186,11 +196,41 @@ def test_the_light_step_context_is_handed_out_again_and_holds_no_cycle() -> None
     assert tr.step(4) is second  # closed: handed out again
     with second:
         _loss(model, 4).backward()
+    ref = weakref.ref(model.weight)  # (which the monitor holds)
+    if light_kind == "native":
+        with first:  # (closed: the block lets its Tracer go)
+            _loss(model, 1).backward()
+        assert tr.step(5) is first
     gc.collect()
     gc.disable()
     try:
-        ref = weakref.ref(model.weight)  # (which the monitor holds)
         del model, tr, first, second
+        assert ref() is not None or light_kind == "python"  # (native: the block handed out for step 5 holds it)
+    finally:
+        gc.enable()
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_closed_light_step_holds_no_cycle(light_kind: str) -> None:
+    import gc
+    import weakref
+
+    model = nn.Linear(4, 1)
+    tr = gradscape.Tracer(model, every=10 ** 6, norms_every=1000)
+    for i in range(1, 5):
+        with tr.step(i) as got:
+            assert got is None
+            _loss(model, i).backward()
+    ctx = tr.step(9)
+    assert (type(ctx).__name__ == "LightBlock") is (light_kind == "native")
+    with ctx:  # (closed, as every context handed out)
+        _loss(model, 9).backward()
+    gc.collect()
+    gc.disable()
+    try:
+        ref = weakref.ref(model.weight)
+        del model, tr, ctx
         assert ref() is None  # freed as the last reference went, with no collection (no cycle through the monitor)
     finally:
         gc.enable()
@@ -204,6 +244,6 @@ def test_a_compared_compiled_step_rows_after_the_light_rows_kept_before_it() -> 
         for i in range(1, 31):
             with tr.step(i):
                 _loss(model, 0).backward()
-        assert tr._monitor.light.rows  # (kept: past the rule's warm-up, under its bound)
+        assert kept_rows(tr._monitor)  # (kept: past the rule's warm-up, under its bound)
         tr.compare_compiled(31, lambda: _loss(compiled, 0).backward())
         assert [r["step"] for r in tr.history] == list(range(1, 32))

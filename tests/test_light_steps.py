@@ -8,14 +8,16 @@ import math
 import random
 import statistics
 
+import pytest
 import torch
 import torch.nn as nn
-from helpers import scaler_step
+from helpers import is_light, scaler_step
 
 import gradscape
-from gradscape.tracer.monitor.light import LightStep
 from gradscape.tracer.monitor.triggers import _MAD_SIGMA, SpikeRule
 from gradscape.tracer.record import global_hooks, patched_calls
+
+pytestmark = pytest.mark.usefixtures("light_kind")  # each test with the native and the Python light step
 
 
 def _batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,7 +35,7 @@ def test_a_light_step_reads_its_losses_and_learning_rates_and_installs_nothing_e
     with gradscape.Tracer(model, every=10 ** 6, norms_every=4) as tr:  # steps 4 and 8 full, the others light
         for i in range(1, 10):
             ctx = tr.step(i)
-            assert isinstance(ctx, LightStep) is (i % 4 != 0)
+            assert is_light(ctx) is (i % 4 != 0)
             with ctx:
                 x, y = _batch(i)
                 loss = (model(x) - y).pow(2).mean()
@@ -85,7 +87,7 @@ def test_a_grad_scaler_seen_on_a_light_step_is_read_and_every_later_step_is_full
     with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
         for i in range(1, 5):
             ctx = tr.step(i)
-            kinds.append(isinstance(ctx, LightStep))
+            kinds.append(is_light(ctx))
             with ctx:
                 x, y = _batch(i)
                 scaler_step(model, opt, scaler, (model(x) - y).pow(2).mean(), skip=i in (1, 3))

@@ -107,6 +107,8 @@ class Tracer:
         self._warned: set[str] = set()  # what its steps could not trace, warned about once (st.meta["notes"])
         # the every-step monitor (tracer/monitor/)
         self._monitor = Monitor(self, triggers, norms_every) if monitor else None
+        # the monitor's native light step, whose fast path opens the light steps it allows (None once closed)
+        self._fast = self._monitor.light.native if self._monitor is not None else None
         # a repeated forward's attribution, carried between steps (NOTE [Carried forwards] in tracer/record/carry.py):
         # the wrapped backward calls see a backward without the mode, the monitor's capture or, without the
         # monitor, the traced step's own (NOTE [Backward handoff] in tracer/record/handoff.py), the wrappers
@@ -126,7 +128,12 @@ class Tracer:
         backward inside the block. The context yields the `StepTrace`, complete once the block exits, or
         None on an untraced step, for which only the monitor is installed (nothing with `monitor=False`: the
         context is a shared no-op; the wrapped backward functions stay in place while the Tracer lives, and
-        pass such a step's calls straight through: NOTE [Backward handoff] in tracer/record/handoff.py)."""
+        pass such a step's calls straight through: NOTE [Backward handoff] in tracer/record/handoff.py). A light
+        step the monitor allowed ahead is opened by its native block alone (NOTE [Native light steps] in
+        tracer/monitor/light_native.py)."""
+        fast = self._fast  # NOTE [Native light steps] in tracer/monitor/light_native.py
+        if fast is not None and (block := fast.fast_open(i, self)) is not None:
+            return block  # type: ignore[no-any-return]
         if self._closed:
             raise RuntimeError("this Tracer is closed")
         if type(i) is not int:
@@ -187,6 +194,7 @@ class Tracer:
         if self._closed:
             return
         self._closed = True
+        self._fast = None
         if self._hold is not None:
             self._hold.release()
         if self._monitor is not None:

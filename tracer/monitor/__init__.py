@@ -6,6 +6,7 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
                  unscale and the clipping wrapped (tracer/record/patched_calls.py)
     capture.py   what a full step's block sees: losses, norms before/after clipping, GradScaler, optimizer steps
     light.py     a light step's block: its losses and GradScaler's skip, nothing else (NOTE [Light steps])
+    light_native.py the light step as the extension's block, where it is built (NOTE [Native light steps])
     light_rows.py light steps' rows, joining the history in batches under the rules' quiet bounds (NOTE [Light rows])
     grad_norms.py the norms of a list of gradients, in one fused call
     lazy.py      numbers read without waiting on the device

@@ -34,6 +34,8 @@ NOTE [Quiet bound]
 
 from __future__ import annotations
 
+from collections import deque
+from statistics import median
 from typing import Any
 
 import torch
@@ -45,7 +47,8 @@ _NEG = float("-inf")
 class LightRows:
     """The light rows not yet in the history, and each loss position's quiet bounds (NOTE [Quiet bound])."""
 
-    __slots__ = ("rows", "loud", "pivots", "ladders", "below", "since", "spent", "per_row", "groups", "layout", "opts")
+    __slots__ = ("rows", "loud", "pivots", "ladders", "below", "since", "spent", "per_row", "per_rows", "groups",
+                 "layout", "opts", "native", "samples")
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, list[Any], Any]] = []  # (step, losses, lr: a dict, or the rates read in `groups`)
@@ -55,13 +58,31 @@ class LightRows:
         self.below: list[int] = []  # each position's losses kept so far below its pivot
         self.since = 0.0  # `time.monotonic()` of the last batch
         self.spent = 0.0  # seconds the last batch took to join
-        self.per_row = 0.0  # the last batch's seconds a row: what a light step's row costs (NOTE [Sampled norms])
+        # what a light step's row costs (NOTE [Sampled norms]): the median of the recent batches' seconds a row (one
+        # batch slowed by a collection of the garbage collector, or a flush, moves it little)
+        self.per_row = 0.0
+        self.per_rows: deque[float] = deque(maxlen=8)
         # the parameter groups of the optimizers seen, whose learning rates a light step reads (None: read them
         # by `learning_rates`, one is a tensor), each optimizer's name and number of groups; as `opts` optimizers
         # were seen and the last full step began (`refresh`)
         self.groups: list[dict[str, Any]] | None = []
         self.layout: list[tuple[str, int]] = []
         self.opts = 0
+        # the native light step's block, which keeps its rows itself (NOTE [Native light steps] in
+        # light_native.py), and the costs of its timed steps taken with them (block seconds, own seconds, ...)
+        self.native: Any = None
+        self.samples: list[float] = []
+
+    def joined(self, seconds: float, n: int) -> None:
+        """A batch of `n` rows joined the history in `seconds` (`spent`, `per_row`)."""
+        self.spent = seconds
+        if n:
+            self.per_rows.append(seconds / n)
+            self.per_row = median(self.per_rows)
+
+    def waiting(self) -> bool:
+        """Rows are kept that have not joined the history."""
+        return bool(self.rows) or (self.native is not None and self.native.size() > 0)
 
     def refresh(self, optimizers: list[tuple[Any, str]]) -> None:
         """The parameter groups again, from the optimizers seen (rows kept before have joined: `Monitor.drain`)."""
@@ -75,6 +96,7 @@ class LightRows:
                 groups += mine
         floats = all(type(g["lr"]) is float for g in groups)  # (else a tensor, or an int: read each time)
         self.groups, self.layout, self.opts = groups if floats else None, layout, len(optimizers)
+        self._push()
 
     def rates(self, raw: list[Any]) -> dict[str, list[float]]:
         """The row's `lr` from the learning rates a light step read (`raw`, in `groups`' order)."""
@@ -105,10 +127,15 @@ class LightRows:
                 below[k] = c + 1
         return len(rows) >= BATCH
 
-    def take(self) -> list[tuple[int, list[Any], Any]]:
-        rows, self.rows = self.rows, []
-        self.loud = False
-        return rows
+    def take(self) -> tuple[list[tuple[int, list[Any], Any]], bool]:
+        """The rows kept, in step order, and whether the last was not under its bounds (`loud`). The native
+        block's come first: it opens only with no row kept here (`Monitor.step`)."""
+        rows, loud, self.rows, self.loud = self.rows, self.loud, [], False
+        if self.native is not None:
+            before, loud_before, self.samples = self.native.take()
+            if before:
+                rows, loud = before + rows, loud if rows else loud_before
+        return rows, loud
 
     def bound(self, rules: dict[int, Any]) -> None:
         """Each position's bounds for the next batch, from the rules as they are now (positions from 0 on)."""
@@ -119,6 +146,11 @@ class LightRows:
             pivots.append(pivot)
             ladders.append(ladder)
         self.pivots, self.ladders, self.below = tuple(pivots), tuple(ladders), [0] * len(pivots)
+        self._push()
+
+    def _push(self) -> None:
+        if self.native is not None:  # the block's bounds and groups as this object's
+            self.native.bound(self.pivots, self.ladders, self.groups if self.groups is not None else [])
 
 
 def learning_rates(optimizers: list[tuple[Any, str]]) -> dict[str, list[float]]:

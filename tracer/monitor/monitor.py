@@ -21,6 +21,7 @@ from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.full import MonitoredStep
 from gradscape.tracer.monitor.light import LightStep
+from gradscape.tracer.monitor.light_native import native_light
 from gradscape.tracer.monitor.light_rows import LightRows, learning_rates
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import (
@@ -71,6 +72,7 @@ class Monitor:
         self.unsent: list[WireHistoryRow] = []
         self.light = LightRows()  # light steps' rows on their way to `rows` (NOTE [Light rows] in light_rows.py)
         self.free: LightStep | None = None  # the light step's context, closed, to hand out again
+        self.light.native = native_light(self, FLUSH_SECONDS)  # the light step in C++ (NOTE [Native light steps])
         self._last_flush = time.monotonic()
         self.window: deque[tuple[int, list[float | None]]] = deque(maxlen=self.triggers.cfg.window)
         self.found: dict[int, list[tuple[str, dict[str, Any]]]] = {}  # step → what its row set off
@@ -105,6 +107,7 @@ class Monitor:
         """Step `i`'s block, traced when the Tracer `scheduled` it or a trigger asks; `owner`, the Tracer
         itself, which the block holds while it is open (`tracer` is a proxy: `with Tracer(model).step(0)`
         leaves no other reference to it). The trace is the Tracer's own context (`Tracer.traced_step`)."""
+        self.sync_fast()
         if self.pending:  # (a step's rows are all taken at its end, but on the CPU: nothing to resolve)
             self.resolve_ready()
         trig = self.triggers.pending
@@ -119,17 +122,36 @@ class Monitor:
             self.trace_of.setdefault(i, (trig[0], trig[2]))
         norms = self.sampler.due(traced is not None)  # NOTE [Sampled norms] in sampling.py
         if not norms and traced is None and not self.scaler_seen:  # NOTE [Light steps] in light.py
+            timed = self.sampler.steps % TIMED == 0
+            rows = self.light
+            if (rows.native is not None and rows.groups is not None and rows.opts == len(self.optimizers)
+                    and not self.pending and patched_calls.placed()):  # (a Python light step places the wrappers)
+                if rows.rows:  # (a Python light step's row: before the block's, NOTE [Native light steps])
+                    self.drain()
+                fast = self.sampler.light_run() if self.triggers.pending is None else 0
+                block = rows.native.open(i, owner, timed, fast, self.sampler.steps, owner.every)
+                if block is not None:  # (else handed out and not closed: a Python light step, as below)
+                    return block
             light = self.free
             if light is None:
                 light = LightStep()
             else:
                 self.free = None
-            return light.open(self, i, owner, self.sampler.steps % TIMED == 0)
+            return light.open(self, i, owner, timed)
         return self.full_step(i, traced, owner, norms)
+
+    def sync_fast(self) -> None:
+        """The light steps `Tracer.step` took through the native block's fast path told to the sampler, and no more
+        allowed until the next native light step (NOTE [Native light steps] in light_native.py)."""
+        native = self.light.native
+        if native is not None:
+            taken = native.take_fast()
+            if taken:
+                self.sampler.skip(taken)
 
     def full_step(self, i: int, traced: Any, owner: Any, norms: bool) -> MonitoredStep:
         """Step `i`'s full block (its row after every light row kept before it: NOTE [Light rows])."""
-        if self.light.rows:
+        if self.light.waiting():
             self.drain()
         self.light.refresh(self.optimizers)
         return MonitoredStep(self, i, traced, owner, norms)
@@ -211,6 +233,7 @@ class Monitor:
     def take_light(self, step: LightStep) -> bool:
         """A light step's row (NOTE [Light steps] in light.py): kept for a batch when its losses were read on the CPU
         and no row waits before it (NOTE [Light rows] in light_rows.py), else pending; True when a batch joined."""
+        self.sync_fast()
         light = self.light
         if light.opts != len(self.optimizers):  # (an optimizer first seen stepping on the last full step)
             self.drain()
@@ -244,8 +267,7 @@ class Monitor:
         their rule's quiet bound only join its window (NOTE [Light rows] in light_rows.py)."""
         t0 = time.perf_counter()
         light = self.light
-        loud = light.loud
-        rows = light.take()
+        rows, loud = light.take()
         if rows:
             shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
             for k, (i, losses, lr) in enumerate(rows):
@@ -267,9 +289,10 @@ class Monitor:
         light.bound(self.triggers.loss_rules)
         light.since = time.monotonic()
         self._maybe_flush()
-        light.spent = time.perf_counter() - t0
-        if rows:
-            light.per_row = light.spent / len(rows)
+        light.joined(time.perf_counter() - t0, len(rows))
+        samples, light.samples = light.samples, []
+        for k in range(0, len(samples) - 1, 2):  # the native block's timed steps (NOTE [Native light steps])
+            self.sampler.took(None, samples[k] + light.per_row, samples[k + 1] + light.per_row)
 
     def _take_plain(self, row: WireHistoryRow) -> None:
         """`_take` for a row of an untraced step without norms whose losses the loss rules have read already
@@ -314,18 +337,19 @@ class Monitor:
             self.found[step] = found + later
         elif later and trig.pending is None:
             trig.pending = (later[0][0], step, later[0][1])
+            self.sync_fast()  # (the next step is traced)
         self.rows.append(wire)
         self.unsent.append(wire)
 
     def history(self) -> list[dict[str, Any]]:
         """The rows kept, as `TraceStore.history` gives them (each parameter's norm by name)."""
-        if self.light.rows:
+        if self.light.waiting():
             self.drain()
         return [row_as_dict(r, self.names) for r in self.rows]
 
     def flush(self, force: bool = False) -> None:
         """Write the rows not yet written to every sink that takes history (`write_history`)."""
-        if self.light.rows:
+        if self.light.waiting():
             self.drain()  # (which flushes again: nothing is left then)
         if not self.unsent:
             return

@@ -15,7 +15,11 @@ NOTE [Sampled norms]
     k = ceil((full cost - light cost) / room), room = max(BUDGET × step - light cost, FLOOR × step), from
     the smallest full cost, the median step (the loop's own time: the block less the monitor's) and the
     median light cost of the recent steps (a step stalled by another process raises none of them), worked
-    out again on each full step and every `KEEP` steps. Each cost counts `UNSEEN` (2) times what the
+    out again on each full step and every `KEEP` steps. A light step's row counts at the median of the recent
+    batches' cost a row (`LightRows.joined` in light_rows.py: one batch slowed by a collection of the garbage
+    collector once counted for every light step timed in it, and took k to 1). While k is 1, one step in
+    `PROBE` (64) is light anyway, and timed: a light cost measured too high cannot keep every step full for
+    good (a light step does less than a full one). Each cost counts `UNSEEN` (2) times what the
     monitor's clock measured: measured on the loop, its code costs about twice its own time. (Until this
     release every step was full and only the norms were spread: a full step without norms of the 3-20-30-2
     MLP cost about 100 µs of its 0.26 ms.)
@@ -47,6 +51,7 @@ K_MAX = 1000
 # k = 3 the actor-critic program's measured 3% cost it 4-8% in six runs)
 UNSEEN = 2.0
 TIMED = 4  # a light step in this many is timed for the sampler (the light steps' costs barely move)
+PROBE = 64  # while every step takes the norms (k 1, chosen), one step in this many is light, and timed
 
 
 class NormClock:
@@ -85,9 +90,21 @@ class NormSampler:
     def due(self, traced: bool) -> bool:
         self.steps += 1
         warm = self.fixed is None and self.steps <= WARMUP
-        take = traced or warm or self.since + 1 >= self.k
+        probe = self.k == 1 and self.fixed is None and self.steps % PROBE == 0  # (a light step's cost measured again)
+        take = traced or warm or (self.since + 1 >= self.k and not probe)
         self.since = 0 if take else self.since + 1
         return take
+
+    def light_run(self) -> int:
+        """How many of the next steps `due` makes light, none of them traced (0 while it warms up or may probe)."""
+        if self.fixed is None and (self.steps < WARMUP or self.k == 1):
+            return 0
+        return max(0, self.k - 1 - self.since)
+
+    def skip(self, n: int) -> None:
+        """`n` light steps taken without `due` (within `light_run`: NOTE [Native light steps] in light_native.py)."""
+        self.steps += n
+        self.since += n
 
     def took(self, norm_s: float | None, step_s: float, own_s: float = 0.0) -> None:
         """An untraced step: `norm_s` in its norm calls (None: it took none), `step_s` its block's whole time,

@@ -114,6 +114,11 @@ def path() -> Any:
     return native_build.target() if _loaded()[0] is not None else None
 
 
+def extension() -> Any:
+    """The extension, set up, or None where it is not in use (`status` says why)."""
+    return _loaded()[0]
+
+
 def status() -> tuple[bool, str]:
     """(the native recorder can be used, why not). A Tracer uses it when it can, unless told
     `Tracer(recorder="python")` (tests compare the two recorders; bench/pernode.py measures both)."""

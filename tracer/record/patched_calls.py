@@ -104,7 +104,16 @@ def _backward_wrapper(original: Any, api: str) -> Any:
                     _handling.discard(tid)
         return original(*args, **kwargs)
 
-    return wrapper
+    return _front(wrapper, original) if api == "Tensor.backward" else wrapper
+
+
+def _front(wrapper: Any, original: Any) -> Any:
+    """`Tensor.backward`'s wrapper behind the extension's front, which reads a native light step's losses in C++
+    (NOTE [Native light steps] in tracer/monitor/light_native.py), where the extension is built."""
+    from gradscape.tracer.record import native
+
+    ext = native.extension()
+    return ext.backward_front(wrapper, original) if ext is not None else wrapper
 
 
 def _unscale_wrapper(original: Any) -> Any:
@@ -199,6 +208,12 @@ class Hold:
             _held -= 1
             if not _held and not _captures:
                 _put_back()
+
+
+def placed() -> bool:
+    """The wrappers are in place, kept by a hold (a light step that puts no capture in place through `install`
+    may then open: NOTE [Native light steps] in tracer/monitor/light_native.py)."""
+    return bool(_held and _placed)
 
 
 def install(capture: Any, checked: bool = True) -> None:

@@ -4,6 +4,8 @@
 #include "budget.h"
 #include "walk.h"
 #include "readout.h"
+#include "light.h"
+#include "light_types.h"
 
 namespace {
 
@@ -281,6 +283,8 @@ PyMethodDef mod_methods[] = {
     {"names", mod_names, METH_NOARGS, "names() -> every node name seen, by code"},
     {"name_count", mod_name_count, METH_NOARGS, "name_count() -> how many node names have codes"},
     {"code", mod_code, METH_O, "code(name) -> its code"},
+    {"backward_front", mod_backward_front, METH_VARARGS,
+     "backward_front(python wrapper, original) -> Tensor.backward's front for the light step (light.h)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_recorder", "gradscape's native step recorder", -1, mod_methods};
@@ -302,5 +306,6 @@ PyMODINIT_FUNC PyInit__recorder(void) {
   PyModule_AddStringConstant(m, "TORCH_VERSION", GS_TORCH_VERSION);
   PyModule_AddIntConstant(m, "RUN_BYTES", sizeof(RunRec));
   PyModule_AddIntConstant(m, "SUMM_BYTES", sizeof(Summ));
+  if (light_ready(m) < 0) return nullptr;
   return m;
 }

@@ -7,8 +7,9 @@
 // gradscape records in Python), and loaded only when the torch it was built for is the one imported.
 //
 // Files: recorder.h (the state), walk.h (the graph walk and the hooks' lifetime), summaries.h (what a
-// hook does), readout.h (what Python reads of a step), recorder.cpp (the Python module). One translation
-// unit: recorder.cpp includes the others.
+// hook does), readout.h (what Python reads of a step), light.h (the monitor's light step, NOTE [Native
+// light steps] in tracer/monitor/light_native.py) and light_types.h (its Python types), recorder.cpp (the
+// Python module). One translation unit: recorder.cpp includes the others.
 //
 // Threads. `walk`, `install`, `begin_pass` and every export run with the GIL held (they are Python calls).
 // The hooks run on the autograd engine's threads without it: they touch only this file's state, under
