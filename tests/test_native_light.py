@@ -102,13 +102,18 @@ def test_the_native_light_step_keeps_the_rows_a_python_one_keeps(monkeypatch: py
     assert rows[65]["lr"] == {"SGD": [pytest.approx(0.01)]} and rows[50]["lr"] == {"SGD": [0.05]}
 
 
+def _first_steps(tr: gradscape.Tracer, model: nn.Module) -> None:
+    """Steps 1-3 (the first light step puts the backward wrappers in place; the native block opens after)."""
+    for i in range(1, 4):
+        with tr.step(i):
+            model(torch.ones(2, 4)).sum().backward()
+
+
 def test_an_exception_inside_the_native_block_leaves_nothing_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(light_native, "ENABLED", True)
     model = nn.Linear(4, 1)
     with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
-        for i in range(1, 4):
-            with tr.step(i):
-                model(torch.ones(2, 4)).sum().backward()
+        _first_steps(tr, model)
         ctx = tr.step(4)
         assert type(ctx).__name__ == "LightBlock"
         with pytest.raises(KeyError, match="the loop's"), ctx:
@@ -125,9 +130,7 @@ def test_a_loss_whose_backward_fails_is_read_and_the_error_reaches_the_loop(monk
     monkeypatch.setattr(light_native, "ENABLED", True)
     model = nn.Linear(4, 1)
     with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
-        for i in range(1, 4):
-            with tr.step(i):
-                model(torch.ones(2, 4)).sum().backward()
+        _first_steps(tr, model)
         with tr.step(4):
             loss = model(torch.ones(2, 4)).sum()
             loss.backward()
