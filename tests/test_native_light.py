@@ -102,6 +102,25 @@ def test_the_native_light_step_keeps_the_rows_a_python_one_keeps(monkeypatch: py
     assert rows[65]["lr"] == {"SGD": [pytest.approx(0.01)]} and rows[50]["lr"] == {"SGD": [0.05]}
 
 
+def test_the_front_of_backward_reads_as_the_function_it_stands_for() -> None:
+    """While the wrappers are in place `Tensor.backward` is the extension's front: it binds as a method and names,
+    documents and unwraps to the function behind it (`help`, `inspect.signature`)."""
+    import inspect
+
+    model = nn.Linear(4, 1)
+    with gradscape.Tracer(model, every=10 ** 6) as tr:
+        with tr.step(1):
+            model(torch.ones(2, 4)).sum().backward()
+        front = torch.Tensor.backward
+        original = patched_calls.original_of(front)
+        assert type(front).__name__ == "BackwardFront" and front is not original
+        assert (front.__name__, front.__qualname__, front.__doc__, front.__module__) == (
+            original.__name__, original.__qualname__, original.__doc__, original.__module__)
+        assert inspect.signature(front) == inspect.signature(original)
+        loss = model(torch.ones(2, 4)).sum()
+        assert loss.backward.__self__ is loss  # (bound as a method)
+
+
 def _first_steps(tr: gradscape.Tracer, model: nn.Module) -> None:
     """Steps 1-3 (the first light step puts the backward wrappers in place; the native block opens after)."""
     for i in range(1, 4):

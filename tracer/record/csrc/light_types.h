@@ -178,6 +178,11 @@ PyObject* front_get(PyObject* self, PyObject* obj, PyObject*) {
 }
 
 PyObject* front_getattr(PyObject* self, PyObject* name) {
+  // (the type's own `__doc__` and `__module__` are not the function's: `help(torch.Tensor.backward)` reads these)
+  if (PyUnicode_CompareWithASCIIString(name, "__doc__") == 0 ||
+      PyUnicode_CompareWithASCIIString(name, "__module__") == 0) {
+    return PyObject_GetAttr(reinterpret_cast<PyFront*>(self)->wrapper, name);
+  }
   PyObject* out = PyObject_GenericGetAttr(self, name);
   if (out != nullptr || !PyErr_ExceptionMatches(PyExc_AttributeError)) return out;
   PyErr_Clear();
