@@ -247,3 +247,27 @@ def test_a_compared_compiled_step_rows_after_the_light_rows_kept_before_it() -> 
         assert kept_rows(tr._monitor)  # (kept: past the rule's warm-up, under its bound)
         tr.compare_compiled(31, lambda: _loss(compiled, 0).backward())
         assert [r["step"] for r in tr.history] == list(range(1, 32))
+
+
+def test_a_batch_joins_the_windows_as_its_values_one_by_one_would() -> None:
+    """`TriggerState.add_quiet` (a batch of light rows' losses) leaves each rule's window, sorted and in order, as
+    `add_finite` of each value leaves it: small batches and batches re-sorted at once, past the window's end too."""
+    from gradscape.tracer.monitor.triggers import BATCH_SORT, Triggers, TriggerState
+
+    rnd = random.Random(7)
+    batched, single = TriggerState(Triggers.resolve(True)), TriggerState(Triggers.resolve(True))
+    window = batched.cfg.window
+    for state in (batched, single):
+        state.loss_trigger([1.0, 2.0])  # (a rule for each of two positions)
+    for size in [1, BATCH_SORT - 1, BATCH_SORT, 31, window + 5, 3, 2 * window]:
+        rows = [[rnd.gauss(1.0, 0.1), None if k % 3 == 0 else rnd.choice([0.5, 0.25, rnd.random()])]
+                for k in range(size)]
+        batched.add_quiet(rows)
+        for losses in rows:
+            for pos, v in enumerate(losses):
+                if v is not None:
+                    single.loss_rules[pos].add_finite(v)
+        for pos in (0, 1):
+            a, b = batched.loss_rules[pos], single.loss_rules[pos]
+            assert list(a.values) == list(b.values) and a.ordered == b.ordered and len(a.values) <= window
+            assert a.ordered == sorted(a.values)
