@@ -158,3 +158,20 @@ def test_a_loss_whose_backward_fails_is_read_and_the_error_reaches_the_loop(monk
             assert not patched_calls._handling
         rows = tr.history
     assert rows[-1]["step"] == 4 and rows[-1]["losses"] == [loss.item(), loss.item()]
+
+
+def test_a_block_that_cannot_open_lets_go_of_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entering fails when the owner cannot be marked busy (here an object without attributes): the error reaches
+    the `with`, and the block is left as closed: nothing on the thread's captures, handed out again."""
+    monkeypatch.setattr(light_native, "ENABLED", True)
+    model = nn.Linear(4, 1)
+    with gradscape.Tracer(model, every=10 ** 6, norms_every=1000) as tr:
+        block = tr._monitor.light.native
+        ctx = block.open(99, object(), False, 0, 0, 1)
+        with pytest.raises(AttributeError), ctx:
+            raise AssertionError("the block opened")
+        assert not patched_calls._captures
+        _first_steps(tr, model)
+        with tr.step(4) as got:
+            assert got is None and tr._active
+        assert [r["step"] for r in tr.history] == [1, 2, 3, 4]

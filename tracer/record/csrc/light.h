@@ -100,33 +100,6 @@ void light_call(PyLight* b, const char* name) {  // the Python side's `name()` (
 }
 
 // ------------------------------------------------------------------ the block
-PyObject* light_enter(PyObject* self, PyObject*) {
-  auto* b = reinterpret_cast<PyLight*>(self);
-  int64_t t0 = light_now();
-  if (b->owner == nullptr || b->side == nullptr || tl_open != nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "LightBlock: entered without `open`, or inside another open block");
-    return nullptr;
-  }
-  if (PyObject_SetAttr(b->owner, g_active, Py_True) < 0) return nullptr;
-  b->tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
-  PyObject* caps = b->tid ? PyDict_GetItemWithError(b->captures, b->tid) : nullptr;
-  if (caps == nullptr) {
-    if (PyErr_Occurred() || (caps = PyList_New(0)) == nullptr) return nullptr;
-    int bad = PyDict_SetItem(b->captures, b->tid, caps);
-    Py_DECREF(caps);
-    if (bad < 0) return nullptr;
-  }
-  Py_INCREF(caps);
-  b->caps = caps;
-  if (PyList_Append(caps, b->side) < 0) return nullptr;
-  b->losses->clear();
-  b->slow = false;
-  tl_open = b;
-  b->t0_ns = t0;
-  b->own_ns = b->timed ? light_now() - t0 : 0;
-  Py_RETURN_NONE;
-}
-
 void light_release(PyLight* b) {  // off this thread's captures (patched_calls.uninstall's rule), the owner let go
   tl_open = nullptr;
   PyObject* caps = b->caps;
@@ -144,6 +117,44 @@ void light_release(PyLight* b) {  // off this thread's captures (patched_calls.u
   Py_CLEAR(b->tid);
   if (b->owner != nullptr && PyObject_SetAttr(b->owner, g_active, Py_False) < 0) PyErr_WriteUnraisable(b->owner);
   Py_CLEAR(b->owner);
+}
+
+PyObject* light_enter_failed(PyLight* b) {  // the block let go as if closed, the error raised to the `with`
+  PyObject *et, *ev, *tb;
+  PyErr_Fetch(&et, &ev, &tb);
+  light_release(b);
+  PyErr_Restore(et, ev, tb);
+  return nullptr;
+}
+
+PyObject* light_enter(PyObject* self, PyObject*) {
+  auto* b = reinterpret_cast<PyLight*>(self);
+  int64_t t0 = light_now();
+  if (b->owner == nullptr || b->side == nullptr || tl_open != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "LightBlock: entered without `open`, or inside another open block");
+    return nullptr;
+  }
+  if (PyObject_SetAttr(b->owner, g_active, Py_True) < 0) {
+    Py_CLEAR(b->owner);  // (not marked busy: nothing else to undo)
+    return nullptr;
+  }
+  b->tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+  PyObject* caps = b->tid ? PyDict_GetItemWithError(b->captures, b->tid) : nullptr;
+  if (caps == nullptr) {
+    if (PyErr_Occurred() || (caps = PyList_New(0)) == nullptr) return light_enter_failed(b);
+    int bad = PyDict_SetItem(b->captures, b->tid, caps);
+    Py_DECREF(caps);
+    if (bad < 0) return light_enter_failed(b);
+  }
+  Py_INCREF(caps);
+  b->caps = caps;
+  if (PyList_Append(caps, b->side) < 0) return light_enter_failed(b);
+  b->losses->clear();
+  b->slow = false;
+  tl_open = b;
+  b->t0_ns = t0;
+  b->own_ns = b->timed ? light_now() - t0 : 0;
+  Py_RETURN_NONE;
 }
 
 PyObject* light_exit(PyObject* self, PyObject*) {
