@@ -48,7 +48,7 @@ class LightRows:
     """The light rows not yet in the history, and each loss position's quiet bounds (NOTE [Quiet bound])."""
 
     __slots__ = ("rows", "loud", "pivots", "ladders", "below", "since", "spent", "per_row", "per_rows", "groups",
-                 "layout", "opts", "native", "samples")
+                 "layout", "opts", "native")
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, list[Any], Any]] = []  # (step, losses, lr: a dict, or the rates read in `groups`)
@@ -68,10 +68,8 @@ class LightRows:
         self.groups: list[dict[str, Any]] | None = []
         self.layout: list[tuple[str, int]] = []
         self.opts = 0
-        # the native light step's block, which keeps its rows itself (NOTE [Native light steps] in
-        # light_native.py), and the costs of its timed steps taken with them (block seconds, own seconds, ...)
+        # the native light step's block, which keeps its rows itself (NOTE [Native light steps] in light_native.py)
         self.native: Any = None
-        self.samples: list[float] = []
 
     def joined(self, seconds: float, n: int) -> None:
         """A batch of `n` rows joined the history in `seconds` (`spent`, `per_row`)."""
@@ -127,15 +125,17 @@ class LightRows:
                 below[k] = c + 1
         return len(rows) >= BATCH
 
-    def take(self) -> tuple[list[tuple[int, list[Any], Any]], bool]:
-        """The rows kept, in step order, and whether the last was not under its bounds (`loud`). The native
-        block's come first: it opens only with no row kept here (`Monitor.step`)."""
+    def take(self) -> tuple[list[tuple[int, list[Any], Any]], bool, list[float]]:
+        """The rows kept, in step order, whether the last was not under its bounds (`loud`), and the native
+        block's timed steps' costs (block seconds, own seconds, ...). The block's rows come first: it opens only
+        with no row kept here (`Monitor.step`)."""
         rows, loud, self.rows, self.loud = self.rows, self.loud, [], False
+        samples: list[float] = []
         if self.native is not None:
-            before, loud_before, self.samples = self.native.take()
+            before, loud_before, samples = self.native.take()
             if before:
                 rows, loud = before + rows, loud if rows else loud_before
-        return rows, loud
+        return rows, loud, samples
 
     def bound(self, rules: dict[int, Any]) -> None:
         """Each position's bounds for the next batch, from the rules as they are now (positions from 0 on)."""

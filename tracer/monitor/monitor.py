@@ -267,7 +267,7 @@ class Monitor:
         their rule's quiet bound only join its window (NOTE [Light rows] in light_rows.py)."""
         t0 = time.perf_counter()
         light = self.light
-        rows, loud = light.take()
+        rows, loud, samples = light.take()
         if rows:
             shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
             for k, (i, losses, lr) in enumerate(rows):
@@ -290,7 +290,6 @@ class Monitor:
         light.since = time.monotonic()
         self._maybe_flush()
         light.joined(time.perf_counter() - t0, len(rows))
-        samples, light.samples = light.samples, []
         for k in range(0, len(samples) - 1, 2):  # the native block's timed steps (NOTE [Native light steps])
             self.sampler.took(None, samples[k] + light.per_row, samples[k + 1] + light.per_row)
 
