@@ -150,6 +150,11 @@ for _a in (*_EMPTY.values(), _NO_OFFSETS):
     _a.flags.writeable = False
 
 
+# the walk's arrays, read from the extension when asked for (NOTE [Graph read when asked])
+_ARRAYS = frozenset(("name", "kind", "seq", "child_off", "child_id", "child_nr", "out_off", "out_ndim", "out_dtype",
+                     "out_dims"))
+
+
 class NativeGraph:
     """The graph of one traced step as the extension walked it, in flat arrays (ids are positions), and
     the extension's recorder, which holds the nodes and their hooks for the step."""
@@ -184,20 +189,9 @@ class NativeGraph:
         """Walk from `root` (a grad_fn); new nodes get the next ids. Returns root's id."""
         first = self.size
         rid = int(self.rec.walk(root))
-        # the whole graph walked so far, read again: each array is one buffer the extension made, with no
-        # concatenation in Python (ten of them cost a later pass ~30 µs; the bytes copied are the same)
-        name, kind, seq, coff, cid, cnr, ooff, ondim, odtype, odims = self.rec.graph(0)
-        self.name = np.frombuffer(name, np.int32)
-        self.kind = np.frombuffer(kind, np.int8)
-        self.seq = np.frombuffer(seq, np.uint64)
-        self.child_off = np.frombuffer(coff, np.int32).astype(np.int64)
-        self.child_id = np.frombuffer(cid, np.int32)
-        self.child_nr = np.frombuffer(cnr, np.int32)
-        self.out_off = np.frombuffer(ooff, np.int32).astype(np.int64)
-        self.out_ndim = np.frombuffer(ondim, np.int32)
-        self.out_dtype = np.frombuffer(odtype, np.int8)
-        self.out_dims = np.frombuffer(odims, np.int64)
-        self.size = len(self.name)
+        self.size = int(self.rec.size())
+        for k in _ARRAYS:  # read again when next asked for (`__getattr__`): NOTE [Graph read when asked]
+            self.__dict__.pop(k, None)
         param_of = self.model.param_of
         for nid, var in self.rec.acc_variables(first):
             if var is None:
@@ -211,6 +205,27 @@ class NativeGraph:
         self._senders = None
         self._digest = None
         return rid
+
+    def __getattr__(self, attr: str) -> Any:
+        """NOTE [Graph read when asked]: the walk's arrays, the first time one is asked for after a walk. The whole
+        graph walked so far is read again, each array one buffer the extension made, with no concatenation in
+        Python (ten of them cost a later pass ~30 µs; the bytes copied are the same). Most backward calls of a
+        carried step read none of them before the step's end: reading them at each call cost a GPT's call
+        20-55 µs (more as the graph grows, 40 micro-batches a step)."""
+        if attr not in _ARRAYS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+        name, kind, seq, coff, cid, cnr, ooff, ondim, odtype, odims = self.rec.graph(0)
+        self.name = np.frombuffer(name, np.int32)
+        self.kind = np.frombuffer(kind, np.int8)
+        self.seq = np.frombuffer(seq, np.uint64)
+        self.child_off = np.frombuffer(coff, np.int32).astype(np.int64)
+        self.child_id = np.frombuffer(cid, np.int32)
+        self.child_nr = np.frombuffer(cnr, np.int32)
+        self.out_off = np.frombuffer(ooff, np.int32).astype(np.int64)
+        self.out_ndim = np.frombuffer(ondim, np.int32)
+        self.out_dtype = np.frombuffer(odtype, np.int8)
+        self.out_dims = np.frombuffer(odims, np.int64)
+        return self.__dict__[attr]
 
     def digest(self) -> bytes:
         """A hash of the graph's structure as walked so far: every node's name, kind and edges."""
@@ -272,7 +287,8 @@ class NativeGraph:
     def has_kinds(self, *kinds: str) -> bool:
         # a byte search (memchr) in the int8 codes: a numpy comparison and `any` per kind cost ~15 µs inside a
         # small step (NOTE [Cold steps]), this ~4
-        codes = self.kind.tobytes()
+        kind = self.__dict__.get("kind")  # (not read for this: NOTE [Graph read when asked])
+        codes = self.rec.kinds() if kind is None else kind.tobytes()
         return any(_KIND_BYTE[k] in codes for k in kinds)
 
     def release(self) -> None:

@@ -199,6 +199,7 @@ PyMethodDef rec_methods[] = {
     {"begin_pass", rec_begin_pass, METH_O, "begin_pass(index) -> runs recorded so far"},
     {"set_sum", rec_set_sum, METH_VARARGS, "set_sum(node, slot, sum)"},
     {"graph", rec_graph, METH_O, "graph(first) -> the nodes' structure, as bytes"},
+    {"kinds", rec_kinds, METH_NOARGS, "kinds() -> every node's kind code, as bytes"},
     {"acc_variables", rec_acc_variables, METH_O, "acc_variables(first) -> [(id, tensor)]"},
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
     {"structure", rec_structure, METH_NOARGS, "structure() -> the walked graph's structure, as bytes"},
