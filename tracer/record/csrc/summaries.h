@@ -120,32 +120,6 @@ static double* scratch_for(int64_t words) {
   return buf.data();
 }
 
-// A strided gradient whose rows (its last dimension) are contiguous, the leading dimensions in any order (attention's
-// heads and positions swapped, an expanded batch): its values in row-major order, gathered a row at a time into a
-// buffer of this thread, as `contiguous()` would copy them, without making a tensor (a GPT's backward call sent 8 such
-// gradients). nullptr where that does not pay: short rows, or more than GATHER_BYTES (then a tensor is made).
-constexpr size_t GATHER_BYTES = size_t{8} << 20;
-
-static const void* gathered(const at::Tensor& t) {
-  const int64_t dim = t.dim(), es = static_cast<int64_t>(t.element_size());
-  const size_t bytes = static_cast<size_t>(t.numel() * es);
-  if (dim < 2 || dim > 8 || t.stride(dim - 1) != 1 || t.size(dim - 1) < 8 || bytes > GATHER_BYTES) return nullptr;
-  thread_local std::vector<char> buf;
-  if (buf.size() < bytes) buf.resize(bytes);
-  const auto sizes = t.sizes(), strides = t.strides();
-  const int64_t row = sizes[dim - 1] * es, rows = t.numel() / sizes[dim - 1];
-  const char* base = static_cast<const char*>(t.const_data_ptr());
-  std::array<int64_t, 8> idx{};  // the leading dimensions' index of the next row
-  char* to = buf.data();
-  for (int64_t r = 0; r < rows; r++, to += row) {
-    int64_t off = 0;
-    for (int64_t d = 0; d < dim - 1; d++) off += idx[d] * strides[d];
-    std::memcpy(to, base + off * es, static_cast<size_t>(row));
-    for (int64_t d = dim - 2; d >= 0 && ++idx[d] == sizes[d]; d--) idx[d] = 0;
-  }
-  return buf.data();
-}
-
 double* Recorder::reserve(int64_t words, int32_t* chunk, int64_t* off) {
   if (chunk_ptr == nullptr || chunk_used + words > chunk_cap) {
     if (budget >= 0 && arena_used >= evict_at) evict();  // NOTE [Budget while recording]: may free room
@@ -218,20 +192,20 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
     return python_summary(t, stats_of);
   }
   bool transposed = false;
-  const void* rows = nullptr;  // another strided view (an expanded gradient, a permutation): summarised from its
-  at::Tensor copy;             // values in row-major order, as the Python summariser does, rather than through Python
+  at::Tensor copy;  // another strided view (an expanded gradient, a permutation): summarised from a
+  // contiguous copy, as the Python summariser does, rather than through Python
   if (!t.is_contiguous()) {
     if (t.dim() == 2 && t.stride(0) == 1 && t.stride(1) == t.size(0)) {
       transposed = true;
-    } else if ((rows = gathered(t)) == nullptr) {
+    } else {
       copy = t.contiguous();
     }
   }
   const at::Tensor& src = copy.defined() ? copy : t;
   const Plan* plan = plan_for(src, transposed);
   if (plan == nullptr) return python_summary(t, stats_of);
-  const void* data = rows != nullptr ? rows : src.const_data_ptr();
-  const void* ptr = copy.defined() || rows != nullptr ? nullptr : data;  // not a gradient's memory: never shared
+  const void* data = src.const_data_ptr();
+  const void* ptr = copy.defined() ? nullptr : data;  // a copy's memory is no gradient's: never shared
   if (stats_of >= 0 && ptr != nullptr && summ_ptr[stats_of] == ptr) {
     // NOTE [Views share a buffer] in tracer/summary/summariser.py: the very same kernel call on the very
     // same memory (a plan and its transposed twin share their geometry) gives the very same buffer
