@@ -287,8 +287,7 @@ class NativeGraph:
     def has_kinds(self, *kinds: str) -> bool:
         # a byte search (memchr) in the int8 codes: a numpy comparison and `any` per kind cost ~15 µs inside a
         # small step (NOTE [Cold steps]), this ~4
-        kind = self.__dict__.get("kind")  # (not read for this: NOTE [Graph read when asked])
-        codes = self.rec.kinds() if kind is None else kind.tobytes()
+        codes = self.rec.kinds()  # (the arrays are not read for this: NOTE [Graph read when asked])
         return any(_KIND_BYTE[k] in codes for k in kinds)
 
     def release(self) -> None:
