@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -88,3 +89,17 @@ def kept_rows(mon: Any) -> int:
     """Light rows kept by the monitor `mon` that have not joined its history (Python's and the native block's)."""
     native = mon.light.native
     return len(mon.light.rows) + (native.size() if native is not None else 0)
+
+
+def untimed(wire: Any) -> Any:
+    """The wire step less what differs between two runs of the same step (times, the run's name)."""
+    w = copy.deepcopy(wire)
+    w["run"] = None
+    for n in w["nodes"]:
+        n["t"] = None
+        for r in n["runs"]:
+            r[4] = None
+    for p in w["passes"]:
+        p["start"] = p["end"] = None
+    w["meta"] = {k: v for k, v in w["meta"].items() if "time" not in k and not k.endswith("_ms")}
+    return w

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from earlier_release import step_to_wire
-from helpers import CUDA
+from helpers import CUDA, untimed
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from zoo import ZOO, build
@@ -25,20 +25,6 @@ from gradscape.tracer.record import native
 def test_make_test_built_the_native_recorder() -> None:
     used, why = native.status()
     assert used, f"the native recorder is not in use: {why}"
-
-
-def _untimed(wire: Any) -> Any:
-    """The wire step less what differs between two runs of the same step (times, the run's name)."""
-    w = copy.deepcopy(wire)
-    w["run"] = None
-    for n in w["nodes"]:
-        n["t"] = None
-        for r in n["runs"]:
-            r[4] = None
-    for p in w["passes"]:
-        p["start"] = p["end"] = None
-    w["meta"] = {k: v for k, v in w["meta"].items() if "time" not in k and not k.endswith("_ms")}
-    return w
 
 
 def _lstm() -> tuple[nn.Module, Callable[[nn.Module], torch.Tensor]]:
@@ -139,7 +125,7 @@ def _same_step(name: str, device: str) -> None:
     assert py_grads.keys() == nat_grads.keys()
     for k in py_grads:  # the same program ran: the engine computed the same gradients
         assert torch.equal(py_grads[k], nat_grads[k]), k
-    py, nat = _untimed(py_wire), _untimed(nat_wire)
+    py, nat = untimed(py_wire), untimed(nat_wire)
     py["meta"].pop("recorder")
     nat["meta"].pop("recorder")
     for key in py:
@@ -154,7 +140,7 @@ def test_the_thumbnail_budget_leaves_out_the_same_thumbnails() -> None:
     left = py_wire["meta"]["thumbs_left_out"]
     assert left["count"] > 100, left  # the budget did cut
     assert nat_wire["meta"]["thumbs_left_out"] == left
-    py, nat = _untimed(py_wire), _untimed(nat_wire)
+    py, nat = untimed(py_wire), untimed(nat_wire)
     assert nat["tensors"] == py["tensors"]
     assert nat["nodes"] == py["nodes"]
 

@@ -62,6 +62,9 @@ class Tracer:
     statistics only, and `st.meta["thumbs_left_out"]` says how many (NOTE [Thumbnail budget] in
     tracer/summary/budget.py). None keeps every thumbnail. `run`: the run's name in the sinks (default:
     a new `run-<hex>`); `thumb`: a thumbnail's largest side in cells (64: at most 64×64 block means).
+    A backward call that repeats an earlier call of its step (from a root of the same kind, as many new
+    nodes: a micro-batch, a GAN's second batch) gets thumbnails of half that side; `thumb=(64, 64)` sets
+    both sizes (NOTE [Repeated calls' thumbnails] in tracer/record/recorder.py).
     `tr.last` is the last step traced (by `every` or a trigger), `tr.steps` the ones the memory sink keeps.
     `recorder`: "native" (the C++ recorder, NOTE [Native recorder] in tracer/record/native.py; an error
     when it is not built) or "python"; by default the native one when it is built, else the Python one.
@@ -76,7 +79,7 @@ class Tracer:
     """
 
     def __init__(self, model: Any = None, *, sink: Any = None, run: str | None = None,
-                 every: int = 1, tensors: str = "summary", thumb: int = 64, keep: int = 2,
+                 every: int = 1, tensors: str = "summary", thumb: int | tuple[int, int] = 64, keep: int = 2,
                  thumb_budget: int | None = DEFAULT_BUDGET, monitor: bool = True, triggers: Any = True,
                  recorder: str | None = None, compiled: str = "eager",
                  norms_every: int | None = None) -> None:
@@ -84,8 +87,7 @@ class Tracer:
             raise ValueError(f"every must be a positive int, got {every!r}")
         if tensors not in _TENSOR_MODES:
             raise ValueError(f"tensors must be one of {_TENSOR_MODES}, got {tensors!r}")
-        if not isinstance(thumb, int) or thumb < 0:
-            raise ValueError(f"thumb must be a non-negative int, got {thumb!r}")
+        self.thumb, self.repeat_thumb = _thumb_sizes(thumb)
         if thumb_budget is not None and (type(thumb_budget) is not int or thumb_budget < 0):
             raise ValueError(f"thumb_budget must be a non-negative int (bytes) or None, got {thumb_budget!r}")
         self.recorder = _recorder(recorder)
@@ -96,7 +98,6 @@ class Tracer:
         self.run = run or f"run-{uuid.uuid4().hex[:8]}"
         self.every = every
         self.tensors = tensors
-        self.thumb = thumb
         self.thumb_budget = thumb_budget
         self.sinks: list[Sink] = resolve_sinks(sink, keep=keep, run=self.run)
         self.last: StepTrace | None = None
@@ -293,7 +294,7 @@ class _TracedStep:
         self.tracer = tracer
         self.compiled = compiled or tracer.compiled  # NOTE [Compiled regions on a traced step]
         self.st = StepTrace(run=tracer.run, step=i)
-        summ = Summariser(tracer.thumb, tracer.tensors == "full")
+        summ = Summariser(tracer.thumb, tracer.tensors == "full", tracer.repeat_thumb)
         summ.budget = tracer.thumb_budget
         self.rec = StepRecorder(tracer.run, i, tracer._names.index(tracer.model), summ, tracer._statics,
                                 tracer._warned, tracer._carry, tracer.recorder)
@@ -368,3 +369,12 @@ def trace(loss: torch.Tensor, model: torch.nn.Module | None = None, **opts: Any)
         loss.backward(gradient)
     assert st is not None
     return st
+
+
+def _thumb_sizes(thumb: Any) -> tuple[int, int]:
+    """`thumb` as (a step's first calls' size, repeated calls' size): an int n is (n, n / 2 rounded up)."""
+    sizes = (thumb, (thumb + 1) // 2) if type(thumb) is int else thumb
+    if not (isinstance(sizes, tuple) and len(sizes) == 2 and all(type(n) is int and n >= 0 for n in sizes)):
+        raise ValueError(f"thumb must be a non-negative int or a pair of them (first calls, repeated calls), "
+                         f"got {thumb!r}")
+    return sizes

@@ -307,10 +307,10 @@ class StepCapture:
         """Name → summary of each gradient: by the native recorder in one call where it records the step (a row
         of the step's tensor table, made a `TensorTrace` by `as_traces`), else by the summariser one by one."""
         rec, names, out = self.traced.rec, self.mon.names, {}
-        rows = rec.native.summarise(grads) if rec.native is not None else [-1] * len(grads)
-        summarise = rec.summ.summarise_no_grad
-        for i, g, k in zip(idx, grads, rows):
-            out[names[i]] = k if k >= 0 else summarise(g, None)
+        with rec.thumbs.first_size(rec.native):  # NOTE [Repeated calls' thumbnails] in tracer/record/call_thumbs.py
+            rows = rec.native.summarise(grads) if rec.native is not None else [-1] * len(grads)
+            for i, g, k in zip(idx, grads, rows):
+                out[names[i]] = k if k >= 0 else rec.summ.summarise_no_grad(g, None)
         return out
 
     def stepped_traces(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ tracer/tracing.py), which owns the step's state and its parts:
     handles       the one owner of every hook of the step
     params        the parameters' gradients (`st.params`)
     module_sums   module-level gradients (lazy_modules: a natively recorded step's, made when read)
+    call_thumbs   each backward call's thumbnail size (a call that repeats one gets coarser pictures)
     structure     labels and schemas from the graph's structure, cached per Tracer (labels, derivatives)
     assemble      the Python recorder's step as the native recorder's tables, once the hooks are gone
     column_tables a stored column step's nodes read back as the same tables

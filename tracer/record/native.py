@@ -290,6 +290,11 @@ class NativeGraph:
         codes = self.rec.kinds()  # (the arrays are not read for this: NOTE [Graph read when asked])
         return any(_KIND_BYTE[k] in codes for k in kinds)
 
+    def ops_since(self, first: int) -> int:
+        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails])."""
+        codes = self.rec.kinds()
+        return len(codes) - first - codes.count(_KIND_BYTE["acc"], first)
+
     def release(self) -> None:
         self.rec.release()
 

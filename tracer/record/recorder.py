@@ -40,6 +40,7 @@ from gradscape.tracer._model import BackwardPass, StepTrace, fill
 from gradscape.tracer.collector import CollectorPause
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.assemble import edges_of, python_tables
+from gradscape.tracer.record.call_thumbs import CallThumbs
 from gradscape.tracer.record.carry import (
     BREAKPOINT_NEXT_STEP,
     NOT_CARRIED,
@@ -99,6 +100,7 @@ class StepRecorder:
         self.last_key = b""  # carried: the key of the last backward call (each call's key is chained to it)
         self.warned = warned if warned is not None else set()
         self.summ = summariser
+        self.thumbs = CallThumbs(summariser)  # each backward call's thumbnail size
         self.statics = statics if statics is not None else StructureCache()
         self.model = model if isinstance(model, ModelIndex) else ModelIndex(model)  # (the Tracer's: NOTE [Index kept])
         self.forward = ForwardRecorder(self.model.module_names, self._on_backward)
@@ -139,7 +141,8 @@ class StepRecorder:
         native = self.native
         if native is not None:
             self.module_sums.sums = native.graph.sums()
-        module_grad_sums = self.module_sums.summaries(self.summ)
+        with self.thumbs.first_size(native):
+            module_grad_sums = self.module_sums.summaries(self.summ)
         self.summ.finalize()
         fill(st, **self._graph_fields(), passes=self.passes, params=dict(self.params.traces))
         fill(st, **self._closing_fields(st, module_grad_sums, error))
@@ -270,6 +273,8 @@ class StepRecorder:
             self.hooks.pass_index = index
             records = lambda: walk.records  # noqa: E731
             start = len(self.hooks.execution)
+            first = first_new
+        self.thumbs.at_call(roots, graph.ops_since(first), native)  # NOTE [Repeated calls' thumbnails]
         bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
                           retain_graph=bool(retain), create_graph=bool(create), start=start)
         self.passes.append(bp)
@@ -309,7 +314,8 @@ class StepRecorder:
     def settle_params(self) -> None:
         """Summarise the parameters' gradients kept since their pass (NOTE [Settled at the step's end] in params.py):
         at the step's end, and before what the monitor sees change them in place."""
-        changed = self.params.settle(self.native)
+        with self.thumbs.first_size(self.native):
+            changed = self.params.settle(self.native)
         if changed:
             n, names = len(changed), ", ".join(changed[:3]) + (", …" if len(changed) > 3 else "")
             self._note(f"{n} parameter gradient{'s' if n > 1 else ''} ({names})"

@@ -158,6 +158,10 @@ class GraphWalk:
     def has_kinds(self, *kinds: str) -> bool:
         return any(r.kind in kinds for r in self.records)
 
+    def ops_since(self, first: int) -> int:
+        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails])."""
+        return sum(1 for r in self.records[first:] if r.kind not in ("param", "leaf"))
+
     def release(self) -> None:
         """Let go of the graph's nodes (the step is over), consumers before what they consume
         (NOTE [Teardown])."""

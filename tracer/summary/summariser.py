@@ -75,8 +75,11 @@ _views: dict[tuple[int, ...], str] = {}  # shape → thumbnail_view(shape); a mo
 class Summariser:
     """Summarises gradients inside hooks; `finalize()` fetches every result in one transfer per device."""
 
-    def __init__(self, thumb: int = 64, keep_values: bool = False) -> None:
+    def __init__(self, thumb: int = 64, keep_values: bool = False, repeat_thumb: int | None = None) -> None:
         self.thumb = thumb
+        # the thumbnail sizes of a step's first backward calls and of the calls that repeat one (NOTE [Repeated
+        # calls' thumbnails] in tracer/record/recorder.py); `use_thumb` sets the one in use
+        self.sizes = (thumb, thumb if repeat_thumb is None else repeat_thumb)
         self.keep_values = keep_values
         # the step's thumbnail budget in cells (None: none), which the native recorder applies while it records
         # (NOTE [Budget while recording] in tracer/record/csrc/budget.h); the step's end applies it to everything
@@ -89,13 +92,11 @@ class Summariser:
         # address), so a view of the same memory reuses the result (NOTE [Views share a buffer])
         self._fast: dict[int, tuple[TensorTrace, Any, int, _NativePlan, int]] = {}
         # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
-        self._plans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
-            _native_plans.setdefault(thumb, {})
-        self._tplans: dict[tuple[Any, ...], _NativePlan] = {} if keep_values else \
-            _transposed_plans.setdefault(thumb, {})
+        self._plans: dict[tuple[Any, ...], _NativePlan] = {}
+        self._tplans: dict[tuple[Any, ...], _NativePlan] = {}
         # (torch.Size, strides, dtype) → (plan, doubles it writes), for `summarise_keyed`
-        self._keyed: dict[tuple[Any, ...], tuple[_NativePlan, int]] = {} if keep_values else \
-            _keyed_plans.setdefault(thumb, {})
+        self._keyed: dict[tuple[Any, ...], tuple[_NativePlan, int]] = {}
+        self.use_thumb(thumb)
         self._chunk: Any = None  # the arena's current chunk, its address, size and the doubles used in it
         self._addr = 0
         self._cap = 0
@@ -105,6 +106,16 @@ class Summariser:
         self.thumb_cells = 0
         self.nonfinite = False  # a summary `finalize` gave had a NaN or an Inf (the problem finder reads it)
         self._staged = StagedStats()  # device gradients' statistics, computed together (NOTE [Staged statistics])
+
+    def use_thumb(self, thumb: int) -> None:
+        """Thumbnails of at most `thumb`×`thumb` cells from the next summary on (the plans are per size)."""
+        self.thumb = thumb
+        if self.keep_values:  # (no plans are shared when values are kept)
+            self._plans, self._tplans, self._keyed = {}, {}, {}
+        else:
+            self._plans = _native_plans.setdefault(thumb, {})
+            self._tplans = _transposed_plans.setdefault(thumb, {})
+            self._keyed = _keyed_plans.setdefault(thumb, {})
 
     def summarise(self, t: torch.Tensor, stats_of: TensorTrace | None = None) -> TensorTrace:
         """Summarise `t` now (device work only). `stats_of`: a trace of the same elements in another

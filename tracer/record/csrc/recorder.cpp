@@ -69,6 +69,20 @@ PyObject* rec_configure(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// set_thumb(thumb): the thumbnail size from the next gradient summarised on (the step's plans for the old size are
+// forgotten; the process's plans are keyed by the size)
+PyObject* rec_set_thumb(PyObject* self, PyObject* arg) {
+  long thumb = PyLong_AsLong(arg);
+  if (thumb == -1 && PyErr_Occurred()) return nullptr;
+  Recorder* r = R(self);
+  std::lock_guard<std::mutex> g(r->mu);
+  if (r->thumb != static_cast<int32_t>(thumb)) {
+    r->thumb = static_cast<int32_t>(thumb);
+    r->step_plans.clear();
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* rec_walk(PyObject* self, PyObject* obj) {
   NodePtr root;
   if (!node_of(obj, &root)) {
@@ -192,6 +206,7 @@ PyObject* rec_run_count(PyObject* self, PyObject*) {
 
 PyMethodDef rec_methods[] = {
     {"configure", rec_configure, METH_VARARGS, "configure(fallback, thumb, budget=-1, past_budget=None)"},
+    {"set_thumb", rec_set_thumb, METH_O, "set_thumb(thumb): the thumbnail size from the next summary on"},
     {"walk", rec_walk, METH_O, "walk(grad_fn) -> the root's id; new nodes get the next ids"},
     {"id_of", rec_id_of, METH_O, "id_of(grad_fn) -> its id, or -1"},
     {"node", rec_node, METH_O, "node(id) -> the grad_fn object"},
