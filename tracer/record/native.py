@@ -291,7 +291,8 @@ class NativeGraph:
         return any(_KIND_BYTE[k] in codes for k in kinds)
 
     def ops_since(self, first: int) -> int:
-        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails])."""
+        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails] in
+        call_thumbs.py)."""
         codes = self.rec.kinds()
         return len(codes) - first - codes.count(_KIND_BYTE["acc"], first)
 

@@ -274,7 +274,8 @@ class StepRecorder:
             records = lambda: walk.records  # noqa: E731
             start = len(self.hooks.execution)
             first = first_new
-        self.thumbs.at_call(roots, graph.ops_since(first), native)  # NOTE [Repeated calls' thumbnails]
+        # each call's thumbnail size: NOTE [Repeated calls' thumbnails] in call_thumbs.py
+        self.thumbs.at_call(roots, graph.ops_since(first), native)
         bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
                           retain_graph=bool(retain), create_graph=bool(create), start=start)
         self.passes.append(bp)

@@ -159,7 +159,8 @@ class GraphWalk:
         return any(r.kind in kinds for r in self.records)
 
     def ops_since(self, first: int) -> int:
-        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails])."""
+        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails] in
+        call_thumbs.py)."""
         return sum(1 for r in self.records[first:] if r.kind not in ("param", "leaf"))
 
     def release(self) -> None:

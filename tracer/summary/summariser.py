@@ -78,7 +78,7 @@ class Summariser:
     def __init__(self, thumb: int = 64, keep_values: bool = False, repeat_thumb: int | None = None) -> None:
         self.thumb = thumb
         # the thumbnail sizes of a step's first backward calls and of the calls that repeat one (NOTE [Repeated
-        # calls' thumbnails] in tracer/record/recorder.py); `use_thumb` sets the one in use
+        # calls' thumbnails] in tracer/record/call_thumbs.py); `use_thumb` sets the one in use
         self.sizes = (thumb, thumb if repeat_thumb is None else repeat_thumb)
         self.keep_values = keep_values
         # the step's thumbnail budget in cells (None: none), which the native recorder applies while it records
