@@ -41,12 +41,12 @@ class CallThumbs:
 
     def __init__(self, summ: Summariser) -> None:
         self.summ = summ
-        self.seen: set[tuple[tuple[str, ...], int]] = set()  # (the roots' kinds, new nodes) of the calls so far
+        self.seen: set[tuple[tuple[type, ...], int]] = set()  # (the roots' classes, new nodes) of the calls so far
 
     def at_call(self, roots: list[tuple[Any, int]], ops: int, native: Any) -> None:
         """A backward call from `roots` (grad_fn, output nr) whose walk found `ops` new nodes other than
         AccumulateGrad starts: its size."""
-        shape = (tuple(type(node).__name__ for node, _ in roots), ops)
+        shape = (tuple([type(node) for node, _ in roots]), ops)
         repeat = ops > 0 and shape in self.seen
         self.seen.add(shape)
         self._use(self.summ.sizes[1] if repeat else self.summ.sizes[0], native)
