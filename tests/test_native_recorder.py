@@ -328,3 +328,21 @@ def test_writing_a_native_step_to_a_trace_file_makes_neither_list(tmp_path: Any)
     assert st.execution._list is None and st.edges._list is None
     back = TraceStore(tmp_path / "t.sqlite").read_step(tr.run, 0)
     assert back.execution == list(st.execution) and sorted(back.edges) == sorted(st.edges)
+
+
+def test_module_sums_are_rows_of_the_native_steps_table() -> None:
+    """A module input that two ops used: its gradient through the call is their sum, summarised by the extension
+    into the step's tensor table (no Python summary each), and read as the Python recorder's."""
+    steps = {}
+    for rec in ("native", "python"):
+        model, loss_of = _program("module_calls")
+        tr = gradscape.Tracer(model, recorder=rec)
+        with tr.step(0) as st:
+            loss_of(model).backward()
+        steps[rec] = st
+    nat, py = steps["native"].modules, steps["python"].modules
+    assert nat.sums and all(isinstance(v, int) for v in nat.sums.values()) and nat.outside_table() == []
+    assert len(py.outside_table()) == len(nat.sums)
+    for a, b in zip(nat["act"].calls, py["act"].calls):
+        (ga,), (gb,) = a.grad_input, b.grad_input
+        assert ga.stats == gb.stats and (ga.thumb == gb.thumb).all()

@@ -3,7 +3,9 @@
 NOTE [Lazy module calls]
     A module call's `grad_input` and `grad_output` are gradients the step's nodes already hold: slots of
     its tables (NOTE [Step tables] in tables.py), but for an input that several ops inside the call used,
-    whose gradient through the call is their sum (`ModuleSums`, summarised apart). Making a `TensorTrace`
+    whose gradient through the call is their sum (`ModuleSums`, summarised apart: where the native recorder
+    records the step, into the tensor table too, in one call at the step's end, so a sum is a row as well;
+    the summariser's `TensorTrace` otherwise). Making a `TensorTrace`
     for every slot of every call when the step ended was the largest part of assembling a step with many
     small module calls (the actor-critic program of bench/, W7), for objects most steps never show.
 
@@ -81,12 +83,12 @@ class LazyModules(Mapping[str, ModuleTrace]):
     """`StepTrace.modules` of a natively recorded step (NOTE [Lazy module calls]): every module of the model
     (`types`, `params` by name, in the model's order) with its calls, made when first read."""
 
-    def __init__(self, tables: StepTables, plans: list[Any], sums: dict[tuple[int, int], TensorTrace],
+    def __init__(self, tables: StepTables, plans: list[Any], sums: dict[tuple[int, int], TensorTrace | int],
                  types: dict[str, str], params: dict[str, list[str]]) -> None:
         self.tables = tables
         self.layout = _layout(plans)
         self._rows: list[int] | None = None  # `rows`
-        self.sums = sums
+        self.sums = sums  # (call, input) → its summary, or its row of the table (`ModuleSums.summaries`)
         self.types, self.params = types, params
         self._made: dict[str, ModuleTrace] | None = None
 
@@ -102,7 +104,10 @@ class LazyModules(Mapping[str, ModuleTrace]):
         if code >= 0:
             row = self.rows[code]
             return None if row < 0 else self.tables.tensors.get(row)
-        return None if code == _NONE else self.sums.get(self.layout.sum_keys[-2 - code])
+        if code == _NONE:
+            return None
+        t = self.sums.get(self.layout.sum_keys[-2 - code])
+        return self.tables.tensors.get(t) if isinstance(t, int) else t
 
     def _modules(self) -> dict[str, ModuleTrace]:
         if self._made is None:
@@ -132,8 +137,8 @@ class LazyModules(Mapping[str, ModuleTrace]):
         return f"LazyModules({len(self.types)} modules, {len(self.layout.calls)} calls)"
 
     def outside_table(self) -> list[TensorTrace]:
-        """The calls' tensors that are no row of the step's tensor table: the module sums."""
-        return list(self.sums.values())
+        """The calls' tensors that are no row of the step's tensor table: the module sums the summariser made."""
+        return [t for t in self.sums.values() if not isinstance(t, int)]
 
     def wire_modules(self, tab: Any) -> dict[str, Any] | None:
         """The codec's `modules` field (`tracer.wire.codec.step_fields`), tensors entered in `tab` by row
@@ -147,7 +152,10 @@ class LazyModules(Mapping[str, ModuleTrace]):
             if code >= 0:
                 row = rows[code]
                 return None if row < 0 else row_ref(row)
-            return None if code == _NONE else tab.ref(sums.get(keys[-2 - code]))
+            if code == _NONE:
+                return None
+            t = sums.get(keys[-2 - code])
+            return row_ref(t) if isinstance(t, int) else tab.ref(t)
 
         calls: dict[str, list[Any]] = {q: [] for q in self.types}
         for name, gi, go, ins, outs in self.layout.calls:

@@ -73,10 +73,17 @@ class ModuleSums:
             prev = self.sums.get(key)
             self.sums[key] = g.detach().clone() if prev is None else prev + g.detach()
 
-    def summaries(self, summariser: Summariser) -> dict[tuple[int, int], TensorTrace]:
-        return {key: summariser.summarise(t) for key, t in self.sums.items()}
+    def summaries(self, summariser: Summariser, native: Any = None) -> dict[tuple[int, int], TensorTrace | int]:
+        """The sums summarised: by the native recorder in one call where it records the step (`native`, its
+        `NativeStep`), each one its row of the step's tensor table (an int, made a `TensorTrace` when read:
+        NOTE [Lazy module calls]) where the kernel took it; else by the summariser."""
+        sums = self.sums
+        if native is None or not sums:
+            return {key: summariser.summarise(t) for key, t in sums.items()}
+        rows = native.summarise(list(sums.values()))
+        return {key: row if row >= 0 else summariser.summarise(t) for (key, t), row in zip(sums.items(), rows)}
 
-    def module_traces(self, st: StepTrace, sums: dict[tuple[int, int], TensorTrace],
+    def module_traces(self, st: StepTrace, sums: dict[tuple[int, int], TensorTrace | int],
                       model: ModelIndex) -> dict[str, ModuleTrace] | LazyModules:
         """Every module of the model with its calls; `sums`: the summaries of `self.sums`. A natively recorded
         step's are made when first read (NOTE [Lazy module calls] in tracer/record/lazy_modules.py)."""
@@ -98,7 +105,9 @@ class ModuleSums:
                 elif len(prods) == 1:
                     gi.append(_slot(nodes[prods[0][0]].grad_inputs, prods[0][1]))
                 else:
-                    gi.append(sums.get((ci, k)))
+                    t = sums.get((ci, k))
+                    assert not isinstance(t, int)  # rows only where the nodes are tables (LazyModules)
+                    gi.append(t)
             go = [None if e is None else _slot(nodes[e[0]].grad_outputs, e[1]) for e in p.outputs]
             out_nodes = [None if e is None else e[0] for e in p.outputs]
             if p.name in mods:

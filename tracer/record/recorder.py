@@ -142,7 +142,7 @@ class StepRecorder:
         if native is not None:
             self.module_sums.sums = native.graph.sums()
         with self.thumbs.first_size(native):
-            module_grad_sums = self.module_sums.summaries(self.summ)
+            module_grad_sums = self.module_sums.summaries(self.summ, native)
         self.summ.finalize()
         fill(st, **self._graph_fields(), passes=self.passes, params=dict(self.params.traces))
         fill(st, **self._closing_fields(st, module_grad_sums, error))
