@@ -140,3 +140,30 @@ def test_thumb_sets_both_sizes(thumb: Any, sizes: tuple[int, int]) -> None:
 def test_a_bad_thumb_is_named(thumb: Any) -> None:
     with pytest.raises(ValueError, match=r"thumb must be a non-negative int or a pair"):
         gradscape.Tracer(nn.Linear(2, 2), thumb=thumb)
+
+
+class _Swish(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)  # x used by two ops: its gradient through the module is their sum
+
+
+@pytest.mark.parametrize("recorder", ["native", "python"])
+def test_a_module_sum_keeps_the_full_size_in_every_call(recorder: str) -> None:
+    """A module input two ops used: its gradient through each call is a sum summarised at the step's end, at the
+    first size, and the sum of what `torch.autograd.grad` gives through both ops."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(96, 80), _Swish(), nn.Linear(80, 1))
+    xs = _batches()
+    tr = gradscape.Tracer(model, recorder=recorder)
+    with tr.step(0) as st:
+        for x in xs:
+            _loss(model, x).backward()
+    calls = st.modules["1"].calls
+    assert len(calls) == MICRO
+    for x, call in zip(xs, calls):
+        h = model[0](x)
+        loss = model[2](model[1](h)).pow(2).mean() / MICRO  # `_loss`, from the Swish's input on
+        (want,) = torch.autograd.grad(loss, h)  # ∂L/∂(the Swish's input), both ops' parts summed
+        (got,) = call.grad_input
+        assert got is not None and got.stats["norm"] == pytest.approx(float(want.norm()), rel=1e-5)
+        _same_picture(got.thumb, want, 64)
