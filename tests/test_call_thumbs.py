@@ -127,6 +127,26 @@ def test_a_call_that_repeats_none_keeps_the_full_size() -> None:
     assert g_node.runs[0].grad_outputs[0].thumb.shape == thumbnail(torch.zeros(96, 8), 64).shape
 
 
+@pytest.mark.parametrize("recorder", ["native", "python"])
+def test_a_layer_of_the_same_shape_trained_next_is_no_repeat(recorder: str) -> None:
+    """Forward-forward: two layers of one shape, each trained on a positive and a negative batch in turn. The
+    second layer's first call has the first's shape but reaches new parameters: full size; each negative
+    batch repeats its layer's positive one."""
+    torch.manual_seed(0)
+    layers = nn.ModuleList([nn.Linear(96, 80), nn.Linear(96, 80)])
+    pos, neg = torch.randn(100, 96), torch.randn(100, 96)
+    tr = gradscape.Tracer(layers, recorder=recorder)
+    with tr.step(0) as st:
+        for layer in layers:
+            for x, sign in ((pos, -1.0), (neg, 1.0)):
+                (sign * torch.relu(layer(x)).pow(2).mean()).backward()
+    full, coarse = _side((80, 96), 64), _side((80, 96), 32)
+    for name in ("0.weight", "1.weight"):
+        node = st.param_node(name)
+        assert node is not None
+        assert [max(r.grad_outputs[0].thumb.shape) for r in node.runs] == [full, coarse], name
+
+
 @pytest.mark.parametrize("thumb, sizes", [((64, 64), (64, 64)), ((16, 8), (16, 8)), (20, (20, 10))])
 def test_thumb_sets_both_sizes(thumb: Any, sizes: tuple[int, int]) -> None:
     st, _, _ = _accumulated_step("native", thumb=thumb)

@@ -63,8 +63,8 @@ class Tracer:
     tracer/summary/budget.py). None keeps every thumbnail. `run`: the run's name in the sinks (default:
     a new `run-<hex>`); `thumb`: a thumbnail's largest side in cells (64: at most 64×64 block means).
     A backward call that repeats an earlier call of its step (from a root of the same kind, as many new
-    nodes: a micro-batch, a GAN's second batch) gets thumbnails of half that side; `thumb=(64, 64)` sets
-    both sizes (NOTE [Repeated calls' thumbnails] in tracer/record/call_thumbs.py).
+    nodes, no new parameter: a micro-batch, a GAN's second batch) gets thumbnails of half that side;
+    `thumb=(64, 64)` sets both sizes (NOTE [Repeated calls' thumbnails] in tracer/record/call_thumbs.py).
     `tr.last` is the last step traced (by `every` or a trigger), `tr.steps` the ones the memory sink keeps.
     `recorder`: "native" (the C++ recorder, NOTE [Native recorder] in tracer/record/native.py; an error
     when it is not built) or "python"; by default the native one when it is built, else the Python one.

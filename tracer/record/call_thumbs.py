@@ -4,8 +4,11 @@ NOTE [Repeated calls' thumbnails]
     A step of several backward calls often repeats one: gradient accumulation runs the same forward and
     backward on k micro-batches, a GAN's discriminator takes a real and a fake batch, forward-forward a
     positive and a negative one, an LBFGS closure runs again. A call repeats an earlier call of its step
-    when it starts from roots of the same kinds (their grad_fn classes) and walks as many new nodes other
-    than AccumulateGrad (a parameter's is shared by every micro-batch's graph: walked once, by the first). A
+    when it starts from roots of the same kinds (their grad_fn classes), walks as many new nodes other than
+    AccumulateGrad, and reaches no parameter the step's calls had not reached (a parameter's AccumulateGrad
+    is shared by every micro-batch's graph: walked once, by the first call that reaches it). So the second
+    of forward-forward's two layers of one shape, trained one after the other, is no repeat of the first:
+    its first call reaches new parameters. A
     repeated call's gradients get thumbnails of `Summariser.sizes[1]` cells a side (`Tracer(thumb=n)`: n / 2
     rounded up; `thumb=(first, repeated)` sets both); every other call's, the first's included, get
     `sizes[0]`. Their statistics are the same either way: only the picture is coarser.
@@ -43,11 +46,11 @@ class CallThumbs:
         self.summ = summ
         self.seen: set[tuple[tuple[type, ...], int]] = set()  # (the roots' classes, new nodes) of the calls so far
 
-    def at_call(self, roots: list[tuple[Any, int]], ops: int, native: Any) -> None:
-        """A backward call from `roots` (grad_fn, output nr) whose walk found `ops` new nodes other than
-        AccumulateGrad starts: its size."""
+    def at_call(self, roots: list[tuple[Any, int]], ops: int, new_params: bool, native: Any) -> None:
+        """A backward call from `roots` (grad_fn, output nr) starts, whose walk found `ops` new nodes other than
+        AccumulateGrad and, if `new_params`, parameters no call of the step reached before: its size."""
         shape = (tuple([type(node) for node, _ in roots]), ops)
-        repeat = ops > 0 and shape in self.seen
+        repeat = ops > 0 and not new_params and shape in self.seen
         self.seen.add(shape)
         self._use(self.summ.sizes[1] if repeat else self.summ.sizes[0], native)
 

@@ -290,11 +290,11 @@ class NativeGraph:
         codes = self.rec.kinds()  # (the arrays are not read for this: NOTE [Graph read when asked])
         return any(_KIND_BYTE[k] in codes for k in kinds)
 
-    def ops_since(self, first: int) -> int:
-        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails] in
-        call_thumbs.py)."""
+    def new_since(self, first: int) -> tuple[int, bool]:
+        """Of the nodes from `first` on: how many are not AccumulateGrad, and whether a parameter's is among them
+        (NOTE [Repeated calls' thumbnails] in call_thumbs.py)."""
         codes = self.rec.kinds()
-        return len(codes) - first - codes.count(_KIND_BYTE["acc"], first)
+        return len(codes) - first - codes.count(_KIND_BYTE["acc"], first), any(k >= first for k in self.params)
 
     def release(self) -> None:
         self.rec.release()

@@ -275,7 +275,8 @@ class StepRecorder:
             start = len(self.hooks.execution)
             first = first_new
         # each call's thumbnail size: NOTE [Repeated calls' thumbnails] in call_thumbs.py
-        self.thumbs.at_call(roots, graph.ops_since(first), native)
+        ops, new_params = graph.new_since(first)
+        self.thumbs.at_call(roots, ops, new_params, native)
         bp = BackwardPass(index=index, api=api, roots=root_ids, root_grads=[],
                           retain_graph=bool(retain), create_graph=bool(create), start=start)
         self.passes.append(bp)

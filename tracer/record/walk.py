@@ -158,10 +158,11 @@ class GraphWalk:
     def has_kinds(self, *kinds: str) -> bool:
         return any(r.kind in kinds for r in self.records)
 
-    def ops_since(self, first: int) -> int:
-        """How many of the nodes from `first` on are not AccumulateGrad (NOTE [Repeated calls' thumbnails] in
-        call_thumbs.py)."""
-        return sum(1 for r in self.records[first:] if r.kind not in ("param", "leaf"))
+    def new_since(self, first: int) -> tuple[int, bool]:
+        """Of the nodes from `first` on: how many are not AccumulateGrad, and whether a parameter's is among them
+        (NOTE [Repeated calls' thumbnails] in call_thumbs.py)."""
+        kinds = [r.kind for r in self.records[first:]]
+        return sum(1 for k in kinds if k not in ("param", "leaf")), "param" in kinds
 
     def release(self) -> None:
         """Let go of the graph's nodes (the step is over), consumers before what they consume
