@@ -8,10 +8,10 @@ NOTE [Repeated calls' thumbnails]
     AccumulateGrad, and reaches no parameter the step's calls had not reached (a parameter's AccumulateGrad
     is shared by every micro-batch's graph: walked once, by the first call that reaches it). So the second
     of forward-forward's two layers of one shape, trained one after the other, is no repeat of the first:
-    its first call reaches new parameters. A
-    repeated call's gradients get thumbnails of `Summariser.sizes[1]` cells a side (`Tracer(thumb=n)`: n / 2
-    rounded up; `thumb=(first, repeated)` sets both); every other call's, the first's included, get
-    `sizes[0]`. Their statistics are the same either way: only the picture is coarser.
+    its first call reaches new parameters. A repeated call's gradients get thumbnails of `Summariser.sizes[1]`
+    cells a side (`Tracer(thumb=n)`: n / 2 rounded up; `thumb=(first, repeated)` sets both); every other
+    call's, the first's included, get `sizes[0]`. Their statistics are the same either way: only the picture
+    is coarser.
 
     Why: the thumbnail is most of the summary kernel's work on a transformer's gradients, and a step of
     k micro-batches pays it k times for pictures of k graphs of one shape. At half the side a picture has a
