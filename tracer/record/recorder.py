@@ -137,11 +137,11 @@ class StepRecorder:
         """Remove every hook, fetch summaries, and fill `st`, the `StepTrace` the step's block handed out (no second
         step is made and copied into it). Drops every torch reference."""
         self.handles.remove()
-        self.settle_params()
         native = self.native
-        if native is not None:
-            self.module_sums.sums = native.graph.sums()
-        with self.thumbs.first_size(native):
+        with self.thumbs.first_size(native):  # one switch for both (NOTE [Repeated calls' thumbnails])
+            self.settle_params()
+            if native is not None:
+                self.module_sums.sums = native.graph.sums()
             module_grad_sums = self.module_sums.summaries(self.summ, native)
         self.summ.finalize()
         fill(st, **self._graph_fields(), passes=self.passes, params=dict(self.params.traces))

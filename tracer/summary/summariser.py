@@ -76,7 +76,6 @@ class Summariser:
     """Summarises gradients inside hooks; `finalize()` fetches every result in one transfer per device."""
 
     def __init__(self, thumb: int = 64, keep_values: bool = False, repeat_thumb: int | None = None) -> None:
-        self.thumb = thumb
         # the thumbnail sizes of a step's first backward calls and of the calls that repeat one (NOTE [Repeated
         # calls' thumbnails] in tracer/record/call_thumbs.py); `use_thumb` sets the one in use
         self.sizes = (thumb, thumb if repeat_thumb is None else repeat_thumb)
@@ -91,11 +90,13 @@ class Summariser:
         # the fast path's traces of this step, by id: (the trace, its chunk, its offset, its plan, the tensor's
         # address), so a view of the same memory reuses the result (NOTE [Views share a buffer])
         self._fast: dict[int, tuple[TensorTrace, Any, int, _NativePlan, int]] = {}
-        # the fast path's plans ((torch.Size, dtype) → _NativePlan); none when values are kept
-        self._plans: dict[tuple[Any, ...], _NativePlan] = {}
-        self._tplans: dict[tuple[Any, ...], _NativePlan] = {}
+        # the fast path's plans ((torch.Size, dtype) → _NativePlan), per thumbnail size (`use_thumb`); none shared
+        # when values are kept
+        self.thumb: int
+        self._plans: dict[tuple[Any, ...], _NativePlan]
+        self._tplans: dict[tuple[Any, ...], _NativePlan]
         # (torch.Size, strides, dtype) → (plan, doubles it writes), for `summarise_keyed`
-        self._keyed: dict[tuple[Any, ...], tuple[_NativePlan, int]] = {}
+        self._keyed: dict[tuple[Any, ...], tuple[_NativePlan, int]]
         self.use_thumb(thumb)
         self._chunk: Any = None  # the arena's current chunk, its address, size and the doubles used in it
         self._addr = 0
