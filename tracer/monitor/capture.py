@@ -191,6 +191,8 @@ class StepCapture:
         self.mon.scaler_seen = True  # no light step from now on (NOTE [Light steps] in light.py)
         try:
             grads, found_inf, inv_scale = args[0], args[1], args[2]
+            if self.traced is not None:  # changed in place unseen (NOTE [Summarised once] in tracer/record/params.py)
+                self.traced.rec.params.forget_made()
             rec = self._open_record(opt) if opt is not None else None
             if rec is not None:
                 rec.inv_scale = inv_scale
@@ -228,6 +230,8 @@ class StepCapture:
             scale = getattr(opt, "grad_scale", None)  # GradScaler's, for an optimizer that unscales inside
             if isinstance(scale, torch.Tensor):
                 rec.inv_scale = 1.0 / scale
+                if self.traced is not None:  # it unscales in place (NOTE [Summarised once] in tracer/record/params.py)
+                    self.traced.rec.params.forget_made()
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
 
@@ -304,14 +308,9 @@ class StepCapture:
             log.warning("gradscape: the monitor could not read a %s: %s", api, exc)
 
     def _summarise(self, idx: list[int], grads: list[torch.Tensor]) -> dict[str, Any]:
-        """Name → summary of each gradient: by the native recorder in one call where it records the step (a row
-        of the step's tensor table, made a `TensorTrace` by `as_traces`), else by the summariser one by one."""
-        rec, names, out = self.traced.rec, self.mon.names, {}
-        with rec.thumbs.first_size(rec.native):  # NOTE [Repeated calls' thumbnails] in tracer/record/call_thumbs.py
-            rows = rec.native.summarise(grads) if rec.native is not None else [-1] * len(grads)
-            for i, g, k in zip(idx, grads, rows):
-                out[names[i]] = k if k >= 0 else rec.summ.summarise_no_grad(g, None)
-        return out
+        """Name → summary of each gradient (a row of the step's tensor table, made a `TensorTrace` by `as_traces`)."""
+        names = self.mon.names
+        return self.traced.rec.summarise_used([names[i] for i in idx], grads)
 
     def stepped_traces(self) -> dict[str, Any]:
         """`st.params` as the loop's updates used them: the gradients clipped in the block (for an update by

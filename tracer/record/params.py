@@ -34,10 +34,26 @@ NOTE [Settled at the step's end]
     and `st.meta["notes"]` says so; one changed through `.data` (which no version counter sees) is summarised as
     changed, without a note. The monitor's norms are still taken as each backward returns (`grad_norm` is as the
     backward left the gradients, whatever the loop does to them after: tests/test_optimizer_steps.py).
+
+NOTE [Summarised once]
+    With the monitor on, an optimizer's step (and a clip) summarises the gradients it used (NOTE [Parameter
+    gradients]). Where `settle` summarised the very same tensors just before, at that call's pre-hook, and
+    nothing changed them since (their version counters did not move), the two summaries are of the same values:
+    `made` hands over `settle`'s (the same row of the native recorder's tensor table, the same `TensorTrace`),
+    so the kernel does not run twice over each accumulated gradient of a step of micro-batches. A clip changes
+    the gradients in place and moves their versions: they are summarised again, once, and the optimizer's step
+    after it is handed the clip's summaries (`note_made`, from `StepRecorder.summarise_used`). GradScaler's
+    unscale (and a fused optimizer's, under `grad_scale`) changes them where no version counter sees it, so when
+    one is seen nothing summarised before is handed over (`forget_made`, from tracer/monitor/capture.py). What
+    is kept is a weak reference and the version, so no gradient lives longer for it.
+    An arrival that `after_pass` took as it was is not handed over: between the backward and the optimizer's
+    step the loop may change `.grad` through `.data` (`p.grad.data.clamp_(-1, 1)`), which moves no version
+    counter; inside the optimizer's own pre- and post-hooks, where `settle` runs, only the optimizer does.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection
 from typing import Any
 
@@ -112,6 +128,10 @@ class ParamGradients:
         # those arrivals' (norm, counted a NaN or an Inf), for the problem finder, which reads the gradients
         # as the backward left them (tracer/record/debug/step_checks.py)
         self.unmade: dict[str, tuple[float, bool]] = {}
+        # name → (a weak reference to a gradient summarised at `settle`, a clip or an optimizer step, its version
+        # then, that summary: a row of the native recorder's tensor table or a `TensorTrace`): what `made` hands a
+        # clip or an optimizer step instead of a second summary (NOTE [Summarised once])
+        self.made_of: dict[str, tuple[weakref.ref[torch.Tensor], int, Any]] = {}
         self.distributed = _dist_initialized()
         # FSDP2 (`fully_shard`): the parameters are DTensor shards (NOTE [Unsharded parameters]); the
         # DTensor class then, else None
@@ -174,7 +194,29 @@ class ParamGradients:
         rows = native.summarise([g for g, _ in pending.values()]) if native is not None else [-1] * len(pending)
         for (name, (g, _)), row in zip(pending.items(), rows):
             self.traces[name] = _Row(row) if row >= 0 else self.summ.summarise(g)
+            self.note_made(name, g, row if row >= 0 else self.traces[name])
         return changed
+
+    def note_made(self, name: str, g: torch.Tensor, summary: Any) -> None:
+        """`summary` (a row of the native recorder's tensor table or a `TensorTrace`, at the first thumbnail size)
+        is of `g`, parameter `name`'s gradient, as it is now: `made` may hand it over (NOTE [Summarised once])."""
+        self.made_of[name] = (weakref.ref(g), _version_of(g), summary)
+
+    def forget_made(self) -> None:
+        """Gradients were changed in place where no version counter sees it (GradScaler's unscale): `made` hands
+        nothing summarised before (NOTE [Summarised once])."""
+        self.made_of = {}
+
+    def made(self, names: list[str], grads: list[torch.Tensor]) -> list[Any]:
+        """For each of `grads` (the `.grad` of parameter `names[k]`), the summary `settle`, a clip or an optimizer
+        step made of that very tensor, unchanged since: a row of the native recorder's tensor table or a
+        `TensorTrace`; None where there is none (NOTE [Summarised once])."""
+        out: list[Any] = []
+        for name, g in zip(names, grads):
+            held = self.made_of.get(name)
+            fresh = held is not None and held[0]() is g and held[1] >= 0 and _version_of(g) == held[1]
+            out.append(held[2] if fresh else None)
+        return out
 
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""

@@ -324,6 +324,20 @@ class StepRecorder:
                        " changed in place after the last backward that reached them, not by a clip, GradScaler or an "
                        "optimizer step: st.params holds them as the step ended")
 
+    def summarise_used(self, names: list[str], grads: list[torch.Tensor]) -> dict[str, Any]:
+        """Name → summary of each of `grads`, the gradients a clip or an optimizer step used (NOTE [Parameter
+        gradients] in params.py): a row of the native recorder's tensor table, else a `TensorTrace`; a gradient
+        already summarised and unchanged is not summarised again (NOTE [Summarised once] in params.py)."""
+        out = dict(zip(names, self.params.made(names, grads)))
+        todo = [(name, g) for name, g in zip(names, grads) if out[name] is None]
+        if todo:
+            with self.thumbs.first_size(self.native):  # NOTE [Repeated calls' thumbnails] in call_thumbs.py
+                rows = self.native.summarise([g for _, g in todo]) if self.native is not None else [-1] * len(todo)
+                for (name, g), k in zip(todo, rows):
+                    out[name] = k if k >= 0 else self.summ.summarise_no_grad(g, None)
+                    self.params.note_made(name, g, out[name])
+        return out
+
     def _note(self, why: str) -> None:
         if why not in self.notes:
             self.notes.append(why)
