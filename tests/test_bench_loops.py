@@ -9,7 +9,7 @@ import torch
 from bench import loop_costs, loops
 
 
-@pytest.mark.parametrize(("name", "passes"), [("gan", 3), ("forward_forward", 4), ("gpt_micro2", 2),
+@pytest.mark.parametrize(("name", "passes"), [("gan", 3), ("dcgan", 3), ("forward_forward", 4), ("gpt_micro2", 2),
                                               ("rnn_clipped", 1)])
 def test_a_traced_step_records_each_backward_and_trains_as_the_plain_one(name: str, passes: int) -> None:
     plain, traced = loops.LOOPS[name](), loops.LOOPS[name]()
