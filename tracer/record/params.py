@@ -214,8 +214,10 @@ class ParamGradients:
         out: list[Any] = []
         for name, g in zip(names, grads):
             held = self.made_of.get(name)
-            fresh = held is not None and held[0]() is g and held[1] >= 0 and _version_of(g) == held[1]
-            out.append(held[2] if fresh else None)
+            if held is not None and held[0]() is g and held[1] >= 0 and _version_of(g) == held[1]:
+                out.append(held[2])
+            else:
+                out.append(None)
         return out
 
     def resolve(self, native: Any) -> None:
