@@ -45,23 +45,32 @@ def gan() -> Loop:
     torch.manual_seed(SEED)
     g_net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 32), nn.Tanh())
     d_net = nn.Sequential(nn.Linear(32, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1))
-    model = nn.ModuleDict({"G": g_net, "D": d_net})
     opt_g, opt_d = torch.optim.Adam(g_net.parameters(), 2e-4), torch.optim.Adam(d_net.parameters(), 2e-4)
     gen = _generator(SEED + 1)
     real, noise = torch.randn(64, 32, generator=gen), torch.randn(64, 16, generator=gen)
-    ones, zeros = torch.ones(64, 1), torch.zeros(64, 1)
+    return _gan_loop("gan", g_net, d_net, (opt_g, opt_d), (real, noise), F.binary_cross_entropy_with_logits,
+                     (64, 1))
+
+
+def _gan_loop(name: str, g_net: nn.Module, d_net: nn.Module, opts: tuple[torch.optim.Optimizer, ...],
+              data: tuple[torch.Tensor, torch.Tensor], loss: Callable[..., torch.Tensor],
+              labels: tuple[int, ...]) -> Loop:
+    """DCGAN's step: the discriminator on a real and a fake batch (two backward calls, then its optimizer), the
+    generator through it (a third, then the generator's optimizer); `labels`: the shape of its output."""
+    (opt_g, opt_d), (real, noise) = opts, data
+    ones, zeros = torch.ones(labels), torch.zeros(labels)
 
     def step() -> None:
         d_net.zero_grad()
-        F.binary_cross_entropy_with_logits(d_net(real), ones).backward()
+        loss(d_net(real), ones).backward()
         fake = g_net(noise)
-        F.binary_cross_entropy_with_logits(d_net(fake.detach()), zeros).backward()
+        loss(d_net(fake.detach()), zeros).backward()
         opt_d.step()
         g_net.zero_grad()
-        F.binary_cross_entropy_with_logits(d_net(fake), ones).backward()
+        loss(d_net(fake), ones).backward()
         opt_g.step()
 
-    return Loop("gan", model, step)
+    return Loop(name, nn.ModuleDict({"G": g_net, "D": d_net}), step)
 
 
 def _up(c_in: int, c_out: int, first: bool = False) -> list[nn.Module]:
@@ -83,24 +92,11 @@ def dcgan(nz: int = 32, width: int = 16, batch: int = 16) -> Loop:
                           nn.ConvTranspose2d(width, 3, 4, 2, 1, bias=False), nn.Tanh())
     d_net = nn.Sequential(*_down(3, width, norm=False), *_down(width, 2 * width), *_down(2 * width, 4 * width),
                           nn.Conv2d(4 * width, 1, 4, 1, 0, bias=False), nn.Sigmoid(), nn.Flatten(0))
-    model = nn.ModuleDict({"G": g_net, "D": d_net})
     opt_g = torch.optim.Adam(g_net.parameters(), 2e-4, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(d_net.parameters(), 2e-4, betas=(0.5, 0.999))
     gen = _generator(SEED + 9)
     real, noise = torch.rand(batch, 3, 32, 32, generator=gen) * 2 - 1, torch.randn(batch, nz, 1, 1, generator=gen)
-    ones, zeros = torch.ones(batch), torch.zeros(batch)
-
-    def step() -> None:
-        d_net.zero_grad()
-        F.binary_cross_entropy(d_net(real), ones).backward()
-        fake = g_net(noise)
-        F.binary_cross_entropy(d_net(fake.detach()), zeros).backward()
-        opt_d.step()
-        g_net.zero_grad()
-        F.binary_cross_entropy(d_net(fake), ones).backward()
-        opt_g.step()
-
-    return Loop("dcgan", model, step)
+    return _gan_loop("dcgan", g_net, d_net, (opt_g, opt_d), (real, noise), F.binary_cross_entropy, (batch,))
 
 
 class _RNNLM(nn.Module):
