@@ -1,7 +1,7 @@
-"""An accumulated gradient is summarised once, not again when the optimizer steps with it unchanged, and again
-whenever something changed it in between: a clip, GradScaler's unscale, a fused optimizer's unscale, an optimizer
-that writes `.grad` (NOTE [Summarised once] in tracer/record/params.py). `st.params` is checked against what the
-optimizer stepped with, read in a step post-hook of the test's own."""
+"""A parameter's gradient is not summarised again when the optimizer steps with it unchanged since `settle` or a clip
+summarised it, and is whenever something changed it in between: a clip, GradScaler's unscale, a fused optimizer's
+unscale, an optimizer that writes `.grad` (NOTE [Summarised once] in tracer/record/params.py). `st.params` is checked
+against what the optimizer stepped with, read in a step post-hook of the test's own."""
 
 from __future__ import annotations
 
@@ -52,9 +52,9 @@ def _count_summarised(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
 
 
 def _step(model: nn.Module, opt: torch.optim.Optimizer, tr: gradscape.Tracer, clip: bool,
-          grads: dict[str, Any]) -> gradscape.StepTrace | None:
+          grads: dict[str, Any], micro: int = 3) -> gradscape.StepTrace | None:
     torch.manual_seed(1)
-    xs = [torch.randn(8, 6) * 4 for _ in range(3)]
+    xs = [torch.randn(8, 6) * 4 for _ in range(micro)]
     with tr.step(0) as st:
         for x in xs:
             (model(x).pow(2).mean() / len(xs)).backward()
@@ -66,11 +66,14 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, tr: gradscape.Tracer, cl
     return st
 
 
-@pytest.mark.parametrize("clip", [False, True], ids=["step", "clip-then-step"])
-def test_each_accumulated_gradient_is_summarised_once_more_only_after_a_clip(
-        monkeypatch: pytest.MonkeyPatch, clip: bool) -> None:
-    """Three micro-batches, then an Adam step: each `.grad` goes to the kernel once, as the optimizer's pre-hook
-    settles it; after a clip, once more (the clip changed it), and not a third time at the step. `st.params`
+@pytest.mark.parametrize(("micro", "clip", "times"), [(3, False, 1), (3, True, 2), (1, False, 1), (1, True, 1)],
+                         ids=["accumulated", "accumulated-clipped", "one-call", "one-call-clipped"])
+def test_each_gradient_is_summarised_again_only_when_it_changed(
+        monkeypatch: pytest.MonkeyPatch, micro: int, clip: bool, times: int) -> None:
+    """Then an Adam step. Three micro-batches: each `.grad` goes to the kernel on its own once, as the
+    optimizer's pre-hook settles it; after a clip, once more (the clip changed it), and not a third time at the
+    step. One call: its `.grad` is the arrival, summarised by the hooks, then again as what the step used (the
+    loop may have changed it through `.data`), or as the clip left it, and not again at the step. `st.params`
     holds the statistics of what the optimizer stepped with either way."""
     if not native.status()[0]:
         pytest.skip("no native recorder here")
@@ -79,9 +82,9 @@ def test_each_accumulated_gradient_is_summarised_once_more_only_after_a_clip(
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     used = _used_by(opt, model)
     grads: dict[str, torch.Tensor] = {}
-    st = _step(model, opt, gradscape.Tracer(model), clip, grads)
-    assert st is not None and st.meta["recorder"] == "native" and len(st.passes) == 3
-    assert [counts[id(g)] for g in grads.values()] == [2 if clip else 1] * len(grads)
+    st = _step(model, opt, gradscape.Tracer(model), clip, grads, micro)
+    assert st is not None and st.meta["recorder"] == "native" and len(st.passes) == micro
+    assert [counts[id(g)] for g in grads.values()] == [times] * len(grads)
     assert set(st.params) == set(used)
     for name, g in used.items():
         stats, g64 = st.params[name].stats, g.double()
