@@ -250,7 +250,7 @@ class StepTrace:
       ran them.
     - `modules`: qualified name → `ModuleTrace` (`grad_input` / `grad_output` with full-hook meaning);
       `params`: qualified name → `TensorTrace`, the gradient the optimizer stepped with (or `p.grad` when
-      the block's last backward returned; see the docs' Tracer page).
+      the block's last backward returned; see the docs' Tracer page), in the model's order of its parameters.
     - `passes`: each `backward` / `autograd.grad` call (`BackwardPass`); `optimizer_steps`: each
       `optimizer.step()` in the block (`OptimizerStep`).
     - `problems`: what the problem finder saw (`Problem`), root cause first; `not_in_step`: parameters

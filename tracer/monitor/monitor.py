@@ -190,7 +190,13 @@ class Monitor:
         self.flush(force=True)
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
-        st.params.update(cap.stepped_traces())  # NOTE [Parameter gradients]: what each optimizer stepped with
+        # NOTE [Parameter gradients]: what each optimizer stepped with, in the model's order of its parameters (either
+        # recorder: which entries the step replaced, and when each was first listed, differ between them)
+        params = {**st.params, **cap.stepped_traces()}
+        ordered = {n: params.pop(n) for n in self.names if n in params}
+        ordered.update(params)
+        st.params.clear()
+        st.params.update(ordered)
         for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
             o.grads = cap.as_traces(r.summaries)
         fill(st, optimizer_steps=steps)

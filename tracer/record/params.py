@@ -247,6 +247,14 @@ class ParamGradients:
             resolved[name] = tr
         self.traces = resolved
 
+    def in_model_order(self) -> dict[str, Any]:
+        """`st.params`: the parameters in the model's order (`named_parameters`), whichever recorder listed them and
+        whenever a gradient first arrived; a name the model does not know, after them, as listed."""
+        traces = self.traces
+        out = {name: traces[name] for name in self.model.param_by_name if name in traces}
+        out.update(traces)
+        return out
+
     def _returned(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         """`torch.autograd.grad`: what it returned for each parameter among its inputs."""
         if result is None:

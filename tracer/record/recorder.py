@@ -144,7 +144,7 @@ class StepRecorder:
                 self.module_sums.sums = native.graph.sums()
             module_grad_sums = self.module_sums.summaries(self.summ, native)
         self.summ.finalize()
-        fill(st, **self._graph_fields(), passes=self.passes, params=dict(self.params.traces))
+        fill(st, **self._graph_fields(), passes=self.passes, params=self.params.in_model_order())
         fill(st, **self._closing_fields(st, module_grad_sums, error))
         fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (debug/)
         if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
