@@ -23,8 +23,8 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-KERNEL_SYMBOLS = ["gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "gs_summarise_f64", "gs_cpu_level",
-                  "gs_round_bf16"]
+KERNEL_SYMBOLS = ["gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "gs_summarise_f64",
+                  "gs_summarise_strided", "gs_cpu_level", "gs_round_bf16"]
 # Value-safe except for the summation order (partial sums may be reassociated, which vectorises the
 # loops); NaN and Inf keep their meaning (no -ffinite-math-only).
 UNIX_FLAGS = ["-O3", "-std=c99", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math"]

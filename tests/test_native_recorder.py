@@ -221,10 +221,11 @@ def test_a_failed_build_says_what_the_compiler_said(tmp_path: Any, monkeypatch: 
     assert native.status()[0]
 
 
-def test_strided_gradients_are_summarised_in_the_hook_from_a_copy() -> None:
+def test_strided_gradients_are_summarised_in_the_hook() -> None:
     """An expanded gradient (SumBackward0's, every stride 0) and a permuted one (PermuteBackward0's) are
-    summarised by the kernel in the C++ hook from a contiguous copy, as the Python summariser does, and not
-    through Python: the statistics are torch's, and the step has no Python-made summary."""
+    summarised by the kernel in the C++ hook, read where they lie (NOTE [Strided gradients] in
+    tracer/record/csrc/summaries.h), and not through Python: the statistics are torch's, and the step has no
+    Python-made summary (tests/test_strided_summaries.py compares them with the Python recorder's, bitwise)."""
     torch.manual_seed(0)
     model = nn.Linear(6, 3)
     x, other = torch.randn(2, 5, 6), torch.randn(3, 2, 5)

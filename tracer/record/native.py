@@ -94,9 +94,10 @@ def _loaded() -> tuple[Any, str]:
     lib = native()
     if lib is None:
         return None, "the summary kernel is not available"
-    names = ("gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "gs_summarise_f64")
-    ext.setup(kernel_plan, tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names),
-                    sorted(VIEW_NODES))
+    names = ("gs_summarise_f32", "gs_summarise_bf16", "gs_summarise_f16", "gs_summarise_f64", "gs_summarise_strided")
+    # (a kernel built before gs_summarise_strided has none: the extension then copies strided tensors)
+    addresses = tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value if hasattr(lib, n) else 0 for n in names)
+    ext.setup(kernel_plan, addresses, sorted(VIEW_NODES))
     return ext, ""
 
 

@@ -14,6 +14,8 @@
  * and, when planes > 0, the float32 thumbnail follows from out + 8 (one buffer: each argument
  * costs the Python caller time in ctypes). The return value is 0, or 1 when a float32 partial sum
  * overflowed (the caller recomputes in float64), or 2 when scratch memory could not be had.
+ * gs_summarise_strided(x, g, lay, out) does the same for a float32, bfloat16 or float16 tensor of any strides,
+ * reading it in place (its layout in lay) where the caller would otherwise copy it first.
  *
  * bfloat16 and float16 are widened to float32 (exactly: every value of either is a float32) a chunk
  * at a time and then summarised as float32 is. float64 statistics are computed in double from the
@@ -206,7 +208,60 @@ static const float *gs_as_f32(const void *x, int kind, int64_t s, int64_t m, flo
     return buf;
 }
 
-static int gs_summarise(const void *x, int kind, const int64_t *g, double *out8) {
+/* ---- strided tensors (NOTE [Strided gradients] in tracer/record/csrc/summaries.h) ---- */
+
+#define GS_MAXDIM 8
+
+/* n elements, `st` apart, from element `off` of x, as float32 into out. */
+static void gs_run_f32(const void *x, int kind, int64_t off, int64_t st, int64_t n, float *restrict out) {
+    if (kind == GS_F32) {
+        const float *f = (const float *)x + off;
+        if (st == 1) {
+            memcpy(out, f, sizeof(float) * (size_t)n);
+            return;
+        }
+        for (int64_t i = 0; i < n; i++) out[i] = f[i * st];
+    } else if (kind == GS_BF16) {
+        const uint16_t *h = (const uint16_t *)x + off;
+        for (int64_t i = 0; i < n; i++) {
+            const uint32_t w = (uint32_t)h[i * st] << 16;
+            memcpy(out + i, &w, 4);
+        }
+    } else if (st == 1) {
+        gs_widen_f16((const uint16_t *)x + off, n, out);
+    } else {
+        for (int64_t i = 0; i < n; i++) gs_widen_f16((const uint16_t *)x + off + i * st, 1, out + i);
+    }
+}
+
+/* The chunk of m elements from logical element s of a strided tensor (lay = [ndim, sizes..., strides...], in
+ * elements), gathered as float32 into buf: the elements a contiguous copy holds there, in its order. */
+static const float *gs_gather(const void *x, int kind, const int64_t *lay, int64_t s, int64_t m,
+                              float *restrict buf) {
+    const int64_t nd = lay[0], *size = lay + 1, *stride = lay + 1 + nd;
+    int64_t idx[GS_MAXDIM], off = 0, rem = s;
+    for (int64_t d = nd - 1; d >= 0; d--) {
+        idx[d] = rem % size[d];
+        rem /= size[d];
+        off += idx[d] * stride[d];
+    }
+    for (int64_t i = 0; i < m;) {
+        const int64_t run = gs_min(size[nd - 1] - idx[nd - 1], m - i);
+        gs_run_f32(x, kind, off, stride[nd - 1], run, buf + i);
+        i += run;
+        idx[nd - 1] += run;
+        off += run * stride[nd - 1];
+        for (int64_t d = nd - 1; d > 0 && idx[d] == size[d]; d--) { /* carry into the dimension outside */
+            off += stride[d - 1] - size[d] * stride[d];
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+    return buf;
+}
+
+/* lay: NULL for a contiguous x; else x's strided layout (gs_gather), for float32, bfloat16 and float16. */
+static int gs_summarise(const void *x, int kind, const int64_t *g, const int64_t *lay, double *out8) {
     float *thumb = g[1] > 0 ? (float *)(out8 + 8) : NULL;
     const int64_t n = g[0];
     gs_acc_t acc;
@@ -228,7 +283,7 @@ static int gs_summarise(const void *x, int kind, const int64_t *g, double *out8)
             if (T.left > 0) gs_thumb_chunk(&T, gs_as_f32(x, kind, s, gs_min(m, T.left), buf), m);
             continue;
         }
-        const float *v = gs_as_f32(x, kind, s, m, buf);
+        const float *v = lay != NULL ? gs_gather(x, kind, lay, s, m, buf) : gs_as_f32(x, kind, s, m, buf);
         gs_chunk(v, (int32_t)m, &acc);
         if (T.left > 0) gs_thumb_chunk(&T, v, m);
     }
@@ -237,13 +292,22 @@ static int gs_summarise(const void *x, int kind, const int64_t *g, double *out8)
     return gs_finish(&acc, n, kind == GS_F64, out8);
 }
 
-int gs_summarise_f32(const float *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F32, g, out); }
+int gs_summarise_f32(const float *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F32, g, NULL, out); }
 
-int gs_summarise_bf16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_BF16, g, out); }
+int gs_summarise_bf16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_BF16, g, NULL, out); }
 
-int gs_summarise_f16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F16, g, out); }
+int gs_summarise_f16(const uint16_t *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F16, g, NULL, out); }
 
-int gs_summarise_f64(const double *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F64, g, out); }
+int gs_summarise_f64(const double *x, const int64_t *g, double *out) { return gs_summarise(x, GS_F64, g, NULL, out); }
+
+/* As the others, for a float32, bfloat16 or float16 tensor of any strides (a permutation, an expansion, a
+ * slice): lay = [dtype (0 float32, 1 bfloat16, 2 float16), ndim (1..GS_MAXDIM), sizes..., strides...
+ * (in elements)], x its first element. The same summary as of its contiguous copy, bitwise: the same elements
+ * in the same chunks. 3: a layout it does not take. */
+int gs_summarise_strided(const void *x, const int64_t *g, const int64_t *lay, double *out) {
+    if (lay[0] < GS_F32 || lay[0] > GS_F16 || lay[1] < 1 || lay[1] > GS_MAXDIM) return 3;
+    return gs_summarise(x, (int)lay[0], g, lay + 1, out);
+}
 
 /* cells[0..n) rounded in place to bfloat16's precision (kept as float32): to nearest, ties to even, as
  * torch rounds, every NaN as the one quiet NaN (NOTE [Arena thumbnails] in tracer/summary/bfloat16.py,

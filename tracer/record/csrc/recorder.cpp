@@ -235,12 +235,12 @@ PyMethodDef rec_methods[] = {
 
 PyTypeObject RecorderType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// setup(planner, kernel addresses (4 ints), view node names): once per process
+// setup(planner, kernel addresses (4 ints, then gs_summarise_strided's or 0), view node names): once per process
 PyObject* mod_setup(PyObject*, PyObject* args) {
   PyObject* planner;
   PyObject* views;
-  unsigned long long k[4];
-  if (!PyArg_ParseTuple(args, "O(KKKK)O", &planner, &k[0], &k[1], &k[2], &k[3], &views)) return nullptr;
+  unsigned long long k[5];
+  if (!PyArg_ParseTuple(args, "O(KKKKK)O", &planner, &k[0], &k[1], &k[2], &k[3], &k[4], &views)) return nullptr;
   PyObject* seq = PySequence_Fast(views, "setup: the view node names must be a sequence of str");
   if (seq == nullptr) return nullptr;
   std::vector<std::string> names;
@@ -262,6 +262,7 @@ PyObject* mod_setup(PyObject*, PyObject* args) {
   Py_INCREF(planner);
   g_planner = planner;
   for (int i = 0; i < 4; i++) g_kernels[i] = reinterpret_cast<Kernel>(static_cast<uintptr_t>(k[i]));
+  g_strided = reinterpret_cast<StridedKernel>(static_cast<uintptr_t>(k[4]));
   g_plans.clear();
   Py_RETURN_NONE;
 }

@@ -48,6 +48,8 @@ using torch::autograd::Node;
 using torch::autograd::variable_list;
 using gs_shim::NodePtr;  // NOTE [Node ownership across releases] in torch_shims.h
 using Kernel = int (*)(const void*, const int64_t*, double*);
+// _fastsum's gs_summarise_strided: (first element, geometry, [dtype, ndim, sizes, strides], out) -> status
+using StridedKernel = int (*)(const void*, const int64_t*, const int64_t*, double*);
 
 constexpr int8_t KIND_OP = 0, KIND_ACC = 1, KIND_COMPILED = 2, KIND_CHECKPOINT = 3, KIND_HOOK = 4,
                  KIND_CUSTOM = 5;
@@ -91,6 +93,7 @@ struct Plan {
 std::unordered_map<std::string, Plan> g_plans;  // layout key -> plan (g_mu)
 PyObject* g_planner = nullptr;  // Python: (shape, dtype code, transposed) -> (id, kernel, geometry, words, cells) | None
 Kernel g_kernels[4] = {nullptr, nullptr, nullptr, nullptr};  // float32, bfloat16, float16, float64
+StridedKernel g_strided = nullptr;  // none in a kernel built before it: strided tensors are copied
 
 int dtype_code(c10::ScalarType t) {
   switch (t) {

@@ -184,6 +184,29 @@ int32_t Recorder::python_summary(const at::Tensor& t, int32_t stats_of) {
 // end always makes into `TensorTrace`s, read as they are there rather than widened one by one (NOTE [Cold steps])
 constexpr int64_t WIDE_CELLS = 16;
 
+// NOTE [Strided gradients]
+// A gradient that is neither contiguous nor a 2-D transpose (attention's permuted query, key and value gradients,
+// an expanded one, a slice) is read where it lies: the kernel gathers each chunk of its elements, in the order a
+// contiguous copy would hold them, into a buffer on its stack (_fastsum.c's gs_summarise_strided), so the summary
+// is the copy's, bitwise, without the copy's allocation, its pass over memory and its fresh pages (a tiny Llama's
+// step copied 88 such gradients, 18% of the elements it summarised). float64, more than kStridedDims dimensions,
+// and a kernel built before it take the copy.
+constexpr int kStridedDims = 8;
+
+// `lay` = [dtype code, ndim, sizes..., strides...] of `t` when the kernel can read it in place; else false
+bool strided_layout(const at::Tensor& t, int64_t* lay) {
+  int code = dtype_code(t.scalar_type());
+  int64_t nd = t.dim();
+  if (g_strided == nullptr || code < 0 || code > 2 || nd < 1 || nd > kStridedDims) return false;
+  lay[0] = code;
+  lay[1] = nd;
+  for (int64_t d = 0; d < nd; d++) {
+    lay[2 + d] = t.size(d);
+    lay[2 + nd + d] = t.stride(d);
+  }
+  return true;
+}
+
 int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) {  // mu held
   if (!t.defined()) return -1;
   if (t.unsafeGetTensorImpl()->is_python_dispatch() || t.layout() != c10::kStrided || !t.device().is_cpu() ||
@@ -192,20 +215,22 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
     return python_summary(t, stats_of);
   }
   bool transposed = false;
-  at::Tensor copy;  // another strided view (an expanded gradient, a permutation): summarised from a
-  // contiguous copy, as the Python summariser does, rather than through Python
+  int64_t lay[3 + 2 * kStridedDims] = {-1};  // a strided layout the kernel reads in place (NOTE [Strided gradients])
+  at::Tensor copy;  // else a contiguous copy, as the Python summariser makes, rather than going through Python
   if (!t.is_contiguous()) {
     if (t.dim() == 2 && t.stride(0) == 1 && t.stride(1) == t.size(0)) {
       transposed = true;
-    } else {
+    } else if (!strided_layout(t, lay)) {
       copy = t.contiguous();
     }
   }
   const at::Tensor& src = copy.defined() ? copy : t;
-  const Plan* plan = plan_for(src, transposed);
+  const Plan* plan = plan_for(src, transposed);  // (a plan is of the shape alone: the same for a strided view)
   if (plan == nullptr) return python_summary(t, stats_of);
   const void* data = src.const_data_ptr();
-  const void* ptr = copy.defined() ? nullptr : data;  // a copy's memory is no gradient's: never shared
+  // a copy's memory is no gradient's, and a strided view's is laid out unlike the contiguous tensor a summary at the
+  // same address would be of: neither is ever shared
+  const void* ptr = copy.defined() || lay[0] >= 0 ? nullptr : data;
   if (stats_of >= 0 && ptr != nullptr && summ_ptr[stats_of] == ptr) {
     // NOTE [Views share a buffer] in tracer/summary/summariser.py: the very same kernel call on the very
     // same memory (a plan and its transposed twin share their geometry) gives the very same buffer
@@ -228,7 +253,8 @@ int32_t Recorder::summarise(const at::Tensor& t, int32_t stats_of, bool wide) { 
   double* out = reserve(words, &chunk, &off);
   if (out == nullptr) return python_summary(t, stats_of);
   double* into = plan->cells > 0 && !wide ? scratch_for(plan->words) : out;
-  if (into == nullptr || plan->fn(data, plan->geom, into) != 0) {
+  int status = into == nullptr ? 2 : lay[0] >= 0 ? g_strided(data, plan->geom, lay, into) : plan->fn(data, plan->geom, into);
+  if (status != 0) {
     chunk_used -= words;  // a float32 partial sum overflowed: torch recomputes in float64
     arena_used -= words;
     return python_summary(t, stats_of);
