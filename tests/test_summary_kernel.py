@@ -12,8 +12,17 @@ import pytest
 import torch
 
 import gradscape
+from gradscape.tracer.record import native as _recorder
 from gradscape.tracer.summary import fastpath as _summary
 from gradscape.tracer.summary import kernel as _native
+
+
+def _kernel_as_installed() -> None:
+    """Forget what a test with the kernel missing or turned off made the loaders conclude: the kernel's, and the
+    native recorder's, which needs the kernel (else every later test in the process runs without it)."""
+    _native._loaded.cache_clear()
+    _native._warn_once.cache_clear()
+    _recorder._loaded.cache_clear()
 
 
 def test_missing_kernel_warns_once_and_summaries_use_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,8 +40,7 @@ def test_missing_kernel_warns_once_and_summaries_use_torch(tmp_path: Path, monke
         assert st.nodes
     finally:
         monkeypatch.undo()
-        _native._loaded.cache_clear()
-        _native._warn_once.cache_clear()
+        _kernel_as_installed()
     assert _native.summariser() == "native"
 
 
@@ -44,7 +52,7 @@ def test_native_off_by_environment_says_so_without_warning(monkeypatch: pytest.M
         assert _native.summariser() == "torch (GRADSCAPE_NATIVE=0)"
     finally:
         monkeypatch.undo()
-        _native._loaded.cache_clear()
+        _kernel_as_installed()
 
 
 def _kernel_run(lib: ctypes.CDLL, x: torch.Tensor, size: int) -> tuple[list[float], list[float]]:
