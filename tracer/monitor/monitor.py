@@ -190,8 +190,8 @@ class Monitor:
         self.flush(force=True)
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
-        # NOTE [Parameter gradients]: what each optimizer stepped with, in the model's order of its parameters (either
-        # recorder: which entries the step replaced, and when each was first listed, differ between them)
+        # what each optimizer stepped with (NOTE [Parameter gradients] in tracer/record/params.py), in the model's order
+        # of its parameters (the recorders differ in which entries the step replaced, and when each was first listed)
         params = {**st.params, **cap.stepped_traces()}
         ordered = {n: params.pop(n) for n in self.names if n in params}
         ordered.update(params)
