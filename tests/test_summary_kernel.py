@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import struct
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,66 @@ def test_every_plan_the_summariser_makes_passes_the_check(shape: tuple[int, ...]
         geometry, th = _summary._native_geometry(shape, size)
         k = th[0] * th[1] if th else 0
         _native.check_geometry(math.prod(shape), geometry, th, 8 * (8 + (k + 1) // 2))
+
+
+def _strided_run(lib: ctypes.CDLL, x: torch.Tensor, size: int) -> tuple[int, list[float]]:
+    """`gs_summarise_strided` on `x` where it lies: (status, its output words)."""
+    geometry, th = _summary._native_geometry(tuple(x.shape), size)
+    k = th[0] * th[1] if th else 0
+    geom = (ctypes.c_int64 * 7)(x.numel(), *geometry)
+    code = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[x.dtype]
+    lay = (ctypes.c_int64 * (2 + 2 * x.dim()))(code, x.dim(), *x.shape, *x.stride())
+    buf = (ctypes.c_double * (8 + (k + 1) // 2))()
+    status = lib.gs_summarise_strided(ctypes.c_void_p(x.data_ptr()), geom, lay, buf)
+    return status, list(buf)
+
+
+def _layouts(g: torch.Generator) -> list[torch.Tensor]:
+    """Strided views of random tensors: permutations (1 to 6 dimensions), steps, expansions, an offset start."""
+    out = []
+    for _ in range(40):
+        nd = int(torch.randint(1, 7, (), generator=g))
+        shape = [int(torch.randint(1, 9, (), generator=g)) for _ in range(nd)]
+        base = torch.randn([s * 2 for s in shape], generator=g)
+        base[tuple(torch.randint(0, s, (), generator=g) for s in base.shape)] = math.nan
+        view = base[tuple(slice(1, None, 2) for _ in shape)]  # every other element, from an offset
+        out.append(view.permute(*torch.randperm(nd, generator=g).tolist()))
+    big = torch.randn(40, 30, 9, generator=g)
+    out += [big.permute(2, 0, 1), torch.randn(7, 1, 5, generator=g).expand(7, 300, 5),
+            torch.randn(50, generator=g)[::3]]
+    return out
+
+
+def test_every_build_summarises_a_strided_tensor_as_its_contiguous_copy() -> None:
+    """`gs_summarise_strided` (NOTE [Strided gradients] in tracer/record/csrc/summaries.h) reads a strided tensor
+    where it lies; its statistics and thumbnail are, bit for bit, those the dtype's kernel gives its contiguous
+    copy: permutations, steps, an offset start, an expansion, a NaN, over a kernel chunk, in each float dtype."""
+    g = torch.Generator().manual_seed(5)
+    for path in _builds():
+        lib = _native._load(path)
+        lib.gs_summarise_strided.restype = ctypes.c_int
+        for x in _layouts(g):
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                xd = x.to(dtype) if dtype != torch.float32 else x
+                if xd.is_contiguous():
+                    xd = xd.expand(2, *xd.shape)  # an expanded copy of it: strided again
+                status, got = _strided_run(lib, xd, 8)
+                c = xd.contiguous()
+                geometry, th = _summary._native_geometry(tuple(c.shape), 8)
+                k = th[0] * th[1] if th else 0
+                want = (ctypes.c_double * (8 + (k + 1) // 2))()
+                fn = {torch.float32: lib.gs_summarise_f32, torch.bfloat16: lib.gs_summarise_bf16,
+                      torch.float16: lib.gs_summarise_f16}[dtype]
+                assert fn(c.data_ptr(), (ctypes.c_int64 * 7)(c.numel(), *geometry), want) == status == 0
+                assert struct.pack(f"{len(got)}d", *got) == struct.pack(f"{len(got)}d", *want), (path.name, x.shape)
+
+
+def test_the_strided_kernel_refuses_a_layout_it_does_not_take() -> None:
+    lib = _native._load(_builds()[0])
+    x = torch.randn(3, 4).t()
+    geometry, _ = _summary._native_geometry((4, 3), 0)
+    geom = (ctypes.c_int64 * 7)(12, *geometry)
+    buf = (ctypes.c_double * 8)()
+    for code, nd in ((3, 2), (0, 0), (0, 9)):  # float64; no dimension; more than it takes
+        lay = (ctypes.c_int64 * 20)(code, nd, 4, 3, 1, 4)
+        assert lib.gs_summarise_strided(ctypes.c_void_p(x.data_ptr()), geom, lay, buf) == 3
