@@ -36,6 +36,7 @@ from gradscape.tracer.monitor.sampling import TIMED, NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.record import patched_calls
 from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.record.params import in_order
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
 
 log = logging.getLogger(__name__)
@@ -192,11 +193,9 @@ class Monitor:
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         # what each optimizer stepped with (NOTE [Parameter gradients] in tracer/record/params.py), in the model's order
         # of its parameters (the recorders differ in which entries the step replaced, and when each was first listed)
-        params = {**st.params, **cap.stepped_traces()}
-        ordered = {n: params.pop(n) for n in self.names if n in params}
-        ordered.update(params)
+        params = in_order({**st.params, **cap.stepped_traces()}, self.names)
         st.params.clear()
-        st.params.update(ordered)
+        st.params.update(params)
         for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
             o.grads = cap.as_traces(r.summaries)
         fill(st, optimizer_steps=steps)

@@ -109,6 +109,14 @@ def _version_of(g: torch.Tensor) -> int:
         return -1
 
 
+def in_order(entries: dict[str, Any], names: Collection[str]) -> dict[str, Any]:
+    """`entries` (`st.params` to be) listed in the order of `names` (the model's parameters), a name not among them
+    after those, as listed."""
+    out = {name: entries[name] for name in names if name in entries}
+    out.update(entries)
+    return out
+
+
 _PENDING = None  # `traces`' value for a gradient kept until `settle` (its place in the order, held)
 
 
@@ -249,11 +257,8 @@ class ParamGradients:
 
     def in_model_order(self) -> dict[str, Any]:
         """`st.params`: the parameters in the model's order (`named_parameters`), whichever recorder listed them and
-        whenever a gradient first arrived; a name the model does not know, after them, as listed."""
-        traces = self.traces
-        out = {name: traces[name] for name in self.model.param_by_name if name in traces}
-        out.update(traces)
-        return out
+        whenever a gradient first arrived."""
+        return in_order(self.traces, self.model.param_by_name)
 
     def _returned(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         """`torch.autograd.grad`: what it returned for each parameter among its inputs."""
