@@ -250,8 +250,9 @@ def test_a_compared_compiled_step_rows_after_the_light_rows_kept_before_it() -> 
 
 
 def test_a_batch_joins_the_windows_as_its_values_one_by_one_would() -> None:
-    """`TriggerState.add_quiet` (a batch of light rows' losses) leaves each rule's window, sorted and in order, as
-    `add_finite` of each value leaves it: small batches and batches re-sorted at once, past the window's end too."""
+    """`TriggerState.add_quiet` (a batch of light rows' losses, by their place in the row) leaves each rule's window,
+    sorted and in order, as `add_finite` of each value leaves it: small batches and batches re-sorted at once, past
+    the window's end too."""
     from gradscape.tracer.monitor.triggers import BATCH_SORT, Triggers, TriggerState
 
     rnd = random.Random(7)
@@ -262,7 +263,7 @@ def test_a_batch_joins_the_windows_as_its_values_one_by_one_would() -> None:
     for size in [1, BATCH_SORT - 1, BATCH_SORT, 31, window + 5, 3, 2 * window]:
         rows = [[rnd.gauss(1.0, 0.1), None if k % 3 == 0 else rnd.choice([0.5, 0.25, rnd.random()])]
                 for k in range(size)]
-        batched.add_quiet(rows)
+        batched.add_quiet([[r[pos] for r in rows if r[pos] is not None] for pos in (0, 1)])
         for losses in rows:
             for pos, v in enumerate(losses):
                 if v is not None:

@@ -175,3 +175,48 @@ def test_a_block_that_cannot_open_lets_go_of_everything(monkeypatch: pytest.Monk
         with tr.step(4) as got:
             assert got is None and tr._active
         assert [r["step"] for r in tr.history] == [1, 2, 3, 4]
+
+
+def _scheduled(native_on: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]], list[list[float]],
+                                                                          dict[int, list[float]]]:
+    """A loop whose two parameter groups' learning rates a scheduler moves every step, with a loss spike at step
+    140: the history, what the scheduler set before each step, and each loss rule's window at the end."""
+    monkeypatch.setattr(light_native, "ENABLED", native_on)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.02}],
+                          lr=0.05)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s % 5))  # (the same rates come back)
+    rates = []
+    g = torch.Generator().manual_seed(1)
+    with gradscape.Tracer(model, every=10 ** 6, norms_every=50) as tr:
+        for i in range(1, 161):
+            rates.append([grp["lr"] for grp in opt.param_groups])
+            x, y = torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
+            with tr.step(i):
+                loss = (model(x) - y).pow(2).mean() * (1000.0 if i == 140 else 1.0)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            sched.step()
+        rows = tr.history
+        windows = {pos: list(rule.values) for pos, rule in tr._monitor.triggers.loss_rules.items()}
+    return rows, rates, windows
+
+
+def test_rows_in_a_batch_keep_each_step_s_learning_rates_and_the_rules_their_losses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native block's rows of a batch each hold the rates their step read (a scheduler moves them every step),
+    the rules' windows hold every loss in step order, and the spike at step 140 traces step 141: as the Python
+    light step's rows and windows, bitwise."""
+    rows, rates, windows = _scheduled(True, monkeypatch)
+    want, want_rates, want_windows = _scheduled(False, monkeypatch)
+    assert rates == want_rates and [r["step"] for r in rows] == list(range(1, 161))
+    for r in rows:
+        # (the optimizer is first seen on the first full step, 50: NOTE [Light rows] in light_rows.py)
+        assert r["lr"] == ({"SGD": rates[r["step"] - 1]} if r["step"] >= 50 else {}), r["step"]
+    assert [r["loss"] for r in rows[60:]] == [r["losses"][0] for r in rows[60:]]
+    assert windows[0] == [r["loss"] for r in rows][-100:]  # (the rule's window: every loss, the spike's too)
+    assert not rows[139]["norms"] and rows[140]["traced"] and rows[140]["trigger"] == "loss_spike"
+    assert [r["step"] for r in rows if r["traced"]] == [141]
+    assert rows == want and windows == want_windows

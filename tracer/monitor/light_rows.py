@@ -40,6 +40,9 @@ from typing import Any
 
 import torch
 
+from gradscape.tracer.monitor.rows import filled
+from gradscape.tracer.wire.history import WireHistoryRow
+
 BATCH = 32  # light rows that join the history together (at most: NOTE [Light rows])
 _NEG = float("-inf")
 
@@ -125,17 +128,38 @@ class LightRows:
                 below[k] = c + 1
         return len(rows) >= BATCH
 
-    def take(self) -> tuple[list[tuple[int, list[Any], Any]], bool, list[float]]:
-        """The rows kept, in step order, whether the last was not under its bounds (`loud`), and the native
-        block's timed steps' costs (block seconds, own seconds, ...). The block's rows come first: it opens only
-        with no row kept here (`Monitor.step`)."""
-        rows, loud, self.rows, self.loud = self.rows, self.loud, [], False
+    def take(self, blank: WireHistoryRow) -> tuple[list[WireHistoryRow], bool, list[float], list[list[float]]]:
+        """The rows kept as history rows (copies of `blank`: `rows.filled`), in step order; whether the last was not
+        under its bounds (`loud`); the native block's timed steps' costs (block seconds, own seconds, ...); and the
+        losses of every row but a loud last one, by their place in the row (what the rules' windows take:
+        `TriggerState.add_quiet`). The block's rows come first: it opens only with no row kept here (`Monitor.step`),
+        and builds its own rows and lists, the same (NOTE [Native light steps] in light_native.py)."""
+        wires: list[WireHistoryRow] = []
         samples: list[float] = []
+        by_pos: list[list[float]] = []
+        loud = False
         if self.native is not None:
-            before, loud_before, samples = self.native.take()
-            if before:
-                rows, loud = before + rows, loud if rows else loud_before
-        return rows, loud, samples
+            wires, loud, samples, by_pos = self.native.take(blank, self.rates)
+        rows, self.rows, loud_here, self.loud = self.rows, [], self.loud, False
+        if rows:
+            loud = loud_here
+            shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
+            for step, losses, lr in rows:
+                if type(lr) is not dict:
+                    if lr != shared[0]:
+                        shared = (lr, self.rates(lr))
+                    lr = shared[1]
+                wires.append(filled(blank, step, losses, lr))
+                for k, v in enumerate(losses):
+                    if v is not None:
+                        while len(by_pos) <= k:
+                            by_pos.append([])
+                        by_pos[k].append(v)
+        if loud:  # (the last row's losses are read by the rules as that step's: `Monitor.drain`)
+            for k, v in enumerate(wires[-1]["losses"]):
+                if v is not None:
+                    by_pos[k].pop()
+        return wires, loud, samples, by_pos
 
     def bound(self, rules: dict[int, Any]) -> None:
         """Each position's bounds for the next batch, from the rules as they are now (positions from 0 on)."""

@@ -26,11 +26,11 @@ from gradscape.tracer.monitor.light_rows import LightRows, learning_rates
 from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_problem
 from gradscape.tracer.monitor.rows import (
     PendingRow,
+    blank_row,
     pending_row,
     plain_row,
     resolve,
     row_without_norms,
-    rows_without_norms,
 )
 from gradscape.tracer.monitor.sampling import TIMED, NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
@@ -272,19 +272,13 @@ class Monitor:
         their rule's quiet bound only join its window (NOTE [Light rows] in light_rows.py)."""
         t0 = time.perf_counter()
         light = self.light
-        rows, loud, samples = light.take()
-        if rows:
-            shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
-            for k, (i, losses, lr) in enumerate(rows):
-                if type(lr) is not dict:
-                    if lr != shared[0]:
-                        shared = (lr, light.rates(lr))
-                    rows[k] = (i, losses, shared[1])
-            wires = rows_without_norms(rows, len(self.params))
+        wires, loud, samples, quiet = light.take(blank_row(len(self.params)))
+        n = len(wires)
+        if wires:
             last = wires.pop() if loud else None
-            self.triggers.add_quiet([w["losses"] for w in wires])
-            for wire in wires:
-                self._take_plain(wire)
+            self.triggers.add_quiet(quiet)
+            self.rows.extend(wires)  # (`_take_plain` of each)
+            self.unsent.extend(wires)
             if last is not None:  # (its loss may set a rule off: read as `take_light` reads one)
                 hit = self.triggers.loss_trigger(last["losses"])
                 if hit is None:
@@ -294,7 +288,7 @@ class Monitor:
         light.bound(self.triggers.loss_rules)
         light.since = time.monotonic()
         self._maybe_flush()
-        light.joined(time.perf_counter() - t0, len(rows))
+        light.joined(time.perf_counter() - t0, n)
         for k in range(0, len(samples) - 1, 2):  # the native block's timed steps (NOTE [Native light steps])
             self.sampler.took(None, samples[k] + light.per_row, samples[k + 1] + light.per_row)
 

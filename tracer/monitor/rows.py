@@ -85,28 +85,28 @@ def row_without_norms(step: int, losses: list[float | None], lr: dict[str, list[
                       skipped: bool = False) -> WireHistoryRow:
     """The row of an untraced step without norms whose numbers are all on the host (`plain_row`, a light step's:
     NOTE [Light steps] in light.py)."""
-    (row,) = rows_without_norms([(step, losses, lr)], n_params)
+    row = filled(blank_row(n_params), step, losses, lr)
     row["skipped"] = skipped
     return row
 
 
-def rows_without_norms(rows: list[tuple[int, list[float | None], dict[str, list[float]]]],
-                       n_params: int) -> list[WireHistoryRow]:
-    """`row_without_norms` of each (step, losses, lr), none skipped; the rows share one `param_norms` (which no
-    reader of a row changes: `Monitor.flush` pads it with a new list)."""
-    blank: WireHistoryRow = {
-        "step": 0, "loss": None, "losses": [], "grad_norm": None, "grad_norm_clipped": None,
-        "param_norms": [None] * n_params, "lr": {}, "scale": None, "skipped": False, "traced": False,
-        "trigger": None, "norms": False}
-    out = []
-    for step, losses, lr in rows:
-        row = blank.copy()
-        row["step"] = step
-        row["loss"] = next((v for v in losses if v is not None), None)
-        row["losses"] = losses
-        row["lr"] = lr
-        out.append(row)
-    return out
+def blank_row(n_params: int) -> WireHistoryRow:
+    """A row of an untraced step without norms, none skipped, before its step, losses and learning rates (`filled`;
+    the native light step's rows are copies of it too: NOTE [Native light steps] in light_native.py). Its rows
+    share one `param_norms`, which no reader of a row changes (`Monitor.flush` pads it with a new list)."""
+    return {"step": 0, "loss": None, "losses": [], "grad_norm": None, "grad_norm_clipped": None,
+            "param_norms": [None] * n_params, "lr": {}, "scale": None, "skipped": False, "traced": False,
+            "trigger": None, "norms": False}
+
+
+def filled(blank: WireHistoryRow, step: int, losses: list[float | None], lr: dict[str, list[float]]) -> WireHistoryRow:
+    """A copy of `blank` (`blank_row`) with step `step`'s losses (`loss`: the first that is not None) and rates."""
+    row = blank.copy()
+    row["step"] = step
+    row["loss"] = next((v for v in losses if v is not None), None)
+    row["losses"] = losses
+    row["lr"] = lr
+    return row
 
 
 def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:

@@ -14,6 +14,7 @@
 
 #include <ATen/PythonTorchFunctionTLS.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -257,21 +258,87 @@ PyObject* light_floats(const double* v, int64_t n) {
   return out;
 }
 
-// take() -> ([(step, losses, learning rates)], loud, [block seconds, own seconds, ...]); the rows gone
-PyObject* light_take(PyObject* self, PyObject*) {
+// The learning rates' dict of a row whose raw rates are `v[0..n)`: the last row's (`*last`), when its raw rates are
+// the same, else `rates(list of floats)`, which becomes `*last` (a new reference)
+PyObject* light_lr(PyObject* rates, const double* v, int64_t n, std::vector<double>& raw, PyObject** last) {
+  if (*last != nullptr && static_cast<int64_t>(raw.size()) == n && std::equal(raw.begin(), raw.end(), v)) {
+    Py_INCREF(*last);
+    return *last;
+  }
+  PyObject* list = light_floats(v, n);
+  PyObject* lr = list ? PyObject_CallOneArg(rates, list) : nullptr;
+  Py_XDECREF(list);
+  if (lr == nullptr) return nullptr;
+  raw.assign(v, v + n);
+  Py_XSETREF(*last, lr);
+  Py_INCREF(lr);
+  return lr;
+}
+
+// One row's history dict: a copy of `blank` with its step, losses (`loss`: the first) and learning rates
+PyObject* light_wire(PyObject* blank, int64_t step, const double* v, int64_t nl, PyObject* lr) {
+  PyObject* row = PyDict_Copy(blank);
+  PyObject* losses = light_floats(v, nl);
+  PyObject* st = PyLong_FromLongLong(static_cast<long long>(step));
+  bool bad = row == nullptr || losses == nullptr || st == nullptr ||
+             PyDict_SetItemString(row, "step", st) < 0 || PyDict_SetItemString(row, "losses", losses) < 0 ||
+             PyDict_SetItemString(row, "loss", nl > 0 ? PyList_GET_ITEM(losses, 0) : Py_None) < 0 ||
+             PyDict_SetItemString(row, "lr", lr) < 0;
+  Py_XDECREF(losses);
+  Py_XDECREF(st);
+  if (bad) Py_CLEAR(row);
+  return row;
+}
+
+// take(blank, rates) -> (rows, loud, [block seconds, own seconds, ...], losses by position); the rows gone. Each row
+// is `blank` (a history row without norms) copied, with its step, losses and learning rates (`rates(raw)`, asked
+// once for each run of rows with the same raw rates); the losses of every row, by their place in the row, are what
+// the loss rules' windows take (`TriggerState.add_quiet`)
+PyObject* light_take(PyObject* self, PyObject* args) {
   auto* b = reinterpret_cast<PyLight*>(self);
+  PyObject *blank, *rates;
+  if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &blank, &rates)) return nullptr;
   Py_ssize_t n = static_cast<Py_ssize_t>(b->row_step->size());
   PyObject* rows = PyList_New(n);
+  PyObject* by_pos = PyList_New(0);
+  PyObject* last = nullptr;
+  std::vector<double> raw;
   int64_t at = 0;
-  for (Py_ssize_t i = 0; rows != nullptr && i < n; i++) {
+  const double* v = b->row_val->data();
+  for (Py_ssize_t i = 0; rows != nullptr && by_pos != nullptr && i < n; i++) {
     int64_t nl = (*b->row_nloss)[i], end = (*b->row_cut)[i];
-    const double* v = b->row_val->data();
-    PyList_SET_ITEM(rows, i, Py_BuildValue("(LNN)", static_cast<long long>((*b->row_step)[i]),
-                                           light_floats(v + at, nl), light_floats(v + at + nl, end - at - nl)));
+    PyObject* lr = light_lr(rates, v + at + nl, end - at - nl, raw, &last);
+    PyObject* row = lr ? light_wire(blank, (*b->row_step)[i], v + at, nl, lr) : nullptr;
+    Py_XDECREF(lr);
+    if (row == nullptr) {
+      Py_CLEAR(rows);
+      break;
+    }
+    PyList_SET_ITEM(rows, i, row);
+    PyObject* losses = PyDict_GetItemString(row, "losses");
+    for (int64_t k = 0; k < nl; k++) {
+      if (k >= PyList_GET_SIZE(by_pos)) {
+        PyObject* fresh = PyList_New(0);
+        if (fresh == nullptr || PyList_Append(by_pos, fresh) < 0) Py_CLEAR(rows);
+        Py_XDECREF(fresh);
+        if (rows == nullptr) break;
+      }
+      if (PyList_Append(PyList_GET_ITEM(by_pos, k), PyList_GET_ITEM(losses, k)) < 0) {
+        Py_CLEAR(rows);
+        break;
+      }
+    }
     at = end;
   }
+  Py_XDECREF(last);
   PyObject* samples = light_floats(b->samples->data(), static_cast<int64_t>(b->samples->size()));
-  PyObject* out = Py_BuildValue("(NON)", rows, b->loud ? Py_True : Py_False, samples);
+  PyObject* out = rows && by_pos && samples ? Py_BuildValue("(OOOO)", rows, b->loud ? Py_True : Py_False, samples,
+                                                            by_pos)
+                                            : nullptr;
+  Py_XDECREF(rows);
+  Py_XDECREF(by_pos);
+  Py_XDECREF(samples);
+  if (out == nullptr) return nullptr;  // (the rows stay: a later take has them)
   b->row_step->clear();
   b->row_nloss->clear();
   b->row_cut->clear();

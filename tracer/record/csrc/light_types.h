@@ -96,7 +96,8 @@ PyMethodDef light_methods[] = {
     {"__enter__", light_enter, METH_NOARGS, nullptr},
     {"__exit__", light_exit, METH_VARARGS, nullptr},
     {"go_slow", light_go_slow, METH_NOARGS, "go_slow() -> the losses read; the rest of the step is Python's"},
-    {"take", light_take, METH_NOARGS, "take() -> (rows, loud, timed samples); the rows gone"},
+    {"take", light_take, METH_VARARGS,
+     "take(blank, rates) -> (history rows, loud, timed samples, losses by position); the rows gone"},
     {"bound", light_bound, METH_VARARGS, "bound(pivots, ladders, groups)"},
     {"size", light_size, METH_NOARGS, "size() -> rows kept"},
     {nullptr, nullptr, 0, nullptr}};
