@@ -289,8 +289,7 @@ class Monitor:
         light.since = time.monotonic()
         self._maybe_flush()
         light.joined(time.perf_counter() - t0, n)
-        for k in range(0, len(samples) - 1, 2):  # the native block's timed steps (NOTE [Native light steps])
-            self.sampler.took(None, samples[k] + light.per_row, samples[k + 1] + light.per_row)
+        self.sampler.took_light(samples, light.per_row)  # (NOTE [Native light steps] in light_native.py)
 
     def _take_plain(self, row: WireHistoryRow) -> None:
         """`_take` for a row of an untraced step without norms whose losses the loss rules have read already

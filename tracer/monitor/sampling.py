@@ -109,21 +109,39 @@ class NormSampler:
     def took(self, norm_s: float | None, step_s: float, own_s: float = 0.0) -> None:
         """An untraced step: `norm_s` in its norm calls (None: it took none), `step_s` its block's whole time,
         `own_s` the monitor's own time in and around the block, the norms aside."""
+        if self.fixed is not None or not self._note(norm_s, step_s, own_s):
+            return
+        # k again on a step with norms and every `KEEP` steps (the medians move slowly; three a step were a
+        # tenth of the monitor's own time on a 1 ms step)
+        if self.costs and (norm_s is not None or self.seen % KEEP == 0):
+            self._choose()
+
+    def took_light(self, samples: list[float], extra: float) -> None:
+        """The native block's timed light steps (NOTE [Native light steps] in light_native.py): `samples` holds
+        (block seconds, own seconds) of each, to both of which `extra` (its row's share of its batch) adds; k again
+        once, after them. Only the last `KEEP` can count (those before would leave the deques at once)."""
         if self.fixed is not None:
             return
+        noted = False
+        for k in range(max(0, len(samples) - 2 * KEEP), len(samples) - 1, 2):
+            noted = self._note(None, samples[k] + extra, samples[k + 1] + extra) or noted
+        if noted and self.costs:
+            self._choose()
+
+    def _note(self, norm_s: float | None, step_s: float, own_s: float) -> bool:
         loop_s = step_s - own_s - (norm_s or 0.0)
         if loop_s <= 0:
-            return
+            return False
         if norm_s is not None:  # a full step's whole cost (NOTE [Light steps] in light.py)
             self.costs.append(UNSEEN * (norm_s + own_s))
         else:
             self.owns.append(UNSEEN * own_s)
         self.times.append(loop_s)
         self.seen += 1
-        # k again on a step with norms and every `KEEP` steps (the medians move slowly; three a step were a
-        # tenth of the monitor's own time on a 1 ms step)
-        if self.costs and (norm_s is not None or self.seen % KEEP == 0):
-            step = median(self.times)
-            light = median(self.owns) if self.owns else 0.0
-            room = max(BUDGET * step - light, FLOOR * step, 1e-9)
-            self.k = min(K_MAX, max(1, math.ceil((min(self.costs) - light) / room)))
+        return True
+
+    def _choose(self) -> None:
+        step = median(self.times)
+        light = median(self.owns) if self.owns else 0.0
+        room = max(BUDGET * step - light, FLOOR * step, 1e-9)
+        self.k = min(K_MAX, max(1, math.ceil((min(self.costs) - light) / room)))

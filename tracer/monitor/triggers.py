@@ -111,6 +111,9 @@ class SpikeRule:
     _mad: float | None = None  # the last MAD computed, for `ratio` 0
     _stale: int = 0  # values added since
 
+    def __post_init__(self) -> None:
+        self.values = deque(self.values, maxlen=self.window)  # (the oldest leaves as a value comes past `window`)
+
     def excess(self, x: float) -> tuple[float, float] | None:
         """(median, threshold) when `x` is a spike, else None."""
         s = self.ordered
@@ -158,18 +161,17 @@ class SpikeRule:
             return
         values = self.values
         values.extend(vs)
-        for _ in range(len(values) - self.window):
-            values.popleft()
         self.ordered = sorted(values)
         self._stale += len(vs)
 
     def add_finite(self, v: float) -> None:
         """`add` of a value known to be a finite float."""
-        self.values.append(v)
+        values = self.values
+        old = values[0] if len(values) == self.window else None
+        values.append(v)  # (`old` leaves)
         insort(self.ordered, v)
         self._stale += 1
-        if len(self.values) > self.window:
-            old = self.values.popleft()
+        if old is not None:
             del self.ordered[bisect_left(self.ordered, old)]
 
 

@@ -53,6 +53,9 @@ struct PyLight {
 thread_local PyLight* tl_open = nullptr;
 PyObject* g_active = nullptr;  // "_active"
 PyObject* g_lr = nullptr;      // "lr"
+PyObject* g_step = nullptr;    // "step", "loss", "losses": a history row's keys (`take`)
+PyObject* g_loss = nullptr;
+PyObject* g_losses = nullptr;
 
 int64_t light_now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -281,9 +284,9 @@ PyObject* light_wire(PyObject* blank, int64_t step, const double* v, int64_t nl,
   PyObject* losses = light_floats(v, nl);
   PyObject* st = PyLong_FromLongLong(static_cast<long long>(step));
   bool bad = row == nullptr || losses == nullptr || st == nullptr ||
-             PyDict_SetItemString(row, "step", st) < 0 || PyDict_SetItemString(row, "losses", losses) < 0 ||
-             PyDict_SetItemString(row, "loss", nl > 0 ? PyList_GET_ITEM(losses, 0) : Py_None) < 0 ||
-             PyDict_SetItemString(row, "lr", lr) < 0;
+             PyDict_SetItem(row, g_step, st) < 0 || PyDict_SetItem(row, g_losses, losses) < 0 ||
+             PyDict_SetItem(row, g_loss, nl > 0 ? PyList_GET_ITEM(losses, 0) : Py_None) < 0 ||
+             PyDict_SetItem(row, g_lr, lr) < 0;
   Py_XDECREF(losses);
   Py_XDECREF(st);
   if (bad) Py_CLEAR(row);
@@ -315,7 +318,7 @@ PyObject* light_take(PyObject* self, PyObject* args) {
       break;
     }
     PyList_SET_ITEM(rows, i, row);
-    PyObject* losses = PyDict_GetItemString(row, "losses");
+    PyObject* losses = PyDict_GetItem(row, g_losses);
     for (int64_t k = 0; k < nl; k++) {
       if (k >= PyList_GET_SIZE(by_pos)) {
         PyObject* fresh = PyList_New(0);

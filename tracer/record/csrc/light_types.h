@@ -215,6 +215,9 @@ PyObject* mod_backward_front(PyObject*, PyObject* args) {
 int light_ready(PyObject* m) {
   g_active = PyUnicode_InternFromString("_active");
   g_lr = PyUnicode_InternFromString("lr");
+  g_step = PyUnicode_InternFromString("step");
+  g_loss = PyUnicode_InternFromString("loss");
+  g_losses = PyUnicode_InternFromString("losses");
   LightType.tp_name = "gradscape._recorder.LightBlock";
   LightType.tp_basicsize = sizeof(PyLight);
   LightType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
@@ -231,7 +234,7 @@ int light_ready(PyObject* m) {
   FrontType.tp_descr_get = front_get;
   FrontType.tp_getattro = front_getattr;
   FrontType.tp_dealloc = front_dealloc;
-  if (g_active == nullptr || g_lr == nullptr || PyType_Ready(&LightType) < 0 || PyType_Ready(&FrontType) < 0) {
+  if (g_active == nullptr || g_lr == nullptr || g_step == nullptr || g_loss == nullptr || g_losses == nullptr || PyType_Ready(&LightType) < 0 || PyType_Ready(&FrontType) < 0) {
     return -1;
   }
   Py_INCREF(&LightType);
