@@ -70,8 +70,11 @@ class ModuleSums:
 
     def add(self, key: tuple[int, int], g: torch.Tensor) -> None:
         with grad_off():
-            prev = self.sums.get(key)
-            self.sums[key] = g.detach().clone() if prev is None else prev + g.detach()
+            prev = self.sums.get(key)  # (our own copy: added to in place, bitwise `prev + g`, with no new tensor)
+            if prev is None:
+                self.sums[key] = g.detach().clone()
+            else:
+                prev.add_(g.detach())
 
     def summaries(self, summariser: Summariser, native: Any = None) -> dict[tuple[int, int], TensorTrace | int]:
         """The sums summarised: by the native recorder in one call where it records the step (`native`, its

@@ -330,8 +330,12 @@ void Recorder::on_post(int32_t id, const variable_list& gi, const variable_list&
       }
       for (auto& so : sum_of[id]) {
         if (so.first == static_cast<int32_t>(j)) {
-          at::Tensor& acc = sums[so.second];
-          acc = acc.defined() ? acc + t.detach() : t.detach().clone();
+          at::Tensor& acc = sums[so.second];  // (our own copy: added to in place, bitwise `acc + t`)
+          if (acc.defined()) {
+            acc.add_(t.detach());
+          } else {
+            acc = t.detach().clone();
+          }
         }
       }
     }
