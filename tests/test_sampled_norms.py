@@ -12,20 +12,21 @@ import torch.nn as nn
 from helpers import scaler_step
 
 import gradscape
-from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, K_MAX, TIMED, UNSEEN, WARMUP, NormSampler
+from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, K_MAX, TIMED, UNSEEN, UNSEEN_FULL, WARMUP, NormSampler
 
 
 def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
-    """The monitor's measured times count `UNSEEN` times (what its code costs the loop beyond its own clock)."""
+    """The monitor's measured times count `UNSEEN_FULL` times on a full step (what its code costs the loop beyond
+    its own clock)."""
     s = NormSampler()
     assert [s.due(False) for _ in range(WARMUP)] == [True] * WARMUP  # measured first
-    s.took(10e-6, 110e-6)  # 10 us of norms measured (20 counted) in a 100 us step
-    assert s.k == math.ceil(UNSEEN * 10e-6 / (BUDGET * 100e-6)) == 7
+    s.took(10e-6, 110e-6)  # 10 us of norms measured (30 counted, and a rounding over) in a 100 us step
+    assert s.k == math.ceil(UNSEEN_FULL * 10e-6 / (BUDGET * 100e-6)) == 11
     s.took(10e-6, 110e-6)
     s.took(12.5e-6, 5e-3)  # a stalled step raises neither the cost (the smallest) nor the time (the median)
-    assert s.k == 7
-    pattern = [s.due(False) for _ in range(14)]
-    assert pattern == ([False] * 6 + [True]) * 2
+    assert s.k == 11
+    pattern = [s.due(False) for _ in range(22)]
+    assert pattern == ([False] * 10 + [True]) * 2
     assert s.due(True) and s.due(False) is False  # a traced step takes them, and the count starts again
     big = NormSampler()
     big.took(15e-6, 50e-3)
@@ -35,18 +36,19 @@ def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
 def test_k_spreads_a_full_steps_whole_cost_over_what_the_light_steps_leave_of_the_budget() -> None:
     """The budget is the whole monitor's (NOTE [Light steps] in tracer/monitor/light.py): a step with norms costs
     its norms and its own calls; a light step its own calls, which come off the budget first; the full steps
-    always keep `FLOOR` of the step. (Times as measured; each counts `UNSEEN` times.)"""
+    always keep `FLOOR` of the step. (Times as measured; a full step's count `UNSEEN_FULL` times, a light step's
+    `UNSEEN`.)"""
     s = NormSampler()
     s.took(10e-6, 110.75e-6, 0.75e-6)  # a full step: 10 us of norms, 0.75 us of its own; 100 us of the loop
-    assert s.k == math.ceil(UNSEEN * 10.75e-6 / (BUDGET * 100e-6)) == 8  # no light step measured yet
+    assert s.k == math.ceil(UNSEEN_FULL * 10.75e-6 / (BUDGET * 100e-6)) == 11  # no light step measured yet
     s.took(None, 100.75e-6, 0.75e-6)  # a light step: 0.75 us of its own
     s.took(10e-6, 110.75e-6, 0.75e-6)
-    # on average over k steps: 1.5 us + (21.5 - 1.5) / k within 3 us, as counted
-    assert s.k == math.ceil(UNSEEN * (10.75e-6 - 0.75e-6) / (BUDGET * 100e-6 - UNSEEN * 0.75e-6)) == 14
+    # on average over k steps: 1.5 us + (32.25 - 1.5) / k within 3 us, as counted
+    assert s.k == math.ceil((UNSEEN_FULL * 10.75e-6 - UNSEEN * 0.75e-6) / (BUDGET * 100e-6 - UNSEEN * 0.75e-6)) == 21
     heavy = NormSampler()
     heavy.took(None, 105e-6, 5e-6)  # the light steps' own 10 us counted are past the 3 us budget already
     heavy.took(9.75e-6, 114.75e-6, 5e-6)
-    assert heavy.k == math.ceil(UNSEEN * 9.75e-6 / (FLOOR * 100e-6)) == 20
+    assert heavy.k == math.ceil((UNSEEN_FULL * 14.75e-6 - UNSEEN * 5e-6) / (FLOOR * 100e-6)) == 35
     big = NormSampler()
     big.took(15e-6, 50.05e-3, 35e-6)
     assert big.k == 1  # against a 50 ms step the norms and the rest fit: every step

@@ -19,8 +19,11 @@ NOTE [Sampled norms]
     batches' cost a row (`LightRows.joined` in light_rows.py: one batch slowed by a collection of the garbage
     collector once counted for every light step timed in it, and took k to 1). While k is 1, one step in
     `PROBE` (64) is light anyway, and timed: a light cost measured too high cannot keep every step full for
-    good (a light step does less than a full one). Each cost counts `UNSEEN` (2) times what the
-    monitor's clock measured: measured on the loop, its code costs about twice its own time. (Until this
+    good (a light step does less than a full one). Each light cost counts `UNSEEN` (2) times what the
+    monitor's clock measured: measured on the loop, its code costs about twice its own time; a full step's counts
+    `UNSEEN_FULL` (3) times: its code runs once in hundreds of steps on a small loop, colder still (monitors with
+    and without norms, interleaved: a full step of the regression program, W6, cost the loop about 1 ms where
+    its clock measured about 0.33 ms, and the 1% floor cost 1.4-1.6% on W1 and W6 at twice). (Until this
     release every step was full and only the norms were spread: a full step without norms of the 3-20-30-2
     MLP cost about 100 µs of its 0.26 ms.)
     The first `WARMUP` steps are full (what is measured), and so is every traced step (a trigger traces the
@@ -50,6 +53,7 @@ K_MAX = 1000
 # loop's calls and slows theirs (a light step of the 3-20-30-2 MLP measured 19-22 µs and cost the loop 40-45 µs; at
 # k = 3 the actor-critic program's measured 3% cost it 4-8% in six runs)
 UNSEEN = 2.0
+UNSEEN_FULL = 3.0  # the same for a full step's cost: its code runs colder (the NOTE)
 TIMED = 4  # a light step in this many is timed for the sampler (the light steps' costs barely move)
 PROBE = 64  # while every step takes the norms (k 1, chosen), one step in this many is light, and timed
 
@@ -133,7 +137,7 @@ class NormSampler:
         if loop_s <= 0:
             return False
         if norm_s is not None:  # a full step's whole cost (NOTE [Light steps] in light.py)
-            self.costs.append(UNSEEN * (norm_s + own_s))
+            self.costs.append(UNSEEN_FULL * (norm_s + own_s))
         else:
             self.owns.append(UNSEEN * own_s)
         self.times.append(loop_s)
