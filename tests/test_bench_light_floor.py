@@ -1,5 +1,6 @@
 """bench/light_floor.py: its C++ block reads each loss of the step, bit for bit what the loop's loss holds, and
-leaves `Tensor.backward` as it found it; the benchmark prints a ratio for each mode."""
+leaves `Tensor.backward` as it found it; the benchmark prints a ratio for each mode. bench/light_phases.py times
+each phase of light and plain steps."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from bench import light_floor
+from bench import light_floor, light_phases
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +48,24 @@ def test_the_benchmark_prints_a_ratio_for_each_mode(built: tuple[Path, Any],
     row = capsys.readouterr().out.splitlines()[-1]
     assert row.startswith("W6")
     assert len(re.findall(r"\d+\.\d+x", row)) == len(light_floor.MODES) - 1
+
+
+def test_the_phases_of_light_and_plain_steps_are_timed() -> None:
+    """Every phase of every measured step of each mode is timed, the light steps are light (no norms), and the
+    batches of rows ran and were timed; the phases add up to the whole step."""
+    ph = light_phases.Phases("W6")
+    try:
+        ph.run("monitor", 100, keep=False)
+        ph.run("monitor", 64)
+        ph.run("plain", 64)
+        rows = ph.tr.history
+    finally:
+        ph.tr.close()
+    for mode in ("monitor", "plain"):
+        t = ph.times[mode]
+        assert all(len(t[p]) == 64 for p in light_phases.PHASES)
+        assert all(sum(t[p][k] for p in light_phases.PHASES[:-1]) <= t["whole"][k] for k in range(64))
+    assert ph.drained > 0 and [r["step"] for r in rows] == list(range(1, 165))
+    assert not any(r["norms"] for r in rows[100:164])
+    med, per_step = light_phases.measure("W6", 2, 20, warm=40)
+    assert set(med) == {"monitor", "plain"} and per_step >= 0 and med["plain"]["whole"] > 0
