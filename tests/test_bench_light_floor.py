@@ -50,22 +50,27 @@ def test_the_benchmark_prints_a_ratio_for_each_mode(built: tuple[Path, Any],
     assert len(re.findall(r"\d+\.\d+x", row)) == len(light_floor.MODES) - 1
 
 
-def test_the_phases_of_light_and_plain_steps_are_timed() -> None:
-    """Every phase of every measured step of each mode is timed, the light steps are light (no norms), and the
-    batches of rows ran and were timed; the phases add up to the whole step."""
-    ph = light_phases.Phases("W6")
+def test_the_phases_of_light_plain_and_floor_steps_are_timed(built: tuple[Path, Any]) -> None:
+    """Every phase of every measured step of each mode is timed, the light steps are light (no norms) and read
+    their losses, also after the floor's block had its own wrapper of `Tensor.backward` in place; the batches of rows
+    ran and were timed; the phases add up to the whole step."""
+    ph = light_phases.Phases("W6", built[1])
     try:
         ph.run("monitor", 100, keep=False)
+        front = torch.Tensor.backward
+        ph.run("floor", 64)
+        assert torch.Tensor.backward is front  # (the monitor's own, as its steps left it)
         ph.run("monitor", 64)
         ph.run("plain", 64)
         rows = ph.tr.history
     finally:
         ph.tr.close()
-    for mode in ("monitor", "plain"):
+    for mode in ("monitor", "plain", "floor"):
         t = ph.times[mode]
         assert all(len(t[p]) == 64 for p in light_phases.PHASES)
         assert all(sum(t[p][k] for p in light_phases.PHASES[:-1]) <= t["whole"][k] for k in range(64))
-    assert ph.drained > 0 and [r["step"] for r in rows] == list(range(1, 165))
-    assert not any(r["norms"] for r in rows[100:164])
+    assert ph.block.losses and ph.drained > 0
+    assert [r["step"] for r in rows] == list(range(1, 101)) + list(range(165, 229))
+    assert not any(r["norms"] for r in rows[100:]) and all(len(r["losses"]) == 1 for r in rows[100:])
     med, per_step = light_phases.measure("W6", 2, 20, warm=40)
     assert set(med) == {"monitor", "plain"} and per_step >= 0 and med["plain"]["whole"] > 0
