@@ -155,7 +155,7 @@ class LightRows:
                         while len(by_pos) <= k:
                             by_pos.append([])
                         by_pos[k].append(v)
-        if loud:  # (the last row's losses are read by the rules as that step's: `Monitor.drain`)
+        if loud and wires:  # (the last row's losses are read by the rules as that step's: `Monitor.drain`)
             for k, v in enumerate(wires[-1]["losses"]):
                 if v is not None:
                     by_pos[k].pop()

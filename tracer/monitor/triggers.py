@@ -143,7 +143,7 @@ class SpikeRule:
         m, r = (n - 1) // 2, self.ratio
         lows = s[m - min(m, adds):m + 1]
         lows.reverse()  # (s[m - c] for c = 0, 1, ...)
-        if lows[-1] >= 0:  # (the usual losses: `_least_floor` of each, inline, in a batch a frame was a fifth of it)
+        if lows[-1] >= 0:  # (the usual losses, none negative: `_least_floor` of each inlined, no call a value)
             a = 1 + r
             return s[m], tuple([(y := min(v * a, QUIET_MAX)) - y * 1e-12 for v in lows])
         return s[m], tuple([_least_floor(v, r) for v in lows])
