@@ -78,34 +78,31 @@ class Phases:
             torch.Tensor.backward = held  # type: ignore[method-assign]
 
     def _run(self, mode: str, n: int, keep: bool) -> None:
-        pc, wl, model, batch, opt = time.perf_counter, self.wl, self.model, self.batch, self.opt
-        out = self.times[mode]
+        pc, out = time.perf_counter, self.times[mode]
         for _ in range(n):
             self.i += 1
             t0 = pc()
             if mode == "plain":
-                t1 = pc()
-                loss = wl.loss(model, batch)
-                t2 = pc()
-                loss.backward()
-                t3 = pc()
-                opt.step()
-                opt.zero_grad()
-                t4 = pc()
+                t1, t2, t3, t4 = self._body()
             else:
                 with (self.tr.step(self.i) if mode == "monitor" else self.block):
-                    t1 = pc()
-                    loss = wl.loss(model, batch)
-                    t2 = pc()
-                    loss.backward()
-                    t3 = pc()
-                    opt.step()
-                    opt.zero_grad()
-                    t4 = pc()
+                    t1, t2, t3, t4 = self._body()
             t5 = pc()
             if keep:
                 for p, v in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)):
                     out[p].append(v)
+
+    def _body(self) -> tuple[float, float, float, float]:
+        """The loop's step, the times before its forward, backward and optimizer step, and after."""
+        pc = time.perf_counter
+        t1 = pc()
+        loss = self.wl.loss(self.model, self.batch)
+        t2 = pc()
+        loss.backward()
+        t3 = pc()
+        self.opt.step()
+        self.opt.zero_grad()
+        return t1, t2, t3, pc()
 
 
 def measure(key: str, rounds: int, steps: int, warm: int = KEEP_ROWS + 500,
