@@ -58,8 +58,9 @@ def test_the_phases_of_light_plain_and_floor_steps_are_timed(built: tuple[Path, 
     try:
         ph.run("monitor", 100, keep=False)
         front = torch.Tensor.backward
+        assert type(front).__name__ == "BackwardFront"  # (the monitor's own, as its steps left it)
         ph.run("floor", 64)
-        assert torch.Tensor.backward is front  # (the monitor's own, as its steps left it)
+        assert torch.Tensor.backward is front
         ph.run("monitor", 64)
         ph.run("plain", 64)
         rows = ph.tr.history
