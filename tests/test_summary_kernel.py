@@ -7,8 +7,10 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
+from typing import Any
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -94,6 +96,22 @@ def test_every_instruction_set_build_gives_the_known_values() -> None:
             rows = [blocks[i:i + 5] for i in range(0, 37, 5)]
             means = [r[:, j:j + 7].mean().item() for r in rows for j in range(0, 53, 7)]
             assert thumb == pytest.approx(means, rel=1e-5, nan_ok=True), path.name
+
+
+@pytest.mark.parametrize(("shape", "pick", "count"), [((64, 128), lambda x: x[:, 0::2] + x[:, 1::2], 2),
+                                                      ((128, 64), lambda x: x[0::2] + x[1::2], 2)],
+                         ids=["1x2", "2x1"])
+def test_block_means_are_the_float_quotients_bit_for_bit(shape: tuple[int, int], pick: Any, count: int) -> None:
+    """A block of a power-of-two count is divided by multiplying with its exact reciprocal (_fastsum_thumb.h): each
+    cell is still the float32 sum divided by the count in float32, bit for bit, subnormal cells included. A block
+    of two elements has one float32 sum, whatever the order, so the cells are known here."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(*shape, generator=g) * torch.logspace(-40, 15, shape[1])  # subnormal to large cells
+    want = (pick(x).numpy() / np.float32(count)).astype(np.float32).reshape(-1)
+    for path in _builds():
+        _stats, thumb = _kernel_run(_native._load(path), x, 64)
+        got = np.array(thumb, np.float32)
+        assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), path.name
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 4096 + 1000, 3 * 4096])
