@@ -7,8 +7,8 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
