@@ -27,6 +27,7 @@ NOTE [Slot order]
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping, MutableSequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ class BackwardPass:
     index: int
     api: str  # "Tensor.backward" | "autograd.backward" | "autograd.grad"
     roots: list[int]
-    root_grads: list[TensorTrace | None]
+    root_grads: MutableSequence[TensorTrace | None]
     retain_graph: bool = False
     create_graph: bool = False
     start: int = 0  # index into StepTrace.execution
@@ -230,7 +231,7 @@ class OptimizerStep:
     skipped: bool = False
     grad_norm: float | None = None
     grad_norm_before_clip: float | None = None
-    grads: dict[str, TensorTrace] = field(default_factory=dict, compare=False, repr=False)
+    grads: MutableMapping[str, TensorTrace] = field(default_factory=dict, compare=False, repr=False)
 
 
 def fill(st: StepTrace, **fields: Any) -> None:
@@ -267,7 +268,7 @@ class StepTrace:
     nodes: list[NodeTrace] = field(default_factory=list)
     edges: list[tuple[int, int, int]] = field(default_factory=list)
     modules: dict[str, ModuleTrace] = field(default_factory=dict)
-    params: dict[str, TensorTrace] = field(default_factory=dict)
+    params: MutableMapping[str, TensorTrace] = field(default_factory=dict)
     passes: list[BackwardPass] = field(default_factory=list)
     execution: list[tuple[int, int]] = field(default_factory=list)  # (node id, run index)
     meta: dict[str, Any] = field(default_factory=dict)

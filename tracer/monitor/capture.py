@@ -38,6 +38,7 @@ from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.monitor.superseded import Superseded
 from gradscape.tracer.record.debug.problems import root_values
+from gradscape.tracer.record.lazy_traces import TableTraces
 from gradscape.tracer.record.replay import replay_trigger
 from gradscape.tracer.summary.stats import grad_off
 
@@ -312,22 +313,19 @@ class StepCapture:
         names = self.mon.names
         return self.traced.rec.summarise_used([names[i] for i in idx], grads)
 
-    def stepped_traces(self) -> dict[str, Any]:
+    def stepped_traces(self) -> TableTraces:
         """`st.params` as the loop's updates used them: the gradients clipped in the block (for an update by
         hand), overridden by what each optimizer stepped with (the last step's, for one that stepped twice)."""
         return self.as_traces({**self.params_clipped, **self.params_stepped})
 
-    def as_traces(self, summaries: dict[str, Any]) -> dict[str, Any]:
-        """`summaries` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`)."""
+    def as_traces(self, summaries: dict[str, Any]) -> TableTraces:
+        """`summaries` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`): each row of
+        the tables made one when read (NOTE [Traces made when read] in tracer/record/lazy_traces.py)."""
         native = self.traced.rec.native if self.traced is not None else None
         table = native.tables.tensors if native is not None and native.tables is not None else None
-        out: dict[str, Any] = {}
-        for name, v in summaries.items():
-            if not isinstance(v, int):
-                out[name] = v
-            elif table is not None:
-                out[name] = table.get(v)
-        return out
+        if table is None:
+            summaries = {name: v for name, v in summaries.items() if not isinstance(v, int)}
+        return TableTraces(table, summaries)
 
     def _stepped(self, opt: Any) -> tuple[list[int], list[torch.Tensor]]:
         """The indices and gradients of the optimizer's parameters that have one, in its order."""

@@ -31,6 +31,7 @@ The native recorder's step (NOTE [Native recorder] in native.py), by room:
     native_build  building the extension from csrc/ (the C++ sources) against the installed torch
     tensor_table  its gradient summaries (`TensorTable`), and arena_compact, a kept step's arena cut down
     lazy_tuples   `st.execution` and `st.edges` kept as columns until read
+    lazy_traces   `st.params`, each optimizer step's gradients and the roots' kept as its rows until read
     thumb_stacks  its thumbnails gathered by shape for the store
     wire_columns  the step as the column document (what the store keeps, the socket sends and the page reads)
 """

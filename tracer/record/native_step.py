@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from gradscape.tracer import _compat
-from gradscape.tracer._model import BackwardPass, TensorTrace
+from gradscape.tracer._model import BackwardPass
+from gradscape.tracer.record.lazy_traces import TableList
 from gradscape.tracer.record.lazy_tuples import LazyTuples
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.native import KINDS, NativeGraph, dtype_names, names, relu_codes
@@ -104,8 +105,10 @@ class NativeStep:
         tables.relu_slots = g.rec.first_slots(relu_codes())
         self.tables = tables
         nodes = LazyNodes(tables)
-        for bp, rid, nr in self._roots:
-            bp.root_grads.append(_root_grad(tables, rid, nr, bp.index))
+        for bp, rid, nr in self._roots:  # (rows of the tensor table, made `TensorTrace`s when read)
+            if type(bp.root_grads) is not TableList:
+                bp.root_grads = TableList(tensors, bp.root_grads)
+            bp.root_grads.add_row(_root_row(tables, rid, nr, bp.index))
         # the edges and the execution order as columns, made into tuples when read (NOTE [Lazy columns])
         return nodes, LazyTuples(*_edges(g, cache)), LazyTuples(runs["node"], np.frombuffer(ks_b, np.int64))
 
@@ -170,8 +173,8 @@ def _edges(g: NativeGraph, cache: StructureCache) -> tuple[np.ndarray, np.ndarra
     return edges  # type: ignore[no-any-return]
 
 
-def _root_grad(tables: StepTables, rid: int, nr: int, pass_index: int) -> TensorTrace | None:
-    """The gradient root `rid`'s output `nr` got in pass `pass_index` (its run's slot: no other made)."""
+def _root_row(tables: StepTables, rid: int, nr: int, pass_index: int) -> int | None:
+    """The tensor-table row of the gradient root `rid`'s output `nr` got in pass `pass_index` (its run's slot)."""
     runs = tables.runs
     for pos in tables.node_runs(rid).tolist():
         r = runs[pos]
@@ -179,6 +182,6 @@ def _root_grad(tables: StepTables, rid: int, nr: int, pass_index: int) -> Tensor
             if nr >= int(r["go_n"]):
                 return None
             s = int(tables.slots[int(r["go_off"]) + nr])
-            return None if s < 0 else tables.tensors.get(s)
+            return None if s < 0 else s
     return None
 

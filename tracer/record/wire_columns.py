@@ -149,6 +149,16 @@ def _tensor_columns(tt: TensorTable, order: np.ndarray, objects: dict[int, Any])
 _NONE: TensorNumpy = (None, None)
 
 
+def _made_when_read(st: StepTrace) -> None:
+    """The parameters' and roots' `TensorTrace`s made from their rows now (NOTE [Traces made when read] in
+    lazy_traces.py), so that the rows made into one are known before the fields are numbered."""
+    for _ in st.params.values():
+        pass
+    for p in st.passes:
+        for _ in p.root_grads:
+            pass
+
+
 @collector_paused()  # NOTE [Collector paused] in tracer/collector.py
 def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stacks]:
     """The step's document fields with `columns` in place of `nodes`, `edges` and `tensors`, every tensor's
@@ -164,6 +174,7 @@ def column_parts(st: StepTrace) -> tuple[dict[str, Any], list[TensorNumpy], Stac
     order = _first_met(t)
     at = np.full(len(tt) + 1, -1, np.int64)  # row -> its number (the last: a slot without a tensor)
     at[order] = np.arange(len(order))
+    _made_when_read(st)
     objects = _object_rows(tt)
     tab = WireTensors(apart=True, base=len(order),
                       known={id(o): int(at[k]) for k, o in objects.items() if at[k] >= 0})

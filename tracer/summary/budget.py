@@ -23,6 +23,7 @@ NOTE [Thumbnail budget]
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -35,12 +36,11 @@ DEFAULT_BUDGET = 8 << 20  # bytes (8-bit cells) a step; a 940-node GPT step keep
 def _tensors(st: StepTrace, table: Any = None) -> list[TensorTrace]:
     """Every distinct tensor of the step that has a thumbnail, each once; with the step's `table`, only
     those outside it."""
-    skip = table.held() if table is not None else set()
     seen: dict[int, TensorTrace] = {}
 
-    def add(ts: list[TensorTrace | None] | None) -> None:
+    def add(ts: Iterable[TensorTrace | None] | None) -> None:
         for t in ts or ():
-            if t is not None and t.thumb is not None and id(t) not in skip:
+            if t is not None and t.thumb is not None:
                 seen.setdefault(id(t), t)
 
     if table is None:
@@ -58,10 +58,12 @@ def _tensors(st: StepTrace, table: Any = None) -> list[TensorTrace]:
             for c in m.calls:
                 add(c.grad_input)
                 add(c.grad_output)
-    add(list(st.params.values()))
+    add(st.params.values())
     for p in st.passes:
         add(p.root_grads)
-    return list(seen.values())
+    # (the table's after the rest is read: an entry made from one of its rows when read is the table's)
+    skip = table.held() if table is not None else set()
+    return [t for k, t in seen.items() if k not in skip]
 
 
 def _norm(t: TensorTrace) -> float:

@@ -4,7 +4,7 @@ back (`pack`, `unpack`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
@@ -55,7 +55,7 @@ class TensorTable:
     def refs(self, ts: list[TensorTrace | None] | None) -> TensorRefs | None:
         return None if ts is None else self.refs_all(ts)
 
-    def refs_all(self, ts: list[TensorTrace | None]) -> TensorRefs:
+    def refs_all(self, ts: Sequence[TensorTrace | None]) -> TensorRefs:
         index, ref = self._index, self.ref
         return [None if t is None else index[id(t)] if id(t) in index else ref(t) for t in ts]
 
