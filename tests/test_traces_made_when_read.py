@@ -81,7 +81,7 @@ def test_nothing_is_made_before_it_is_read_and_what_is_read_is_what_was_used() -
         _close(got[name], g)
     for o, u in zip(st.optimizer_steps, used):
         assert sorted(o.grads) == sorted(u)
-        for name, g in u.items():
+        for name in u:
             assert o.grads[name] is got[name]  # one row, one object
     for p, seed in zip(st.passes, roots):
         [root] = p.root_grads
