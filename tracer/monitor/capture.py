@@ -7,7 +7,8 @@ NOTE [Norms before and after clipping]
     not where the next backward is known to supersede them: NOTE [Superseded norms] in superseded.py);
     GradScaler's unscale takes them again for the gradients it unscaled. These are the norms "as the
     backward left them" (unscaled). When an optimizer steps, its gradients' norms are taken once more:
-    those it steps with (after clipping). Each total is `vector_norm(stack(norms))` over the optimizer's
+    those it steps with (after clipping; on a traced step from their summaries: NOTE [Stepped norms read
+    from the summaries] in stepped.py). Each total is `vector_norm(stack(norms))` over the optimizer's
     parameters in its order, the very computation of `clip_grad_norm_`, so `grad_norm_before_clip`
     equals what it returned when the loop clipped the same parameters. Nothing is read to the host
     here (NOTE [No sync on CUDA] in `lazy.py`).
@@ -33,9 +34,10 @@ from typing import Any
 import torch
 
 from gradscape.tracer import _compat
-from gradscape.tracer.monitor.grad_norms import gather, norms_of, set_grads
+from gradscape.tracer.monitor.grad_norms import norms_of, set_grads
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
+from gradscape.tracer.monitor.stepped import before_of, norms_stepped, stepped_grads
 from gradscape.tracer.monitor.superseded import Superseded
 from gradscape.tracer.record.debug.problems import root_values
 from gradscape.tracer.record.lazy_traces import TableTraces
@@ -58,7 +60,8 @@ class OptRecord:
     stepped: bool = False
     before: torch.Tensor | None = None  # per-parameter norms before clipping, unscaled (1-d)
     total_before: torch.Tensor | None = None
-    total_after: torch.Tensor | None = None
+    # a float where it is the summary kernel's (NOTE [Stepped norms read from the summaries] in stepped.py)
+    total_after: torch.Tensor | float | None = None
     # traced steps: name → summary of what this step used (a `TensorTrace`, or a row of the native tables)
     summaries: dict[str, Any] = field(default_factory=dict)
 
@@ -266,21 +269,7 @@ class StepCapture:
         if not self.norms:
             return
         with self.clock:
-            self._norms_stepped(rec, opt)
-
-    def _norms_stepped(self, rec: OptRecord, opt: Any) -> None:
-        rec.idx, grads = self._stepped(opt)
-        if not grads:
-            return
-        after = norms_of(grads)
-        before = self._before_of(rec.idx, after)
-        with grad_off():
-            rec.total_after = torch.linalg.vector_norm(after)
-            rec.total_before = torch.linalg.vector_norm(before)
-            if self.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
-                rec.summaries = self._summarise(rec.idx, grads)
-                self.params_stepped.update(rec.summaries)
-        rec.before = before
+            norms_stepped(self, rec, opt)  # NOTE [Stepped norms read from the summaries] in stepped.py
 
     # ------------------------------------------------------------------ clipping
     def on_clip(self, api: str, params: list[Any]) -> None:
@@ -327,34 +316,6 @@ class StepCapture:
             summaries = {name: v for name, v in summaries.items() if not isinstance(v, int)}
         return TableTraces(table, summaries)
 
-    def _stepped(self, opt: Any) -> tuple[list[int], list[torch.Tensor]]:
-        """The indices and gradients of the optimizer's parameters that have one, in its order."""
-        mon, index = self.mon, self.mon._index
-        idx: list[int] = []
-        grads: list[torch.Tensor] = []
-        for gi, group in enumerate(opt.param_groups):
-            for k, p in enumerate(group["params"]):
-                g = p.grad
-                if g is not None:
-                    i = index.get(id(p))
-                    idx.append(mon.index_of(p, opt, gi, k) if i is None else i)
-                    grads.append(g)
-        return idx, grads
-
-    def _before_of(self, idx: list[int], fallback: torch.Tensor) -> torch.Tensor:
-        """The optimizer's per-parameter norms as the backward left them, from the snapshots."""
-        if len(self.snaps) == 1 and self.snaps[0][0] == idx:  # one snapshot of exactly its parameters
-            return self.snaps[0][1]
-        before = self.before_map()
-        snaps = [before.get(i) for i in idx]
-        found = [snap for snap in snaps if snap is not None]
-        if found and len(found) == len(snaps):
-            vec = found[0][0]
-            if all(snap[0] is vec for snap in found):
-                # one snapshot holds them all: one gather, not one op per parameter
-                return gather(vec, [snap[1] for snap in found])
-        return torch.stack([fallback[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(snaps)])
-
     # ------------------------------------------------------------------ the end
     def release(self) -> None:
         """Drop what refers back here (the installed hooks, the trace): the block is over."""
@@ -385,10 +346,10 @@ class StepCapture:
                     self.norms = True
                     for idx, grads in self.unscaled:
                         self._snapshot(idx, grads)
-                r.idx = self._stepped(opt)[0]
+                r.idx = stepped_grads(self.mon, opt)[0]
                 before = self.before_map()
                 if r.idx and all(i in before for i in r.idx):
-                    r.before = self._before_of(r.idx, torch.empty(0))
+                    r.before = before_of(self, r.idx, None)  # (each in a snapshot: no fallback)
                     with torch.no_grad():
                         r.total_before = torch.linalg.vector_norm(r.before)
             kept.append(r)

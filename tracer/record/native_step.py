@@ -122,6 +122,10 @@ class NativeStep:
         (`tables.tensors`, made at `assemble`), or -1 where none was made."""
         return self.graph.rec.summarise(grads)  # type: ignore[no-any-return]
 
+    def row_norms(self, rows: list[int]) -> list[float | None]:
+        """Each summary row's L2 norm from the kernel's statistics, as torch's norm gives it (None: Python made it)."""
+        return self.graph.rec.row_norms(rows)  # type: ignore[no-any-return]
+
     def release(self) -> None:
         self.graph.release()
 

@@ -194,6 +194,48 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
                        evicted);
 }
 
+// row_norms(rows) -> [norm or None]: each kernel summary's L2 norm as `torch.linalg.vector_norm` gives it (NaN where
+// it counted a NaN, inf where an Inf: the kernel's sums leave them out), None for a summary Python made or no row
+// (what an optimizer stepped with, on a traced step: NOTE [Stepped norms read from the summaries] in
+// tracer/monitor/stepped.py)
+PyObject* rec_row_norms(PyObject* self, PyObject* arg) {
+  PyObject* seq = PySequence_Fast(arg, "row_norms: expected a sequence of summary rows");
+  if (seq == nullptr) return nullptr;
+  Recorder* r = R(self);
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) {
+    Py_DECREF(seq);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(r->mu);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long row = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (row == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyObject* norm = nullptr;
+    if (row >= 0 && static_cast<size_t>(row) < r->summs.size()) {
+      const Summ& s = r->summs[row];
+      if (s.plan >= 0 && s.chunk >= 0 && static_cast<size_t>(s.chunk) < r->chunks.size()) {
+        const double* a = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk])) + s.off;
+        // (min, max, sum, sumsq, nonzero, nan, inf, n)
+        double v = a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : a[7] <= 0 ? 0.0 : std::sqrt(std::max(a[3], 0.0));
+        norm = PyFloat_FromDouble(v);
+      }
+    }
+    if (norm == nullptr) {
+      Py_INCREF(Py_None);
+      norm = Py_None;
+    }
+    PyList_SET_ITEM(out, i, norm);
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
 // arrival_rows(runs) -> [(row, norm, nonfinite)]: for each run position, the summary row of what arrived in its slot 0
 // (-1: none), that summary's L2 norm as `stats_from_raw` makes it and whether it counted a NaN or an Inf (None and
 // False for a summary Python made, or no row): what the problem finder reads of a parameter's arrival (NOTE

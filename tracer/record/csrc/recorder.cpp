@@ -226,6 +226,7 @@ PyMethodDef rec_methods[] = {
     {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
     {"arrival_rows", rec_arrival_rows, METH_O, "arrival_rows(runs) -> [(row, norm or None, nonfinite)]"},
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
+    {"row_norms", rec_row_norms, METH_O, "row_norms(rows) -> [L2 norm, or None where Python summarised]"},
     {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
     {"release", rec_release, METH_NOARGS, "remove the hooks, let go of the graph and of what was recorded (read by now)"},

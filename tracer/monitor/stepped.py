@@ -1,0 +1,93 @@
+"""What an optimizer stepped with, as the monitor reads it in the step's post-hook: the gradients, their norms
+before clipping (from the snapshots) and after, and on a traced step their summaries.
+
+NOTE [Stepped norms read from the summaries]
+    On a step without a trace the norms of what an optimizer stepped with are one fused call
+    (`torch._foreach_norm`) and `vector_norm` of their stack, as for the norms before clipping (NOTE [Norms
+    before and after clipping] in capture.py). On a traced step the same gradients are summarised at that
+    moment (NOTE [Parameter gradients] in tracer/record/params.py), and where every summary is the summary
+    kernel's, its sum of squares (accumulated in float64) gives each norm: one extension call
+    (`row_norms`) in place of three torch calls, which cost the 3-20-30-2 MLP's traced step (bench W1) about
+    30 µs and forward-forward's four optimizer steps about 0.1 ms in the loop. Their total is
+    `sqrt(fsum(norm²))`. These are `OptimizerStep.grad_norm` and the row's `grad_norm_clipped` on a traced step:
+    a float64 sum where the fused call sums in the gradient's precision, so the two agree to about 1e-7
+    (float32), not bit for bit. A NaN in a gradient makes its norm NaN, an Inf (and no NaN) inf, as torch's
+    norm does (the kernel's sums leave them out). The norms before clipping stay torch's on every step:
+    `grad_norm_before_clip` equals what `clip_grad_norm_` returned. Where a summary is Python's (a CUDA
+    gradient, a sparse one), the step takes the fused call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gradscape.tracer.monitor.grad_norms import gather, norms_of
+from gradscape.tracer.summary.stats import grad_off
+
+
+def stepped_grads(mon: Any, opt: Any) -> tuple[list[int], list[torch.Tensor]]:
+    """The indices (the monitor's) and gradients of the optimizer's parameters that have one, in its order."""
+    index = mon._index
+    idx: list[int] = []
+    grads: list[torch.Tensor] = []
+    for gi, group in enumerate(opt.param_groups):
+        for k, p in enumerate(group["params"]):
+            g = p.grad
+            if g is not None:
+                i = index.get(id(p))
+                idx.append(mon.index_of(p, opt, gi, k) if i is None else i)
+                grads.append(g)
+    return idx, grads
+
+
+def norms_stepped(cap: Any, rec: Any, opt: Any) -> None:
+    """`rec` (an `OptRecord`) filled with what `opt` stepped with: its parameters, their norms before clipping
+    (`before`, `total_before`), the total after (`total_after`), and on a traced step their summaries."""
+    rec.idx, grads = stepped_grads(cap.mon, opt)
+    if not grads:
+        return
+    after: torch.Tensor | None = None
+    with grad_off():
+        if cap.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
+            rec.summaries = cap._summarise(rec.idx, grads)
+            cap.params_stepped.update(rec.summaries)
+            kernel = _kernel_norms(cap, [rec.summaries[cap.mon.names[i]] for i in rec.idx])
+            if kernel is not None:
+                rec.total_after = math.sqrt(math.fsum(v * v for v in kernel))
+        if rec.total_after is None:
+            after = norms_of(grads)
+            rec.total_after = torch.linalg.vector_norm(after)
+        rec.before = before_of(cap, rec.idx, lambda: after if after is not None else norms_of(grads))
+        rec.total_before = torch.linalg.vector_norm(rec.before)
+
+
+def _kernel_norms(cap: Any, summaries: list[Any]) -> list[float] | None:
+    """Each summary's norm from the kernel's statistics, or None unless every one is a row of the kernel's."""
+    native = cap.traced.rec.native
+    if native is None or not all(isinstance(s, int) and s >= 0 for s in summaries):
+        return None
+    norms = native.row_norms(summaries)
+    return None if any(v is None for v in norms) else norms
+
+
+def before_of(cap: Any, idx: list[int], fallback: Any) -> torch.Tensor:
+    """The optimizer's per-parameter norms as the backward left them, from the snapshots; `fallback()` gives the
+    norms of its gradients now, for a parameter no snapshot holds."""
+    snaps = cap.snaps
+    if len(snaps) == 1 and snaps[0][0] == idx:  # one snapshot of exactly its parameters
+        return snaps[0][1]  # type: ignore[no-any-return]
+    before = cap.before_map()
+    held = [before.get(i) for i in idx]
+    found = [snap for snap in held if snap is not None]
+    if found and len(found) == len(held):
+        vec = found[0][0]
+        if all(snap[0] is vec for snap in found):
+            # one snapshot holds them all: one gather, not one op per parameter
+            return gather(vec, [snap[1] for snap in found])
+    if len(found) == len(held):
+        return torch.stack([snap[0][snap[1]] for snap in found])
+    now = fallback()
+    return torch.stack([now[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(held)])
