@@ -194,45 +194,58 @@ PyObject* rec_tables(PyObject* self, PyObject*) {
                        evicted);
 }
 
+// The ints of sequence `arg` into `out`; false with the error set (`what`: the message for a non-sequence)
+bool read_longs(PyObject* arg, const char* what, std::vector<long>* out) {
+  PyObject* seq = PySequence_Fast(arg, what);
+  if (seq == nullptr) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  out->reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return false;
+    }
+    out->push_back(v);
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+// The raw statistics (min, max, sum, sumsq, nonzero, nan, inf, n) of kernel summary `row`, or nullptr where the
+// kernel did not make it (Python's summary, no row); `r->mu` held
+const double* kernel_stats(const Recorder* r, long row) {
+  if (row < 0 || static_cast<size_t>(row) >= r->summs.size()) return nullptr;
+  const Summ& s = r->summs[row];
+  if (s.plan < 0 || s.chunk < 0 || static_cast<size_t>(s.chunk) >= r->chunks.size()) return nullptr;
+  return reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk])) + s.off;
+}
+
+// The L2 norm of the finite elements, as `stats_from_raw` makes it
+double finite_norm(const double* a) { return a[7] <= 0 ? 0.0 : std::sqrt(std::max(a[3], 0.0)); }
+
+PyObject* float_or_none(const double* a, double v) {
+  if (a != nullptr) return PyFloat_FromDouble(v);
+  Py_INCREF(Py_None);
+  return Py_None;
+}
+
 // row_norms(rows) -> [norm or None]: each kernel summary's L2 norm as `torch.linalg.vector_norm` gives it (NaN where
 // it counted a NaN, inf where an Inf: the kernel's sums leave them out), None for a summary Python made or no row
 // (what an optimizer stepped with, on a traced step: NOTE [Stepped norms read from the summaries] in
 // tracer/monitor/stepped.py)
 PyObject* rec_row_norms(PyObject* self, PyObject* arg) {
-  PyObject* seq = PySequence_Fast(arg, "row_norms: expected a sequence of summary rows");
-  if (seq == nullptr) return nullptr;
+  std::vector<long> rows;
+  if (!read_longs(arg, "row_norms: expected a sequence of summary rows", &rows)) return nullptr;
   Recorder* r = R(self);
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject* out = PyList_New(n);
-  if (out == nullptr) {
-    Py_DECREF(seq);
-    return nullptr;
-  }
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows.size()));
+  if (out == nullptr) return nullptr;
   std::lock_guard<std::mutex> g(r->mu);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    long row = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-    if (row == -1 && PyErr_Occurred()) {
-      Py_DECREF(seq);
-      Py_DECREF(out);
-      return nullptr;
-    }
-    PyObject* norm = nullptr;
-    if (row >= 0 && static_cast<size_t>(row) < r->summs.size()) {
-      const Summ& s = r->summs[row];
-      if (s.plan >= 0 && s.chunk >= 0 && static_cast<size_t>(s.chunk) < r->chunks.size()) {
-        const double* a = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk])) + s.off;
-        // (min, max, sum, sumsq, nonzero, nan, inf, n)
-        double v = a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : a[7] <= 0 ? 0.0 : std::sqrt(std::max(a[3], 0.0));
-        norm = PyFloat_FromDouble(v);
-      }
-    }
-    if (norm == nullptr) {
-      Py_INCREF(Py_None);
-      norm = Py_None;
-    }
-    PyList_SET_ITEM(out, i, norm);
+  for (size_t i = 0; i < rows.size(); i++) {
+    const double* a = kernel_stats(r, rows[i]);
+    double v = a == nullptr ? 0.0 : a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : finite_norm(a);
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), float_or_none(a, v));
   }
-  Py_DECREF(seq);
   return out;
 }
 
@@ -241,64 +254,32 @@ PyObject* rec_row_norms(PyObject* self, PyObject* arg) {
 // False for a summary Python made, or no row): what the problem finder reads of a parameter's arrival (NOTE
 // [Parameter gradients] in tracer/record/params.py)
 PyObject* rec_arrival_rows(PyObject* self, PyObject* arg) {
-  PyObject* seq = PySequence_Fast(arg, "arrival_rows: expected a sequence of run positions");
-  if (seq == nullptr) return nullptr;
+  std::vector<long> positions;
+  if (!read_longs(arg, "arrival_rows: expected a sequence of run positions", &positions)) return nullptr;
   Recorder* r = R(self);
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject* out = PyList_New(n);
-  if (out == nullptr) {
-    Py_DECREF(seq);
-    return nullptr;
-  }
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(positions.size()));
+  if (out == nullptr) return nullptr;
   std::lock_guard<std::mutex> g(r->mu);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    long pos = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-    if (pos == -1 && PyErr_Occurred()) {
-      Py_DECREF(seq);
-      Py_DECREF(out);
-      return nullptr;
-    }
+  for (size_t i = 0; i < positions.size(); i++) {
+    long pos = positions[i];
     int32_t row = -1;
     if (pos >= 0 && static_cast<size_t>(pos) < r->runs.size()) {
       const RunRec& run = r->runs[pos];
       if (run.go_n > 0 && static_cast<size_t>(run.go_off) < r->slots.size()) row = r->slots[run.go_off];
     }
-    PyObject* norm = nullptr;
-    bool nonfinite = false;
-    if (row >= 0 && static_cast<size_t>(row) < r->summs.size()) {
-      const Summ& s = r->summs[row];
-      if (s.plan >= 0 && s.chunk >= 0 && static_cast<size_t>(s.chunk) < r->chunks.size()) {
-        const double* a = reinterpret_cast<const double*>(PyByteArray_AS_STRING(r->chunks[s.chunk])) + s.off;
-        // (min, max, sum, sumsq, nonzero, nan, inf, n)
-        norm = PyFloat_FromDouble(a[7] <= 0 ? 0.0 : std::sqrt(std::max(a[3], 0.0)));
-        nonfinite = a[5] > 0 || a[6] > 0;
-      }
-    }
-    if (norm == nullptr) {
-      Py_INCREF(Py_None);
-      norm = Py_None;
-    }
-    PyList_SET_ITEM(out, i, Py_BuildValue("(iNN)", row, norm, PyBool_FromLong(nonfinite)));
+    const double* a = kernel_stats(r, row);
+    bool nonfinite = a != nullptr && (a[5] > 0 || a[6] > 0);
+    PyObject* norm = float_or_none(a, a == nullptr ? 0.0 : finite_norm(a));
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), Py_BuildValue("(iNN)", row, norm, PyBool_FromLong(nonfinite)));
   }
-  Py_DECREF(seq);
   return out;
 }
 
 // first_slots(name codes) -> [(node, sent row, came row)]: for each node that ran whose name code is one of
 // `codes`, in id order, the summary rows of its first run's grad_inputs[0] and grad_outputs[0], when it has both
 PyObject* rec_first_slots(PyObject* self, PyObject* arg) {
-  PyObject* seq = PySequence_Fast(arg, "first_slots: expected a sequence of name codes");
-  if (seq == nullptr) return nullptr;
-  std::vector<int32_t> codes;
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-    long c = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-    if (c == -1 && PyErr_Occurred()) {
-      Py_DECREF(seq);
-      return nullptr;
-    }
-    codes.push_back(static_cast<int32_t>(c));
-  }
-  Py_DECREF(seq);
+  std::vector<long> codes;
+  if (!read_longs(arg, "first_slots: expected a sequence of name codes", &codes)) return nullptr;
   Recorder* r = R(self);
   std::lock_guard<std::mutex> g(r->mu);
   size_t n = r->name.size();
