@@ -7,8 +7,8 @@ NOTE [Stepped norms read from the summaries]
     before and after clipping] in capture.py). On a traced step the same gradients are summarised at that
     moment (NOTE [Parameter gradients] in tracer/record/params.py), and where every summary is the summary
     kernel's, its sum of squares (accumulated in float64) gives each norm: one extension call
-    (`row_norms`) in place of three torch calls, which cost the 3-20-30-2 MLP's traced step (bench W1) about
-    30 µs and forward-forward's four optimizer steps about 0.1 ms in the loop. Their total is
+    (`row_norms`) in place of three torch calls, which run several times slower between the loop's calls
+    than alone (docs/costs.md has what this saved on small programs' traced steps). Their total is
     `sqrt(fsum(norm²))`. These are `OptimizerStep.grad_norm` and the row's `grad_norm_clipped` on a traced step:
     a float64 sum where the fused call sums in the gradient's precision, so the two agree to about 1e-7
     (float32), not bit for bit. A NaN in a gradient makes its norm NaN, an Inf (and no NaN) inf, as torch's
