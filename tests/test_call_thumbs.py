@@ -95,6 +95,10 @@ def test_both_recorders_record_the_same_accumulated_step() -> None:
     for d in (py, nat):
         d["meta"].pop("recorder")
     assert list(nat["params"]) == ["0.weight", "0.bias", "2.weight", "2.bias"]  # the model's order, both
+    # what SGD stepped with: the native recorder's norm is the float64 sum of its summaries, the Python recorder's the
+    # fused float32 norm (NOTE [Stepped norms read from the summaries] in tracer/monitor/stepped.py)
+    (o_py,), (o_nat,) = py["optimizer_steps"], nat["optimizer_steps"]
+    assert o_nat.pop("grad_norm") == pytest.approx(o_py.pop("grad_norm"), rel=1e-6)
     for key in py:
         assert nat[key] == py[key], f"the recorders differ in {key!r}"
 
