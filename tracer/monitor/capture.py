@@ -302,10 +302,11 @@ class StepCapture:
         names = self.mon.names
         return self.traced.rec.summarise_used([names[i] for i in idx], grads)
 
-    def stepped_traces(self) -> TableTraces:
-        """`st.params` as the loop's updates used them: the gradients clipped in the block (for an update by
-        hand), overridden by what each optimizer stepped with (the last step's, for one that stepped twice)."""
-        return self.as_traces({**self.params_clipped, **self.params_stepped})
+    def stepped_summaries(self) -> dict[str, Any]:
+        """`st.params` as the loop's updates used them, as summaries (`as_traces` makes them traces): the gradients
+        clipped in the block (for an update by hand), overridden by what each optimizer stepped with (the last
+        step's, for one that stepped twice)."""
+        return {**self.params_clipped, **self.params_stepped}
 
     def as_traces(self, summaries: dict[str, Any]) -> TableTraces:
         """`summaries` as `TensorTrace`s, once the traced step's tables are made (`NativeStep.assemble`): each row of

@@ -35,7 +35,6 @@ from gradscape.tracer.monitor.rows import (
 from gradscape.tracer.monitor.sampling import TIMED, NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.record import patched_calls
-from gradscape.tracer.record.lazy_traces import TableTraces
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.params import in_order
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
@@ -194,8 +193,7 @@ class Monitor:
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         # what each optimizer stepped with (NOTE [Parameter gradients] in tracer/record/params.py), in the model's order
         # of its parameters (the recorders differ in which entries the step replaced, and when each was first listed)
-        stepped = cap.stepped_traces()
-        fill(st, params=TableTraces(stepped.table, in_order({**st.params, **stepped.entries()}, self.names)))
+        fill(st, params=cap.as_traces(in_order({**st.params, **cap.stepped_summaries()}, self.names)))
         for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
             o.grads = cap.as_traces(r.summaries)
         fill(st, optimizer_steps=steps)

@@ -33,15 +33,6 @@ class TableTraces(MutableMapping[str, TensorTrace]):
         self._table = table  # the step's `TensorTable` (None: every entry is a `TensorTrace` already)
         self._entries: dict[str, TensorTrace | int] = dict(entries)
 
-    @property
-    def table(self) -> Any:
-        """The tensor table the rows are of (None: none)."""
-        return self._table
-
-    def entries(self) -> dict[str, TensorTrace | int]:
-        """Name → the `TensorTrace`, or the table's row where none is made yet (a copy)."""
-        return dict(self._entries)
-
     def __getitem__(self, name: str) -> TensorTrace:
         v = self._entries[name]
         if isinstance(v, int):
