@@ -10,6 +10,7 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     light_rows.py light steps' rows, joining the history in batches under the rules' quiet bounds (NOTE [Light rows])
     grad_norms.py the norms of a list of gradients, in one fused call
     stepped.py   what an optimizer stepped with: its gradients and their norms
+    arrival_norms.py the norms after a backward read from the arrivals' summaries, on a traced step
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row
     sampling.py  the full steps (the gradient norms) every k-th step, k from the measured cost (NOTE [Sampled norms])

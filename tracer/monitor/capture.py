@@ -34,7 +34,8 @@ from typing import Any
 import torch
 
 from gradscape.tracer import _compat
-from gradscape.tracer.monitor.grad_norms import norms_of, set_grads
+from gradscape.tracer.monitor.arrival_norms import arrival_norms
+from gradscape.tracer.monitor.grad_norms import Norms, norms_of, set_grads, total_of
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.monitor.stepped import before_of, norms_stepped, stepped_grads
@@ -58,8 +59,8 @@ class OptRecord:
     inv_scale: torch.Tensor | None = None
     found_inf: list[torch.Tensor] = field(default_factory=list)
     stepped: bool = False
-    before: torch.Tensor | None = None  # per-parameter norms before clipping, unscaled (1-d)
-    total_before: torch.Tensor | None = None
+    before: Norms | None = None  # per-parameter norms before clipping, unscaled
+    total_before: torch.Tensor | float | None = None
     # a float where it is the summary kernel's (NOTE [Stepped norms read from the summaries] in stepped.py)
     total_after: torch.Tensor | float | None = None
     # traced steps: name → summary of what this step used (a `TensorTrace`, or a row of the native tables)
@@ -84,7 +85,10 @@ class StepCapture:
         self.loss_values: list[float | None] = []  # those read on the CPU as they came (`_check_loss`)
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
-        self.snaps: list[tuple[list[int], torch.Tensor]] = []
+        self.snaps: list[tuple[list[int], Norms]] = []
+        # the latest snapshot when it was read from the arrivals' summaries: (its place in `snaps`, its gradients),
+        # taken again with torch's fused call if a clip comes (NOTE [Norms after a backward from the arrivals])
+        self.soft: tuple[int, list[torch.Tensor]] | None = None
         self.records: list[OptRecord] = []
         # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables);
         # the last step's when one optimizer stepped twice (each step's own: `OptRecord.summaries`)
@@ -127,8 +131,15 @@ class StepCapture:
             with self.own, _compat.DisableTorchFunction(), self.clock:
                 idx, grads = set_grads(self.mon.params)
                 if idx and not self.chain.after_backward(k, idx, grads):
-                    self.snaps.append((idx, norms_of(grads)))
+                    self._after_backward(idx, grads)
         return out
+
+    def _after_backward(self, idx: list[int], grads: list[torch.Tensor]) -> None:
+        """The snapshot of a backward call: read from the arrivals' summaries where it can be (NOTE [Norms after a
+        backward from the arrivals] in arrival_norms.py), else torch's."""
+        read = None if self.mon.clipped else arrival_norms(self, idx, grads)
+        self.soft = None if read is None else (len(self.snaps), grads)
+        self.snaps.append((idx, norms_of(grads) if read is None else read))
 
     def _read_roots(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The backward's roots kept (detached; None: not a scalar), and read and checked on the CPU."""
@@ -167,6 +178,16 @@ class StepCapture:
         if idx:
             self.snaps.append((idx, norms_of(grads)))
 
+    def _harden(self, at: int, grads: list[torch.Tensor]) -> None:
+        """Snapshot `at`, read from summaries, taken again with torch's fused call from its gradients `grads`, as a
+        clip's own norms are (NOTE [Norms after a backward from the arrivals] in arrival_norms.py)."""
+        self.soft = None
+        try:
+            with _compat.DisableTorchFunction(), self.clock:
+                self.snaps[at] = (self.snaps[at][0], norms_of(grads))
+        except Exception as exc:  # the monitor never breaks the loop's clipping
+            log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
+
     def _take_kept(self, kept: tuple[list[int], list[torch.Tensor]] | None) -> None:
         """A snapshot kept after a backward (`self.chain`'s answer), taken now (NOTE [Superseded norms] in
         superseded.py)."""
@@ -177,9 +198,9 @@ class StepCapture:
         except Exception as exc:  # the monitor never breaks the loop (a backward, clip, unscale, optimizer step)
             log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
 
-    def before_map(self) -> dict[int, tuple[torch.Tensor, int]]:
+    def before_map(self) -> dict[int, tuple[Norms, int]]:
         """Parameter index → (the norm vector of its last snapshot, its position there)."""
-        out: dict[int, tuple[torch.Tensor, int]] = {}
+        out: dict[int, tuple[Norms, int]] = {}
         for idx, vec in self.snaps:
             for k, i in enumerate(idx):
                 out[i] = (vec, k)
@@ -239,11 +260,14 @@ class StepCapture:
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
 
-    def before_change(self) -> None:
-        """A clip, GradScaler's unscale or an optimizer step is about to run: a traced step's parameter gradients
-        still to be summarised are summarised now (NOTE [Settled at the step's end] in tracer/record/params.py),
-        and a kept snapshot's norms taken."""
+    def before_change(self, clip: bool = False) -> None:
+        """A clip (`clip`), GradScaler's unscale or an optimizer step is about to run: a traced step's parameter
+        gradients still to be summarised are summarised now (NOTE [Settled at the step's end] in
+        tracer/record/params.py), and a kept snapshot's norms taken; before a clip, the latest snapshot's with
+        torch's fused call if they were read from summaries (NOTE [Norms after a backward from the arrivals])."""
         self._take_kept(self.chain.take())
+        if clip and self.soft is not None:
+            self._harden(*self.soft)
         if self.traced is None:
             return
         try:
@@ -324,6 +348,7 @@ class StepCapture:
         self.traced = None
         self.records = []
         self.snaps = []
+        self.soft = None
         self.clips = []
         self.unscaled = []
         self.params_stepped = {}
@@ -334,8 +359,9 @@ class StepCapture:
         inf/NaN (skipped steps), with their norms as the backward left them."""
         self.installed.remove()
         self._take_kept(self.chain.take())
-        if self.norms:  # what this step's backward calls superseded, for the next step's (NOTE [Superseded norms])
+        if self.norms:  # what this step's backward calls superseded, and whether it clipped, for the next step's
             self.mon.superseded = tuple(self.chain.seen)
+            self.mon.clipped = bool(self.clips)
         kept = []
         for r in self.records:
             if not r.stepped:
@@ -351,7 +377,6 @@ class StepCapture:
                 before = self.before_map()
                 if r.idx and all(i in before for i in r.idx):
                     r.before = before_of(self, r.idx, None)  # (each in a snapshot: no fallback)
-                    with torch.no_grad():
-                        r.total_before = torch.linalg.vector_norm(r.before)
+                    r.total_before = total_of(r.before)
             kept.append(r)
         self.records = kept

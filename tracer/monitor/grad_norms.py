@@ -1,12 +1,19 @@
 """The gradients' norms the monitor takes: the gradients set, one fused call for a list of them (NOTE [Norms
-before and after clipping] in capture.py), and a gather from a norm vector."""
+before and after clipping] in capture.py), a gather from a norm vector, and a vector's total."""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer.summary.stats import grad_off
+
+# a vector of norms: torch's (a 1-d tensor on the gradients' device), or floats read from the native recorder's
+# summaries (NOTE [Norms after a backward from the arrivals] in arrival_norms.py)
+Norms = torch.Tensor | list[float]
 
 
 def norms_of(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -34,13 +41,32 @@ def set_grads(params: list[torch.Tensor]) -> tuple[list[int], list[torch.Tensor]
     return idx, grads
 
 
-def gather(vec: torch.Tensor, pos: list[int]) -> torch.Tensor:
+def gather(vec: Norms, pos: list[int]) -> Norms:
     """`vec[pos]` in one op: `vec` itself when `pos` is all of it, in order; a slice (a view, ~1 µs) when `pos` is
     a run of consecutive positions (one optimizer's parameters in a model's order: a GAN's generator or
-    discriminator); else an index op (~15 µs, with the index tensor it makes)."""
+    discriminator); else an index op (~15 µs, with the index tensor it makes). A list of floats, as a list."""
     if pos and pos == list(range(pos[0], pos[0] + len(pos))):
         return vec if len(pos) == len(vec) else vec[pos[0]:pos[0] + len(pos)]
+    if isinstance(vec, list):
+        return [vec[k] for k in pos]
     return vec[torch.tensor(pos, dtype=torch.long, device=vec.device)]
+
+
+def joined(parts: list[Any]) -> Norms:
+    """Norms picked from several vectors (0-d tensors or floats) as one vector: stacked where every one is torch's,
+    else a list of floats (those read from summaries are on the CPU: reading a tensor's waits for nothing)."""
+    if all(isinstance(v, torch.Tensor) for v in parts):
+        return torch.stack(parts)
+    return [float(v) for v in parts]
+
+
+def total_of(norms: Norms) -> torch.Tensor | float:
+    """The 2-norm of a vector of norms: torch's `vector_norm`, as `clip_grad_norm_` takes it, of a tensor; the square
+    root of the float64 sum of squares of a list of floats."""
+    if isinstance(norms, torch.Tensor):
+        with grad_off():
+            return torch.linalg.vector_norm(norms)
+    return math.sqrt(math.fsum(v * v for v in norms))
 
 
 def _dense(g: torch.Tensor) -> torch.Tensor:

@@ -133,7 +133,7 @@ class LightStep:
         if len(args) > 1 and isinstance(args[1], torch.Tensor):
             self.found_inf.append(args[1])
 
-    def before_change(self) -> None:
+    def before_change(self, clip: bool = False) -> None:
         return None
 
     def on_clip(self, api: str, params: list[Any]) -> None:

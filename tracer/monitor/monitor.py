@@ -58,6 +58,7 @@ class Monitor:
         self.triggers = TriggerState(Triggers.resolve(triggers))
         self.sampler = NormSampler(norms_every)  # which steps take the gradient norms (NOTE [Sampled norms])
         self.superseded: tuple[bool, ...] = ()  # the last step's (NOTE [Superseded norms] in superseded.py)
+        self.clipped = False  # the last full step clipped (NOTE [Norms after a backward from the arrivals])
         self.params: list[Any] = []
         self.names: list[str] = []
         self._index: dict[int, int] = {}  # id of a parameter (held in `params`) → its index

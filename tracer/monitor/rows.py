@@ -11,7 +11,7 @@ import torch
 
 from gradscape.tracer._model import OptimizerStep
 from gradscape.tracer.monitor.capture import StepCapture
-from gradscape.tracer.monitor.grad_norms import gather
+from gradscape.tracer.monitor.grad_norms import Norms, gather
 from gradscape.tracer.monitor.lazy import LazyNumbers
 from gradscape.tracer.wire.history import WireHistoryRow
 
@@ -109,7 +109,7 @@ def filled(blank: WireHistoryRow, step: int, losses: list[float | None], lr: dic
     return row
 
 
-def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:
+def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], Norms]]:
     """Each parameter's norm before clipping, as (param indices, their norms): as its optimizer saw it, else
     the last snapshot."""
     snaps = cap.snaps
@@ -120,7 +120,7 @@ def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], torch.Tensor]]:
         if r.before is not None:
             for k, i in enumerate(r.idx):
                 per[i] = (r.before, k)
-    groups: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
+    groups: dict[int, tuple[Norms, list[int], list[int]]] = {}
     for i, (vec, k) in per.items():
         g = groups.setdefault(id(vec), (vec, [], []))
         g[1].append(i)

@@ -20,12 +20,11 @@ NOTE [Stepped norms read from the summaries]
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from gradscape.tracer.monitor.grad_norms import gather, norms_of
+from gradscape.tracer.monitor.grad_norms import Norms, gather, joined, norms_of, total_of
 from gradscape.tracer.summary.stats import grad_off
 
 
@@ -57,12 +56,12 @@ def norms_stepped(cap: Any, rec: Any, opt: Any) -> None:
             cap.params_stepped.update(rec.summaries)
             kernel = _kernel_norms(cap, [rec.summaries[cap.mon.names[i]] for i in rec.idx])
             if kernel is not None:
-                rec.total_after = math.sqrt(math.fsum(v * v for v in kernel))
+                rec.total_after = total_of(kernel)
         if rec.total_after is None:
             after = norms_of(grads)
-            rec.total_after = torch.linalg.vector_norm(after)
+            rec.total_after = total_of(after)
         rec.before = before_of(cap, rec.idx, lambda: after if after is not None else norms_of(grads))
-        rec.total_before = torch.linalg.vector_norm(rec.before)
+    rec.total_before = total_of(rec.before)
 
 
 def _kernel_norms(cap: Any, summaries: list[Any]) -> list[float] | None:
@@ -74,9 +73,10 @@ def _kernel_norms(cap: Any, summaries: list[Any]) -> list[float] | None:
     return None if any(v is None for v in norms) else norms
 
 
-def before_of(cap: Any, idx: list[int], fallback: Any) -> torch.Tensor:
-    """The optimizer's per-parameter norms as the backward left them, from the snapshots; `fallback()` gives the
-    norms of its gradients now, for a parameter no snapshot holds."""
+def before_of(cap: Any, idx: list[int], fallback: Any) -> Norms:
+    """The optimizer's per-parameter norms as the backward left them, from the snapshots (a tensor, or floats where
+    one was read from summaries: NOTE [Norms after a backward from the arrivals] in arrival_norms.py); `fallback()`
+    gives the norms of its gradients now, for a parameter no snapshot holds."""
     snaps = cap.snaps
     if len(snaps) == 1 and snaps[0][0] == idx:  # one snapshot of exactly its parameters
         return snaps[0][1]  # type: ignore[no-any-return]
@@ -89,6 +89,6 @@ def before_of(cap: Any, idx: list[int], fallback: Any) -> torch.Tensor:
             # one snapshot holds them all: one gather, not one op per parameter
             return gather(vec, [snap[1] for snap in found])
     if len(found) == len(held):
-        return torch.stack([snap[0][snap[1]] for snap in found])
+        return joined([snap[0][snap[1]] for snap in found])
     now = fallback()
-    return torch.stack([now[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(held)])
+    return joined([now[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(held)])

@@ -31,7 +31,7 @@ class Handoff:
             return rec._on_backward(api, func, args, kwargs)
         return func(*args, **kwargs)
 
-    def before_change(self) -> None:
+    def before_change(self, clip: bool = False) -> None:
         return None
 
     def on_unscale(self, args: tuple[Any, ...], opt: Any) -> None:

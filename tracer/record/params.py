@@ -83,12 +83,15 @@ def _dist_initialized() -> bool:
 
 
 class _Arrival:
-    """`st.params[name]` to be: the summary of what arrived in run `pos` of the native recorder."""
+    """`st.params[name]` to be: the summary of what arrived in run `pos` of the native recorder, which is `.grad`
+    (`grad`, weakly held) as of its `version` when the pass ended."""
 
-    __slots__ = ("pos",)
+    __slots__ = ("pos", "grad", "version")
 
-    def __init__(self, pos: int) -> None:
+    def __init__(self, pos: int, g: torch.Tensor) -> None:
         self.pos = pos
+        self.grad = weakref.ref(g)
+        self.version = _version_of(g)
 
 
 class _Row:
@@ -184,7 +187,7 @@ class ParamGradients:
                     self.traces[name] = tr
                     continue
             elif same and (pos := native.same_as_arrival(name, g)) is not None:
-                self.traces[name] = _Arrival(pos)  # its summary, once the step's tables are made (`resolve`)
+                self.traces[name] = _Arrival(pos, g)  # its summary, once the step's tables are made (`resolve`)
                 continue
             self.traces[name] = _PENDING
             pending[name] = (g, _version_of(g))
@@ -226,6 +229,20 @@ class ParamGradients:
                 out.append(held[2])
             else:
                 out.append(None)
+        return out
+
+    def arrivals_unchanged(self, names: list[str], grads: list[torch.Tensor]) -> list[int] | None:
+        """The native recorder's run of the arrival each of `grads` (parameter `names[k]`'s `.grad`) is, unchanged
+        since the pass it arrived in ended (the same tensor, the same version); None unless every one is (the
+        monitor's norms after a backward: NOTE [Norms after a backward from the arrivals] in
+        tracer/monitor/arrival_norms.py)."""
+        traces = self.traces
+        out: list[int] = []
+        for name, g in zip(names, grads):
+            t = traces.get(name)
+            if type(t) is not _Arrival or t.grad() is not g or t.version < 0 or _version_of(g) != t.version:
+                return None
+            out.append(t.pos)
         return out
 
     def resolve(self, native: Any) -> None:

@@ -150,7 +150,7 @@ def _clip_wrapper(original: Any, api: str) -> Any:
             return original(parameters, *args, **kwargs)
         if not isinstance(parameters, torch.Tensor):
             parameters = list(parameters)  # a generator (`model.parameters()`) is read once: by the original
-        caps[-1].before_change()
+        caps[-1].before_change(clip=True)
         out = original(parameters, *args, **kwargs)
         caps[-1].on_clip(api, [parameters] if isinstance(parameters, torch.Tensor) else parameters)
         return out
