@@ -81,7 +81,7 @@ class StepCapture:
         # later by loss)
         self.traced = traced
         self.by_trigger = False  # a loss trigger started the trace inside this block
-        self.losses: list[Any] = []  # detached backward roots (None: not a scalar)
+        self.losses: list[Any] = []  # backward roots: read on the CPU, detached elsewhere (None: not a scalar)
         self.loss_values: list[float | None] = []  # those read on the CPU as they came (`_check_loss`)
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
@@ -142,8 +142,10 @@ class StepCapture:
         self.snaps.append((idx, norms_of(grads) if read is None else read))
 
     def _read_roots(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """The backward's roots kept (detached; None: not a scalar), and read and checked on the CPU."""
-        roots = [t.detach() if t is not None and t.numel() == 1 else None for t in root_values(api, args, kwargs)]
+        """The backward's roots kept (None: not a scalar), and read and checked on the CPU: read at once there (a
+        float), kept detached elsewhere."""
+        roots = [None if t is None or t.numel() != 1 else float(t) if t.is_cpu else t.detach()
+                 for t in root_values(api, args, kwargs)]
         self.losses.extend(roots)
         self._check_loss(roots, len(self.losses) - len(roots))
 
@@ -152,12 +154,9 @@ class StepCapture:
         traces this very backward; on another device the row is read later and the next step is traced."""
         values: list[float | None] = []
         for r in roots:
-            if r is None:
-                values.append(None)
-            elif r.is_cpu:  # `is_cpu`: no device object made
-                values.append(float(r))
-            else:
+            if r is not None and type(r) is not float:  # (on a device: read with the row)
                 return
+            values.append(r)
         if not values:
             return
         self.loss_values.extend(values)  # read already: a row without norms needs nothing else read (`rows.py`)

@@ -238,11 +238,14 @@ class ParamGradients:
         tracer/monitor/arrival_norms.py)."""
         traces = self.traces
         out: list[int] = []
-        for name, g in zip(names, grads):
-            t = traces.get(name)
-            if type(t) is not _Arrival or t.grad() is not g or t.version < 0 or _version_of(g) != t.version:
-                return None
-            out.append(t.pos)
+        try:
+            for name, g in zip(names, grads):
+                t = traces.get(name)
+                if type(t) is not _Arrival or t.grad() is not g or t.version < 0 or g._version != t.version:
+                    return None
+                out.append(t.pos)
+        except RuntimeError:  # (a tensor without a version counter)
+            return None
         return out
 
     def resolve(self, native: Any) -> None:
