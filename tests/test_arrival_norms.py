@@ -8,6 +8,7 @@ place, a NaN) and before a clip."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -150,3 +151,19 @@ def test_a_nan_in_an_arrival_is_torchs_nan() -> None:
     norms = _row_norms(tr, model)
     assert np.isnan(norms[0])  # the kernel's sums leave the NaN out: torch's norm has it
     assert np.array_equal(norms, _torch_norms(left), equal_nan=True)
+
+
+def test_reading_the_loss_warns_nothing() -> None:
+    """The monitor reads a CPU loss that needs grad at once (`float()` of one warns; the monitor's read must not)."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr = gradscape.Tracer(model, every=2, triggers=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(4):  # traced and monitored steps
+            with tr.step(i):
+                opt.zero_grad()
+                loss = model(torch.randn(32, 6)).pow(2).mean()
+                loss.backward()
+                opt.step()
+            assert tr.history[-1]["loss"] == float(loss.detach())

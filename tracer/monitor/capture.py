@@ -144,8 +144,8 @@ class StepCapture:
     def _read_roots(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The backward's roots kept (None: not a scalar), and read and checked on the CPU: read at once there (a
         float), kept detached elsewhere."""
-        roots = [None if t is None or t.numel() != 1 else float(t) if t.is_cpu else t.detach()
-                 for t in root_values(api, args, kwargs)]
+        roots = [None if t is None or t.numel() != 1 else t.item() if t.is_cpu else t.detach()
+                 for t in root_values(api, args, kwargs)]  # (`item`: `float` warns of a tensor that needs grad)
         self.losses.extend(roots)
         self._check_loss(roots, len(self.losses) - len(roots))
 
