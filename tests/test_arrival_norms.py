@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -167,3 +168,18 @@ def test_reading_the_loss_warns_nothing() -> None:
                 loss.backward()
                 opt.step()
             assert tr.history[-1]["loss"] == float(loss.detach())
+
+
+def test_a_snapshot_read_from_summaries_holds_no_gradient() -> None:
+    """What the clip's re-take needs is held weakly: a gradient `zero_grad()` lets go of inside the block is freed."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tr = gradscape.Tracer(model, every=1, triggers=False)
+    for i in range(2):
+        with tr.step(i):
+            opt.zero_grad()
+            _backward(model, torch.randn(32, 6))
+            opt.step()
+            held = [weakref.ref(p.grad) for p in model.parameters()]
+            opt.zero_grad()  # (set to None)
+            assert all(r() is None for r in held)

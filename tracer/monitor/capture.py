@@ -27,6 +27,7 @@ NOTE [Read at the post-hook]
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -86,9 +87,10 @@ class StepCapture:
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
         # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
         self.snaps: list[tuple[list[int], Norms]] = []
-        # the latest snapshot when it was read from the arrivals' summaries: (its place in `snaps`, its gradients),
-        # taken again with torch's fused call if a clip comes (NOTE [Norms after a backward from the arrivals])
-        self.soft: tuple[int, list[torch.Tensor]] | None = None
+        # the latest snapshot when it was read from the arrivals' summaries: (its place in `snaps`, its gradients,
+        # weakly held), taken again with torch's fused call if a clip comes (NOTE [Norms after a backward from the
+        # arrivals])
+        self.soft: tuple[int, list[weakref.ref[torch.Tensor]]] | None = None
         self.records: list[OptRecord] = []
         # traced steps: name → summary of what its optimizer used (a `TensorTrace`, or a row of the native tables);
         # the last step's when one optimizer stepped twice (each step's own: `OptRecord.summaries`)
@@ -138,7 +140,7 @@ class StepCapture:
         """The snapshot of a backward call: read from the arrivals' summaries where it can be (NOTE [Norms after a
         backward from the arrivals] in arrival_norms.py), else torch's."""
         read = None if self.mon.clipped else arrival_norms(self, idx, grads)
-        self.soft = None if read is None else (len(self.snaps), grads)
+        self.soft = None if read is None else (len(self.snaps), [weakref.ref(g) for g in grads])
         self.snaps.append((idx, norms_of(grads) if read is None else read))
 
     def _read_roots(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -177,10 +179,14 @@ class StepCapture:
         if idx:
             self.snaps.append((idx, norms_of(grads)))
 
-    def _harden(self, at: int, grads: list[torch.Tensor]) -> None:
-        """Snapshot `at`, read from summaries, taken again with torch's fused call from its gradients `grads`, as a
-        clip's own norms are (NOTE [Norms after a backward from the arrivals] in arrival_norms.py)."""
+    def _harden(self, at: int, refs: list[weakref.ref[torch.Tensor]]) -> None:
+        """Snapshot `at`, read from summaries, taken again with torch's fused call from its gradients (`refs`), as a
+        clip's own norms are (NOTE [Norms after a backward from the arrivals] in arrival_norms.py); not where one of
+        them is gone (no longer any parameter's `.grad`: no clip reads it)."""
         self.soft = None
+        grads = [g for g in (r() for r in refs) if g is not None]
+        if len(grads) != len(refs):
+            return
         try:
             with _compat.DisableTorchFunction(), self.clock:
                 self.snaps[at] = (self.snaps[at][0], norms_of(grads))
