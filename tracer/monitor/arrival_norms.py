@@ -17,10 +17,11 @@ NOTE [Norms after a backward from the arrivals]
     `grad_norm_before_clip`) are float64 sums, which agree with torch's float32 norms to about 1e-7, as the
     stepped norms do (NOTE [Stepped norms read from the summaries] in stepped.py). But `grad_norm_before_clip`
     stays bit for bit what `clip_grad_norm_` returned: as a clip is about to run, the latest snapshot, if it was
-    read from the summaries, is taken again with the fused call, from its gradients (held weakly until then: one
-    that is no longer any parameter's `.grad` is freed, and no clip reads it) (`StepCapture.before_change`). A loop whose last full step clipped takes the fused call at once, as it would
-    twice otherwise. What it gives up: a gradient that arrived in an earlier backward call of the step and was
-    changed through `.data` (which moves no version counter) before a later call's snapshot is read as it arrived.
+    read from the summaries, is taken again with the fused call from its gradients (`StepCapture.before_change`).
+    Those are held weakly until then: one that is no longer any parameter's `.grad` is freed, and no clip reads it.
+    A loop whose last full step clipped takes the fused call at once, as it would twice otherwise. What it gives
+    up: a gradient that arrived in an earlier backward call of the step and was changed through `.data` (which
+    moves no version counter) before a later call's snapshot is read as it arrived.
 """
 
 from __future__ import annotations
