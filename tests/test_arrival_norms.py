@@ -27,6 +27,13 @@ def _model() -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
 
 
+def _traced(lr: float = 0.01, **opts: object) -> tuple[nn.Module, torch.optim.Optimizer, gradscape.Tracer]:
+    """The MLP, its SGD and a Tracer of it (every step traced unless `opts` say otherwise; no triggers)."""
+    model = _model()
+    tr = gradscape.Tracer(model, **{"every": 1, "triggers": False, **opts})
+    return model, torch.optim.SGD(model.parameters(), lr=lr), tr
+
+
 def _float64_norm(g: torch.Tensor) -> float:
     return math.sqrt(float(g.double().pow(2).sum()))
 
@@ -55,9 +62,7 @@ def _backward(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
 
 
 def test_a_single_backward_reads_its_norms_from_the_arrivals() -> None:
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, every=1, triggers=False)
+    model, opt, tr = _traced()
     for i in range(3):  # (the later steps carried)
         with tr.step(i) as st:
             opt.zero_grad()
@@ -73,9 +78,7 @@ def test_a_single_backward_reads_its_norms_from_the_arrivals() -> None:
 
 
 def test_the_python_recorder_takes_torchs_norms() -> None:
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, every=1, triggers=False, recorder="python")
+    model, opt, tr = _traced(recorder="python")
     with tr.step(0) as st:
         opt.zero_grad()
         left = _backward(model, torch.randn(32, 6))
@@ -85,9 +88,7 @@ def test_the_python_recorder_takes_torchs_norms() -> None:
 
 
 def test_a_clip_still_sees_its_own_total_bit_for_bit() -> None:
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, every=1, triggers=False)
+    model, opt, tr = _traced()
     for i in range(3):  # step 0 reads the arrivals and takes them again at the clip; later steps, torch's at once
         with tr.step(i) as st:
             opt.zero_grad()
@@ -102,9 +103,7 @@ def test_a_clip_still_sees_its_own_total_bit_for_bit() -> None:
 
 
 def test_accumulated_gradients_take_torchs_norms() -> None:
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, every=1, triggers=False)
+    model, opt, tr = _traced()
     for i in range(2):
         with tr.step(i):
             opt.zero_grad()
@@ -140,9 +139,7 @@ def test_an_earlier_calls_arrival_is_read_unless_changed_in_place(changed: bool)
 
 
 def test_a_nan_in_an_arrival_is_torchs_nan() -> None:
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    tr = gradscape.Tracer(model, every=1, triggers=False)
+    model, opt, tr = _traced(0.0)
     x = torch.randn(32, 6)
     x[0, 0] = float("nan")
     with tr.step(0):
@@ -156,9 +153,7 @@ def test_a_nan_in_an_arrival_is_torchs_nan() -> None:
 
 def test_reading_the_loss_warns_nothing() -> None:
     """The monitor reads a CPU loss that needs grad at once (`float()` of one warns; the monitor's read must not)."""
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, every=2, triggers=False)
+    model, opt, tr = _traced(every=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for i in range(4):  # traced and monitored steps
@@ -172,9 +167,7 @@ def test_reading_the_loss_warns_nothing() -> None:
 
 def test_a_snapshot_read_from_summaries_holds_no_gradient() -> None:
     """What the clip's re-take needs is held weakly: a gradient `zero_grad()` lets go of inside the block is freed."""
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    tr = gradscape.Tracer(model, every=1, triggers=False)
+    model, opt, tr = _traced()
     for i in range(2):
         with tr.step(i):
             opt.zero_grad()
