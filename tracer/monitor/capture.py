@@ -185,23 +185,27 @@ class StepCapture:
         them is gone (no longer any parameter's `.grad`: no clip reads it)."""
         self.soft = None
         grads = [g for g in (r() for r in refs) if g is not None]
-        if len(grads) != len(refs):
-            return
-        try:
-            with _compat.DisableTorchFunction(), self.clock:
-                self.snaps[at] = (self.snaps[at][0], norms_of(grads))
-        except Exception as exc:  # the monitor never breaks the loop's clipping
-            log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
+        vec = self._norms_now(grads) if len(grads) == len(refs) else None
+        if vec is not None:
+            self.snaps[at] = (self.snaps[at][0], vec)
 
     def _take_kept(self, kept: tuple[list[int], list[torch.Tensor]] | None) -> None:
         """A snapshot kept after a backward (`self.chain`'s answer), taken now (NOTE [Superseded norms] in
         superseded.py)."""
+        if kept is not None and kept[0]:
+            vec = self._norms_now(kept[1])
+            if vec is not None:
+                self.snaps.append((kept[0], vec))
+
+    def _norms_now(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
+        """torch's fused norms of `grads`, taken now; None where they cannot be (the monitor never breaks the loop:
+        a backward, clip, unscale or optimizer step)."""
         try:
-            if kept is not None:
-                with _compat.DisableTorchFunction(), self.clock:
-                    self._snapshot(*kept)
-        except Exception as exc:  # the monitor never breaks the loop (a backward, clip, unscale, optimizer step)
+            with _compat.DisableTorchFunction(), self.clock:
+                return norms_of(grads)
+        except Exception as exc:
             log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
+            return None
 
     def before_map(self) -> dict[int, tuple[Norms, int]]:
         """Parameter index → (the norm vector of its last snapshot, its position there)."""
