@@ -78,8 +78,11 @@ def before_of(cap: Any, idx: list[int], fallback: Any) -> Norms:
     one was read from summaries: NOTE [Norms after a backward from the arrivals] in arrival_norms.py); `fallback()`
     gives the norms of its gradients now, for a parameter no snapshot holds."""
     snaps = cap.snaps
-    if len(snaps) == 1 and snaps[0][0] == idx:  # one snapshot of exactly its parameters
-        return snaps[0][1]  # type: ignore[no-any-return]
+    if not snaps:
+        return fallback()
+    run = _run_in(snaps[-1], idx)  # the latest snapshot is every one of its parameters' last
+    if run is not None:
+        return run
     before = cap.before_map()
     held = [before.get(i) for i in idx]
     found = [snap for snap in held if snap is not None]
@@ -92,3 +95,18 @@ def before_of(cap: Any, idx: list[int], fallback: Any) -> Norms:
         return joined([snap[0][snap[1]] for snap in found])
     now = fallback()
     return joined([now[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(held)])
+
+
+def _run_in(snap: tuple[list[int], Norms], idx: list[int]) -> Norms | None:
+    """The norms of parameters `idx` where snapshot `snap` holds them as a run, in order (an optimizer's parameters
+    after a backward that reached them, with or without others): the snapshot's vector or a slice of it; else None."""
+    have, vec = snap
+    if not idx:
+        return None
+    if have == idx:
+        return vec
+    try:
+        k = have.index(idx[0])
+    except ValueError:
+        return None
+    return vec[k:k + len(idx)] if have[k:k + len(idx)] == idx else None

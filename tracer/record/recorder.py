@@ -390,6 +390,10 @@ def backward_roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
         if isinstance(t, torch.autograd.graph.GradientEdge):
             roots.append((t.node, t.output_nr))
         elif isinstance(t, torch.Tensor) and t.requires_grad:
-            e = torch.autograd.graph.get_gradient_edge(t)
+            fn = t.grad_fn  # (a result of an op: its edge, without the ownership token `get_gradient_edge` makes)
+            if fn is not None:
+                roots.append((fn, t.output_nr))
+                continue
+            e = torch.autograd.graph.get_gradient_edge(t)  # a leaf: its AccumulateGrad node
             roots.append((e.node, e.output_nr))
     return roots, retain, create

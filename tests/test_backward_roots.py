@@ -1,0 +1,58 @@
+"""The (node, output nr) a backward call starts from (`backward_roots` in tracer/record/recorder.py), against
+torch's own `get_gradient_edge`, for each kind of root: an op's result, one output of several, a leaf, the
+output of a custom `autograd.Function`, and a `GradientEdge` passed as it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.autograd.graph import GradientEdge, get_gradient_edge
+
+from gradscape.tracer.record.recorder import backward_roots
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 2 * g
+
+
+def _edge(t: torch.Tensor) -> tuple[Any, int]:
+    e = get_gradient_edge(t)
+    return e.node, e.output_nr
+
+
+def test_each_kind_of_root_starts_where_torch_says() -> None:
+    leaf = torch.randn(4, 3, requires_grad=True)
+    result = (leaf * 3).sum()
+    first, second = leaf.unbind(0)[1:3]  # outputs 1 and 2 of one node
+    custom = _Twice.apply(leaf)
+    roots = [result, second, leaf, custom, first]
+    got, retain, create = backward_roots("autograd.backward", (roots,), {})
+    assert (retain, create) == (False, False)
+    assert len(got) == len(roots)
+    for (node, nr), t in zip(got, roots):
+        want_node, want_nr = _edge(t)
+        assert node is want_node, t
+        assert nr == want_nr, t
+    assert got[1][1] == 2 and got[4][1] == 1  # (the multi-output node's own output numbers)
+    assert type(got[2][0]).__name__ == "AccumulateGrad"
+
+
+def test_a_gradient_edge_is_taken_as_it_is_and_a_tensor_without_grad_is_left_out() -> None:
+    x = torch.randn(3, requires_grad=True)
+    y = x.exp()
+    edge = GradientEdge(y.grad_fn, 0)
+    got, retain, create = backward_roots("autograd.backward", ([edge, torch.ones(2)],),
+                                         {"retain_graph": True, "create_graph": True})
+    assert got == [(y.grad_fn, 0)]
+    assert (retain, create) == (True, True)
+    s = y.sum()
+    got, retain, create = backward_roots("Tensor.backward", (s, None, None, False), {})
+    assert got == [_edge(s)]
+    assert (retain, create) == (False, False)
