@@ -316,6 +316,8 @@ class StepRecorder:
     def settle_params(self) -> None:
         """Summarise the parameters' gradients kept since their pass (NOTE [Settled at the step's end] in params.py):
         at the step's end, and before what the monitor sees change them in place."""
+        if not self.params.pending:  # (nothing kept: no size to switch)
+            return
         with self.thumbs.first_size(self.native):
             changed = self.params.settle(self.native)
         if changed:
@@ -390,10 +392,9 @@ def backward_roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
         if isinstance(t, torch.autograd.graph.GradientEdge):
             roots.append((t.node, t.output_nr))
         elif isinstance(t, torch.Tensor) and t.requires_grad:
-            fn = t.grad_fn  # (a result of an op: its edge, without the ownership token `get_gradient_edge` makes)
-            if fn is not None:
-                roots.append((fn, t.output_nr))
-                continue
-            e = torch.autograd.graph.get_gradient_edge(t)  # a leaf: its AccumulateGrad node
-            roots.append((e.node, e.output_nr))
+            if t.grad_fn is not None:  # an op's result: its edge (without `get_gradient_edge`'s ownership token)
+                roots.append((t.grad_fn, t.output_nr))
+            else:  # a leaf: its AccumulateGrad node
+                e = torch.autograd.graph.get_gradient_edge(t)
+                roots.append((e.node, e.output_nr))
     return roots, retain, create
