@@ -7,8 +7,9 @@ NOTE [Norms after a backward from the arrivals]
     float64. Where every gradient of the snapshot is such an arrival, still the parameter's `.grad` and unchanged
     since its backward call ended (the same tensor, the same version: `ParamGradients.arrivals_unchanged` in
     tracer/record/params.py), the snapshot's norms are read from those summaries in one extension call
-    (`arrival_rows`), a list of floats, in place of the fused call and its stack. That is every backward call of a
-    step of one backward after `zero_grad()`. Any other snapshot is torch's, as on a step without a trace: one with
+    (`arrival_rows`), a list of floats, in place of the fused call and its stack: for gradients past what the
+    extension's own norms take (NOTE [Native norms] in grad_norms.py, which small CPU gradients take first), that is
+    every backward call of a step of one backward after `zero_grad()`. Any other snapshot is torch's: one with
     a gradient accumulated over several backward calls, left by an earlier step, summarised by Python (a CUDA or a
     sparse gradient, a step the Python recorder records), or holding a NaN or an Inf (the kernel's sums leave them
     out).

@@ -36,7 +36,7 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer.monitor.arrival_norms import arrival_norms
-from gradscape.tracer.monitor.grad_norms import Norms, norms_of, set_grads, total_of
+from gradscape.tracer.monitor.grad_norms import Norms, native_norms, norms_of, quick_norms, set_grads, total_of
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.monitor.stepped import before_of, norms_stepped, stepped_grads
@@ -96,7 +96,7 @@ class StepCapture:
         # the last step's when one optimizer stepped twice (each step's own: `OptRecord.summaries`)
         self.params_stepped: dict[str, Any] = {}
         # the clipped gradients' norms after each `clip_grad_norm_` / `clip_grad_value_` (NOTE [Clipping seen])
-        self.clips: list[tuple[list[int], torch.Tensor]] = []
+        self.clips: list[tuple[list[int], Norms]] = []
         # what GradScaler unscaled, on a step without norms (its norms are taken if the step was skipped)
         self.unscaled: list[tuple[list[int], list[torch.Tensor]]] = []
         self.params_clipped: dict[str, Any] = {}  # traced steps: name → summary of the gradient as clipped
@@ -136,10 +136,17 @@ class StepCapture:
                     self._after_backward(idx, grads)
         return out
 
-    def _after_backward(self, idx: list[int], grads: list[torch.Tensor]) -> None:
-        """The snapshot of a backward call: read from the arrivals' summaries where it can be (NOTE [Norms after a
-        backward from the arrivals] in arrival_norms.py), else torch's."""
-        read = None if self.mon.clipped else arrival_norms(self, idx, grads)
+    def _after_backward(self, idx: list[int], grads: list[torch.Tensor], exact: bool = False) -> None:
+        """The snapshot of `grads` (parameters `idx`, as a backward call left them), taken now: read soft where it
+        can be, from the extension's norms of small CPU gradients (NOTE [Native norms] in grad_norms.py) or else the
+        arrivals' summaries (NOTE [Norms after a backward from the arrivals] in arrival_norms.py), and taken again
+        with torch's fused call before a clip (`before_change`); torch's at once before a clip (`exact`), in a loop
+        that clips, and where neither read applies."""
+        read = None
+        if not (exact or self.mon.clipped):
+            read = native_norms(grads)
+            if read is None:
+                read = arrival_norms(self, idx, grads)
         self.soft = None if read is None else (len(self.snaps), [weakref.ref(g) for g in grads])
         self.snaps.append((idx, norms_of(grads) if read is None else read))
 
@@ -189,17 +196,19 @@ class StepCapture:
         if vec is not None:
             self.snaps[at] = (self.snaps[at][0], vec)
 
-    def _take_kept(self, kept: tuple[list[int], list[torch.Tensor]] | None) -> None:
+    def _take_kept(self, kept: tuple[list[int], list[torch.Tensor]] | None, exact: bool = False) -> None:
         """A snapshot kept after a backward (`self.chain`'s answer), taken now (NOTE [Superseded norms] in
-        superseded.py)."""
+        superseded.py), as `_after_backward` takes one (torch's before a clip: `exact`)."""
         if kept is not None and kept[0]:
-            vec = self._norms_now(kept[1])
-            if vec is not None:
-                self.snaps.append((kept[0], vec))
+            try:
+                with _compat.DisableTorchFunction(), self.clock:
+                    self._after_backward(*kept, exact)
+            except Exception as exc:  # the monitor never breaks the loop (a backward, clip, unscale, optimizer step)
+                log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
 
     def _norms_now(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
-        """torch's fused norms of `grads`, taken now; None where they cannot be (the monitor never breaks the loop:
-        a backward, clip, unscale or optimizer step)."""
+        """torch's fused norms of `grads`, taken now; None where they cannot be (the monitor never breaks the loop's
+        clip)."""
         try:
             with _compat.DisableTorchFunction(), self.clock:
                 return norms_of(grads)
@@ -273,8 +282,8 @@ class StepCapture:
         """A clip (`clip`), GradScaler's unscale or an optimizer step is about to run: a traced step's parameter
         gradients still to be summarised are summarised now (NOTE [Settled at the step's end] in
         tracer/record/params.py), and a kept snapshot's norms taken; before a clip, the latest snapshot's with
-        torch's fused call if they were read from summaries (NOTE [Norms after a backward from the arrivals])."""
-        self._take_kept(self.chain.take())
+        torch's fused call if they were read soft (`_after_backward`), and a kept one's so at once."""
+        self._take_kept(self.chain.take(), exact=clip)
         if clip and self.soft is not None:
             self._harden(*self.soft)
         if self.traced is None:
@@ -323,7 +332,7 @@ class StepCapture:
                     return
                 if self.norms:
                     with self.clock:
-                        self.clips.append((idx, norms_of(grads)))
+                        self.clips.append((idx, quick_norms(grads)))
                 if self.traced is not None:
                     with grad_off():
                         self.params_clipped.update(self._summarise(idx, grads))

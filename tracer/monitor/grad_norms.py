@@ -1,5 +1,21 @@
 """The gradients' norms the monitor takes: the gradients set, one fused call for a list of them (NOTE [Norms
-before and after clipping] in capture.py), a gather from a norm vector, and a vector's total."""
+before and after clipping] in capture.py), or one extension call for small CPU ones (NOTE [Native norms]), a gather
+from a norm vector, and a vector's total.
+
+NOTE [Native norms]
+    On the CPU, torch's fused norms of a few small gradients cost far more than their arithmetic: `_foreach_norm`
+    runs one norm op per gradient there, each through the dispatcher, and `stack` joins them (docs/costs.md has
+    what that costs a monitored step). Where the native recorder is built, `native_norms` asks its extension
+    instead: one call that checks every gradient first (contiguous, on the CPU, float32, bfloat16, float16 or
+    float64, `NATIVE_MOST` elements together at most, past which torch's threads may do better) and then runs the
+    summary kernel over each without a thumbnail. Each norm is the square root of the kernel's sum of squares, in
+    float64: NaN for a gradient with a NaN, inf for one with an Inf and no NaN, as torch's norms give them. They
+    agree with torch's float32 norms to about 1e-7, not bit for bit, so they serve where no exact equality is
+    promised: a backward's snapshot, which a clip takes again with torch's call before it runs
+    (`StepCapture.before_change`: `grad_norm_before_clip` stays what `clip_grad_norm_` returned), the norms an
+    untraced step's optimizer stepped with, and the norms after a clip. Anything else (a CUDA or a sparse
+    gradient, a DTensor shard, a larger model) takes torch's fused call, as before.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +25,7 @@ from typing import Any
 import torch
 
 from gradscape.tracer import _compat
+from gradscape.tracer.record import native
 from gradscape.tracer.summary.stats import grad_off
 
 # a vector of norms: torch's (a 1-d tensor on the gradients' device), or floats read from the native recorder's
@@ -28,6 +45,22 @@ def norms_of(grads: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack(norms)
         except (RuntimeError, TypeError, NotImplementedError):
             return torch.stack([torch.linalg.vector_norm(_dense(g).float()).to(grads[0].device) for g in grads])
+
+
+NATIVE_MOST = 1 << 18  # elements, all the gradients together, that `native_norms` takes (NOTE [Native norms])
+
+
+def native_norms(grads: list[torch.Tensor]) -> list[float] | None:
+    """The 2-norm of each of `grads` from the extension (NOTE [Native norms]), or None where it does not take them
+    all (or is not built)."""
+    ext = native.extension()
+    return None if ext is None else ext.norms(grads, NATIVE_MOST)  # type: ignore[no-any-return]
+
+
+def quick_norms(grads: list[torch.Tensor]) -> Norms:
+    """The 2-norm of each of `grads`: the extension's where it takes them (floats), else torch's fused call."""
+    read = native_norms(grads)
+    return norms_of(grads) if read is None else read
 
 
 def set_grads(params: list[torch.Tensor]) -> tuple[list[int], list[torch.Tensor]]:

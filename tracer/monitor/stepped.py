@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from gradscape.tracer.monitor.grad_norms import Norms, gather, joined, norms_of, total_of
+from gradscape.tracer.monitor.grad_norms import Norms, gather, joined, norms_of, quick_norms, total_of
 from gradscape.tracer.summary.stats import grad_off
 
 
@@ -49,7 +49,7 @@ def norms_stepped(cap: Any, rec: Any, opt: Any) -> None:
     rec.idx, grads = stepped_grads(cap.mon, opt)
     if not grads:
         return
-    after: torch.Tensor | None = None
+    after: Norms | None = None
     with grad_off():
         if cap.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
             rec.summaries = cap._summarise(rec.idx, grads)
@@ -57,8 +57,8 @@ def norms_stepped(cap: Any, rec: Any, opt: Any) -> None:
             kernel = _kernel_norms(cap, [rec.summaries[cap.mon.names[i]] for i in rec.idx])
             if kernel is not None:
                 rec.total_after = total_of(kernel)
-        if rec.total_after is None:
-            after = norms_of(grads)
+        if rec.total_after is None:  # (no exact equality promised: NOTE [Native norms] in grad_norms.py)
+            after = quick_norms(grads)
             rec.total_after = total_of(after)
         rec.before = before_of(cap, rec.idx, lambda: after if after is not None else norms_of(grads))
     rec.total_before = total_of(rec.before)

@@ -295,12 +295,53 @@ PyObject* mod_code(PyObject*, PyObject* arg) {
   return PyLong_FromLong(code_of_name(s));
 }
 
+// norms(tensors, most) -> [the L2 norm of each], or None: the monitor's norms of small CPU gradients in one call
+// (NOTE [Native norms] in tracer/monitor/grad_norms.py), from the summary kernel's statistics without a thumbnail:
+// the sum of squares in float64; NaN where a tensor holds a NaN, inf where it holds an Inf and no NaN, as torch's
+// norm gives them. None where one is not a contiguous CPU tensor of float32, bfloat16, float16 or float64, where
+// they hold more than `most` elements together, or where the kernel could not (a float32 partial sum overflowed).
+PyObject* mod_norms(PyObject*, PyObject* args) {
+  PyObject* arg;
+  long long most;
+  if (!PyArg_ParseTuple(args, "OL", &arg, &most)) return nullptr;
+  PyObject* seq = PySequence_Fast(arg, "norms: expected a sequence of tensors");
+  if (seq == nullptr) return nullptr;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<const at::Tensor*> ts;
+  long long total = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {  // every one taken, and not too many elements, before any is read
+    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    const at::Tensor* t = THPVariable_Check(o) ? &THPVariable_Unpack(o) : nullptr;
+    int k = t != nullptr && t->defined() ? dtype_code(t->scalar_type()) : -1;
+    if (k < 0 || g_kernels[k] == nullptr || !t->device().is_cpu() || t->layout() != c10::kStrided ||
+        !t->is_contiguous() || (total += t->numel()) > most) {
+      Py_DECREF(seq);
+      Py_RETURN_NONE;
+    }
+    ts.push_back(t);
+  }
+  std::vector<double> norms;
+  for (const at::Tensor* t : ts) {
+    int64_t g[7] = {t->numel(), 0, 0, 0, 1, 1, 1};  // (no planes: no thumbnail)
+    double a[8];
+    if (g_kernels[dtype_code(t->scalar_type())](t->const_data_ptr(), g, a) != 0) break;
+    norms.push_back(a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : finite_norm(a));
+  }
+  Py_DECREF(seq);  // (the tensors were the sequence's items: read by now)
+  if (norms.size() != ts.size()) Py_RETURN_NONE;
+  PyObject* out = PyList_New(n);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(out, i, PyFloat_FromDouble(norms[static_cast<size_t>(i)]));
+  return out;
+}
+
 PyMethodDef mod_methods[] = {
     {"setup", mod_setup, METH_VARARGS, "setup(planner, (k_f32, k_bf16, k_f16, k_f64), view names)"},
     {"scalar_code", mod_scalar_code, METH_O, "scalar_code(tensor) -> its dtype's code, as `graph` gives them"},
     {"names", mod_names, METH_NOARGS, "names() -> every node name seen, by code"},
     {"name_count", mod_name_count, METH_NOARGS, "name_count() -> how many node names have codes"},
     {"code", mod_code, METH_O, "code(name) -> its code"},
+    {"norms", mod_norms, METH_VARARGS, "norms(tensors, most) -> [L2 norm of each], or None (a tensor it does not take)"},
     {"backward_front", mod_backward_front, METH_VARARGS,
      "backward_front(python wrapper, original) -> Tensor.backward's front for the light step (light.h)"},
     {nullptr, nullptr, 0, nullptr}};
