@@ -47,11 +47,27 @@ def test_nan_and_inf_as_torchs_norms_give_them() -> None:
     assert got[3] == 5.0
 
 
-@pytest.mark.parametrize("what", ["strided", "integer", "sparse", "too many", "not a tensor"])
+class _Wrapped(torch.Tensor):
+    """A tensor subclass without storage of its own that dispatches to Python (as a DTensor shard does)."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> _Wrapped:
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+
+    def __init__(self, inner: torch.Tensor) -> None:
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func: object, types: object, args: object = (), kwargs: object = None) -> object:
+        raise NotImplementedError(f"{func} on a wrapped tensor")
+
+
+@pytest.mark.parametrize("what", ["strided", "integer", "sparse", "too many", "not a tensor", "subclass", "meta"])
 def test_what_it_does_not_take_is_left_to_torch(what: str) -> None:
     small = torch.randn(8, 8)
     other = {"strided": small.t(), "integer": torch.arange(4), "sparse": small.to_sparse(),
-             "too many": torch.zeros(NATIVE_MOST), "not a tensor": 1.0}[what]
+             "too many": torch.zeros(NATIVE_MOST), "not a tensor": 1.0, "subclass": _Wrapped(small),
+             "meta": torch.empty(8, device="meta")}[what]
     assert native_norms([small]) is not None
     assert native_norms([small, other]) is None  # (none of them read: one call, all or nothing)
 
@@ -78,10 +94,10 @@ def test_a_monitored_loop_reads_the_extensions_norms_and_a_clip_its_own(every: i
             if total is None:  # not taken again: the extension's float64 norms, none of them a float32
                 assert all(v != float(np.float32(v)) for v in row["param_norms"].values())
             else:  # a clip: the snapshot taken again with torch's call, whose total the clip returned
-                steps = st.optimizer_steps if st is not None else None
-                assert row["param_norms"] == {n: float(v) for n, v in zip(left, torch._foreach_norm(list(left.values())))}
-                if steps is not None:
-                    assert steps[0].grad_norm_before_clip == total
+                torchs = torch._foreach_norm(list(left.values()))
+                assert row["param_norms"] == {n: float(v) for n, v in zip(left, torchs)}
+                if st is not None:  # (a traced step's optimizer steps)
+                    assert st.optimizer_steps[0].grad_norm_before_clip == total  # bit for bit
                 assert row["grad_norm_clipped"] == pytest.approx(0.1, rel=1e-5)
 
 

@@ -36,7 +36,7 @@ def _total(norms: dict[str, float]) -> float:
 
 
 @pytest.mark.parametrize("every", [10 ** 9, 1])  # untraced steps with norms; every step traced
-def test_micro_batches_take_one_snapshot_of_the_norms_the_optimizer_used(every: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_micro_batches_take_one_snapshot_of_what_was_stepped(every: int, monkeypatch: pytest.MonkeyPatch) -> None:
     taken: list[int] = []
     finish = capture.StepCapture.finish
 

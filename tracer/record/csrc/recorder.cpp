@@ -312,9 +312,11 @@ PyObject* mod_norms(PyObject*, PyObject* args) {
   for (Py_ssize_t i = 0; i < n; i++) {  // every one taken, and not too many elements, before any is read
     PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
     const at::Tensor* t = THPVariable_Check(o) ? &THPVariable_Unpack(o) : nullptr;
-    int k = t != nullptr && t->defined() ? dtype_code(t->scalar_type()) : -1;
+    // (a tensor subclass that dispatches to Python, a DTensor, first: its sizes and strides may be Python's)
+    int k = t != nullptr && t->defined() && !t->unsafeGetTensorImpl()->is_python_dispatch() && !t->is_nested()
+                ? dtype_code(t->scalar_type()) : -1;
     if (k < 0 || g_kernels[k] == nullptr || !t->device().is_cpu() || t->layout() != c10::kStrided ||
-        !t->is_contiguous() || (total += t->numel()) > most) {
+        !t->has_storage() || !t->is_contiguous() || (total += t->numel()) > most) {
       Py_DECREF(seq);
       Py_RETURN_NONE;
     }
