@@ -30,8 +30,6 @@ NOTE [Repeated calls' thumbnails]
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from gradscape.tracer.summary.summariser import Summariser
@@ -54,15 +52,11 @@ class CallThumbs:
         self.seen.add(shape)
         self._use(self.summ.sizes[1] if repeat else self.summ.sizes[0], native)
 
-    @contextmanager
-    def first_size(self, native: Any) -> Iterator[None]:
-        """Summaries made inside at the first size; the size in use before, back after."""
-        was = self.summ.thumb
+    def first_size(self, native: Any) -> None:
+        """Summaries made from now on at the first size, until the next backward call sets its own (`at_call`, before
+        any of its hooks runs): no switch back after the summaries made here, which a call that is no repeat
+        (forward-forward's next layer, a GAN's generator pass) would switch again at once."""
         self._use(self.summ.sizes[0], native)
-        try:
-            yield
-        finally:
-            self._use(was, native)
 
     def _use(self, thumb: int, native: Any) -> None:
         if thumb != self.summ.thumb:

@@ -138,11 +138,11 @@ class StepRecorder:
         step is made and copied into it). Drops every torch reference."""
         self.handles.remove()
         native = self.native
-        with self.thumbs.first_size(native):  # one switch for both (NOTE [Repeated calls' thumbnails])
-            self.settle_params()
-            if native is not None:
-                self.module_sums.sums = native.graph.sums()
-            module_grad_sums = self.module_sums.summaries(self.summ, native)
+        self.thumbs.first_size(native)  # (NOTE [Repeated calls' thumbnails] in call_thumbs.py)
+        self.settle_params()
+        if native is not None:
+            self.module_sums.sums = native.graph.sums()
+        module_grad_sums = self.module_sums.summaries(self.summ, native)
         self.summ.finalize()
         fill(st, **self._graph_fields(), passes=self.passes, params=self.params.in_model_order())
         fill(st, **self._closing_fields(st, module_grad_sums, error))
@@ -318,8 +318,8 @@ class StepRecorder:
         at the step's end, and before what the monitor sees change them in place."""
         if not self.params.pending:  # (nothing kept: no size to switch)
             return
-        with self.thumbs.first_size(self.native):
-            changed = self.params.settle(self.native)
+        self.thumbs.first_size(self.native)
+        changed = self.params.settle(self.native)
         if changed:
             n, names = len(changed), ", ".join(changed[:3]) + (", …" if len(changed) > 3 else "")
             self._note(f"{n} parameter gradient{'s' if n > 1 else ''} ({names})"
@@ -333,11 +333,11 @@ class StepRecorder:
         out = dict(zip(names, self.params.made(names, grads)))
         todo = [(name, g) for name, g in zip(names, grads) if out[name] is None]
         if todo:
-            with self.thumbs.first_size(self.native):  # NOTE [Repeated calls' thumbnails] in call_thumbs.py
-                rows = self.native.summarise([g for _, g in todo]) if self.native is not None else [-1] * len(todo)
-                for (name, g), k in zip(todo, rows):
-                    out[name] = k if k >= 0 else self.summ.summarise_no_grad(g, None)
-                    self.params.note_made(name, g, out[name])
+            self.thumbs.first_size(self.native)  # NOTE [Repeated calls' thumbnails] in call_thumbs.py
+            rows = self.native.summarise([g for _, g in todo]) if self.native is not None else [-1] * len(todo)
+            for (name, g), k in zip(todo, rows):
+                out[name] = k if k >= 0 else self.summ.summarise_no_grad(g, None)
+                self.params.note_made(name, g, out[name])
         return out
 
     def _note(self, why: str) -> None:
