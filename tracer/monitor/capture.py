@@ -3,8 +3,9 @@ GradScaler unscaled, and what each optimizer stepped with. See NOTE [Monitor hoo
 
 NOTE [Norms before and after clipping]
     After each backward (not `autograd.grad`, which leaves `.grad` alone) the norm of every known
-    parameter's gradient is taken in one fused call (`torch._foreach_norm`, as `clip_grad_norm_` does;
-    not where the next backward is known to supersede them: NOTE [Superseded norms] in superseded.py);
+    parameter's gradient is taken in one fused call (`torch._foreach_norm`, as `clip_grad_norm_` does; or
+    one extension call, taken again so before a clip: NOTE [Native norms] in grad_norms.py; not where the
+    next backward is known to supersede them: NOTE [Superseded norms] in superseded.py);
     GradScaler's unscale takes them again for the gradients it unscaled. These are the norms "as the
     backward left them" (unscaled). When an optimizer steps, its gradients' norms are taken once more:
     those it steps with (after clipping; on a traced step from their summaries: NOTE [Stepped norms read
@@ -207,8 +208,7 @@ class StepCapture:
                 log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
 
     def _norms_now(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
-        """torch's fused norms of `grads`, taken now; None where they cannot be (the monitor never breaks the loop's
-        clip)."""
+        """torch's fused norms of `grads`, taken now; None where they cannot be (the monitor never breaks a clip)."""
         try:
             with _compat.DisableTorchFunction(), self.clock:
                 return norms_of(grads)
