@@ -6,15 +6,15 @@ NOTE [Native norms]
     On the CPU, torch's fused norms of a few small gradients cost far more than their arithmetic: `_foreach_norm`
     runs one norm op per gradient there, each through the dispatcher, and `stack` joins them (docs/costs.md has
     what that costs a monitored step). Where the native recorder is built, `native_norms` asks its extension
-    instead: one call that checks every gradient first (contiguous, on the CPU, float32, bfloat16, float16 or
-    float64, `NATIVE_MOST` elements together at most, past which torch's threads may do better) and then runs the
-    summary kernel over each without a thumbnail. Each norm is the square root of the kernel's sum of squares, in
-    float64: NaN for a gradient with a NaN, inf for one with an Inf and no NaN, as torch's norms give them. They
-    agree with torch's float32 norms to about 1e-7, not bit for bit, so they serve where no exact equality is
-    promised: a backward's snapshot, which a clip takes again with torch's call before it runs
-    (`StepCapture.before_change`: `grad_norm_before_clip` stays what `clip_grad_norm_` returned), the norms an
-    untraced step's optimizer stepped with, and the norms after a clip. Anything else (a CUDA or a sparse
-    gradient, a DTensor shard, a larger model) takes torch's fused call, as before.
+    instead: one call that checks every gradient first (dense, in any order of its dimensions, on the CPU,
+    float32, bfloat16, float16 or float64, `NATIVE_MOST` elements together at most, past which torch's threads
+    may do better) and then runs the summary kernel over each without a thumbnail. Each norm is the square root
+    of the kernel's sum of squares, in float64: NaN for a gradient with a NaN, inf for one with an Inf and no NaN,
+    as torch's norms give them. They agree with torch's float32 norms to about 1e-7, not bit for bit, so they
+    serve where no exact equality is promised: a backward's snapshot, which a clip takes again with torch's call
+    before it runs (`StepCapture.before_change`: `grad_norm_before_clip` stays what `clip_grad_norm_` returned),
+    the norms an untraced step's optimizer stepped with, and the norms after a clip. Anything else (a CUDA or a
+    sparse gradient, a DTensor shard, a larger model) takes torch's fused call, as before.
 """
 
 from __future__ import annotations

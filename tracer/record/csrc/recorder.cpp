@@ -298,8 +298,9 @@ PyObject* mod_code(PyObject*, PyObject* arg) {
 // norms(tensors, most) -> [the L2 norm of each], or None: the monitor's norms of small CPU gradients in one call
 // (NOTE [Native norms] in tracer/monitor/grad_norms.py), from the summary kernel's statistics without a thumbnail:
 // the sum of squares in float64; NaN where a tensor holds a NaN, inf where it holds an Inf and no NaN, as torch's
-// norm gives them. None where one is not a contiguous CPU tensor of float32, bfloat16, float16 or float64, where
-// they hold more than `most` elements together, or where the kernel could not (a float32 partial sum overflowed).
+// norm gives them. None where one is not a dense CPU tensor of float32, bfloat16, float16 or float64 (its elements
+// one block from its first, in any order: a transposed or channels-last gradient is read as it lies), where they
+// hold more than `most` elements together, or where the kernel could not (a float32 partial sum overflowed).
 PyObject* mod_norms(PyObject*, PyObject* args) {
   PyObject* arg;
   long long most;
@@ -316,7 +317,7 @@ PyObject* mod_norms(PyObject*, PyObject* args) {
     int k = t != nullptr && t->defined() && !t->unsafeGetTensorImpl()->is_python_dispatch() && !t->is_nested()
                 ? dtype_code(t->scalar_type()) : -1;
     if (k < 0 || g_kernels[k] == nullptr || !t->device().is_cpu() || t->layout() != c10::kStrided ||
-        !t->has_storage() || !t->is_contiguous() || (total += t->numel()) > most) {
+        !t->has_storage() || !t->is_non_overlapping_and_dense() || (total += t->numel()) > most) {
       Py_DECREF(seq);
       Py_RETURN_NONE;
     }
