@@ -40,7 +40,7 @@ from gradscape.tracer.monitor.arrival_norms import arrival_norms
 from gradscape.tracer.monitor.grad_norms import Norms, native_norms, norms_of, quick_norms, set_grads, total_of
 from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
-from gradscape.tracer.monitor.stepped import before_of, norms_stepped, stepped_grads
+from gradscape.tracer.monitor.stepped import before_map, before_of, norms_stepped, stepped_grads
 from gradscape.tracer.monitor.superseded import Superseded
 from gradscape.tracer.record.debug.problems import root_values
 from gradscape.tracer.record.lazy_traces import TableTraces
@@ -86,7 +86,7 @@ class StepCapture:
         self.losses: list[Any] = []  # backward roots: read on the CPU, detached elsewhere (None: not a scalar)
         self.loss_values: list[float | None] = []  # those read on the CPU as they came (`_check_loss`)
         # the norms as each backward (or GradScaler's unscale) left them, in the order taken: (param indices,
-        # their norm vector); a later one overrides an earlier one's parameters (`before_map`)
+        # their norm vector); a later one overrides an earlier one's parameters (`stepped.before_map`)
         self.snaps: list[tuple[list[int], Norms]] = []
         # the latest snapshot when it was read from the arrivals' summaries: (its place in `snaps`, its gradients,
         # weakly held), taken again with torch's fused call if a clip comes (NOTE [Norms after a backward from the
@@ -131,10 +131,17 @@ class StepCapture:
             rec = traced.rec if self.by_trigger or traced.rec.forward.carried else None
             out = rec._on_backward(api, func, args, kwargs) if rec is not None else func(*args, **kwargs)
         if self.norms and api != "autograd.grad":
-            with self.own, _compat.DisableTorchFunction(), self.clock:
-                idx, grads = set_grads(self.mon.params)
-                if idx and not self.chain.after_backward(k, idx, grads):
-                    self._after_backward(idx, grads)
+            t0 = perf_counter()  # (both clocks inline: four Python calls less on every backward)
+            try:
+                with _compat.DisableTorchFunction():
+                    idx, grads = set_grads(self.mon.params)
+                    if idx and not self.chain.after_backward(k, idx, grads):
+                        self._after_backward(idx, grads)
+            except Exception as exc:  # the monitor never breaks a backward
+                log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
+            spent = perf_counter() - t0
+            self.own.spent += spent
+            self.clock.spent += spent
         return out
 
     def _after_backward(self, idx: list[int], grads: list[torch.Tensor], exact: bool = False) -> None:
@@ -216,14 +223,6 @@ class StepCapture:
             log.warning("gradscape: the monitor could not take the gradients' norms: %s", exc)
             return None
 
-    def before_map(self) -> dict[int, tuple[Norms, int]]:
-        """Parameter index → (the norm vector of its last snapshot, its position there)."""
-        out: dict[int, tuple[Norms, int]] = {}
-        for idx, vec in self.snaps:
-            for k, i in enumerate(idx):
-                out[i] = (vec, k)
-        return out
-
     # ------------------------------------------------------------------ GradScaler
     def on_unscale(self, args: tuple[Any, ...], opt: Any) -> None:
         """GradScaler has unscaled optimizer `opt`'s gradients (None: not known)."""
@@ -263,8 +262,9 @@ class StepCapture:
         """An optimizer is about to step. With a closure (LBFGS, Lightning's automatic optimization) the
         forward, backward, unscaling and clipping all run inside the step, after this: the wrappers see
         them and the gradients are read in the post-hook (NOTE [Read at the post-hook])."""
-        with self.own:
-            self._optimizer_pre(opt)
+        t0 = perf_counter()  # (inline, not `with self.own`: as `on_backward`)
+        self._optimizer_pre(opt)
+        self.own.spent += perf_counter() - t0
 
     def _optimizer_pre(self, opt: Any) -> None:
         try:
@@ -296,13 +296,15 @@ class StepCapture:
 
     def on_optimizer_post(self, opt: Any) -> None:
         """The optimizer has stepped: its gradients are the ones it used (NOTE [Read at the post-hook])."""
+        t0 = perf_counter()  # (inline, not `with self.own`: as `on_backward`)
         try:
             # our reads pass through no mode (the tracer's is on in a closure)
-            with self.own, _compat.DisableTorchFunction():
+            with _compat.DisableTorchFunction():
                 self._take_kept(self.chain.take())  # (a closure's last backward)
                 self._optimizer_step(opt)
         except Exception as exc:
             log.warning("gradscape: the monitor could not read an optimizer step: %s", exc)
+        self.own.spent += perf_counter() - t0
 
     def _optimizer_step(self, opt: Any) -> None:
         rec = self._open_record(opt)
@@ -310,8 +312,9 @@ class StepCapture:
         rec.lr = [g.get("lr") for g in opt.param_groups]
         if not self.norms:
             return
-        with self.clock:
-            norms_stepped(self, rec, opt)  # NOTE [Stepped norms read from the summaries] in stepped.py
+        t0 = perf_counter()  # (an exception is `on_optimizer_post`'s to log)
+        norms_stepped(self, rec, opt)  # NOTE [Stepped norms read from the summaries] in stepped.py
+        self.clock.spent += perf_counter() - t0
 
     # ------------------------------------------------------------------ clipping
     def on_clip(self, api: str, params: list[Any]) -> None:
@@ -362,15 +365,9 @@ class StepCapture:
     # ------------------------------------------------------------------ the end
     def release(self) -> None:
         """Drop what refers back here (the installed hooks, the trace): the block is over."""
-        self.installed.capture = None
-        self.traced = None
-        self.records = []
-        self.snaps = []
-        self.soft = None
-        self.clips = []
-        self.unscaled = []
-        self.params_stepped = {}
-        self.params_clipped = {}
+        self.installed.capture, self.traced, self.soft = None, None, None
+        self.records, self.snaps, self.clips, self.unscaled = [], [], [], []
+        self.params_stepped, self.params_clipped = {}, {}
 
     def finish(self) -> None:
         """Remove what was installed; keep the unscaled-but-not-stepped records whose GradScaler found
@@ -385,14 +382,13 @@ class StepCapture:
             if not r.stepped:
                 if not r.found_inf or not any(bool((f != 0).any()) for f in r.found_inf):
                     continue
-                opt = r.opt
-                r.lr = [g.get("lr") for g in opt.param_groups]
+                opt, r.lr = r.opt, [g.get("lr") for g in r.opt.param_groups]
                 if not self.norms:  # a skipped step without norms: taken now, to say whose gradients held inf/NaN
                     self.norms = True
                     for idx, grads in self.unscaled:
                         self._snapshot(idx, grads)
                 r.idx = stepped_grads(self.mon, opt)[0]
-                before = self.before_map()
+                before = before_map(self.snaps)
                 if r.idx and all(i in before for i in r.idx):
                     r.before = before_of(self, r.idx, None)  # (each in a snapshot: no fallback)
                     r.total_before = total_of(r.before)

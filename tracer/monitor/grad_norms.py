@@ -20,6 +20,7 @@ NOTE [Native norms]
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import torch
@@ -99,7 +100,7 @@ def total_of(norms: Norms) -> torch.Tensor | float:
     if isinstance(norms, torch.Tensor):
         with grad_off():
             return torch.linalg.vector_norm(norms)
-    return math.sqrt(math.fsum(v * v for v in norms))
+    return math.sqrt(math.fsum(map(operator.mul, norms, norms)))  # (each v * v, with no Python frame)
 
 
 def _dense(g: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from gradscape.tracer._model import OptimizerStep
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.grad_norms import Norms, gather
 from gradscape.tracer.monitor.lazy import LazyNumbers
+from gradscape.tracer.monitor.stepped import before_map
 from gradscape.tracer.wire.history import WireHistoryRow
 
 
@@ -115,7 +116,7 @@ def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], Norms]]:
     snaps = cap.snaps
     if len(snaps) == 1 and all(r.before is None or r.before is snaps[0][1] for r in cap.records):
         return snaps  # the usual step: one backward's snapshot, which every optimizer stepped with
-    per = cap.before_map()
+    per = before_map(cap.snaps)
     for r in cap.records:
         if r.before is not None:
             for k, i in enumerate(r.idx):

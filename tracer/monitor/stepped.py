@@ -67,10 +67,13 @@ def norms_stepped(cap: Any, rec: Any, opt: Any) -> None:
 def _kernel_norms(cap: Any, summaries: list[Any]) -> list[float] | None:
     """Each summary's norm from the kernel's statistics, or None unless every one is a row of the kernel's."""
     native = cap.traced.rec.native
-    if native is None or not all(isinstance(s, int) and s >= 0 for s in summaries):
+    if native is None:
         return None
+    for s in summaries:  # (loops, not `all`/`any` of generators: NOTE [Cold steps] in tracer/record/native.py)
+        if type(s) is not int or s < 0:
+            return None
     norms = native.row_norms(summaries)
-    return None if any(v is None for v in norms) else norms
+    return None if None in norms else norms
 
 
 def before_of(cap: Any, idx: list[int], fallback: Any) -> Norms:
@@ -83,7 +86,7 @@ def before_of(cap: Any, idx: list[int], fallback: Any) -> Norms:
     run = _run_in(snaps[-1], idx)  # the latest snapshot is every one of its parameters' last
     if run is not None:
         return run
-    before = cap.before_map()
+    before = before_map(snaps)
     held = [before.get(i) for i in idx]
     found = [snap for snap in held if snap is not None]
     if found and len(found) == len(held):
@@ -95,6 +98,15 @@ def before_of(cap: Any, idx: list[int], fallback: Any) -> Norms:
         return joined([snap[0][snap[1]] for snap in found])
     now = fallback()
     return joined([now[k] if snap is None else snap[0][snap[1]] for k, snap in enumerate(held)])
+
+
+def before_map(snaps: list[tuple[list[int], Norms]]) -> dict[int, tuple[Norms, int]]:
+    """Parameter index → (the norm vector of its last snapshot in `snaps`, its position there)."""
+    out: dict[int, tuple[Norms, int]] = {}
+    for idx, vec in snaps:
+        for k, i in enumerate(idx):
+            out[i] = (vec, k)
+    return out
 
 
 def _run_in(snap: tuple[list[int], Norms], idx: list[int]) -> Norms | None:

@@ -2,7 +2,7 @@
 
 NOTE [Superseded norms]
     The norms taken after a backward (NOTE [Norms before and after clipping] in capture.py) are read as each
-    parameter's last snapshot (`StepCapture.before_map`). In a step of k micro-batches, the snapshot after
+    parameter's last snapshot (`stepped.before_map`). In a step of k micro-batches, the snapshot after
     each backward but the last is read by nothing: the next backward's snapshot covers the same parameters,
     whose `.grad` a backward only adds to. Knowing that needs the next backward's start, and the norms have
     to be taken before the loop's own code runs on: a gradient changed through `.data` between a backward

@@ -179,8 +179,10 @@ class NativeGraph:
         self.out_dtype = _EMPTY[np.int8]
         self.out_dims = _EMPTY[np.int64]
         self.params: dict[int, str] = {}  # AccumulateGrad node → its parameter's name
+        self.last_param = -1  # the greatest node id in `params`
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
+        self._arrays_read = True  # arrays are in `__dict__` (the empty ones above, or read since the last walk)
         self._senders: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `senders_of`
         self._digest: bytes | None = None  # `digest`
         self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
@@ -191,8 +193,10 @@ class NativeGraph:
         first = self.size
         rid = int(self.rec.walk(root))
         self.size = int(self.rec.size())
-        for k in _ARRAYS:  # read again when next asked for (`__getattr__`): NOTE [Graph read when asked]
-            self.__dict__.pop(k, None)
+        if self._arrays_read:  # read again when next asked for (`__getattr__`): NOTE [Graph read when asked]
+            self._arrays_read = False
+            for k in _ARRAYS:
+                self.__dict__.pop(k, None)
         param_of = self.model.param_of
         for nid, var in self.rec.acc_variables(first):
             if var is None:
@@ -201,6 +205,7 @@ class NativeGraph:
             self.acc_shapes[nid] = shape = tuple(var.shape)
             if param is not None:
                 self.params[nid] = param
+                self.last_param = max(self.last_param, nid)
             else:
                 self.leaves[nid] = shape
         self._senders = None
@@ -216,6 +221,7 @@ class NativeGraph:
         if attr not in _ARRAYS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
         name, kind, seq, coff, cid, cnr, ooff, ondim, odtype, odims = self.rec.graph(0)
+        self._arrays_read = True
         self.name = np.frombuffer(name, np.int32)
         self.kind = np.frombuffer(kind, np.int8)
         self.seq = np.frombuffer(seq, np.uint64)
@@ -295,7 +301,7 @@ class NativeGraph:
         """Of the nodes from `first` on: how many are not AccumulateGrad, and whether a parameter's is among them
         (NOTE [Repeated calls' thumbnails] in call_thumbs.py)."""
         codes = self.rec.kinds()
-        return len(codes) - first - codes.count(_KIND_BYTE["acc"], first), any(k >= first for k in self.params)
+        return len(codes) - first - codes.count(_KIND_BYTE["acc"], first), self.last_param >= first
 
     def release(self) -> None:
         self.rec.release()
