@@ -123,3 +123,28 @@ def test_past_what_it_takes_the_norms_are_torchs(monkeypatch: pytest.MonkeyPatch
     assert tr.history[-1]["step"] == 1 and tr.history[-1]["traced"] is False
     by_name = tr.history[-1]["param_norms"]
     assert list(by_name.values()) == [float(v) for v in torch._foreach_norm(left)]
+
+
+@pytest.mark.parametrize("every", [10 ** 9, 1])  # monitored steps with norms; every step traced
+def test_norms_that_cannot_be_taken_leave_the_backward_and_the_loop_alone(every: int,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A parameter whose `.grad` no norm can be taken of (set by hand to a tensor that dispatches to Python and
+    raises): the monitor's norms after the backward fail, the backward returns, the loop's update is made, and each
+    step still has its row; the failure is logged."""
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    model.register_parameter("unused", nn.Parameter(torch.zeros(4)))
+    used = [p for n, p in model.named_parameters() if n != "unused"]
+    opt = torch.optim.SGD(used, lr=0.01)
+    with caplog.at_level("WARNING", logger="gradscape"), \
+            gradscape.Tracer(model, every=every, norms_every=1, triggers=False) as tr:
+        for i in range(3):
+            with tr.step(i):
+                opt.zero_grad()
+                model.unused.grad = _Wrapped(torch.zeros(4))
+                before = model[0].weight.detach().clone()
+                model(torch.randn(8, 6)).pow(2).mean().backward()
+                grad = model[0].weight.grad.detach().clone()
+                opt.step()
+            assert torch.equal(model[0].weight.detach(), before.add(grad, alpha=-0.01))  # as SGD makes it
+        assert [row["step"] for row in tr.history] == [0, 1, 2]
+    assert any("could not take the gradients' norms" in r.getMessage() for r in caplog.records)
