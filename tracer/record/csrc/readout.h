@@ -224,6 +224,10 @@ const double* kernel_stats(const Recorder* r, long row) {
 // The L2 norm of the finite elements, as `stats_from_raw` makes it
 double finite_norm(const double* a) { return a[7] <= 0 ? 0.0 : std::sqrt(std::max(a[3], 0.0)); }
 
+// The L2 norm as torch's norm gives it: NaN where the statistics counted a NaN, inf where an Inf and no NaN (the
+// kernel's sums leave both out), else the finite elements' norm
+double torch_norm(const double* a) { return a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : finite_norm(a); }
+
 PyObject* float_or_none(const double* a, double v) {
   if (a != nullptr) return PyFloat_FromDouble(v);
   Py_INCREF(Py_None);
@@ -243,8 +247,7 @@ PyObject* rec_row_norms(PyObject* self, PyObject* arg) {
   std::lock_guard<std::mutex> g(r->mu);
   for (size_t i = 0; i < rows.size(); i++) {
     const double* a = kernel_stats(r, rows[i]);
-    double v = a == nullptr ? 0.0 : a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : finite_norm(a);
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), float_or_none(a, v));
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), float_or_none(a, a == nullptr ? 0.0 : torch_norm(a)));
   }
   return out;
 }

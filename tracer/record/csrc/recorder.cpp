@@ -328,7 +328,7 @@ PyObject* mod_norms(PyObject*, PyObject* args) {
     int64_t g[7] = {t->numel(), 0, 0, 0, 1, 1, 1};  // (no planes: no thumbnail)
     double a[8];
     if (g_kernels[dtype_code(t->scalar_type())](t->const_data_ptr(), g, a) != 0) break;
-    norms.push_back(a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : finite_norm(a));
+    norms.push_back(torch_norm(a));
   }
   Py_DECREF(seq);  // (the tensors were the sequence's items: read by now)
   if (norms.size() != ts.size()) Py_RETURN_NONE;
