@@ -5,22 +5,32 @@ step run plain in the same process.
     python bench/loop_costs.py                         # every loop, 9 rounds
     python bench/loop_costs.py --loops gan,gpt_micro8 --rounds 15
 
-Modes, interleaved (each round runs each mode once, rotating which goes first, after warm-up steps of each:
-two plain, three traced, and the monitor's own warm-up and two more; a step of a mode's own Tracer each time):
+Modes (after warm-up steps of each: two plain, three traced, and the monitor's own warm-up and two more; a step
+of a mode's own Tracer each time):
 
     plain     the step as the program runs it
     monitor   inside `with tr.step(i)` of a Tracer that never traces (every=10**9): the every-step monitor
     traced    inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary"): every step traced
 
-It prints per loop the plain step's median, the monitor's and the traced step's median ratio (and their
-range), the traced step's cost in ms above the plain one, its nodes and backward calls, and whether its
-forward was carried (NOTE [Carried forwards] in tracer/record/carry.py). The gpt_micro rows are the
-micro-step curve: one step of k micro-batches, k = 1, 2, 8, 40.
+Traced and plain steps are interleaved one by one (each round runs each mode once, rotating which goes first):
+the traced ratio is the median of the rounds' (and their range). The monitor takes its norms on one step in k
+(NOTE [Sampled norms] in tracer/monitor/sampling.py), so a median of single steps would leave those steps out:
+its ratio is of whole blocks, the monitor's and the plain step's alternated `--rounds` times, each block about
+0.1 s of steps (at least one), after a garbage collection (the process's first full one, the imports' objects,
+would otherwise land in one of them): the ratio of the two modes' total times and its 95% interval (the blocks
+resampled 400 times).
+
+It prints per loop the plain step's median, the monitor's and the traced step's ratio, the traced step's cost
+in ms above the plain one, its nodes and backward calls, and whether its forward was carried (NOTE [Carried
+forwards] in tracer/record/carry.py). The gpt_micro rows are the micro-step curve: one step of k micro-batches,
+k = 1, 2, 8, 40.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import random
 import statistics
 import sys
 import time
@@ -39,6 +49,7 @@ import gradscape  # noqa: E402
 from gradscape.tracer.monitor.sampling import WARMUP  # noqa: E402
 
 MODES = ("plain", "monitor", "traced")
+BLOCK_SECONDS = 0.1  # a block of the monitor's (or the plain step's) measurement
 
 
 class Timed:
@@ -85,13 +96,12 @@ def measure(name: str, rounds: int) -> str:
         for mode in MODES:
             for _ in range(warm[mode]):
                 timed.run(mode)
-        ratios: dict[str, list[float]] = {"monitor": [], "traced": []}
+        ratios: list[float] = []
         for r in range(rounds):
-            order = MODES[r % 3:] + MODES[:r % 3]
+            order = ("plain", "traced") if r % 2 == 0 else ("traced", "plain")
             got = {m: timed.run(m) for m in order}
-            for m in ratios:
-                ratios[m].append(got[m] / got["plain"])
-            for m in MODES:
+            ratios.append(got["traced"] / got["plain"])
+            for m in order:
                 timed.times[m].append(got[m])
         st = timed.last
         plain = statistics.median(timed.times["plain"])
@@ -99,14 +109,27 @@ def measure(name: str, rounds: int) -> str:
         carried = "yes" if timed.carried else "no"
         nodes = len(st.nodes) if st is not None else 0
         passes = len(st.passes) if st is not None else 0
-
-        def cell(m: str) -> str:
-            v = ratios[m]
-            return f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
-        return (f"{name:16s} {plain * 1e3:9.2f} {cell('monitor'):>20s} {cell('traced'):>20s} {extra * 1e3:9.2f} "
+        total, low, high = monitor_blocks(timed, rounds, max(1, round(BLOCK_SECONDS / plain)))
+        monitor = f"{total:.3f}x [{low:.3f}-{high:.3f}]"
+        traced = f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+        return (f"{name:16s} {plain * 1e3:9.2f} {monitor:>22s} {traced:>20s} {extra * 1e3:9.2f} "
                 f"{nodes:7d} {passes:7d} {carried:>8s}")
     finally:
         timed.close()
+
+
+def monitor_blocks(timed: Timed, blocks: int, steps: int) -> tuple[float, float, float]:
+    """The monitor's total time over the plain step's, in `blocks` alternated blocks of `steps` steps each, and
+    its 95% interval from the blocks resampled."""
+    gc.collect()
+    secs: dict[str, list[float]] = {"plain": [], "monitor": []}
+    for b in range(blocks):
+        for m in ("plain", "monitor") if b % 2 == 0 else ("monitor", "plain"):
+            secs[m].append(sum(timed.run(m) for _ in range(steps)))
+    rng = random.Random(0)
+    picks = [[rng.randrange(blocks) for _ in range(blocks)] for _ in range(400)]
+    boot = sorted(sum(secs["monitor"][k] for k in p) / sum(secs["plain"][k] for k in p) for p in picks)
+    return sum(secs["monitor"]) / sum(secs["plain"]), boot[10], boot[389]
 
 
 def main() -> None:
@@ -116,8 +139,9 @@ def main() -> None:
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # transformers' notes on its configs
     torch.set_num_threads(1)  # one thread: the ratios are not each run's share of a busy machine's cores
-    print(f"torch {torch.__version__}, one thread, {args.rounds} interleaved rounds; ratios: median (range)")
-    print(f"{'loop':16s} {'plain ms':>9s} {'monitor':>20s} {'traced':>20s} {'+ms':>9s} {'nodes':>7s} "
+    print(f"torch {torch.__version__}, one thread, {args.rounds} rounds; monitor: ratio of total times [95% interval] "
+          f"over {args.rounds} blocks of ~{BLOCK_SECONDS:g} s each; traced: median (range)")
+    print(f"{'loop':16s} {'plain ms':>9s} {'monitor':>22s} {'traced':>20s} {'+ms':>9s} {'nodes':>7s} "
           f"{'passes':>7s} {'carried':>8s}")
     for name in args.loops.split(","):
         print(measure(name, args.rounds), flush=True)
