@@ -12,7 +12,7 @@ import torch.nn as nn
 from helpers import scaler_step
 
 import gradscape
-from gradscape.tracer.monitor.sampling import BUDGET, FLOOR, K_MAX, TIMED, UNSEEN, UNSEEN_FULL, WARMUP, NormSampler
+from gradscape.tracer.monitor.sampling import AIM, FLOOR, K_MAX, TIMED, UNSEEN, UNSEEN_FULL, WARMUP, NormSampler
 
 
 def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
@@ -20,13 +20,13 @@ def test_k_is_the_smallest_that_keeps_the_norms_within_the_budget() -> None:
     its own clock)."""
     s = NormSampler()
     assert [s.due(False) for _ in range(WARMUP)] == [True] * WARMUP  # measured first
-    s.took(10e-6, 110e-6)  # 10 us of norms measured (30 counted, and a rounding over) in a 100 us step
-    assert s.k == math.ceil(UNSEEN_FULL * 10e-6 / (BUDGET * 100e-6)) == 11
-    s.took(10e-6, 110e-6)
+    s.took(9e-6, 109e-6)  # 9 us of norms measured (27 counted) in a 100 us step, aimed at 2 us a step
+    assert s.k == math.ceil(UNSEEN_FULL * 9e-6 / (AIM * 100e-6)) == 14
+    s.took(9e-6, 109e-6)
     s.took(12.5e-6, 5e-3)  # a stalled step raises neither the cost (the smallest) nor the time (the median)
-    assert s.k == 11
-    pattern = [s.due(False) for _ in range(22)]
-    assert pattern == ([False] * 10 + [True]) * 2
+    assert s.k == 14
+    pattern = [s.due(False) for _ in range(28)]
+    assert pattern == ([False] * 13 + [True]) * 2
     assert s.due(True) and s.due(False) is False  # a traced step takes them, and the count starts again
     big = NormSampler()
     big.took(15e-6, 50e-3)
@@ -39,14 +39,14 @@ def test_k_spreads_a_full_steps_whole_cost_over_what_the_light_steps_leave_of_th
     always keep `FLOOR` of the step. (Times as measured; a full step's count `UNSEEN_FULL` times, a light step's
     `UNSEEN`.)"""
     s = NormSampler()
-    s.took(10e-6, 110.75e-6, 0.75e-6)  # a full step: 10 us of norms, 0.75 us of its own; 100 us of the loop
-    assert s.k == math.ceil(UNSEEN_FULL * 10.75e-6 / (BUDGET * 100e-6)) == 11  # no light step measured yet
-    s.took(None, 100.75e-6, 0.75e-6)  # a light step: 0.75 us of its own
-    s.took(10e-6, 110.75e-6, 0.75e-6)
-    # on average over k steps: 1.5 us + (32.25 - 1.5) / k within 3 us, as counted
-    assert s.k == math.ceil((UNSEEN_FULL * 10.75e-6 - UNSEEN * 0.75e-6) / (BUDGET * 100e-6 - UNSEEN * 0.75e-6)) == 21
+    s.took(10e-6, 110.25e-6, 0.25e-6)  # a full step: 10 us of norms, 0.25 us of its own; 100 us of the loop
+    assert s.k == math.ceil(UNSEEN_FULL * 10.25e-6 / (AIM * 100e-6)) == 16  # no light step measured yet
+    s.took(None, 100.25e-6, 0.25e-6)  # a light step: 0.25 us of its own
+    s.took(10e-6, 110.25e-6, 0.25e-6)
+    # on average over k steps: 0.5 us + (30.75 - 0.5) / k within the 2 us aimed at, as counted
+    assert s.k == math.ceil((UNSEEN_FULL * 10.25e-6 - UNSEEN * 0.25e-6) / (AIM * 100e-6 - UNSEEN * 0.25e-6)) == 21
     heavy = NormSampler()
-    heavy.took(None, 105e-6, 5e-6)  # the light steps' own 10 us counted are past the 3 us budget already
+    heavy.took(None, 105e-6, 5e-6)  # the light steps' own 10 us counted are past the 2 us aimed at already
     heavy.took(9.75e-6, 114.75e-6, 5e-6)
     assert heavy.k == math.ceil((UNSEEN_FULL * 14.75e-6 - UNSEEN * 5e-6) / (FLOOR * 100e-6)) == 35
     big = NormSampler()
