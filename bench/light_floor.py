@@ -21,6 +21,7 @@ given as the median over rounds of the ratio to the plain step of the same round
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import statistics
 import subprocess
@@ -114,6 +115,7 @@ def measure(floor: LightFloor, rounds: int, steps: int) -> dict[str, list[float]
     """Per mode, the ratio to the plain step of the same round, one per round."""
     for mode in MODES:  # warm-up (the monitor's first steps are full)
         floor.run(mode, max(20, steps // 10))
+    gc.collect()  # (the process's first full collection, the imports' objects, would land in one mode's round)
     ratios: dict[str, list[float]] = {m: [] for m in MODES}
     for r in range(rounds):
         secs = {}
