@@ -2,17 +2,20 @@
 
     python bench/floor.py                          # W1, W6, W7; CPU, 1 thread; 15 rounds
     python bench/floor.py --workloads W1 --rounds 9 --steps 300
+    python bench/floor.py --workloads gan,forward_forward   # loops of bench/loops.py: several backward calls
 
 Modes, measured interleaved in one process (every round runs each mode for `--steps` steps, rotating
 which goes first) and given as the median over rounds of the ratio to the plain step of the same round:
 
-    plain    forward + loss + backward + SGD step + zero_grad
+    plain    forward + loss + backward + SGD step + zero_grad (a loop of bench/loops.py: its own step, whatever
+             backward calls and optimizers it has)
     norms    the torch calls of the every-step monitor, and nothing else: `Tensor.backward` wrapped to keep
              the loss, one fused norm of the gradients after the backward, one in an optimizer post-hook,
              two total norms, and the four reads of them to the host
     native   `norms` plus the native recorder's calls a traced step makes (a recorder, the walk and its
              arrays, a hook on each node, the stepped gradients summarised, the records and tables read,
-             the hooks taken off): the C++ side of a traced step with no Python bookkeeping around it
+             the hooks taken off; one recorder a step, each backward call walking and hooking the nodes it
+             adds): the C++ side of a traced step with no Python bookkeeping around it
     bare     `native` without the norms: the extension's calls alone
 
 The floor modes' backward wrapper and optimizer post-hook are put in place once for a mode's run of steps
@@ -43,8 +46,10 @@ from gradscape.tracer.record.tables import RUN_DTYPE
 from gradscape.tracer.summary.summariser import Summariser
 
 if __package__:  # imported as bench.floor (the tests), else run from the bench folder
+    from .loops import LOOPS
     from .workloads import build
 else:
+    from loops import LOOPS
     from workloads import build
 
 MODES = ("plain", "norms", "native", "bare", "traced")
@@ -59,15 +64,20 @@ class Floor:
         self.ext = native_recorder._loaded()[0]
         if self.ext is None:
             raise SystemExit(f"the native recorder is not in use: {native_recorder.status()[1]}")
-        self.wl = build(key)
-        self.model, self.batch = self.wl.model, self.wl.batch()
+        if key in LOOPS:  # a loop of bench/loops.py, as its program steps
+            loop = LOOPS[key]()
+            self.model, self._step = loop.model, loop.step  # type: ignore[method-assign]
+        else:
+            self.wl = build(key)
+            self.model, self.batch = self.wl.model, self.wl.batch()
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.params = list(self.model.parameters())
-        self.opt = torch.optim.SGD(self.params, lr=1e-3)
         self.tr = gradscape.Tracer(self.model, run=f"floor-{key}", every=1)
         self.summ = Summariser(self.tr.thumb, False)
         self.i = 0
         self.norms = self.native = False
         self.rec: Any = None
+        self.passes = 0  # backward calls of the step so far
         self.kept: dict[str, torch.Tensor] = {}
         self.recorded = (0, 0)  # (nodes walked, node runs recorded) by the last `native` / `bare` step
 
@@ -76,17 +86,21 @@ class Floor:
         if self.norms:
             self.kept["loss"] = loss.detach()
         if self.native:
-            rec = self.rec = self.ext.Recorder()
-            rec.configure(self.summ.fallback, self.tr.thumb)
+            if self.rec is None:
+                self.rec = self.ext.Recorder()
+                self.rec.configure(self.summ.fallback, self.tr.thumb)
+            rec, first = self.rec, int(self.rec.size())
             rec.walk(loss.grad_fn)
-            rec.graph(0)
-            rec.acc_variables(0)
-            rec.install(0)
-            rec.begin_pass(0)
+            rec.graph(first)
+            rec.acc_variables(first)
+            rec.install(first)
+            rec.begin_pass(self.passes)
+        self.passes += 1
         _BACKWARD(loss, *args, **kwargs)
         if self.norms:
             with torch.no_grad():
-                self.kept["before"] = torch.stack(torch._foreach_norm([p.grad for p in self.params]))
+                grads = [p.grad for p in self.params if p.grad is not None]
+                self.kept["before"] = torch.stack(torch._foreach_norm(grads))
 
     def _stepped(self, opt: Any, args: Any, kwargs: Any) -> None:
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -95,7 +109,8 @@ class Floor:
                 after = torch.stack(torch._foreach_norm(grads))
                 self.kept["total_after"] = torch.linalg.vector_norm(after)
                 self.kept["total_before"] = torch.linalg.vector_norm(self.kept["before"])
-        if self.native:  # the extension's summaries read the tensors' memory: no graph is made, grad mode or not
+        if self.native and self.rec is not None:
+            # the extension's summaries read the tensors' memory: no graph is made, grad mode or not
             self.rec.summarise(grads)
 
     def _step(self) -> None:
@@ -135,11 +150,12 @@ class Floor:
             handle.remove()
 
     def _floor(self) -> None:
+        self.passes = 0
         self._step()
         if self.norms:
             for k in ("loss", "before", "total_after", "total_before"):
                 self.kept[k].tolist()
-        if self.native:
+        if self.native and self.rec is not None:
             rec, self.rec = self.rec, None
             rec.remove_hooks()
             runs = rec.records()[0]
@@ -179,18 +195,19 @@ def measure(key: str, rounds: int, steps: int | None) -> tuple[dict[str, list[fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workloads", default="W1,W6,W7", help="comma-separated keys of bench/workloads.py")
+    ap.add_argument("--workloads", default="W1,W6,W7",
+                    help="comma-separated keys of bench/workloads.py, or names of bench/loops.py's loops")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--steps", type=int, default=None, help="steps a mode runs a round (default: ~20 ms of plain)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}  threads {torch.get_num_threads()}  rounds {args.rounds}")
-    print(f"{'workload':<10} {'plain ms':>9} " + " ".join(f"{m:>8}" for m in MODES[1:]))
+    print(f"{'workload':<16} {'plain ms':>9} " + " ".join(f"{m:>8}" for m in MODES[1:]))
     for key in args.workloads.split(","):
         res, plain_s = measure(key, args.rounds, args.steps)
         cells = " ".join(f"{statistics.median(res[m]):>7.2f}x" for m in MODES[1:])
-        print(f"{key:<10} {plain_s * 1e3:>9.3f} {cells}")
+        print(f"{key:<16} {plain_s * 1e3:>9.3f} {cells}")
     return 0
 
 
