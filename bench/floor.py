@@ -72,6 +72,7 @@ class Floor:
             self.model, self.batch = self.wl.model, self.wl.batch()
             self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.params = list(self.model.parameters())
+        self.by_id = {id(p): name for name, p in self.model.named_parameters()}
         self.tr = gradscape.Tracer(self.model, run=f"floor-{key}", every=1)
         self.summ = Summariser(self.tr.thumb, False)
         self.i = 0
@@ -90,10 +91,9 @@ class Floor:
                 self.rec = self.ext.Recorder()
                 self.rec.configure(self.summ.fallback, self.tr.thumb)
             rec, first = self.rec, int(self.rec.size())
-            rec.walk(loss.grad_fn)
+            # the walk, the hooks, the parameters' names (into dicts of the step's own, as the native graph's)
+            rec.start_call([loss.grad_fn], 0, (self.by_id, {}, {}, {}, {}))
             rec.graph(first)
-            rec.acc_variables(first)
-            rec.install(first)
             rec.begin_pass(self.passes)
         self.passes += 1
         _BACKWARD(loss, *args, **kwargs)

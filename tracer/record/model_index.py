@@ -87,6 +87,12 @@ class ModelIndex:
             children = [(prefix + cname, child) for cname, child in cdict.items() if child is not None]
             stack.extend(reversed(children))
 
+    @property
+    def by_id(self) -> dict[int, str]:
+        """id → name of every parameter (read it, do not mutate it): what the native recorder looks its
+        AccumulateGrad nodes' variables up in."""
+        return self._names
+
     def name_of(self, t: Any) -> str | None:
         """The name of the parameter `t` is; None for any other tensor."""
         return self._names.get(id(t))

@@ -16,8 +16,10 @@ NOTE [Native recorder]
     After the backward, Python reads the records once (`records`, and `tables`: the runs ordered by node
     and each summary's raw statistics, sorted and gathered in C++, where numpy's set-up on a small step's
     arrays cost more than the work) and the step's `NodeTrace`s are made from them only when someone
-    reads one (tracer/record/tables.py). The graph's structure hash (`structure`) and each backward call's
-    key (`call_structure`: its nodes' structure and creation numbers) are read from the extension too.
+    reads one (tracer/record/tables.py). The graph's structure hash (`structure`) is read from the extension
+    too, and a backward call's start (the walk, the hooks, the new nodes' parameters, the call's structure for its
+    key) and end (what arrived at each parameter, and whether `.grad` is still it) are one extension call each
+    (NOTE [A backward call's ends in one call] in csrc/backward_call.h).
 
     What the kernel cannot summarise (another device, a sparse or strided layout other than a matrix's
     transpose, a dtype other than float32/bfloat16/float16/float64, a float32 sum that overflowed) is
@@ -180,6 +182,8 @@ class NativeGraph:
         self.out_dims = _EMPTY[np.int64]
         self.params: dict[int, str] = {}  # AccumulateGrad node → its parameter's name
         self.last_param = -1  # the greatest node id in `params`
+        self._codes = b""  # every node's KINDS code, one byte each, as the last walk left them
+        self.structure = b""  # the last backward call's nodes' structure (`start_call`)
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
         self._arrays_read = True  # arrays are in `__dict__` (the empty ones above, or read since the last walk)
@@ -188,29 +192,25 @@ class NativeGraph:
         self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
 
     # ---- the walk
-    def walk_from(self, root: Any) -> int:
-        """Walk from `root` (a grad_fn); new nodes get the next ids. Returns root's id."""
-        first = self.size
-        rid = int(self.rec.walk(root))
-        self.size = int(self.rec.size())
+    def start_call(self, roots: list[tuple[Any, int]], seq0: int) -> list[int]:
+        """A backward call starts from `roots` ((grad_fn, output nr) each): walk the graph from each, hook the
+        nodes it adds (they get the next ids) and name their parameters, in one extension call (NOTE [A backward
+        call's ends in one call] in csrc/backward_call.h). Returns the roots' ids; `structure` is then the call's
+        nodes' structure, their creation numbers counted from `seq0` (the creation counter as the step began)."""
+        model = self.model
+        ids, self._codes, last, self.structure = self.rec.start_call(
+            [node for node, _ in roots], seq0, (model.by_id, model.unsharded_names, self.acc_shapes, self.params,
+                                                self.leaves))
+        self.size = len(self._codes)
+        if last >= 0:
+            self.last_param = last
         if self._arrays_read:  # read again when next asked for (`__getattr__`): NOTE [Graph read when asked]
             self._arrays_read = False
             for k in _ARRAYS:
                 self.__dict__.pop(k, None)
-        param_of = self.model.param_of
-        for nid, var in self.rec.acc_variables(first):
-            if var is None:
-                continue
-            param = param_of(var)
-            self.acc_shapes[nid] = shape = tuple(var.shape)
-            if param is not None:
-                self.params[nid] = param
-                self.last_param = max(self.last_param, nid)
-            else:
-                self.leaves[nid] = shape
         self._senders = None
         self._digest = None
-        return rid
+        return ids  # type: ignore[no-any-return]
 
     def __getattr__(self, attr: str) -> Any:
         """NOTE [Graph read when asked]: the walk's arrays, the first time one is asked for after a walk. The whole
@@ -239,9 +239,6 @@ class NativeGraph:
         if self._digest is None:
             self._digest = hashlib.blake2b(self.rec.structure(), digest_size=16).digest()
         return self._digest
-
-    def install(self, first: int) -> None:
-        self.rec.install(first)
 
     # ---- what the rest of the recorder asks of the graph (the Python walk answers the same)
     def id_of(self, node: Any) -> int | None:
@@ -294,13 +291,13 @@ class NativeGraph:
     def has_kinds(self, *kinds: str) -> bool:
         # a byte search (memchr) in the int8 codes: a numpy comparison and `any` per kind cost ~15 µs inside a
         # small step (NOTE [Cold steps]), this ~4
-        codes = self.rec.kinds()  # (the arrays are not read for this: NOTE [Graph read when asked])
+        codes = self._codes  # (the arrays are not read for this: NOTE [Graph read when asked])
         return any(_KIND_BYTE[k] in codes for k in kinds)
 
     def new_since(self, first: int) -> tuple[int, bool]:
         """Of the nodes from `first` on: how many are not AccumulateGrad, and whether a parameter's is among them
         (NOTE [Repeated calls' thumbnails] in call_thumbs.py)."""
-        codes = self.rec.kinds()
+        codes = self._codes
         return len(codes) - first - codes.count(_KIND_BYTE["acc"], first), self.last_param >= first
 
     def release(self) -> None:

@@ -21,6 +21,8 @@ from gradscape.tracer.record.tensor_table import SUMM_DTYPE, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 
+Arrived = tuple[int, Any, bool, int, torch.Tensor]  # `end_pass`
+
 
 class NativeStep:
     """The native recorder's part of one traced step: `graph` (the walk, the hooks, the records)."""
@@ -33,41 +35,29 @@ class NativeStep:
         self.tables: StepTables | None = None
         # (pass index, root node id, output nr) of every root, resolved into `BackwardPass.root_grads` at the end
         self._roots: list[tuple[BackwardPass, int, int]] = []
-        self.arrivals: dict[str, int] = {}  # parameter → the run (position) of the last arrival at its node
 
     # ---- a backward pass
-    def start_pass(self, roots: list[tuple[Any, int]]) -> list[int]:
-        """Walk the graph from each root (a (grad_fn, output nr)) and hook the new nodes; the roots' ids."""
-        first = self.graph.size
-        ids = [self.graph.walk_from(node) for node, _ in roots]
-        self.graph.install(first)
-        return ids
+    def start_pass(self, roots: list[tuple[Any, int]], seq0: int) -> list[int]:
+        """Walk the graph from each root (a (grad_fn, output nr)) and hook the new nodes; the roots' ids (`seq0`: the
+        creation counter as the step began, for the call's key: `NativeGraph.start_call`)."""
+        return self.graph.start_call(roots, seq0)
 
     def begin(self, bp: BackwardPass) -> None:
         """Pass `bp` starts now (the time of its first node is counted from here)."""
         bp.start = int(self.graph.rec.begin_pass(bp.index))
         self.pass_runs.append(bp.start)
 
-    def end_pass(self, bp: BackwardPass, roots: list[tuple[Any, int]]) -> None:
-        """Note the pass's roots (their gradients are read at the end) and what arrived at each parameter."""
+    def end_pass(self, bp: BackwardPass, roots: list[tuple[Any, int]]) -> dict[str, Arrived]:
+        """Note the pass's roots (their gradients are read at the end); returns what arrived at each parameter, in one
+        extension call (NOTE [A backward call's ends in one call] in csrc/backward_call.h): parameter → (the run of
+        the last arrival at its node, its `.grad` as the pass ended, whether that is what arrived, its version, the
+        parameter's tensor), for `ParamGradients.after_pass`, which holds none of them."""
         for (_node, nr), rid in zip(roots, bp.roots):
             self._roots.append((bp, rid, nr))
-        bp.end = int(self.graph.rec.run_count())
-        first = self.pass_runs[-1] if self.pass_runs else 0
+        end, entries = self.graph.rec.end_call(self.pass_runs[-1] if self.pass_runs else 0)
+        bp.end = end
         params = self.graph.params
-        self.arrivals = {}
-        if not params:
-            return
-        for nid, pos in self.graph.rec.acc_runs(first):  # in the order they ran
-            p = params.get(nid)
-            if p is not None:
-                self.arrivals[p] = pos  # a later run of the same node overwrites: the last arrival
-
-    def same_as_arrival(self, name: str, g: torch.Tensor) -> int | None:
-        """The run of the arrival at parameter `name` in the last pass, when `g` (its `.grad`) is that very
-        gradient; else None."""
-        pos = self.arrivals.get(name)
-        return pos if pos is not None and self.graph.rec.arrival_is(pos, g) else None
+        return {params[e[0]]: e[1:] for e in entries if e[0] in params}
 
     def records(self) -> list[NodeRecord]:
         """The walked nodes as the Python walk gives them (for the problem finder's forward search, which

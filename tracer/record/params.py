@@ -88,10 +88,10 @@ class _Arrival:
 
     __slots__ = ("pos", "grad", "version")
 
-    def __init__(self, pos: int, g: torch.Tensor) -> None:
+    def __init__(self, pos: int, g: torch.Tensor, version: int) -> None:
         self.pos = pos
         self.grad = weakref.ref(g)
-        self.version = _version_of(g)
+        self.version = version
 
 
 class _Row:
@@ -158,15 +158,18 @@ class ParamGradients:
         self.arrived[name] = (tr, key)
 
     def after_pass(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
-                   native: Any = None) -> None:
-        """Read the gradients a backward pass left: see NOTE [Parameter gradients]. `native`: the step's
-        `NativeStep` when the native recorder noted the arrivals (its `arrivals`)."""
+                   arrivals: dict[str, Any] | None = None) -> None:
+        """Read the gradients a backward pass left: see NOTE [Parameter gradients]. `arrivals`: what the native
+        recorder read of the arrivals, when it recorded the pass (`NativeStep.end_pass`)."""
         if api == "autograd.grad":
             self._returned(args, kwargs, result)
             return
         arrived, self.arrived = self.arrived, {}
         dtensor, pending = self.dtensor, self.pending
-        names = list(arrived) + ([n for n in native.arrivals if n not in arrived] if native is not None else [])
+        if arrivals is not None and not arrived and dtensor is None:
+            self._after_native(arrivals)
+            return
+        names = list(arrived) + ([n for n in arrivals if n not in arrived] if arrivals is not None else [])
         for name in names:
             p = self.model.param_by_name.get(name)
             g = None if p is None else p.grad
@@ -186,13 +189,31 @@ class ParamGradients:
                         and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
                     self.traces[name] = tr
                     continue
-            elif same and (pos := native.same_as_arrival(name, g)) is not None:
-                self.traces[name] = _Arrival(pos, g)  # its summary, once the step's tables are made (`resolve`)
+            elif same and arrivals is not None and (a := arrivals.get(name)) is not None and a[2] and a[1] is g:
+                self.traces[name] = _Arrival(a[0], g, a[3])  # its summary, once the step's tables are made (`resolve`)
                 continue
             self.traces[name] = _PENDING
             pending[name] = (g, _version_of(g))
         if dtensor is not None:
             self._sharded(dtensor)
+
+    def _after_native(self, arrivals: dict[str, tuple[int, Any, bool, int, torch.Tensor]]) -> None:
+        """`after_pass` where the native recorder read each arrival and `.grad` (`NativeStep.end_pass`), no Python hook
+        noted one and no parameter is a shard: the same rules, on what the extension read in one call."""
+        pending, traces, plain = self.pending, self.traces, not self.distributed
+        for name, (pos, g, same, version, var) in arrivals.items():
+            if g is None:
+                continue
+            held = pending.get(name)
+            if held is not None and held[0] is g:  # added to in place (gradient accumulation): as `after_pass`
+                pending[name] = (g, version)
+                continue
+            pending.pop(name, None)
+            if same and plain and _compat.post_accumulate_grad_hooks(var) is None:
+                traces[name] = _Arrival(pos, g, version)
+                continue
+            traces[name] = _PENDING
+            pending[name] = (g, version)
 
     def settle(self, native: Any = None) -> list[str]:
         """Summarise the gradients kept since their pass ended (NOTE [Settled at the step's end]): in one call

@@ -221,6 +221,7 @@ class StepRecorder:
             return func(*args, **kwargs)
         result: Any = None
         native = self.native
+        arrivals = None
         try:
             self.hooks.pass_t0 = now()
             if native is not None:
@@ -229,7 +230,7 @@ class StepRecorder:
             return result
         finally:
             if native is not None:
-                native.end_pass(bp, roots)
+                arrivals = native.end_pass(bp, roots)
             else:
                 bp.end = len(self.hooks.execution)
                 for (_node, nr), rid in zip(roots, bp.roots):
@@ -237,7 +238,7 @@ class StepRecorder:
                     bp.root_grads.append(runs[0].grad_outputs[nr] if runs and nr < len(runs[0].grad_outputs)
                                          else None)
             try:
-                self.params.after_pass(api, args, kwargs, result, native)
+                self.params.after_pass(api, args, kwargs, result, arrivals)
             except Exception as exc:  # never let the tracer break the user's backward
                 log.warning("gradscape: could not read the parameters' gradients after a backward: %s", exc)
 
@@ -261,7 +262,7 @@ class StepRecorder:
         first = 0  # the nodes this call walks: from here on (the native graph's)
         if native is not None:
             first = native.graph.size
-            root_ids = native.start_pass(roots)
+            root_ids = native.start_pass(roots, self.forward.seq0)
             graph: Any = native.graph
             records: Any = native.records
             start = 0  # `NativeStep.begin` sets it
@@ -286,7 +287,7 @@ class StepRecorder:
             self.module_sums.plan()
             if native is not None and self.carry is not None and self.forward.recorded:
                 keys, plans, marks = self.call_keys  # NOTE [Carried forwards] in tracer/record/carry.py
-                keys.append(forward_key(native.graph, self.forward.seq0, first, keys[-1] if keys else b""))
+                keys.append(forward_key(native.graph, first, keys[-1] if keys else b""))
                 plans.append(self.module_sums.plans)
                 marks.append(self.module_sums.marks)
         self.hooks.watch_hidden_params(graph, self.model, self.handles)
@@ -301,7 +302,7 @@ class StepRecorder:
         assert carry is not None
         got = None
         if native is not None:
-            self.last_key = forward_key(native.graph, self.forward.seq0, first, self.last_key)
+            self.last_key = forward_key(native.graph, first, self.last_key)
             got = carry.carried(self.last_key, index)
         if got is None:
             self._note(NOT_CARRIED if index == 0 else SECOND_PASS)

@@ -88,52 +88,6 @@ PyObject* rec_structure(PyObject* self, PyObject*) {
   return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
 }
 
-// call_structure(first, seq0) -> bytes: the structure of the nodes from `first` on, as `structure` gives the whole
-// graph's (their first id, count, slot offsets and slots, each node's name code and kind), and each one's creation
-// number counted from `seq0` (int64; -1 for an AccumulateGrad node, whose creation number is the all-ones maximum):
-// what one backward call's key is made of (NOTE [Carried forwards] in tracer/record/carry.py)
-PyObject* rec_call_structure(PyObject* self, PyObject* args) {
-  long long first_ll;
-  unsigned long long seq0;
-  if (!PyArg_ParseTuple(args, "LK", &first_ll, &seq0)) return nullptr;
-  Recorder* r = R(self);
-  const size_t n = r->name.size();
-  const size_t first = first_ll < 0 ? 0 : std::min(static_cast<size_t>(first_ll), n);
-  const size_t c0 = static_cast<size_t>(r->child_off[first]), c1 = r->child_id.size();
-  int64_t counts[4] = {static_cast<int64_t>(first), static_cast<int64_t>(n), static_cast<int64_t>(c0),
-                       static_cast<int64_t>(c1)};
-  std::string out(reinterpret_cast<const char*>(counts), sizeof(counts));
-  auto add = [&out](const void* p, size_t bytes) { out.append(static_cast<const char*>(p), bytes); };
-  add(r->name.data() + first, 4 * (n - first));
-  add(r->kind.data() + first, n - first);
-  add(r->child_off.data() + first, 4 * (n - first + 1));
-  add(r->child_id.data() + c0, 4 * (c1 - c0));
-  add(r->child_nr.data() + c0, 4 * (c1 - c0));
-  for (size_t i = first; i < n; i++) {
-    const uint64_t s = r->seq[i];
-    const int64_t rel = s == std::numeric_limits<uint64_t>::max() ? -1 : static_cast<int64_t>(s - seq0);
-    add(&rel, sizeof(rel));
-  }
-  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
-}
-
-// acc_variables(first) -> [(id, tensor)] of the AccumulateGrad nodes from `first` on
-PyObject* rec_acc_variables(PyObject* self, PyObject* arg) {
-  long first = PyLong_AsLong(arg);
-  if (first == -1 && PyErr_Occurred()) return nullptr;
-  Recorder* r = R(self);
-  PyObject* out = PyList_New(0);
-  for (size_t i = first; i < r->nodes.size(); i++) {
-    if (r->kind[i] != KIND_ACC || !r->nodes[i]) continue;
-    auto* acc = static_cast<torch::autograd::AccumulateGrad*>(r->nodes[i].get());  // by its name (kind_of)
-    PyObject* t = acc == nullptr ? (Py_INCREF(Py_None), Py_None) : THPVariable_Wrap(acc->variable);
-    PyObject* item = Py_BuildValue("(lN)", static_cast<long>(i), t);
-    PyList_Append(out, item);
-    Py_DECREF(item);
-  }
-  return out;
-}
-
 // records() -> (runs bytes, slots bytes, summaries bytes, chunks list, python summaries list, failures)
 PyObject* rec_records(PyObject* self, PyObject*) {
   Recorder* r = R(self);
@@ -312,22 +266,6 @@ PyObject* rec_sums(PyObject* self, PyObject*) {
   for (size_t i = 0; i < r->sums.size(); i++) {
     PyObject* t = r->sums[i].defined() ? THPVariable_Wrap(r->sums[i]) : (Py_INCREF(Py_None), Py_None);
     PyList_SET_ITEM(out, i, t);
-  }
-  return out;
-}
-
-// acc_runs(first run) -> [(node id, run)] of the AccumulateGrad runs from `first` on, in the order they ran
-PyObject* rec_acc_runs(PyObject* self, PyObject* arg) {
-  long first = PyLong_AsLong(arg);
-  if (first == -1 && PyErr_Occurred()) return nullptr;
-  Recorder* r = R(self);
-  std::lock_guard<std::mutex> g(r->mu);
-  PyObject* out = PyList_New(0);
-  for (size_t i = first < 0 ? 0 : static_cast<size_t>(first); i < r->runs.size(); i++) {
-    if (r->runs[i].gi_n != -1) continue;
-    PyObject* item = Py_BuildValue("(ii)", r->runs[i].node, static_cast<int>(i));
-    PyList_Append(out, item);
-    Py_DECREF(item);
   }
   return out;
 }

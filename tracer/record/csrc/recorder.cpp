@@ -4,6 +4,7 @@
 #include "budget.h"
 #include "walk.h"
 #include "readout.h"
+#include "backward_call.h"
 #include "light.h"
 #include "light_types.h"
 
@@ -31,18 +32,6 @@ void rec_dealloc(PyObject* obj) {
     self->rec = nullptr;
   }
   Py_TYPE(obj)->tp_free(obj);
-}
-
-bool node_of(PyObject* obj, NodePtr* out) {
-  if (torch::autograd::THPCppFunction_Check(obj)) {
-    *out = reinterpret_cast<torch::autograd::THPCppFunction*>(obj)->cdata;
-    return true;
-  }
-  if (THPFunction_Check(obj)) {
-    *out = gs_shim::function_node(reinterpret_cast<THPFunction*>(obj));
-    return static_cast<bool>(*out);
-  }
-  return false;
 }
 
 // configure(fallback, thumb, budget=-1, past_budget=None): what summarises a gradient the kernel cannot, the
@@ -83,20 +72,6 @@ PyObject* rec_set_thumb(PyObject* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-PyObject* rec_walk(PyObject* self, PyObject* obj) {
-  NodePtr root;
-  if (!node_of(obj, &root)) {
-    PyErr_Format(PyExc_TypeError, "walk: expected a graph node (grad_fn), got %s", Py_TYPE(obj)->tp_name);
-    return nullptr;
-  }
-  try {
-    return PyLong_FromLong(R(self)->walk_from(root));
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-}
-
 PyObject* rec_id_of(PyObject* self, PyObject* obj) {
   NodePtr n;
   if (!node_of(obj, &n)) return PyLong_FromLong(-1);
@@ -111,13 +86,6 @@ PyObject* rec_node(PyObject* self, PyObject* arg) {
     return nullptr;
   }
   return torch::autograd::functionToPyObject(r->nodes[i]);
-}
-
-PyObject* rec_install(PyObject* self, PyObject* arg) {
-  long first = PyLong_AsLong(arg);
-  if (first == -1 && PyErr_Occurred()) return nullptr;
-  R(self)->install(static_cast<int32_t>(first));
-  Py_RETURN_NONE;
 }
 
 PyObject* rec_begin_pass(PyObject* self, PyObject* arg) {
@@ -142,21 +110,6 @@ PyObject* rec_set_sum(PyObject* self, PyObject* args) {
   r->sum_of[node].emplace_back(slot, sum);
   if (static_cast<int>(r->sums.size()) <= sum) r->sums.resize(sum + 1);
   Py_RETURN_NONE;
-}
-
-// arrival_is(run index, tensor) -> True when `tensor` is the very gradient that arrived at that
-// AccumulateGrad run (its address and layout): `.grad` is then what the arrival's summary shows
-PyObject* rec_arrival_is(PyObject* self, PyObject* args) {
-  int run;
-  PyObject* obj;
-  if (!PyArg_ParseTuple(args, "iO", &run, &obj)) return nullptr;
-  if (!THPVariable_Check(obj)) Py_RETURN_FALSE;
-  const at::Tensor& t = THPVariable_Unpack(obj);
-  Recorder* r = R(self);
-  auto it = r->arrival.find(run);
-  if (it == r->arrival.end() || !t.defined() || t.layout() != c10::kStrided) Py_RETURN_FALSE;
-  if (it->second.first == t.const_data_ptr() && it->second.second == layout_of(t)) Py_RETURN_TRUE;
-  Py_RETURN_FALSE;
 }
 
 // summarise(tensors) -> [summary index, or -1 where none was made]: each tensor summarised as a hook summarises
@@ -207,27 +160,23 @@ PyObject* rec_run_count(PyObject* self, PyObject*) {
 PyMethodDef rec_methods[] = {
     {"configure", rec_configure, METH_VARARGS, "configure(fallback, thumb, budget=-1, past_budget=None)"},
     {"set_thumb", rec_set_thumb, METH_O, "set_thumb(thumb): the thumbnail size from the next summary on"},
-    {"walk", rec_walk, METH_O, "walk(grad_fn) -> the root's id; new nodes get the next ids"},
+    {"start_call", rec_start_call, METH_VARARGS,
+     "start_call(roots, seq0, names) -> (root ids, first new id, kinds, new AccumulateGrad nodes, call structure)"},
     {"id_of", rec_id_of, METH_O, "id_of(grad_fn) -> its id, or -1"},
     {"node", rec_node, METH_O, "node(id) -> the grad_fn object"},
-    {"install", rec_install, METH_O, "install(first): a hook on each node from `first` on"},
     {"begin_pass", rec_begin_pass, METH_O, "begin_pass(index) -> runs recorded so far"},
     {"set_sum", rec_set_sum, METH_VARARGS, "set_sum(node, slot, sum)"},
     {"graph", rec_graph, METH_O, "graph(first) -> the nodes' structure, as bytes"},
     {"kinds", rec_kinds, METH_NOARGS, "kinds() -> every node's kind code, as bytes"},
-    {"acc_variables", rec_acc_variables, METH_O, "acc_variables(first) -> [(id, tensor)]"},
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
     {"structure", rec_structure, METH_NOARGS, "structure() -> the walked graph's structure, as bytes"},
-    {"call_structure", rec_call_structure, METH_VARARGS,
-     "call_structure(first, seq0) -> the structure and creation numbers of the nodes from `first` on, as bytes"},
     {"first_slots", rec_first_slots, METH_O, "first_slots(name codes) -> [(node, sent row, came row)]"},
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
-    {"arrival_is", rec_arrival_is, METH_VARARGS, "arrival_is(run, tensor) -> bool"},
     {"arrival_rows", rec_arrival_rows, METH_O, "arrival_rows(runs) -> [(row, norm or None, nonfinite)]"},
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"row_norms", rec_row_norms, METH_O, "row_norms(rows) -> [L2 norm, or None where Python summarised]"},
-    {"acc_runs", rec_acc_runs, METH_O, "acc_runs(first) -> [(node, run)] of the AccumulateGrad runs"},
+    {"end_call", rec_end_call, METH_O, "end_call(first run) -> (runs, [(node, run, grad, arrived, version, variable)])"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
     {"release", rec_release, METH_NOARGS, "remove the hooks, let go of the graph and of what was recorded (read by now)"},
     {"size", rec_len, METH_NOARGS, "size() -> nodes walked"},
@@ -338,12 +287,54 @@ PyObject* mod_norms(PyObject*, PyObject* args) {
   return out;
 }
 
+// grads(tensors) -> ([position], [grad]) of those of `tensors` whose `.grad` is set, in order, or None where one is not
+// a plain tensor (a subclass's `.grad` may be its own): the monitor's read of the parameters' gradients after a
+// backward call, in one call (`set_grads` in tracer/monitor/grad_norms.py)
+PyObject* mod_grads(PyObject*, PyObject* arg) {
+  PyObject* seq = PySequence_Fast(arg, "grads: expected a sequence of tensors");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject* idx = PyList_New(0);
+  PyObject* grads = PyList_New(0);
+  for (Py_ssize_t i = 0; idx != nullptr && grads != nullptr && i < n; i++) {
+    PyObject* o = PySequence_Fast_GET_ITEM(seq, i);
+    if (!THPVariable_CheckExact(o)) {  // (a Tensor or a Parameter)
+      Py_DECREF(seq);
+      Py_DECREF(idx);
+      Py_DECREF(grads);
+      Py_RETURN_NONE;
+    }
+    const at::Tensor& g = THPVariable_Unpack(o).grad();
+    if (!g.defined()) continue;
+    PyObject* k = PyLong_FromSsize_t(i);
+    PyObject* t = THPVariable_Wrap(g);
+    if (k == nullptr || t == nullptr || PyList_Append(idx, k) < 0 || PyList_Append(grads, t) < 0) {
+      Py_XDECREF(k);
+      Py_XDECREF(t);
+      Py_DECREF(seq);
+      Py_DECREF(idx);
+      Py_DECREF(grads);
+      return nullptr;
+    }
+    Py_DECREF(k);
+    Py_DECREF(t);
+  }
+  Py_DECREF(seq);
+  if (idx == nullptr || grads == nullptr) {
+    Py_XDECREF(idx);
+    Py_XDECREF(grads);
+    return nullptr;
+  }
+  return Py_BuildValue("(NN)", idx, grads);
+}
+
 PyMethodDef mod_methods[] = {
     {"setup", mod_setup, METH_VARARGS, "setup(planner, (k_f32, k_bf16, k_f16, k_f64), view names)"},
     {"scalar_code", mod_scalar_code, METH_O, "scalar_code(tensor) -> its dtype's code, as `graph` gives them"},
     {"names", mod_names, METH_NOARGS, "names() -> every node name seen, by code"},
     {"name_count", mod_name_count, METH_NOARGS, "name_count() -> how many node names have codes"},
     {"code", mod_code, METH_O, "code(name) -> its code"},
+    {"grads", mod_grads, METH_O, "grads(tensors) -> ([position], [grad]) of those whose .grad is set, or None"},
     {"norms", mod_norms, METH_VARARGS, "norms(tensors, most) -> [L2 norm of each], or None (a tensor it does not take)"},
     {"backward_front", mod_backward_front, METH_VARARGS,
      "backward_front(python wrapper, original) -> Tensor.backward's front for the light step (light.h)"},

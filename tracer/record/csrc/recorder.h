@@ -6,12 +6,13 @@
 // against the installed torch by `gradscape build-recorder` (tracer/record/native_build.py; without it
 // gradscape records in Python), and loaded only when the torch it was built for is the one imported.
 //
-// Files: recorder.h (the state), walk.h (the graph walk and the hooks' lifetime), summaries.h (what a
+// Files: recorder.h (the state), walk.h (the graph walk and the hooks' lifetime), backward_call.h (a
+// backward call's start and end, one call each), summaries.h (what a
 // hook does), readout.h (what Python reads of a step), light.h (the monitor's light step, NOTE [Native
 // light steps] in tracer/monitor/light_native.py) and light_types.h (its Python types), recorder.cpp (the
 // Python module). One translation unit: recorder.cpp includes the others.
 //
-// Threads. `walk`, `install`, `begin_pass` and every export run with the GIL held (they are Python calls).
+// Threads. `start_call`, `begin_pass` and every export run with the GIL held (they are Python calls).
 // The hooks run on the autograd engine's threads without it: they touch only this file's state, under
 // `mu_`, and take the GIL only for what Python owns (a summary the kernel cannot make, a new arena chunk,
 // a new kernel plan), never while holding `mu_` ... except through `summarise`, where the order is always
