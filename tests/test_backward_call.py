@@ -8,8 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from gradscape.tracer import _compat
 from gradscape.tracer.monitor.grad_norms import set_grads
 from gradscape.tracer.record import native
+from gradscape.tracer.record.carry import forward_key
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.summary.summariser import Summariser
 
@@ -108,3 +110,25 @@ def test_the_monitors_read_of_grads_matches_the_parameters() -> None:
     assert native.extension().grads([*params, odd]) is None
     idx, grads = set_grads([*params, odd])
     assert idx == [0, 2, 3, 4] and grads[-1] is odd.grad
+
+
+def test_a_calls_key_tells_apart_the_same_graph_over_other_parameters_or_leaves() -> None:
+    """The key a carried step is checked by (NOTE [Carried forwards]) holds the names of the parameters a call
+    walked and the shapes of its other leaves, not only the graph's structure."""
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": nn.Linear(3, 3), "b": nn.Linear(3, 3)})
+
+    def key(layer: str, x: torch.Tensor) -> bytes:
+        g = _graph(model)
+        seq0 = _compat.sequence_nr()
+        loss = model[layer](x).sum()
+        try:
+            g.start_call([(loss.grad_fn, 0)], seq0)
+            return forward_key(g, b"")
+        finally:
+            g.release()
+
+    x4, x5 = torch.randn(4, 3, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    assert key("a", x4) == key("a", x4.detach().requires_grad_())  # the same forward again: the same key
+    assert key("a", x4) != key("b", x4)  # the same graph over the other layer's parameters
+    assert key("a", x4) != key("a", x5)  # another shape of the input leaf (no node of the graph's own differs)

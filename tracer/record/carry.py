@@ -71,18 +71,13 @@ BREAKPOINT_NEXT_STEP = ("a breakpoint was set while this step's forward ran with
                         "from the next step on")
 
 
-def forward_key(g: Any, first: int, before: bytes) -> bytes:
-    """The key of a backward call's forward (see the NOTE): `g`, the native recorder's graph as walked so far,
-    of which the call walked the nodes from `first` on (their structure, creation numbers counted from the step's
-    start, is `g.structure`: NOTE [A backward call's ends in one call] in
-    tracer/record/csrc/backward_call.h); `before`, the
-    key of the step's call before it (b"" for the first). Each call hashes only the nodes it walked, chained to
-    the key before it: a step of k backward calls hashes its graph once, not k times."""
-    h = hashlib.blake2b(before, digest_size=16)
-    h.update(g.structure)
-    h.update(repr(([(k, v) for k, v in g.params.items() if k >= first],
-                   [(k, v) for k, v in g.leaves.items() if k >= first])).encode())
-    return h.digest()
+def forward_key(g: Any, before: bytes) -> bytes:
+    """The key of a backward call's forward (see the NOTE): `g`, the native recorder's graph as walked so far, whose
+    last call's nodes, their creation numbers counted from the step's start, and the parameters and leaves among
+    them are `g.structure` (NOTE [A backward call's ends in one call] in tracer/record/csrc/backward_call.h);
+    `before`, the key of the step's call before it (b"" for the first). Each call hashes only the nodes it walked,
+    chained to the key before it: a step of k backward calls hashes its graph once, not k times."""
+    return hashlib.blake2b(before + g.structure, digest_size=16).digest()
 
 
 class ForwardCarry:

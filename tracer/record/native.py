@@ -183,7 +183,7 @@ class NativeGraph:
         self.params: dict[int, str] = {}  # AccumulateGrad node → its parameter's name
         self.last_param = -1  # the greatest node id in `params`
         self._codes = b""  # every node's KINDS code, one byte each, as the last walk left them
-        self.structure = b""  # the last backward call's nodes' structure (`start_call`)
+        self.structure = b""  # what the last backward call's key is made of (`start_call`)
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
         self._arrays_read = True  # arrays are in `__dict__` (the empty ones above, or read since the last walk)
@@ -195,8 +195,9 @@ class NativeGraph:
     def start_call(self, roots: list[tuple[Any, int]], seq0: int) -> list[int]:
         """A backward call starts from `roots` ((grad_fn, output nr) each): walk the graph from each, hook the
         nodes it adds (they get the next ids) and name their parameters, in one extension call (NOTE [A backward
-        call's ends in one call] in csrc/backward_call.h). Returns the roots' ids; `structure` is then the call's
-        nodes' structure, their creation numbers counted from `seq0` (the creation counter as the step began)."""
+        call's ends in one call] in csrc/backward_call.h). Returns the roots' ids; `structure` is then what the
+        call's key is made of: its nodes' structure, their creation numbers counted from `seq0` (the creation counter
+        as the step began), and the parameters and leaves among them."""
         model = self.model
         ids, self._codes, last, self.structure = self.rec.start_call(
             [node for node, _ in roots], seq0, (model.by_id, model.unsharded_names, self.acc_shapes, self.params,

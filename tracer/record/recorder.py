@@ -287,7 +287,7 @@ class StepRecorder:
             self.module_sums.plan()
             if native is not None and self.carry is not None and self.forward.recorded:
                 keys, plans, marks = self.call_keys  # NOTE [Carried forwards] in tracer/record/carry.py
-                keys.append(forward_key(native.graph, first, keys[-1] if keys else b""))
+                keys.append(forward_key(native.graph, keys[-1] if keys else b""))
                 plans.append(self.module_sums.plans)
                 marks.append(self.module_sums.marks)
         self.hooks.watch_hidden_params(graph, self.model, self.handles)
@@ -302,7 +302,7 @@ class StepRecorder:
         assert carry is not None
         got = None
         if native is not None:
-            self.last_key = forward_key(native.graph, first, self.last_key)
+            self.last_key = forward_key(native.graph, self.last_key)
             got = carry.carried(self.last_key, index)
         if got is None:
             self._note(NOT_CARRIED if index == 0 else SECOND_PASS)

@@ -39,7 +39,7 @@ bool node_of(PyObject* obj, NodePtr* out) {
 // offsets and slots, each node's name code and kind), and each one's creation number counted from `seq0` (int64;
 // -1 for an AccumulateGrad node, whose creation number is the all-ones maximum): what a backward call's key is
 // made of (NOTE [Carried forwards] in tracer/record/carry.py)
-PyObject* call_structure(const Recorder* r, size_t first, uint64_t seq0) {
+std::string call_structure(const Recorder* r, size_t first, uint64_t seq0) {
   const size_t n = r->name.size();
   first = std::min(first, n);
   const size_t c0 = static_cast<size_t>(r->child_off[first]), c1 = r->child_id.size();
@@ -57,16 +57,17 @@ PyObject* call_structure(const Recorder* r, size_t first, uint64_t seq0) {
     const int64_t rel = s == std::numeric_limits<uint64_t>::max() ? -1 : static_cast<int64_t>(s - seq0);
     add(&rel, sizeof(rel));
   }
-  return PyBytes_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size()));
+  return out;
 }
 
 // The AccumulateGrad nodes from `first` on whose variable is defined, into the graph's dicts (`NativeGraph`): each
 // one's shape into `shapes` (id -> shape), and its parameter's name into `params` (id -> name), looked up by the
 // id of the variable's Python object in `by_id`, else by the object in `unsharded` (FSDP2's copies: NOTE
-// [Unsharded parameters] in tracer/record/model_index.py), or its shape into `leaves` for any other leaf.
+// [Unsharded parameters] in tracer/record/model_index.py), or its shape into `leaves` for any other leaf; and to
+// `call_key`, each one's id with its parameter's name (UTF-8, then a zero byte) or its shape, for the call's key.
 // Returns the greatest id named, or -1; -2 with a Python error set.
 long fill_accs(const Recorder* r, size_t first, PyObject* by_id, PyObject* unsharded, PyObject* shapes,
-               PyObject* params, PyObject* leaves) {
+               PyObject* params, PyObject* leaves, std::string* call_key) {
   long last = -1;
   for (size_t i = first; i < r->nodes.size(); i++) {
     if (r->kind[i] != KIND_ACC || !r->nodes[i]) continue;
@@ -86,11 +87,20 @@ long fill_accs(const Recorder* r, size_t first, PyObject* by_id, PyObject* unsha
       name = PyDict_GetItemWithError(unsharded, var);
     }
     ok = ok && !PyErr_Occurred();
+    const int64_t at = static_cast<int64_t>(i);
+    call_key->append(reinterpret_cast<const char*>(&at), sizeof(at));
     if (ok && name != nullptr) {
       ok = PyDict_SetItem(params, id, name) == 0;
       last = static_cast<long>(i);
+      Py_ssize_t len = 0;
+      const char* utf8 = ok ? PyUnicode_AsUTF8AndSize(name, &len) : nullptr;
+      ok = utf8 != nullptr;
+      if (ok) call_key->append(utf8, static_cast<size_t>(len) + 1);  // (its zero byte too)
     } else if (ok) {
       ok = PyDict_SetItem(leaves, id, shape) == 0;
+      const int64_t ndim = -1 - static_cast<int64_t>(sizes.size());  // (negative: no name's first byte)
+      call_key->append(reinterpret_cast<const char*>(&ndim), sizeof(ndim));
+      call_key->append(reinterpret_cast<const char*>(sizes.data()), sizeof(int64_t) * sizes.size());
     }
     Py_XDECREF(var);
     Py_XDECREF(key);
@@ -102,7 +112,8 @@ long fill_accs(const Recorder* r, size_t first, PyObject* by_id, PyObject* unsha
 }
 
 // start_call(roots, seq0, (by_id, unsharded, shapes, params, leaves)) -> (root ids, kinds bytes, the greatest
-// parameter node id this call added or -1, call structure bytes): NOTE [A backward call's ends in one call]
+// parameter node id this call added or -1, the call's key bytes: its nodes' structure, and its AccumulateGrad
+// nodes' parameters and leaves' shapes): NOTE [A backward call's ends in one call]
 PyObject* rec_start_call(PyObject* self, PyObject* args) {
   PyObject* roots;
   unsigned long long seq0;
@@ -135,13 +146,14 @@ PyObject* rec_start_call(PyObject* self, PyObject* args) {
     return nullptr;
   }
   r->install(static_cast<int32_t>(first));
-  const long last = fill_accs(r, first, by_id, unsharded, shapes, params, leaves);
+  std::string key = call_structure(r, first, seq0);
+  const long last = fill_accs(r, first, by_id, unsharded, shapes, params, leaves, &key);
   if (last == -2) return nullptr;
   PyObject* id_list = PyList_New(n);
   if (id_list == nullptr) return nullptr;
   for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(id_list, i, PyLong_FromLong(ids[static_cast<size_t>(i)]));
   return Py_BuildValue("(NNlN)", id_list, bytes_of(r->kind.data(), r->kind.size()), last,
-                       call_structure(r, first, seq0));
+                       bytes_of(key.data(), key.size()));
 }
 
 // A tensor's version (-1 for one without a version counter: an inference tensor)
