@@ -220,8 +220,7 @@ class StepRecorder:
             log.warning("gradscape: could not instrument this backward (%s); it runs untraced", exc)
             return func(*args, **kwargs)
         result: Any = None
-        native = self.native
-        arrivals = None
+        native, arrivals = self.native, None
         try:
             self.hooks.pass_t0 = now()
             if native is not None:

@@ -66,13 +66,6 @@ PyObject* rec_graph(PyObject* self, PyObject* arg) {
                        bytes_of(r->out_dtype.data() + o0, o1 - o0), bytes_of(r->out_dims.data() + d0, 8 * (d1 - d0)));
 }
 
-// kinds() -> every walked node's kind code (int8 bytes): what a backward call asks of the graph before the step's end
-// (NOTE [Graph read when asked] in tracer/record/native.py)
-PyObject* rec_kinds(PyObject* self, PyObject*) {
-  Recorder* r = R(self);
-  return bytes_of(r->kind.data(), r->kind.size());
-}
-
 // structure() -> bytes: the node and slot counts, then every node's name code, kind and slot offsets, and every
 // slot's child and input number, as walked (what a graph's structure hash is made of)
 PyObject* rec_structure(PyObject* self, PyObject*) {

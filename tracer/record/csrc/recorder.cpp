@@ -151,12 +151,6 @@ PyObject* rec_release(PyObject* self, PyObject*) {
 
 PyObject* rec_len(PyObject* self, PyObject*) { return PyLong_FromSize_t(R(self)->name.size()); }
 
-PyObject* rec_run_count(PyObject* self, PyObject*) {
-  Recorder* r = R(self);
-  std::lock_guard<std::mutex> g(r->mu);
-  return PyLong_FromSize_t(r->runs.size());
-}
-
 PyMethodDef rec_methods[] = {
     {"configure", rec_configure, METH_VARARGS, "configure(fallback, thumb, budget=-1, past_budget=None)"},
     {"set_thumb", rec_set_thumb, METH_O, "set_thumb(thumb): the thumbnail size from the next summary on"},
@@ -167,7 +161,6 @@ PyMethodDef rec_methods[] = {
     {"begin_pass", rec_begin_pass, METH_O, "begin_pass(index) -> runs recorded so far"},
     {"set_sum", rec_set_sum, METH_VARARGS, "set_sum(node, slot, sum)"},
     {"graph", rec_graph, METH_O, "graph(first) -> the nodes' structure, as bytes"},
-    {"kinds", rec_kinds, METH_NOARGS, "kinds() -> every node's kind code, as bytes"},
     {"records", rec_records, METH_NOARGS, "records() -> what the hooks recorded"},
     {"structure", rec_structure, METH_NOARGS, "structure() -> the walked graph's structure, as bytes"},
     {"first_slots", rec_first_slots, METH_O, "first_slots(name codes) -> [(node, sent row, came row)]"},
@@ -180,7 +173,6 @@ PyMethodDef rec_methods[] = {
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
     {"release", rec_release, METH_NOARGS, "remove the hooks, let go of the graph and of what was recorded (read by now)"},
     {"size", rec_len, METH_NOARGS, "size() -> nodes walked"},
-    {"run_count", rec_run_count, METH_NOARGS, "run_count() -> runs recorded"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject RecorderType = {PyVarObject_HEAD_INIT(nullptr, 0)};
