@@ -25,12 +25,19 @@ from typing import Any
 import torch
 
 from gradscape.tracer.monitor.grad_norms import Norms, gather, joined, norms_of, quick_norms, total_of
+from gradscape.tracer.record.native import extension
 from gradscape.tracer.summary.stats import grad_off
 
 
 def stepped_grads(mon: Any, opt: Any) -> tuple[list[int], list[torch.Tensor]]:
-    """The indices (the monitor's) and gradients of the optimizer's parameters that have one, in its order."""
+    """The indices (the monitor's) and gradients of the optimizer's parameters that have one, in its order: one
+    extension call where every parameter is a plain tensor the monitor has indexed (NOTE [Parameter rules in one
+    call] in tracer/record/csrc/param_grads.h)."""
     index = mon._index
+    ext = extension()
+    read = None if ext is None else ext.stepped(opt.param_groups, index)
+    if read is not None:
+        return read  # type: ignore[no-any-return]
     idx: list[int] = []
     grads: list[torch.Tensor] = []
     for gi, group in enumerate(opt.param_groups):

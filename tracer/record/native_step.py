@@ -4,6 +4,7 @@ and execution order (`LazyTuples`) from its tables (NOTE [Step tables] in tables
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,8 @@ from gradscape.tracer.record.tensor_table import SUMM_DTYPE, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 
-Arrived = tuple[int, Any, bool, int, torch.Tensor]  # `end_pass`
+# `end_pass`: ([(node, run, grad, arrived, version, variable)], node → parameter name)
+Arrivals = tuple[list[tuple[int, int, Any, bool, int, torch.Tensor]], dict[int, str]]
 
 
 class NativeStep:
@@ -47,17 +49,17 @@ class NativeStep:
         bp.start = int(self.graph.rec.begin_pass(bp.index))
         self.pass_runs.append(bp.start)
 
-    def end_pass(self, bp: BackwardPass, roots: list[tuple[Any, int]]) -> dict[str, Arrived]:
+    def end_pass(self, bp: BackwardPass, roots: list[tuple[Any, int]]) -> Arrivals:
         """Note the pass's roots (their gradients are read at the end); returns what arrived at each parameter, in one
-        extension call (NOTE [A backward call's ends in one call] in csrc/backward_call.h): parameter → (the run of
-        the last arrival at its node, its `.grad` as the pass ended, whether that is what arrived, its version, the
-        parameter's tensor), for `ParamGradients.after_pass`, which holds none of them."""
+        extension call (NOTE [A backward call's ends in one call] in csrc/backward_call.h): for each AccumulateGrad node
+        that ran, (its id, the run of the last arrival at it, its variable's `.grad` as the pass ended, whether that is
+        what arrived, its version, the variable), with the graph's node → parameter name, for
+        `ParamGradients.after_pass`, which holds none of the tensors."""
         for (_node, nr), rid in zip(roots, bp.roots):
             self._roots.append((bp, rid, nr))
         end, entries = self.graph.rec.end_call(self.pass_runs[-1] if self.pass_runs else 0)
         bp.end = end
-        params = self.graph.params
-        return {params[e[0]]: e[1:] for e in entries if e[0] in params}
+        return entries, self.graph.params
 
     def records(self) -> list[NodeRecord]:
         """The walked nodes as the Python walk gives them (for the problem finder's forward search, which
@@ -107,7 +109,7 @@ class NativeStep:
         and whether it counted a NaN or an Inf (None and False where Python summarised it): one extension call."""
         return self.graph.rec.arrival_rows(positions)  # type: ignore[no-any-return]
 
-    def summarise(self, grads: list[torch.Tensor]) -> list[int]:
+    def summarise(self, grads: Sequence[torch.Tensor]) -> list[int]:
         """Summarise `grads` into the step's summaries, as a hook would: each one's row of the tensor table
         (`tables.tensors`, made at `assemble`), or -1 where none was made."""
         return self.graph.rec.summarise(grads)  # type: ignore[no-any-return]

@@ -54,7 +54,7 @@ NOTE [Summarised once]
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -62,6 +62,8 @@ import torch
 from gradscape.tracer import _compat
 from gradscape.tracer._model import TensorTrace
 from gradscape.tracer.record.model_index import ModelIndex
+from gradscape.tracer.record.native import extension
+from gradscape.tracer.record.native_step import Arrivals
 from gradscape.tracer.summary.summariser import Summariser
 
 # what identifies a gradient that arrived at a parameter (NOTE [Dedupe] in tracer/record/node_hooks.py)
@@ -82,16 +84,11 @@ def _dist_initialized() -> bool:
     return bool(dist.is_available() and dist.is_initialized())
 
 
-class _Arrival:
+def _arrival(pos: int, g: torch.Tensor, version: int) -> tuple[int, weakref.ref[torch.Tensor], int]:
     """`st.params[name]` to be: the summary of what arrived in run `pos` of the native recorder, which is `.grad`
-    (`grad`, weakly held) as of its `version` when the pass ended."""
-
-    __slots__ = ("pos", "grad", "version")
-
-    def __init__(self, pos: int, g: torch.Tensor, version: int) -> None:
-        self.pos = pos
-        self.grad = weakref.ref(g)
-        self.version = version
+    (`g`, weakly held) as of its `version` when the pass ended. A tuple, as the extension makes them (NOTE [Parameter
+    rules in one call] in csrc/param_grads.h): the only tuples `traces` holds."""
+    return (pos, weakref.ref(g), version)
 
 
 class _Row:
@@ -128,7 +125,7 @@ class ParamGradients:
 
     def __init__(self, model: ModelIndex, summariser: Summariser) -> None:
         self.model, self.summ = model, summariser
-        self.traces: dict[str, Any] = {}  # TensorTrace, or an `_Arrival` until `resolve`
+        self.traces: dict[str, Any] = {}  # TensorTrace, or an arrival (`_arrival`) or `_Row` until `resolve`
         # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
         self.arrived: dict[str, Arrival] = {}
         # name → (`.grad` as a pass left it, its version): summarised by `settle` (NOTE [Settled at the step's end])
@@ -158,7 +155,7 @@ class ParamGradients:
         self.arrived[name] = (tr, key)
 
     def after_pass(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any,
-                   arrivals: dict[str, Any] | None = None) -> None:
+                   arrivals: Arrivals | None = None) -> None:
         """Read the gradients a backward pass left: see NOTE [Parameter gradients]. `arrivals`: what the native
         recorder read of the arrivals, when it recorded the pass (`NativeStep.end_pass`)."""
         if api == "autograd.grad":
@@ -167,10 +164,11 @@ class ParamGradients:
         arrived, self.arrived = self.arrived, {}
         dtensor, pending = self.dtensor, self.pending
         if arrivals is not None and not arrived and dtensor is None:
-            self._after_native(arrivals)
+            # one extension call: NOTE [Parameter rules in one call] in csrc/param_grads.h
+            extension().after_call(arrivals[0], arrivals[1], self.traces, pending, not self.distributed)
             return
-        names = list(arrived) + ([n for n in arrivals if n not in arrived] if arrivals is not None else [])
-        for name in names:
+        by_name = {} if arrivals is None else {arrivals[1][e[0]]: e[1:] for e in arrivals[0] if e[0] in arrivals[1]}
+        for name in list(arrived) + [n for n in by_name if n not in arrived]:
             p = self.model.param_by_name.get(name)
             g = None if p is None else p.grad
             if g is None or (dtensor is not None and isinstance(g, dtensor)):
@@ -189,31 +187,13 @@ class ParamGradients:
                         and key == (g.data_ptr(), g.shape, g.stride(), g.dtype)):
                     self.traces[name] = tr
                     continue
-            elif same and arrivals is not None and (a := arrivals.get(name)) is not None and a[2] and a[1] is g:
-                self.traces[name] = _Arrival(a[0], g, a[3])  # its summary, once the step's tables are made (`resolve`)
+            elif same and (a := by_name.get(name)) is not None and a[2] and a[1] is g:
+                self.traces[name] = _arrival(a[0], g, a[3])  # its summary, once the step's tables are made (`resolve`)
                 continue
             self.traces[name] = _PENDING
             pending[name] = (g, _version_of(g))
         if dtensor is not None:
             self._sharded(dtensor)
-
-    def _after_native(self, arrivals: dict[str, tuple[int, Any, bool, int, torch.Tensor]]) -> None:
-        """`after_pass` where the native recorder read each arrival and `.grad` (`NativeStep.end_pass`), no Python hook
-        noted one and no parameter is a shard: the same rules, on what the extension read in one call."""
-        pending, traces, plain = self.pending, self.traces, not self.distributed
-        for name, (pos, g, same, version, var) in arrivals.items():
-            if g is None:
-                continue
-            held = pending.get(name)
-            if held is not None and held[0] is g:  # added to in place (gradient accumulation): as `after_pass`
-                pending[name] = (g, version)
-                continue
-            pending.pop(name, None)
-            if same and plain and _compat.post_accumulate_grad_hooks(var) is None:
-                traces[name] = _Arrival(pos, g, version)
-                continue
-            traces[name] = _PENDING
-            pending[name] = (g, version)
 
     def settle(self, native: Any = None) -> list[str]:
         """Summarise the gradients kept since their pass ended (NOTE [Settled at the step's end]): in one call
@@ -223,16 +203,25 @@ class ParamGradients:
         if not pending:
             return []
         changed = [name for name, (g, version) in pending.items() if _version_of(g) != version]
-        rows = native.summarise([g for g, _ in pending.values()]) if native is not None else [-1] * len(pending)
-        for (name, (g, _)), row in zip(pending.items(), rows):
+        grads = [g for g, _ in pending.values()]
+        rows = native.summarise(grads) if native is not None else [-1] * len(pending)
+        made = []
+        for name, g, row in zip(pending, grads, rows):
             self.traces[name] = _Row(row) if row >= 0 else self.summ.summarise(g)
-            self.note_made(name, g, row if row >= 0 else self.traces[name])
+            made.append(row if row >= 0 else self.traces[name])
+        self.note_made(list(pending), grads, made)
         return changed
 
-    def note_made(self, name: str, g: torch.Tensor, summary: Any) -> None:
-        """`summary` (a row of the native recorder's tensor table or a `TensorTrace`, at the first thumbnail size)
-        is of `g`, parameter `name`'s gradient, as it is now: `made` may hand it over (NOTE [Summarised once])."""
-        self.made_of[name] = (weakref.ref(g), _version_of(g), summary)
+    def note_made(self, names: Sequence[str], grads: Sequence[torch.Tensor], summaries: Sequence[Any]) -> None:
+        """`summaries[k]` (a row of the native recorder's tensor table or a `TensorTrace`, at the first thumbnail size)
+        is of `grads[k]`, parameter `names[k]`'s gradient, as it is now: `made` may hand it over (NOTE [Summarised
+        once]). Each entry: (a weak reference to the gradient, its version, the summary)."""
+        ext = extension()
+        if ext is not None:  # NOTE [Parameter rules in one call] in csrc/param_grads.h
+            ext.note_made(self.made_of, names, grads, summaries)
+            return
+        for name, g, summary in zip(names, grads, summaries):
+            self.made_of[name] = (weakref.ref(g), _version_of(g), summary)
 
     def forget_made(self) -> None:
         """Gradients were changed in place where no version counter sees it (GradScaler's unscale): `made` hands
@@ -243,6 +232,9 @@ class ParamGradients:
         """For each of `grads` (the `.grad` of parameter `names[k]`), the summary `settle`, a clip or an optimizer
         step made of that very tensor, unchanged since: a row of the native recorder's tensor table or a
         `TensorTrace`; None where there is none (NOTE [Summarised once])."""
+        ext = extension()
+        if ext is not None:  # NOTE [Parameter rules in one call] in csrc/param_grads.h
+            return ext.made(list(map(self.made_of.get, names)), grads)  # type: ignore[no-any-return]
         out: list[Any] = []
         for name, g in zip(names, grads):
             held = self.made_of.get(name)
@@ -256,22 +248,12 @@ class ParamGradients:
         """The native recorder's run of the arrival each of `grads` (parameter `names[k]`'s `.grad`) is, unchanged
         since the pass it arrived in ended (the same tensor, the same version); None unless every one is (the
         monitor's norms after a backward: NOTE [Norms after a backward from the arrivals] in
-        tracer/monitor/arrival_norms.py)."""
-        traces = self.traces
-        out: list[int] = []
-        try:
-            for name, g in zip(names, grads):
-                t = traces.get(name)
-                if type(t) is not _Arrival or t.grad() is not g or t.version < 0 or g._version != t.version:
-                    return None
-                out.append(t.pos)
-        except RuntimeError:  # (a tensor without a version counter)
-            return None
-        return out
+        tracer/monitor/arrival_norms.py). Read by the extension, which the native recorder's step has."""
+        return extension().unchanged_runs(list(map(self.traces.get, names)), grads)  # type: ignore[no-any-return]
 
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
-        waiting = [(name, tr.pos) for name, tr in self.traces.items() if isinstance(tr, _Arrival)]
+        waiting = [(name, tr[0]) for name, tr in self.traces.items() if type(tr) is tuple]
         if not waiting and not any(isinstance(tr, _Row) for tr in self.traces.values()):
             return
         found = dict(zip([name for name, _ in waiting], native.arrival_rows([pos for _, pos in waiting])))
@@ -285,7 +267,7 @@ class ParamGradients:
                     self.unmade[name] = made
                     continue
                 tr = table.get(tr.row)
-            elif isinstance(tr, _Arrival):
+            elif type(tr) is tuple:  # an arrival (`_arrival`)
                 row, norm, bad = found[name]
                 if row < 0:
                     continue  # no summary was made of it: the parameter is left out, as on the Python path

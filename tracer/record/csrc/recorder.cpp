@@ -5,6 +5,7 @@
 #include "walk.h"
 #include "readout.h"
 #include "backward_call.h"
+#include "param_grads.h"
 #include "light.h"
 #include "light_types.h"
 
@@ -327,6 +328,11 @@ PyMethodDef mod_methods[] = {
     {"name_count", mod_name_count, METH_NOARGS, "name_count() -> how many node names have codes"},
     {"code", mod_code, METH_O, "code(name) -> its code"},
     {"grads", mod_grads, METH_O, "grads(tensors) -> ([position], [grad]) of those whose .grad is set, or None"},
+    {"after_call", mod_after_call, METH_VARARGS, "after_call(entries, params, traces, pending, plain)"},
+    {"unchanged_runs", mod_unchanged_runs, METH_VARARGS, "unchanged_runs(entries, grads) -> [run] or None"},
+    {"made", mod_made, METH_VARARGS, "made(entries, grads) -> [summary or None]"},
+    {"note_made", mod_note_made, METH_VARARGS, "note_made(made_of, names, grads, summaries)"},
+    {"stepped", mod_stepped, METH_VARARGS, "stepped(param_groups, index) -> ([index], [grad]) or None"},
     {"norms", mod_norms, METH_VARARGS, "norms(tensors, most) -> [L2 norm of each], or None (a tensor it does not take)"},
     {"backward_front", mod_backward_front, METH_VARARGS,
      "backward_front(python wrapper, original) -> Tensor.backward's front for the light step (light.h)"},
