@@ -248,7 +248,7 @@ def test_strided_gradients_are_summarised_in_the_hook() -> None:
 def test_the_finder_reads_the_arrivals_the_optimizers_summaries_replace(monkeypatch: pytest.MonkeyPatch) -> None:
     """With an optimizer in the block, `st.params` holds what it stepped with and the arrivals are not made
     into `TensorTrace`s: the problem finder gets each arrival's norm and whether it counted a NaN or an Inf
-    from the extension (`arrival_rows`), checked here against torch on what arrived."""
+    from the extension (`resolve_params`), checked here against torch on what arrived."""
     from gradscape.tracer.record.debug import problems
 
     seen: list[dict[str, tuple[float, bool]]] = []

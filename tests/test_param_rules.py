@@ -158,3 +158,72 @@ def test_note_made_holds_no_gradient() -> None:
     ref = weakref.ref(g)
     del g
     assert ref() is None and made_of["a"][0]() is None
+
+
+def test_resolve_params_gives_rows_and_the_replaced_ones_norms_as_torch_has_them() -> None:
+    model, g, x = _setup()
+    try:
+        w = torch.ones(4, 2)
+        w[0, 1] = float("nan")  # bias[1]'s and weight row 1's gradient are NaN
+        traces: dict = {"other": "kept"}
+        ext.after_call(_call(g, (model(x) * w).sum()), g.params, traces, {}, True)
+        unmade: dict = {}
+        resolved, rows = g.rec.resolve_params(traces, {"weight", "bias"}, unmade)
+        assert resolved == {"other": "kept"} and rows == []
+        for name, p in model.named_parameters():
+            norm, bad = unmade[name]
+            finite = p.grad[torch.isfinite(p.grad)]
+            assert bad and norm == pytest.approx(finite.norm().item(), rel=1e-6)  # the finite elements' norm
+        resolved, rows = g.rec.resolve_params(traces, ("bias",), {})
+        assert rows == ["weight"] and type(resolved["weight"]) is int and "bias" not in resolved
+        assert list(resolved) == ["other", "weight"]  # (in `traces`' order)
+        assert g.rec.arrival_norms([traces["weight"][0]]) is None  # it counted a NaN
+    finally:
+        g.rec.release()
+
+
+def test_arrival_norms_are_torchs_norms_of_what_arrived() -> None:
+    model, g, x = _setup()
+    try:
+        traces: dict = {}
+        ext.after_call(_call(g, model(x).square().sum()), g.params, traces, {}, True)
+        norms = g.rec.arrival_norms([traces["weight"][0], traces["bias"][0]])
+        assert norms == pytest.approx([model.weight.grad.norm().item(), model.bias.grad.norm().item()], rel=1e-6)
+        assert g.rec.arrival_norms([10**6]) is None  # no such run: no summary
+    finally:
+        g.rec.release()
+
+
+def test_group_norms_sum_each_layers_finite_norms_as_the_python_rule_does() -> None:
+    from gradscape.tracer.record.debug.step_checks import _group_norms
+
+    vals = [(3.0, False), (4.0, False), None, (float("nan"), False), (2.0, True), (float("inf"), False), (1.5, 0)]
+    groups = [0, 0, 1, 1, 2, 2, 3]
+    got = ext.group_norms(vals, groups, 5)
+    assert got == _group_norms(vals, groups, 5) == [5.0, None, None, 1.5, None]
+    torch.manual_seed(0)
+    norms = [(v, False) for v in torch.rand(40, dtype=torch.float64).tolist()]
+    layers = [k % 7 for k in range(40)]
+    assert ext.group_norms(norms, layers, 7) == _group_norms(norms, layers, 7)  # the same sums, bit for bit
+    with pytest.raises(ValueError, match="group_norms: values and groups differ"):
+        ext.group_norms(vals, groups[:-1], 5)
+    with pytest.raises(ValueError, match="in a group below n"):
+        ext.group_norms([(1.0, False)], [5], 5)
+
+
+def test_resolve_params_gives_a_settled_row_or_its_norm_as_an_arrivals() -> None:
+    model, g, x = _setup()
+    try:
+        _call(g, model(x).sum())
+        rows = g.rec.summarise([model.weight.grad, model.bias.grad * 0 + float("inf")])  # as `settle` does
+        assert min(rows) >= 0
+        traces = {"weight": rows[0], "bias": rows[1], "gone": -1}
+        unmade: dict = {}
+        resolved, kept = g.rec.resolve_params(traces, {"weight", "bias"}, unmade)
+        assert resolved == {} and kept == []  # (a negative row: no summary, left out)
+        assert unmade["weight"] == (pytest.approx(model.weight.grad.norm().item(), rel=1e-6), False)
+        assert unmade["bias"] == (0.0, True)  # every element an Inf: no finite element, and it counted one
+        resolved, kept = g.rec.resolve_params(traces, (), {})
+        assert resolved == {"weight": rows[0], "bias": rows[1]} and kept == ["weight", "bias"]
+    finally:
+        g.rec.release()

@@ -7,7 +7,7 @@ NOTE [Norms after a backward from the arrivals]
     float64. Where every gradient of the snapshot is such an arrival, still the parameter's `.grad` and unchanged
     since its backward call ended (the same tensor, the same version: `ParamGradients.arrivals_unchanged` in
     tracer/record/params.py), the snapshot's norms are read from those summaries in one extension call
-    (`arrival_rows`), a list of floats, in place of the fused call and its stack: for gradients past what the
+    (`arrival_norms`), a list of floats, in place of the fused call and its stack: for gradients past what the
     extension's own norms take (NOTE [Native norms] in grad_norms.py, which small CPU gradients take first), that is
     every backward call of a step of one backward after `zero_grad()`. Any other snapshot is torch's: one with
     a gradient accumulated over several backward calls, left by an earlier step, summarised by Python (a CUDA or a
@@ -39,13 +39,5 @@ def arrival_norms(cap: Any, idx: list[int], grads: list[torch.Tensor]) -> list[f
     native = traced.rec.native if traced is not None else None
     if native is None:
         return None
-    names = cap.mon.names
-    runs = traced.rec.params.arrivals_unchanged([names[i] for i in idx], grads)
-    if runs is None:
-        return None
-    norms: list[float] = []
-    for _row, norm, bad in native.arrival_rows(runs):
-        if norm is None or bad:
-            return None
-        norms.append(norm)
-    return norms
+    runs = traced.rec.params.arrivals_unchanged(list(map(cap.mon.names.__getitem__, idx)), grads)
+    return None if runs is None else native.arrival_norms(runs)

@@ -155,7 +155,7 @@ class StepCapture:
             read = native_norms(grads)
             if read is None:
                 read = arrival_norms(self, idx, grads)
-        self.soft = None if read is None else (len(self.snaps), [weakref.ref(g) for g in grads])
+        self.soft = None if read is None else (len(self.snaps), list(map(weakref.ref, grads)))
         self.snaps.append((idx, norms_of(grads) if read is None else read))
 
     def _read_roots(self, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -344,8 +344,7 @@ class StepCapture:
 
     def _summarise(self, idx: list[int], grads: list[torch.Tensor]) -> dict[str, Any]:
         """Name → summary of each gradient (a row of the step's tensor table, made a `TensorTrace` by `as_traces`)."""
-        names = self.mon.names
-        return self.traced.rec.summarise_used([names[i] for i in idx], grads)
+        return self.traced.rec.summarise_used(list(map(self.mon.names.__getitem__, idx)), grads)
 
     def stepped_summaries(self) -> dict[str, Any]:
         """`st.params` as the loop's updates used them, as summaries (`as_traces` makes them traces): the gradients

@@ -4,7 +4,11 @@ of the block, turned into plain numbers once they can be read (NOTE [No sync on 
 from __future__ import annotations
 
 import math
+import operator
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -49,7 +53,7 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     row.clip_slots = [(idx, nums.add(vec)) for idx, vec in cap.clips]
     inv = None
     for r in cap.records:
-        o = OptimizerStep(optimizer=r.name, params=[names[i] for i in r.idx], skipped=not r.stepped)
+        o = OptimizerStep(optimizer=r.name, params=list(map(names.__getitem__, r.idx)), skipped=not r.stepped)
         slots = {"before": nums.add(r.total_before)}
         if r.stepped:
             slots["after"] = nums.add(r.total_after)
@@ -116,6 +120,11 @@ def _norm_vectors(cap: StepCapture) -> list[tuple[list[int], Norms]]:
     snaps = cap.snaps
     if len(snaps) == 1 and all(r.before is None or r.before is snaps[0][1] for r in cap.records):
         return snaps  # the usual step: one backward's snapshot, which every optimizer stepped with
+    stepped = [(r.idx, r.before) for r in cap.records if r.before is not None]
+    each = set(chain.from_iterable(map(itemgetter(0), stepped)))
+    if sum(map(len, map(itemgetter(0), stepped))) == len(each) and each.issuperset(
+            chain.from_iterable(map(itemgetter(0), snaps))):
+        return stepped  # (a GAN's: every parameter a snapshot holds stepped once, by one optimizer)
     per = before_map(cap.snaps)
     for r in cap.records:
         if r.before is not None:
@@ -139,6 +148,9 @@ def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[
     losses = [_f(vals[s]) for s in row.loss_slots]
     norms: list[float | None] = [None] * row.n_params
     for idx, slot in row.norm_slots:
+        if idx and max(idx) < len(norms):  # (`map` and `deque`: no Python code a parameter)
+            deque(map(norms.__setitem__, idx, map(float, vals[slot])), maxlen=0)
+            continue
         for i, v in zip(idx, vals[slot]):
             if i < len(norms):
                 norms[i] = float(v)
@@ -160,8 +172,8 @@ def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[
     if not any_step and row.clip_slots:  # clipped, no optimizer stepped (an update by hand): the last clip's
         clipped = {i: float(v) for idx, slot in row.clip_slots for i, v in zip(idx, vals[slot])}
         clipped_sq, any_step = sum(v * v for v in clipped.values()), True
-    present = [v for v in norms if v is not None]
-    total = math.sqrt(sum(v * v for v in present)) if present else None
+    present = [v for v in norms if v is not None] if None in norms else norms
+    total = math.sqrt(sum(map(operator.mul, present, present))) if present else None
     inv_all = _f(vals[row.scale_slot]) if row.scale_slot is not None else None
     wire: WireHistoryRow = {
         "step": row.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,

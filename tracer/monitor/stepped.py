@@ -61,7 +61,7 @@ def norms_stepped(cap: Any, rec: Any, opt: Any) -> None:
         if cap.traced is not None:  # the gradients it stepped with, summarised (NOTE [Parameter gradients])
             rec.summaries = cap._summarise(rec.idx, grads)
             cap.params_stepped.update(rec.summaries)
-            kernel = _kernel_norms(cap, [rec.summaries[cap.mon.names[i]] for i in rec.idx])
+            kernel = _kernel_norms(cap, list(map(rec.summaries.__getitem__, map(cap.mon.names.__getitem__, rec.idx))))
             if kernel is not None:
                 rec.total_after = total_of(kernel)
         if rec.total_after is None:  # (no exact equality promised: NOTE [Native norms] in grad_norms.py)
@@ -76,10 +76,10 @@ def _kernel_norms(cap: Any, summaries: list[Any]) -> list[float] | None:
     native = cap.traced.rec.native
     if native is None:
         return None
-    for s in summaries:  # (loops, not `all`/`any` of generators: NOTE [Cold steps] in tracer/record/native.py)
-        if type(s) is not int or s < 0:
-            return None
-    norms = native.row_norms(summaries)
+    try:
+        norms = native.row_norms(summaries)
+    except TypeError:  # (a `TensorTrace`: Python's summary)
+        return None
     return None if None in norms else norms
 
 

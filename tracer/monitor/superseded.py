@@ -24,9 +24,12 @@ NOTE [Superseded norms]
 
 from __future__ import annotations
 
+from operator import attrgetter, is_
 from typing import Any
 
 import torch
+
+_GRAD = attrgetter("grad")
 
 Grads = tuple[list[int], list[torch.Tensor]]
 
@@ -51,7 +54,9 @@ class Superseded:
         if last is None:
             return None
         before, idx, grads = last
-        if before == k - 1 and api != "autograd.grad" and all(params[i].grad is g for i, g in zip(idx, grads)):
+        # (each parameter's `.grad` still the one it left; `map`: no Python code a gradient)
+        if before == k - 1 and api != "autograd.grad" and False not in map(is_, map(_GRAD, map(params.__getitem__,
+                                                                                                idx)), grads):
             self.seen[before] = True
             return None
         return (idx, grads) if kept else None

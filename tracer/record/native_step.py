@@ -4,7 +4,7 @@ and execution order (`LazyTuples`) from its tables (NOTE [Step tables] in tables
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,10 +104,18 @@ class NativeStep:
         # the edges and the execution order as columns, made into tuples when read (NOTE [Lazy columns])
         return nodes, LazyTuples(*_edges(g, cache)), LazyTuples(runs["node"], np.frombuffer(ks_b, np.int64))
 
-    def arrival_rows(self, positions: list[int]) -> list[tuple[int, float | None, bool]]:
-        """For each AccumulateGrad run of `positions`: the tensor-table row of what arrived (-1: none), its norm
-        and whether it counted a NaN or an Inf (None and False where Python summarised it): one extension call."""
-        return self.graph.rec.arrival_rows(positions)  # type: ignore[no-any-return]
+    def resolve_params(self, traces: dict[str, Any], replaced: Collection[str],
+                       unmade: dict[str, tuple[float, bool]]) -> tuple[dict[str, Any], list[str]]:
+        """`traces` (`ParamGradients.traces`) with each arrival and each row `settle` made as its tensor-table row, left
+        out where none was made or where `replaced` holds it (its norm and whether it counted a NaN or an Inf then put
+        in `unmade`), and the names so given rows: one extension call (NOTE [Parameter rules in one call] in
+        csrc/param_grads.h)."""
+        return self.graph.rec.resolve_params(traces, replaced, unmade)  # type: ignore[no-any-return]
+
+    def arrival_norms(self, positions: list[int]) -> list[float] | None:
+        """The norms of what arrived in the AccumulateGrad runs of `positions`, or None unless the kernel summarised
+        each one and none counted a NaN or an Inf: one extension call."""
+        return self.graph.rec.arrival_norms(positions)  # type: ignore[no-any-return]
 
     def summarise(self, grads: Sequence[torch.Tensor]) -> list[int]:
         """Summarise `grads` into the step's summaries, as a hook would: each one's row of the tensor table

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Collection, Sequence
+from itertools import compress
+from operator import attrgetter, itemgetter, ne
 from typing import Any
 
 import torch
@@ -91,16 +93,6 @@ def _arrival(pos: int, g: torch.Tensor, version: int) -> tuple[int, weakref.ref[
     return (pos, weakref.ref(g), version)
 
 
-class _Row:
-    """`st.params[name]` to be: row `row` of the native recorder's tensor table (a gradient `settle` summarised
-    there), a `TensorTrace` once the step's tables are made (`resolve`)."""
-
-    __slots__ = ("row",)
-
-    def __init__(self, row: int) -> None:
-        self.row = row
-
-
 def _version_of(g: torch.Tensor) -> int:
     """`g`'s version counter (-1 for a tensor without one: an inference tensor set as `.grad` by hand)."""
     try:
@@ -109,11 +101,24 @@ def _version_of(g: torch.Tensor) -> int:
         return -1
 
 
+def _versions(grads: list[torch.Tensor]) -> list[int]:
+    """Each of `grads`' version counter (-1 for a tensor without one)."""
+    try:
+        return list(map(_VERSION, grads))
+    except RuntimeError:  # (an inference tensor among them)
+        return [_version_of(g) for g in grads]
+
+
+_VERSION = attrgetter("_version")
+
+
 def in_order(entries: dict[str, Any], names: Collection[str]) -> dict[str, Any]:
     """`entries` (`st.params` to be) listed in the order of `names` (the model's parameters), a name not among them
     after those, as listed."""
-    out = {name: entries[name] for name in names if name in entries}
-    out.update(entries)
+    keys = list(filter(entries.__contains__, names))  # (`filter` and `map`: no Python code a parameter)
+    out = dict(zip(keys, map(entries.__getitem__, keys)))
+    if len(out) != len(entries):
+        out.update(entries)
     return out
 
 
@@ -125,7 +130,8 @@ class ParamGradients:
 
     def __init__(self, model: ModelIndex, summariser: Summariser) -> None:
         self.model, self.summ = model, summariser
-        self.traces: dict[str, Any] = {}  # TensorTrace, or an arrival (`_arrival`) or `_Row` until `resolve`
+        # TensorTrace; until `resolve`, an arrival (`_arrival`) or a row of the tensor table `settle` made (an int)
+        self.traces: dict[str, Any] = {}
         # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
         self.arrived: dict[str, Arrival] = {}
         # name → (`.grad` as a pass left it, its version): summarised by `settle` (NOTE [Settled at the step's end])
@@ -202,13 +208,16 @@ class ParamGradients:
         pending, self.pending = self.pending, {}
         if not pending:
             return []
-        changed = [name for name, (g, version) in pending.items() if _version_of(g) != version]
-        grads = [g for g, _ in pending.values()]
+        grads = list(map(itemgetter(0), pending.values()))  # (`map`: no Python code a gradient)
+        moved = list(map(ne, _versions(grads), map(itemgetter(1), pending.values())))
+        changed = list(compress(pending, moved)) if True in moved else []
         rows = native.summarise(grads) if native is not None else [-1] * len(pending)
-        made = []
-        for name, g, row in zip(pending, grads, rows):
-            self.traces[name] = _Row(row) if row >= 0 else self.summ.summarise(g)
-            made.append(row if row >= 0 else self.traces[name])
+        if min(rows) >= 0:  # (every one a row of the native recorder's tensor table)
+            self.traces.update(zip(pending, rows))
+            made = rows
+        else:
+            made = [row if row >= 0 else self.summ.summarise(g) for g, row in zip(grads, rows)]
+            self.traces.update(zip(pending, made))
         self.note_made(list(pending), grads, made)
         return changed
 
@@ -228,21 +237,25 @@ class ParamGradients:
         nothing summarised before (NOTE [Summarised once])."""
         self.made_of = {}
 
-    def made(self, names: list[str], grads: list[torch.Tensor]) -> list[Any]:
+    def made(self, names: list[str], grads: list[torch.Tensor]) -> tuple[dict[str, Any], Sequence[str],
+                                                                          Sequence[torch.Tensor]]:
         """For each of `grads` (the `.grad` of parameter `names[k]`), the summary `settle`, a clip or an optimizer
         step made of that very tensor, unchanged since: a row of the native recorder's tensor table or a
-        `TensorTrace`; None where there is none (NOTE [Summarised once])."""
+        `TensorTrace` (NOTE [Summarised once]). Returns (name → that summary, where there is one, else None; the names
+        and gradients of the others, to be summarised)."""
         ext = extension()
         if ext is not None:  # NOTE [Parameter rules in one call] in csrc/param_grads.h
-            return ext.made(list(map(self.made_of.get, names)), grads)  # type: ignore[no-any-return]
-        out: list[Any] = []
-        for name, g in zip(names, grads):
-            held = self.made_of.get(name)
-            if held is not None and held[0]() is g and held[1] >= 0 and _version_of(g) == held[1]:
-                out.append(held[2])
-            else:
-                out.append(None)
-        return out
+            made = ext.made(list(map(self.made_of.get, names)), grads)
+        else:
+            made = []
+            for name, g in zip(names, grads):
+                held = self.made_of.get(name)
+                ok = held is not None and held[0]() is g and held[1] >= 0 and _version_of(g) == held[1]
+                made.append(held[2] if ok else None)  # type: ignore[index]
+        if made.count(None) == len(made):
+            return {}, names, grads
+        todo = [(name, g) for name, g, m in zip(names, grads, made) if m is None]
+        return dict(zip(names, made)), [name for name, _ in todo], [g for _, g in todo]  # (in `names`' order)
 
     def arrivals_unchanged(self, names: list[str], grads: list[torch.Tensor]) -> list[int] | None:
         """The native recorder's run of the arrival each of `grads` (parameter `names[k]`'s `.grad`) is, unchanged
@@ -252,30 +265,12 @@ class ParamGradients:
         return extension().unchanged_runs(list(map(self.traces.get, names)), grads)  # type: ignore[no-any-return]
 
     def resolve(self, native: Any) -> None:
-        """The summaries of the arrivals `after_pass` took as they were (native recorder), once made."""
-        waiting = [(name, tr[0]) for name, tr in self.traces.items() if type(tr) is tuple]
-        if not waiting and not any(isinstance(tr, _Row) for tr in self.traces.values()):
-            return
-        found = dict(zip([name for name, _ in waiting], native.arrival_rows([pos for _, pos in waiting])))
-        table, replaced = native.tables.tensors, self.replaced
-        kept = table.norms_of([tr.row for name, tr in self.traces.items() if isinstance(tr, _Row) and name in replaced])
-        resolved: dict[str, Any] = {}
-        for name, tr in self.traces.items():
-            if isinstance(tr, _Row):
-                made = kept.get(tr.row) if name in replaced else None
-                if made is not None:  # replaced, as an arrival is: its numbers, without a TensorTrace
-                    self.unmade[name] = made
-                    continue
-                tr = table.get(tr.row)
-            elif type(tr) is tuple:  # an arrival (`_arrival`)
-                row, norm, bad = found[name]
-                if row < 0:
-                    continue  # no summary was made of it: the parameter is left out, as on the Python path
-                if norm is not None and name in replaced:  # the kernel's: its numbers, without a TensorTrace
-                    self.unmade[name] = (norm, bad)
-                    continue
-                tr = table.get(row)  # (a summary Python made is a TensorTrace already)
-            resolved[name] = tr
+        """The summaries of the arrivals `after_pass` took as they were and of the gradients `settle` summarised
+        (native recorder), once the step's tables are made; a replaced one's numbers only (`unmade`)."""
+        resolved, rows = native.resolve_params(self.traces, self.replaced, self.unmade)
+        table = native.tables.tensors
+        for name in rows:
+            resolved[name] = table.get(resolved[name])
         self.traces = resolved
 
     def in_model_order(self) -> dict[str, Any]:

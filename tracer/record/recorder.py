@@ -330,12 +330,12 @@ class StepRecorder:
         """Name → summary of each of `grads`, the gradients a clip or an optimizer step used (NOTE [Parameter
         gradients] in params.py): a row of the native recorder's tensor table, else a `TensorTrace`; a gradient
         already summarised and unchanged is not summarised again (NOTE [Summarised once] in params.py)."""
-        out = dict(zip(names, made := self.params.made(names, grads)))
-        if None in made:
-            todo_names, todo_grads = zip(*[(n, g) for n, g, m in zip(names, grads, made) if m is None])
+        out, todo_names, todo_grads = self.params.made(names, grads)
+        if todo_names:
             self.thumbs.first_size(self.native)  # NOTE [Repeated calls' thumbnails] in call_thumbs.py
-            rows = self.native.summarise(todo_grads) if self.native is not None else [-1] * len(todo_grads)
-            sums = [k if k >= 0 else self.summ.summarise_no_grad(g, None) for g, k in zip(todo_grads, rows)]
+            sums: list[Any] = self.native.summarise(todo_grads) if self.native is not None else [-1] * len(todo_grads)
+            if min(sums) < 0:  # (Python summarises where the kernel did not)
+                sums = [k if k >= 0 else self.summ.summarise_no_grad(g, None) for g, k in zip(todo_grads, sums)]
             out.update(zip(todo_names, sums))
             self.params.note_made(todo_names, todo_grads, sums)
         return out

@@ -12,7 +12,11 @@
 //     - `after_call`: a backward call's end (`ParamGradients._after_native`);
 //     - `unchanged_runs`: whether each `.grad` is still the arrival its entry holds (`arrivals_unchanged`);
 //     - `made` and `note_made`: the summaries made of which tensors, at which version (`made`, `note_made`);
-//     - `stepped`: an optimizer's parameters that have a gradient, and those gradients (`stepped_grads`).
+//     - `stepped`: an optimizer's parameters that have a gradient, and those gradients (`stepped_grads`);
+//     - `resolve_params`: the rows of the arrivals and of what `settle` summarised at the step's end, or their norms
+//       where an optimizer's step replaces them (`ParamGradients.resolve`), and `arrival_norms`, the monitor's norms
+//       read from the arrivals (arrival_norms.py);
+//     - `group_norms`: the problem finder's layer norms from its parameters' (`_norms_of_layers`).
 //     An arrival entry is a tuple (run, weak reference to the `.grad`, its version); a made entry is a tuple
 //     (weak reference, version, summary). Anything that is not what these expect (a tensor subclass, a
 //     parameter the monitor has not indexed) makes the function answer None, and the caller's Python, which
@@ -228,6 +232,146 @@ PyObject* mod_stepped(PyObject*, PyObject* args) {
   Py_XDECREF(idx);
   Py_XDECREF(grads);
   return result;
+}
+
+// What is read of each entry of a step's `traces` that `resolve_params` resolves: an arrival (a (run, reference,
+// version) tuple: `arrival_stats` of its run) or a row `settle` made (an int: `kernel_stats` of it), read under the
+// recorder's lock once, Python's objects touched outside it
+struct EntryRead {
+  PyObject* name;  // borrowed from `traces`
+  long at;  // the arrival's run, or the row
+  bool arrival;
+  int32_t row = -1;
+  bool kernel = false, nonfinite = false;  // the kernel made its summary; it counted a NaN or an Inf
+  double norm = 0.0;  // its finite elements' norm
+};
+
+bool read_entries(Recorder* r, PyObject* traces, std::vector<EntryRead>* out) {
+  PyObject *name, *v;
+  for (Py_ssize_t at = 0; PyDict_Next(traces, &at, &name, &v);) {
+    const bool arrival = PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) == 3;
+    if (!arrival && !PyLong_CheckExact(v)) continue;
+    const long k = PyLong_AsLong(arrival ? PyTuple_GET_ITEM(v, 0) : v);
+    if (k == -1 && PyErr_Occurred()) return false;
+    out->push_back({name, k, arrival});
+  }
+  std::lock_guard<std::mutex> g(r->mu);
+  for (auto& e : *out) {
+    const double* s = e.arrival ? arrival_stats(r, e.at, &e.row) : kernel_stats(r, e.row = static_cast<int32_t>(e.at));
+    if (s == nullptr) continue;
+    e.kernel = true;
+    e.nonfinite = s[5] > 0 || s[6] > 0;
+    e.norm = finite_norm(s);
+  }
+  return true;
+}
+
+// resolve_params(traces, replaced, unmade) -> (resolved, [name]): `ParamGradients.resolve`'s rule for each arrival
+// and each row `settle` made in `traces`: left out where no summary was made of it; where the kernel made it and
+// `replaced` holds its name, its (norm, counted a NaN or an Inf) put in `unmade` and left out; else its row, its
+// name listed. `resolved` is `traces` so, in its order, with every other entry as it was.
+PyObject* rec_resolve_params(PyObject* self, PyObject* args) {
+  PyObject *traces, *replaced, *unmade;
+  if (!PyArg_ParseTuple(args, "O!OO!", &PyDict_Type, &traces, &replaced, &PyDict_Type, &unmade)) return nullptr;
+  std::vector<EntryRead> reads;
+  if (!read_entries(R(self), traces, &reads)) return nullptr;
+  PyObject* resolved = PyDict_New();
+  PyObject* kept = PyList_New(0);
+  bool ok = resolved != nullptr && kept != nullptr;
+  size_t k = 0;  // the next of `reads`, met in the same order
+  PyObject *name, *v;
+  for (Py_ssize_t at = 0; ok && PyDict_Next(traces, &at, &name, &v);) {
+    if (k >= reads.size() || reads[k].name != name) {
+      ok = PyDict_SetItem(resolved, name, v) == 0;
+      continue;
+    }
+    const EntryRead& e = reads[k++];
+    if (e.row < 0) continue;  // no summary was made of it: the parameter is left out, as on the Python path
+    if (e.kernel) {
+      const int in = PySequence_Contains(replaced, name);
+      if (in < 0) ok = false;
+      if (in != 0) {  // replaced by what an optimizer stepped with: its numbers only, for the problem finder
+        ok = ok && set_tuple(unmade, name, Py_BuildValue("(dO)", e.norm, e.nonfinite ? Py_True : Py_False));
+        continue;
+      }
+    }
+    PyObject* row = PyLong_FromLong(e.row);
+    ok = row != nullptr && PyDict_SetItem(resolved, name, row) == 0 && PyList_Append(kept, name) == 0;
+    Py_XDECREF(row);
+  }
+  if (!ok) {
+    Py_XDECREF(resolved);
+    Py_XDECREF(kept);
+    return nullptr;
+  }
+  return Py_BuildValue("(NN)", resolved, kept);
+}
+
+// arrival_norms(runs) -> [norm] of what arrived in each run (its finite elements'), or None unless the kernel
+// summarised every one and none counted a NaN or an Inf (the monitor's norms after a backward: NOTE [Norms after a
+// backward from the arrivals] in tracer/monitor/arrival_norms.py)
+PyObject* rec_arrival_norms(PyObject* self, PyObject* arg) {
+  std::vector<long> positions;
+  if (!read_longs(arg, "arrival_norms: expected a sequence of run positions", &positions)) return nullptr;
+  Recorder* r = R(self);
+  std::vector<double> norms;
+  norms.reserve(positions.size());
+  {
+    std::lock_guard<std::mutex> g(r->mu);
+    for (long pos : positions) {
+      int32_t row = -1;
+      const double* a = arrival_stats(r, pos, &row);
+      if (a == nullptr || a[5] > 0 || a[6] > 0) Py_RETURN_NONE;
+      norms.push_back(finite_norm(a));
+    }
+  }
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(norms.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t i = 0; i < norms.size(); i++) PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), PyFloat_FromDouble(norms[i]));
+  return out;
+}
+
+// group_norms(values, groups, n) -> [norm or None] of n groups: each group's sqrt of the sum of its values' squares,
+// in order, over those values (None, or (norm, counted a NaN or an Inf)) that are a finite norm of a finite
+// gradient; None for a group with none (the problem finder's layer norms: `_norms_of_layers` in
+// tracer/record/debug/step_checks.py)
+PyObject* mod_group_norms(PyObject*, PyObject* args) {
+  PyObject *values_in, *groups_in;
+  Py_ssize_t n = 0;
+  if (!PyArg_ParseTuple(args, "OOn", &values_in, &groups_in, &n)) return nullptr;
+  std::vector<long> groups;
+  if (!read_longs(groups_in, "group_norms: expected a sequence of group indices", &groups)) return nullptr;
+  PyObject* values = PySequence_Fast(values_in, "group_norms: expected a sequence of values");
+  if (values == nullptr) return nullptr;
+  std::vector<double> sq(static_cast<size_t>(std::max<Py_ssize_t>(n, 0)), 0.0);
+  std::vector<char> seen(sq.size(), 0);
+  bool ok = static_cast<size_t>(PySequence_Fast_GET_SIZE(values)) == groups.size();
+  if (!ok) PyErr_SetString(PyExc_ValueError, "group_norms: values and groups differ in length");
+  for (size_t k = 0; ok && k < groups.size(); k++) {
+    PyObject* v = PySequence_Fast_GET_ITEM(values, static_cast<Py_ssize_t>(k));
+    if (v == Py_None) continue;
+    if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2 || groups[k] < 0 || groups[k] >= n) {
+      PyErr_SetString(PyExc_ValueError, "group_norms: a value must be None or (norm, nonfinite), in a group below n");
+      ok = false;
+      break;
+    }
+    const double x = PyFloat_AsDouble(PyTuple_GET_ITEM(v, 0));
+    const int bad = PyObject_IsTrue(PyTuple_GET_ITEM(v, 1));
+    if ((x == -1.0 && PyErr_Occurred()) || bad < 0) ok = false;
+    else if (x == x && x != HUGE_VAL && !bad) {  // a finite norm of a finite gradient
+      sq[static_cast<size_t>(groups[k])] += x * x;
+      seen[static_cast<size_t>(groups[k])] = 1;
+    }
+  }
+  Py_DECREF(values);
+  if (!ok) return nullptr;
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(sq.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t i = 0; i < sq.size(); i++) {
+    PyObject* item = seen[i] ? PyFloat_FromDouble(std::sqrt(sq[i])) : Py_NewRef(Py_None);
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
+  }
+  return out;
 }
 
 }  // namespace

@@ -175,6 +175,17 @@ double finite_norm(const double* a) { return a[7] <= 0 ? 0.0 : std::sqrt(std::ma
 // kernel's sums leave both out), else the finite elements' norm
 double torch_norm(const double* a) { return a[5] > 0 ? std::nan("") : a[6] > 0 ? HUGE_VAL : finite_norm(a); }
 
+// The summary row of what arrived in run `pos`'s slot 0 into `row` (-1: none), and that summary's raw statistics, or
+// nullptr where the kernel did not make it; `r->mu` held
+const double* arrival_stats(const Recorder* r, long pos, int32_t* row) {
+  *row = -1;
+  if (pos >= 0 && static_cast<size_t>(pos) < r->runs.size()) {
+    const RunRec& run = r->runs[pos];
+    if (run.go_n > 0 && static_cast<size_t>(run.go_off) < r->slots.size()) *row = r->slots[run.go_off];
+  }
+  return kernel_stats(r, *row);
+}
+
 PyObject* float_or_none(const double* a, double v) {
   if (a != nullptr) return PyFloat_FromDouble(v);
   Py_INCREF(Py_None);
@@ -195,32 +206,6 @@ PyObject* rec_row_norms(PyObject* self, PyObject* arg) {
   for (size_t i = 0; i < rows.size(); i++) {
     const double* a = kernel_stats(r, rows[i]);
     PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), float_or_none(a, a == nullptr ? 0.0 : torch_norm(a)));
-  }
-  return out;
-}
-
-// arrival_rows(runs) -> [(row, norm, nonfinite)]: for each run position, the summary row of what arrived in its slot 0
-// (-1: none), that summary's L2 norm as `stats_from_raw` makes it and whether it counted a NaN or an Inf (None and
-// False for a summary Python made, or no row): what the problem finder reads of a parameter's arrival (NOTE
-// [Parameter gradients] in tracer/record/params.py)
-PyObject* rec_arrival_rows(PyObject* self, PyObject* arg) {
-  std::vector<long> positions;
-  if (!read_longs(arg, "arrival_rows: expected a sequence of run positions", &positions)) return nullptr;
-  Recorder* r = R(self);
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(positions.size()));
-  if (out == nullptr) return nullptr;
-  std::lock_guard<std::mutex> g(r->mu);
-  for (size_t i = 0; i < positions.size(); i++) {
-    long pos = positions[i];
-    int32_t row = -1;
-    if (pos >= 0 && static_cast<size_t>(pos) < r->runs.size()) {
-      const RunRec& run = r->runs[pos];
-      if (run.go_n > 0 && static_cast<size_t>(run.go_off) < r->slots.size()) row = r->slots[run.go_off];
-    }
-    const double* a = kernel_stats(r, row);
-    bool nonfinite = a != nullptr && (a[5] > 0 || a[6] > 0);
-    PyObject* norm = float_or_none(a, a == nullptr ? 0.0 : finite_norm(a));
-    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), Py_BuildValue("(iNN)", row, norm, PyBool_FromLong(nonfinite)));
   }
   return out;
 }

@@ -13,6 +13,7 @@ from typing import Any
 from gradscape.tracer import _compat
 from gradscape.tracer._model import NodeTrace, Problem, StepTrace, TensorTrace
 from gradscape.tracer.record.labels import RELU_LIKE
+from gradscape.tracer.record.native import extension
 from gradscape.tracer.record.tables import LazyNodes, grads_of, ids_named
 from gradscape.tracer.record.view import StepView
 from gradscape.tracer.summary.stats import median
@@ -183,25 +184,47 @@ def _stacked(module: str) -> str:
 
 def _norms_of_layers(st: StepTrace, module_params: dict[str, list[str]],
                      unmade: dict[str, tuple[float, bool]]) -> dict[str, float]:
-    """Each layer's parameter-gradient norm (finite values only)."""
-    norms: dict[str, float] = {}
+    """Each layer's parameter-gradient norm (finite values only): the extension sums them where it is built (NOTE
+    [Parameter rules in one call] in tracer/record/csrc/param_grads.h)."""
+    layers, flat, groups = _layout(module_params)
+    vals: list[tuple[float, bool] | None] = list(map(unmade.get, flat))
     params = st.params
-    for mod, plist in module_params.items():
-        sq, seen = 0.0, False
-        for p in plist:
+    if params:
+        for k, p in enumerate(flat):
             t = params.get(p)
             if t is not None:
-                v, bad = t.stats.get("norm", math.nan), has_nonfinite(t)
-            elif p in unmade:
-                v, bad = unmade[p]
-            else:
-                continue
-            if v == v and v != math.inf and not bad:  # a finite norm of a finite gradient
-                sq += v * v
-                seen = True
-        if seen:
-            norms[mod] = math.sqrt(sq)
-    return norms
+                vals[k] = (t.stats.get("norm", math.nan), has_nonfinite(t))
+    ext = extension()
+    norms = _group_norms(vals, groups, len(layers)) if ext is None else ext.group_norms(vals, groups, len(layers))
+    return {mod: v for mod, v in zip(layers, norms) if v is not None}
+
+
+def _group_norms(vals: list[tuple[float, bool] | None], groups: list[int], n: int) -> list[float | None]:
+    """Each of `n` groups' norm from its values': the square root of the sum of their squares, in order, over those
+    that are a finite norm of a finite gradient (None: a group with none); the extension's `group_norms`."""
+    sq, seen = [0.0] * n, [False] * n
+    for val, k in zip(vals, groups):
+        if val is not None and val[0] == val[0] and val[0] != math.inf and not val[1]:
+            sq[k] += val[0] * val[0]
+            seen[k] = True
+    return [math.sqrt(v) if ok else None for v, ok in zip(sq, seen)]
+
+
+_last_layout: tuple[dict[str, list[str]], list[str], list[str], list[int]] | None = None
+
+
+def _layout(module_params: dict[str, list[str]]) -> tuple[list[str], list[str], list[int]]:
+    """(the layers, all their parameters in one list, each one's layer): the same model's come back every traced
+    step, so the last are kept (one tuple, read and replaced whole by any thread)."""
+    global _last_layout
+    last = _last_layout
+    if last is not None and last[0] is module_params:
+        return last[1], last[2], last[3]
+    layers = list(module_params)
+    flat = [p for plist in module_params.values() for p in plist]
+    groups = [k for k, plist in enumerate(module_params.values()) for _ in plist]
+    _last_layout = (module_params, layers, flat, groups)
+    return layers, flat, groups
 
 
 def _against_kind(norms: dict[str, float], module_types: dict[str, str]) -> dict[str, tuple[str, str]]:
