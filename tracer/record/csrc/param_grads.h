@@ -9,7 +9,7 @@
 //     written as Python loops they were most of what a traced step's Python grows by with the parameters
 //     (docs/costs.md, "Counted, not timed"). The functions here apply the same rules to the same Python dicts
 //     and tuples, in one call for all the parameters; the dicts stay Python's, owned where they were:
-//     - `after_call`: a backward call's end (`ParamGradients._after_native`);
+//     - `after_call`: a backward call's end (`ParamGradients.after_pass`, the rules of its general loop);
 //     - `unchanged_runs`: whether each `.grad` is still the arrival its entry holds (`arrivals_unchanged`);
 //     - `made` and `note_made`: the summaries made of which tensors, at which version (`made`, `note_made`);
 //     - `stepped`: an optimizer's parameters that have a gradient, and those gradients (`stepped_grads`);
@@ -81,7 +81,7 @@ bool after_one(PyObject* name, PyObject* e, PyObject* traces, PyObject* pending,
   return set_tuple(pending, name, PyTuple_Pack(2, grad, version));
 }
 
-// after_call(entries, params, traces, pending, plain): `ParamGradients._after_native`'s rules for every entry of
+// after_call(entries, params, traces, pending, plain): `ParamGradients.after_pass`'s rules for every entry of
 // `end_call` whose node `params` (node -> name) names; the last entry of a name where two nodes have one
 PyObject* mod_after_call(PyObject*, PyObject* args) {
   PyObject *entries, *params, *traces, *pending;
