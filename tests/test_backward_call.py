@@ -133,3 +133,28 @@ def test_a_calls_key_tells_apart_the_same_graph_over_other_parameters_or_leaves(
     assert key("a", x4) == key("a", x4.detach().requires_grad_())  # the same forward again: the same key
     assert key("a", x4) != key("b", x4)  # the same graph over the other layer's parameters
     assert key("a", x4) != key("a", x5)  # another shape of the input leaf (no node of the graph's own differs)
+
+
+def test_root_rows_are_the_summaries_of_the_gradients_each_calls_roots_got() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    g = _graph(model)
+    try:
+        seeds = [torch.randn(4, 2), torch.randn(4, 2)]
+        specs = []
+        for k, seed in enumerate(seeds):  # two calls, each from its own output with its own seed gradient
+            out = model(torch.randn(4, 3))
+            (rid,) = g.start_call([(out.grad_fn, 0)], 0)
+            start = int(g.rec.begin_pass(k))
+            out.backward(seed)
+            g.rec.end_call(start)
+            specs.append((rid, 0, k, start))
+        rows = g.rec.root_rows(specs)
+        norms = g.rec.row_norms(rows)
+        assert norms == pytest.approx([s.norm().item() for s in seeds], rel=1e-6)
+        rid, _, _, start = specs[1]
+        assert g.rec.root_rows([(rid, 1, 1, start), (rid, 0, 0, start), (10**6, 0, 1, 0)]) == [None, None, None]
+        with pytest.raises(TypeError):
+            g.rec.root_rows([(rid, 0)])
+    finally:
+        g.rec.release()

@@ -97,10 +97,12 @@ class NativeStep:
         tables.relu_slots = g.rec.first_slots(relu_codes())
         self.tables = tables
         nodes = LazyNodes(tables)
-        for bp, rid, nr in self._roots:  # (rows of the tensor table, made `TensorTrace`s when read)
+        roots = self._roots  # (rows of the tensor table, made `TensorTrace`s when read)
+        rows = g.rec.root_rows([(rid, nr, bp.index, bp.start) for bp, rid, nr in roots]) if roots else []
+        for (bp, _rid, _nr), row in zip(roots, rows):
             if type(bp.root_grads) is not TableList:
                 bp.root_grads = TableList(tensors, bp.root_grads)
-            bp.root_grads.add_row(_root_row(tables, rid, nr, bp.index))
+            bp.root_grads.add_row(row)
         # the edges and the execution order as columns, made into tuples when read (NOTE [Lazy columns])
         return nodes, LazyTuples(*_edges(g, cache)), LazyTuples(runs["node"], np.frombuffer(ks_b, np.int64))
 
@@ -175,17 +177,3 @@ def _edges(g: NativeGraph, cache: StructureCache) -> tuple[np.ndarray, np.ndarra
             col.flags.writeable = False
         edges = cache.put(key, edges)
     return edges  # type: ignore[no-any-return]
-
-
-def _root_row(tables: StepTables, rid: int, nr: int, pass_index: int) -> int | None:
-    """The tensor-table row of the gradient root `rid`'s output `nr` got in pass `pass_index` (its run's slot)."""
-    runs = tables.runs
-    for pos in tables.node_runs(rid).tolist():
-        r = runs[pos]
-        if int(r["pass"]) == pass_index:
-            if nr >= int(r["go_n"]):
-                return None
-            s = int(tables.slots[int(r["go_off"]) + nr])
-            return None if s < 0 else s
-    return None
-

@@ -17,6 +17,7 @@
 //     at the end, each AccumulateGrad node that ran, with its last run, its variable's `.grad` and that
 //     gradient's version, and whether it is what arrived.
 #pragma once
+#include <array>
 #include "readout.h"
 #include "recorder.h"
 
@@ -212,6 +213,45 @@ PyObject* rec_end_call(PyObject* self, PyObject* arg) {
     Py_DECREF(item);
   }
   return Py_BuildValue("(nN)", static_cast<Py_ssize_t>(count), out);
+}
+
+// root_rows([(node, output nr, pass, first run)]) -> [row or None]: for each backward call's root, the summary row of
+// the gradient its node's first run in that call (from run `first run` on) got in output slot `output nr` (None: the
+// node did not run in the call, has no such slot, or its gradient was not summarised): `BackwardPass.root_grads`
+PyObject* rec_root_rows(PyObject* self, PyObject* arg) {
+  PyObject* seq = PySequence_Fast(arg, "root_rows: expected a sequence of (node, nr, pass, first run)");
+  if (seq == nullptr) return nullptr;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  std::vector<std::array<long, 4>> specs(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* t = PySequence_Fast_GET_ITEM(seq, i);
+    auto& s = specs[static_cast<size_t>(i)];
+    if (!PyArg_ParseTuple(t, "llll", &s[0], &s[1], &s[2], &s[3])) {
+      Py_DECREF(seq);
+      return nullptr;
+    }
+  }
+  Py_DECREF(seq);
+  std::vector<int32_t> rows(specs.size(), -1);
+  {
+    Recorder* r = R(self);
+    std::lock_guard<std::mutex> g(r->mu);
+    for (size_t k = 0; k < specs.size(); k++) {
+      const auto& [node, nr, pass, first] = specs[k];
+      for (size_t i = first < 0 ? 0 : static_cast<size_t>(first); i < r->runs.size(); i++) {
+        const RunRec& run = r->runs[i];
+        if (run.node != node || run.pass != pass) continue;
+        if (nr >= 0 && nr < run.go_n && static_cast<size_t>(run.go_off + nr) < r->slots.size())
+          rows[k] = r->slots[static_cast<size_t>(run.go_off + nr)];
+        break;
+      }
+    }
+  }
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t k = 0; k < rows.size(); k++)
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(k), rows[k] < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(rows[k]));
+  return out;
 }
 
 }  // namespace

@@ -171,6 +171,7 @@ PyMethodDef rec_methods[] = {
     {"resolve_params", rec_resolve_params, METH_VARARGS, "resolve_params(traces, replaced, unmade)"},
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"row_norms", rec_row_norms, METH_O, "row_norms(rows) -> [L2 norm, or None where Python summarised]"},
+    {"root_rows", rec_root_rows, METH_O, "root_rows([(node, nr, pass, first run)]) -> [row or None]"},
     {"end_call", rec_end_call, METH_O, "end_call(first run) -> (runs, [(node, run, grad, arrived, version, variable)])"},
     {"remove_hooks", rec_remove_hooks, METH_NOARGS, "take every hook off"},
     {"release", rec_release, METH_NOARGS, "remove the hooks, let go of the graph and of what was recorded (read by now)"},
