@@ -4,11 +4,10 @@ of the block, turned into plain numbers once they can be read (NOTE [No sync on 
 from __future__ import annotations
 
 import math
-import operator
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import itemgetter
+from operator import itemgetter, mul
 from typing import Any
 
 import torch
@@ -173,7 +172,7 @@ def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[
         clipped = {i: float(v) for idx, slot in row.clip_slots for i, v in zip(idx, vals[slot])}
         clipped_sq, any_step = sum(v * v for v in clipped.values()), True
     present = [v for v in norms if v is not None] if None in norms else norms
-    total = math.sqrt(sum(map(operator.mul, present, present))) if present else None
+    total = math.sqrt(sum(map(mul, present, present))) if present else None
     inv_all = _f(vals[row.scale_slot]) if row.scale_slot is not None else None
     wire: WireHistoryRow = {
         "step": row.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
