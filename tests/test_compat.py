@@ -24,6 +24,7 @@ EXPECTED = {
     ("torch._C", "_len_torch_function_stack"), ("torch._C", "_get_function_stack_at"),
     ("torch._C", "_is_torch_function_mode_enabled"),
     ("torch._C", "_current_graph_task_id"), ("torch._C", "_set_grad_enabled"),
+    ("torch._C", "_are_functorch_transforms_active"),
     ("torch.autograd.graph.Node", "_sequence_nr"), ("torch.autograd.graph.Node", "_input_metadata"),
     ("torch", "_foreach_norm"), ("torch", "_amp_foreach_non_finite_check_and_unscale_"),
     ("torch.Tensor", "_indices"), ("torch.Tensor", "_values"), ("torch._C", "_GLIBCXX_USE_CXX11_ABI"),
@@ -154,16 +155,18 @@ def test_global_hooks_and_handles() -> None:
     assert isinstance(RemovableHandle(OrderedDict()).id, int)
 
 
-def test_functorch_stack_is_empty_outside_transforms() -> None:
-    assert _compat.functorch_stack() is None
+def test_functorch_active_only_inside_transforms() -> None:
+    assert _compat.functorch_active() is False
     inside: list[Any] = []
 
     def f(t: torch.Tensor) -> torch.Tensor:
-        inside.append(_compat.functorch_stack())
+        inside.append(_compat.functorch_active())
         return (t * t).sum()
 
     torch.func.grad(f)(torch.ones(2))
-    assert inside[0] is not None
+    torch.func.vmap(lambda t: inside.append(_compat.functorch_active()) or t)(torch.ones(2))
+    assert inside == [True, True]
+    assert _compat.functorch_active() is False
 
 
 def test_module_buffers_and_what_a_compiled_callable_is() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,6 +146,35 @@ def test_torch_func_transforms_run_untouched_with_one_warning() -> None:
     with tr.step(1) as st2:  # warned once per Tracer; still noted in every step
         torch.func.grad(loss)(params, x)
     assert st2 is not None and any("torch.func" in n for n in st2.meta["notes"])
+
+
+def test_steps_never_read_functorchs_interpreter_stack() -> None:
+    """Reading functorch's interpreter stack makes its thread state, which the engine then copies on every backward
+    call of the thread (NOTE [Transforms] in tracer/record/recorder.py): traced, full and light steps ask the
+    thread's dispatch keys instead. (A profile function sees the call however the function was bound.)"""
+    peek = torch._C._functorch.peek_interpreter_stack
+    seen: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and arg is peek:
+            seen.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tr = gradscape.Tracer(model, every=3)
+    traced = []
+    sys.setprofile(profile)
+    try:
+        for i in range(12):  # traced (0, 3, ...), full and light monitor steps
+            with tr.step(i) as st:
+                model(torch.randn(4, 3)).pow(2).mean().backward()
+                opt.step()
+                opt.zero_grad()
+            traced += [st.step] if st is not None else []
+    finally:
+        sys.setprofile(None)
+        tr.close()
+    assert traced == [0, 3, 6, 9] and seen == []
 
 
 # ---------------------------------------------------------------- 3, 4. what st.params holds

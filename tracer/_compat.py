@@ -23,7 +23,9 @@ What each is for (see docs/autograd.md):
   leaf modules and optimizer steps, which costs less than leaving and re-entering the mode.
 - `current_graph_task_id()`: -1 outside a backward pass (the engine's graph task on this thread).
 - `set_grad_enabled(flag)`: the flag that `torch.no_grad` flips, without the context object's cost.
-- `functorch_stack()`: the innermost torch.func transform active, or None (backward under one runs untraced).
+- `functorch_active()`: whether a torch.func transform is active (backward under one runs untraced). It reads the
+  dispatch keys of this thread; functorch's own interpreter stack, read once, makes its thread state, which
+  every later backward call on the thread then copies (NOTE [Transforms] in tracer/record/recorder.py).
 - `node_sequence_nr(node)`, `input_metadata(node)`: a graph node's creation number and the metadata
   (shape, dtype) of its forward outputs, which the engine checks arriving gradients against; both
   declared on `torch.autograd.graph.Node`.
@@ -120,8 +122,7 @@ modes_enabled = _private(torch._C, "torch._C", "_is_torch_function_mode_enabled"
 mode_at = _private(torch._C, "torch._C", "_get_function_stack_at")
 current_graph_task_id = _private(torch._C, "torch._C", "_current_graph_task_id")
 set_grad_enabled = _private(torch._C, "torch._C", "_set_grad_enabled")
-# functorch's interpreter stack: non-empty inside torch.func transforms (grad, vmap, jacrev); optional
-functorch_stack = getattr(getattr(torch._C, "_functorch", None), "peek_interpreter_stack", lambda: None)
+functorch_active = _private(torch._C, "torch._C", "_are_functorch_transforms_active")
 
 
 

@@ -14,7 +14,10 @@ NOTE [Transforms]
     transform's wrappers: they have no memory of their own to summarise, and their graph belongs to
     the transform. Such a backward runs exactly as it would untraced; the step notes why in
     `st.meta["notes"]` and the Tracer warns once. The forward around it is attributed as usual, and
-    an ordinary backward in the same step is traced.
+    an ordinary backward in the same step is traced. Whether one is active is read from the thread's dispatch
+    keys (`_compat.functorch_active`), not from functorch's interpreter stack: reading that stack makes
+    functorch's thread state, which the autograd engine then copies on every later backward call of the thread,
+    an untraced one's too (docs/costs.md has what that cost).
 
 What a parameter's gradient is in a step: NOTE [Parameter gradients] in tracer/record/params.py.
 
@@ -67,12 +70,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["StepRecorder", "StructureCache"]
 
-_functorch_stack = _compat.functorch_stack
-
-
-def _in_functorch() -> bool:
-    """True inside a torch.func transform (grad, vjp, jacrev, vmap, ...)."""
-    return _functorch_stack() is not None
+_in_functorch = _compat.functorch_active  # True inside a torch.func transform (grad, vjp, jacrev, vmap, ...)
 
 
 def _after_step(*args: Any) -> Any:
