@@ -54,7 +54,7 @@ import hashlib
 import importlib.util
 import os
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -67,6 +67,9 @@ from gradscape.tracer.summary.fastpath import kernel_plan
 from gradscape.tracer.summary.kernel import native
 from gradscape.tracer.summary.stats import dtype_name
 from gradscape.tracer.summary.summariser import Summariser
+
+if TYPE_CHECKING:
+    from gradscape.tracer.record.structure import StructureCache
 
 KINDS = ("op", "acc", "compiled", "checkpoint", "hook", "custom")  # the extension's kind codes
 _KIND_BYTE = {k: bytes((i,)) for i, k in enumerate(KINDS)}  # each code as one int8 byte (`has_kinds`)
@@ -153,9 +156,14 @@ for _a in (*_EMPTY.values(), _NO_OFFSETS):
     _a.flags.writeable = False
 
 
-# the walk's arrays, read from the extension when asked for (NOTE [Graph read when asked])
-_ARRAYS = frozenset(("name", "kind", "seq", "child_off", "child_id", "child_nr", "out_off", "out_ndim", "out_dtype",
-                     "out_dims"))
+# the walk's arrays, read from the extension when asked for (NOTE [Graph read when asked]), in the order `graph`
+# gives their buffers: each one's dtype in the buffer, and whether it is widened to int64
+_ARRAYS: dict[str, tuple[Any, bool]] = {
+    "name": (np.int32, False), "kind": (np.int8, False), "seq": (np.uint64, False), "child_off": (np.int32, True),
+    "child_id": (np.int32, False), "child_nr": (np.int32, False), "out_off": (np.int32, True),
+    "out_ndim": (np.int32, False), "out_dtype": (np.int8, False), "out_dims": (np.int64, False)}
+_ORDER = tuple(_ARRAYS)
+_STRUCTURE = ("name", "kind", "child_off", "child_id", "child_nr")  # what `NativeGraph.digest` hashes
 
 
 class NativeGraph:
@@ -187,6 +195,7 @@ class NativeGraph:
         self.leaves: dict[int, tuple[int, ...]] = {}  # AccumulateGrad node of another leaf → the leaf's shape
         self.acc_shapes: dict[int, tuple[int, ...]] = {}  # every AccumulateGrad node → its leaf's shape
         self._arrays_read = True  # arrays are in `__dict__` (the empty ones above, or read since the last walk)
+        self._bufs: dict[str, bytes] | None = None  # the buffers of the arrays, as `graph` gave them after a walk
         self._senders: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `senders_of`
         self._digest: bytes | None = None  # `digest`
         self._sum_index: dict[tuple[int, int], int] = {}  # module sum key → the extension's index
@@ -209,31 +218,45 @@ class NativeGraph:
             self._arrays_read = False
             for k in _ARRAYS:
                 self.__dict__.pop(k, None)
+        self._bufs = None
         self._senders = None
         self._digest = None
         return ids  # type: ignore[no-any-return]
 
     def __getattr__(self, attr: str) -> Any:
-        """NOTE [Graph read when asked]: the walk's arrays, the first time one is asked for after a walk. The whole
+        """NOTE [Graph read when asked]: a walk's array, the first time it is asked for after a walk. The whole
         graph walked so far is read again, each array one buffer the extension made, with no concatenation in
-        Python (ten of them cost a later pass ~30 µs; the bytes copied are the same). Most backward calls of a
-        carried step read none of them before the step's end: reading them at each call cost a GPT's call
-        20-55 µs (more as the graph grows, 40 micro-batches a step)."""
+        Python (ten of them cost a later pass ~30 µs; the bytes copied are the same), and only the arrays asked
+        for are made of them. Most backward calls of a carried step read none of them before the step's end:
+        reading them at each call cost a GPT's call 20-55 µs (more as the graph grows, 40 micro-batches a step)."""
         if attr not in _ARRAYS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-        name, kind, seq, coff, cid, cnr, ooff, ondim, odtype, odims = self.rec.graph(0)
         self._arrays_read = True
-        self.name = np.frombuffer(name, np.int32)
-        self.kind = np.frombuffer(kind, np.int8)
-        self.seq = np.frombuffer(seq, np.uint64)
-        self.child_off = np.frombuffer(coff, np.int32).astype(np.int64)
-        self.child_id = np.frombuffer(cid, np.int32)
-        self.child_nr = np.frombuffer(cnr, np.int32)
-        self.out_off = np.frombuffer(ooff, np.int32).astype(np.int64)
-        self.out_ndim = np.frombuffer(ondim, np.int32)
-        self.out_dtype = np.frombuffer(odtype, np.int8)
-        self.out_dims = np.frombuffer(odims, np.int64)
+        dtype, wide = _ARRAYS[attr]
+        value = np.frombuffer(self.buffers((attr,))[0], dtype)
+        self.__dict__[attr] = value.astype(np.int64) if wide else value
         return self.__dict__[attr]
+
+    def buffers(self, which: tuple[str, ...]) -> tuple[bytes, ...]:
+        """The extension's buffers of the arrays `which` (as `graph` gave them after the last walk), not made into
+        arrays: for columns read later, if at all (`Outputs.of_buffers`)."""
+        if self._bufs is None:
+            self._bufs = dict(zip(_ORDER, self.rec.graph(0)))
+        return tuple(map(self._bufs.__getitem__, which))
+
+    def share_structure(self, cache: StructureCache) -> None:
+        """The arrays the structure alone makes (names, kinds, edges: what `digest` hashes) taken from an earlier
+        step of the same structure (`cache`), read-only and shared, not read from the extension again; kept there
+        on a first structure. Call after the step's last walk."""
+        key = ("arrays", self.digest())
+        arrays = cache.get(key)
+        if arrays is None:
+            arrays = tuple(getattr(self, a) for a in _STRUCTURE)
+            for a in arrays:
+                a.flags.writeable = False
+            cache.put(key, arrays)
+        self.__dict__.update(zip(_STRUCTURE, arrays))
+        self._arrays_read = True
 
     def digest(self) -> bytes:
         """A hash of the graph's structure as walked so far: every node's name, kind and edges."""

@@ -22,6 +22,7 @@ from gradscape.tracer.record.tensor_table import SUMM_DTYPE, TensorTable
 from gradscape.tracer.record.walk import NodeRecord
 from gradscape.tracer.summary.summariser import Summariser
 
+_OUTPUTS = ("out_off", "out_ndim", "out_dtype", "out_dims")
 # `end_pass`: ([(node, run, grad, arrived, version, variable)], node → parameter name)
 Arrivals = tuple[list[tuple[int, int, Any, bool, int, torch.Tensor]], dict[int, str]]
 
@@ -87,10 +88,11 @@ class NativeStep:
         tensors = TensorTable(np.frombuffer(summs_b, SUMM_DTYPE), chunks, py,
                               np.frombuffer(raw_b, np.float64).reshape(-1, 8), bad, evicted)
         mods, sources = attributed
+        g.share_structure(cache)
         kinds = _kinds(g, cache)
         nm = names(g.name)
         statics = _statics(g, nm, kinds, mods, cache)
-        outputs = Outputs(g.out_off, g.out_ndim, g.out_dtype, g.out_dims, dtype_names())
+        outputs = Outputs.of_buffers(g.buffers(_OUTPUTS), dtype_names())
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, outputs, g.child_off,
                             g.child_id, g.child_nr, runs, slots, tensors,
                             (np.frombuffer(rows_b, np.int64), np.frombuffer(start_b, np.int64)))

@@ -35,9 +35,10 @@ class StructureCache:
     more object for Python's cyclic garbage collector to re-scan.
     """
 
-    def __init__(self, size: int = 12) -> None:  # statics, edges and kinds of four graph structures
+    def __init__(self, size: int = 16) -> None:  # statics, edges, kinds and arrays of four graph structures
         self.size = size
-        # a key → its statics list; keyed ("edges", ...) or ("kinds", ...): a graph's edges or node kinds
+        # a key → its statics list; keyed ("edges", ...), ("kinds", ...) or ("arrays", ...): a graph's edges, node
+        # kinds or structure arrays (`NativeGraph.share_structure`)
         self._entries: dict[Any, Any] = {}
 
     def get(self, key: Any) -> Any:
