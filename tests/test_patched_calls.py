@@ -6,6 +6,7 @@ traced step's, which its own mode still records."""
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 import pytest
@@ -100,6 +101,50 @@ def test_each_backward_api_is_seen_once_with_its_loss(api: str) -> None:
     else:
         want = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params])).item()
         assert row["grad_norm"] == pytest.approx(want, rel=1e-6)
+
+
+def test_a_call_the_wrappers_would_pass_runs_no_python_frame_of_theirs() -> None:
+    """Where the extension is built, the three backward functions are C fronts (NOTE [Fronts] in
+    tracer/record/patched_calls.py): between blocks, and for `Tensor.backward`'s own call of `torch.autograd.backward`
+    inside a block, the call reaches the original without the Python wrapper; a call in a block still reaches it."""
+    from gradscape.tracer.record import native, patched_calls
+
+    if native.extension() is None:
+        pytest.skip("the native recorder is not built")
+    model = _mlp()
+    params = list(model.parameters())
+    tr = gradscape.Tracer(model, every=10**9)
+    with tr.step(0):  # (the wrappers put in place, held between blocks)
+        _loss(model, 0).backward()
+    frames: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        code = frame.f_code  # type: ignore[attr-defined]
+        if event == "call" and code.co_filename == patched_calls.__file__:
+            frames.append(code.co_name)
+
+    def profiled(fn: object) -> list[str]:
+        frames.clear()
+        sys.setprofile(profile)
+        try:
+            fn()  # type: ignore[operator]
+        finally:
+            sys.setprofile(None)
+        return list(frames)
+
+    between = [lambda: _loss(model, 1).backward(), lambda: torch.autograd.backward(_loss(model, 2)),
+               lambda: torch.autograd.grad(_loss(model, 3), params)]
+    assert [profiled(call) for call in between] == [[], [], []]
+    with tr.step(1):
+        inside = profiled(lambda: torch.autograd.grad(_loss(model, 4), params))
+        loss = _loss(model, 5)
+        loss.backward()
+    assert inside == ["wrapper"]  # the block's call, to its capture
+    assert tr.history[-1]["losses"][-1] == loss.item()
+    with tr.step(2):  # a full step's Python capture: only Tensor.backward's wrapper, not its nested call's
+        nested = profiled(lambda: _loss(model, 6).backward())
+    assert nested == ["wrapper"]
+    tr.close()
 
 
 @pytest.mark.parametrize("every", [1, 10**9])

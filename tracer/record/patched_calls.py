@@ -35,6 +35,15 @@ NOTE [Patched backward]
     monitored step of the 3-20-30-2 MLP paid 36-65 µs for it (1.31-1.36x a plain step, 1.24x held;
     interleaved in one run).
 
+NOTE [Fronts]
+    Where the native recorder's extension is built, each of the three backward functions is a C front
+    (`backward_front` in tracer/record/csrc/light_types.h) in front of its Python wrapper: a call the wrapper
+    would hand straight to the original (no capture open on the thread, or a call of the thread being handled:
+    `Tensor.backward`'s own call of `torch.autograd.backward`) goes to the original from C, with no Python frame;
+    the others go to the wrapper, which also passes a call under dynamo. Every backward call of a Tracer's
+    process runs through `torch.autograd.backward`, a plain step's between blocks too, so its Python wrapper's
+    frame was paid on every step (docs/costs.md has what it cost a small step).
+
 NOTE [Clipping seen]
     `clip_grad_norm_` and `clip_grad_value_` are seen the same way, after they return (the gradients
     are clipped then): `torch.nn.utils.clip_grad._clip_grads_with_norm_`, which `clip_grad_norm_` looks
@@ -104,16 +113,17 @@ def _backward_wrapper(original: Any, api: str) -> Any:
                     _handling.discard(tid)
         return original(*args, **kwargs)
 
-    return _front(wrapper, original) if api == "Tensor.backward" else wrapper
+    return _front(wrapper, original, api == "Tensor.backward")
 
 
-def _front(wrapper: Any, original: Any) -> Any:
-    """`Tensor.backward`'s wrapper behind the extension's front, which reads a native light step's losses in C++
-    (NOTE [Native light steps] in tracer/monitor/light_native.py), where the extension is built."""
+def _front(wrapper: Any, original: Any, reads: bool) -> Any:
+    """The wrapper behind the extension's front, where the extension is built: it hands a call the wrapper would
+    pass straight to the original (NOTE [Fronts]), and `Tensor.backward`'s (`reads`) reads a native light step's
+    losses in C++ (NOTE [Native light steps] in tracer/monitor/light_native.py)."""
     from gradscape.tracer.record import native
 
     ext = native.extension()
-    return ext.backward_front(wrapper, original) if ext is not None else wrapper
+    return ext.backward_front(wrapper, original, _captures, _handling, reads) if ext is not None else wrapper
 
 
 def _unscale_wrapper(original: Any) -> Any:

@@ -132,20 +132,36 @@ bool light_read(PyObject* t, double* out) {
   return true;
 }
 
-// The front of `Tensor.backward` (`backward_front`): a callable that binds as a method, whose attributes
+// The front of a backward function (`backward_front`): a callable that binds as a method, whose attributes
 // (`__name__`, `__doc__`, `__wrapped__`) are its Python wrapper's
 struct PyFront {
   PyObject_HEAD
   PyObject* wrapper;   // the Python wrapper (tracer/record/patched_calls.py), which it hands every other call
   PyObject* original;  // the function behind both
+  PyObject* captures;  // patched_calls._captures: thread id -> the captures open on it
+  PyObject* handling;  // patched_calls._handling: the threads a call of which is being handled
+  int reads;           // `Tensor.backward`'s: reads a light step's loss
 };
 
+// The Python wrapper would hand the call straight to the original: no capture open on any thread, none on this
+// one, or a call of this thread being handled (the wrapper's own first test, but for dynamo's, which it keeps)
+bool front_passes(PyFront* f) {
+  if (PyDict_GET_SIZE(f->captures) == 0) return true;
+  PyObject* tid = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+  if (tid == nullptr) return false;
+  PyObject* caps = PyDict_GetItemWithError(f->captures, tid);  // (borrowed)
+  bool pass = caps == nullptr ? PyErr_Occurred() == nullptr
+                              : (PyList_Check(caps) && PyList_GET_SIZE(caps) == 0) || PySet_Contains(f->handling, tid) == 1;
+  Py_DECREF(tid);
+  return pass;
+}
+
 // Inside an open block, on its thread, a loss it reads is kept and the call handed to the original as handled
-// (its nested calls pass: patched_calls._handling); anything else goes to the Python wrapper, which hands it
-// to the block's Python side
+// (its nested calls pass: patched_calls._handling); a call the Python wrapper would pass goes to the original;
+// anything else goes to the Python wrapper, which hands it to the block's Python side
 PyObject* front_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   auto* f = reinterpret_cast<PyFront*>(self);
-  PyLight* b = tl_open;
+  PyLight* b = f->reads ? tl_open : nullptr;
   double x;
   if (b != nullptr && !b->slow && PyTuple_GET_SIZE(args) >= 1 && PyList_GET_SIZE(b->caps) > 0 &&
       PyList_GET_ITEM(b->caps, PyList_GET_SIZE(b->caps) - 1) == b->side &&
@@ -167,7 +183,9 @@ PyObject* front_call(PyObject* self, PyObject* args, PyObject* kwargs) {
     return out;
   }
   if (PyErr_Occurred()) PyErr_Clear();  // (PySet_Contains failing: the Python wrapper decides)
-  return PyObject_Call(f->wrapper, args, kwargs);
+  bool pass = front_passes(f);
+  if (PyErr_Occurred()) PyErr_Clear();
+  return PyObject_Call(pass ? f->original : f->wrapper, args, kwargs);
 }
 
 PyObject* front_get(PyObject* self, PyObject* obj, PyObject*) {
@@ -194,21 +212,32 @@ void front_dealloc(PyObject* self) {
   auto* f = reinterpret_cast<PyFront*>(self);
   Py_CLEAR(f->wrapper);
   Py_CLEAR(f->original);
+  Py_CLEAR(f->captures);
+  Py_CLEAR(f->handling);
   Py_TYPE(self)->tp_free(self);
 }
 
 PyTypeObject FrontType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// backward_front(python wrapper, original) -> the front, to be `Tensor.backward`
+// backward_front(python wrapper, original, captures, handling, reads) -> the front, to be the backward function
 PyObject* mod_backward_front(PyObject*, PyObject* args) {
-  PyObject *wrapper, *original;
-  if (!PyArg_ParseTuple(args, "OO", &wrapper, &original)) return nullptr;
+  PyObject *wrapper, *original, *captures, *handling;
+  int reads;
+  if (!PyArg_ParseTuple(args, "OOO!O!p", &wrapper, &original, &PyDict_Type, &captures, &PySet_Type, &handling,
+                        &reads)) {
+    return nullptr;
+  }
   auto* f = PyObject_New(PyFront, &FrontType);
   if (f == nullptr) return nullptr;
   Py_INCREF(wrapper);
   Py_INCREF(original);
+  Py_INCREF(captures);
+  Py_INCREF(handling);
   f->wrapper = wrapper;
   f->original = original;
+  f->captures = captures;
+  f->handling = handling;
+  f->reads = reads;
   return reinterpret_cast<PyObject*>(f);
 }
 

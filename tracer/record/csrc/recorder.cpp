@@ -338,7 +338,7 @@ PyMethodDef mod_methods[] = {
     {"stepped", mod_stepped, METH_VARARGS, "stepped(param_groups, index) -> ([index], [grad]) or None"},
     {"norms", mod_norms, METH_VARARGS, "norms(tensors, most) -> [L2 norm of each], or None (a tensor it does not take)"},
     {"backward_front", mod_backward_front, METH_VARARGS,
-     "backward_front(python wrapper, original) -> Tensor.backward's front for the light step (light.h)"},
+     "backward_front(python wrapper, original, captures, handling, reads) -> a backward function's front (light.h)"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_recorder", "gradscape's native step recorder", -1, mod_methods};
