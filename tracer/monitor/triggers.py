@@ -29,6 +29,8 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import sub
 from typing import Any
 
 from gradscape.tracer.summary.stats import median_sorted
@@ -38,6 +40,7 @@ _MAD_SIGMA = 1.4826  # MAD → standard deviation of a normal distribution
 REFRESH = 4  # with `ratio` 0, the MAD is recomputed after this many new values (it moves slowly)
 BATCH_SORT = 8  # values of a batch (`SpikeRule.add_many`) from which the window is sorted again
 QUIET_MAX = 1.7976931348623157e308  # the largest float: an infinite value is never under a bound
+_SLACK = 1e-12  # a quiet bound's margin, of itself: under the rule's own rounding of `x - median`
 
 
 @dataclass
@@ -143,9 +146,9 @@ class SpikeRule:
         m, r = (n - 1) // 2, self.ratio
         lows = s[m - min(m, adds):m + 1]
         lows.reverse()  # (s[m - c] for c = 0, 1, ...)
-        if lows[-1] >= 0:  # (the usual losses, none negative: `_least_floor` of each inlined, no call a value)
-            a = 1 + r
-            return s[m], tuple([(y := min(v * a, QUIET_MAX)) - y * 1e-12 for v in lows])
+        if lows[-1] >= 0:  # (the usual losses, none negative: `_least_floor` of each, in C-level passes)
+            ys = list(map(min, map((1.0 + r).__mul__, lows), repeat(QUIET_MAX)))
+            return s[m], tuple(map(sub, ys, map(_SLACK.__mul__, ys)))
         return s[m], tuple([_least_floor(v, r) for v in lows])
 
     def add(self, x: Any) -> None:
@@ -178,7 +181,7 @@ class SpikeRule:
 def _least_floor(low: float, ratio: float) -> float:
     """The least `m + ratio * |m|` over every median `m >= low` (NOTE [Quiet bound] in tracer/monitor/light_rows.py)."""
     least = min(low * (1 + ratio), QUIET_MAX) if low >= 0 else (low * (1 - ratio) if ratio <= 1 else 0.0)
-    return least - abs(least) * 1e-12  # (under the rule's own rounding of `x - median`)
+    return least - abs(least) * _SLACK
 
 
 class TriggerState:
