@@ -212,17 +212,20 @@ def test_gradient_flow_titles_fit_and_ticks_are_powers_of_ten(live_server: Any, 
     page.locator("#inspector-tabs .tab", has_text="Gradient flow").click()
     page.wait_for_function("document.querySelectorAll('#flow-chart .xtick, #flow-over-steps .ytick').length")
     # the values' axis: x of the flow chart (one row per layer), y of the norm over steps
+    # (scrolled to and measured in one evaluation, once the chart is drawn: a render of the inspector still on its
+    # way, as under load, replaces the chart's element, and a handle held across two calls finds it detached)
     for graph, axis in (("#flow-chart", "x"), ("#flow-over-steps", "y")):
-        page.locator(graph).scroll_into_view_if_needed()
-        got = page.evaluate("""([g, a]) => {
+        got = page.wait_for_function("""([g, a]) => {
             const box = e => { const r = e.getBoundingClientRect();
                                return {l: r.left, t: r.top, r: r.right, b: r.bottom}; };
             const root = document.querySelector(g);
-            const ticks = Array.from(root.querySelectorAll('.' + a + 'tick text'));
-            return {title: box(root.querySelector('.g-' + a + 'title text')),
-                    svg: box(root.querySelector('svg.main-svg')),
-                    ticks: ticks.map(e => ({...box(e), text: e.textContent}))};
-        }""", [graph, axis])
+            const svg = root && root.querySelector('svg.main-svg');
+            const title = root && root.querySelector('.g-' + a + 'title text');
+            const ticks = root ? Array.from(root.querySelectorAll('.' + a + 'tick text')) : [];
+            if (!svg || !title || !ticks.length) return null;
+            root.scrollIntoView({block: 'nearest'});
+            return {title: box(title), svg: box(svg), ticks: ticks.map(e => ({...box(e), text: e.textContent}))};
+        }""", arg=[graph, axis]).json_value()
         labels = [t["text"] for t in got["ticks"]]
         assert len(labels) >= 2, labels
         assert all(re.fullmatch(r"1e[-+−]?\d+", t) for t in labels), labels  # powers of ten only
