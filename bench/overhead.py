@@ -8,7 +8,9 @@
 Modes, measured interleaved in the same process (one warm-up round, then every round runs every mode
 once, rotating which mode goes first; a short step is repeated and preceded by one untimed step):
 
-    plain     forward + loss + backward + SGD step + zero_grad
+    plain     forward + loss + backward + SGD step + zero_grad (the other modes' Tracers alive: the backward
+              functions' fronts in place, NOTE [Fronts] in tracer/record/patched_calls.py; docs/costs.md counts
+              what that costs a plain step against a process without gradscape)
     traced    the same step inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary")
     untraced  the same step inside `with tr10.step(i)` of Tracer(model, every=10, monitor=False), i % 10 != 0
     monitor   the same step inside `with trm.step(i)` of Tracer(model, every=10**9): untraced, the every-step
