@@ -166,6 +166,17 @@ _ORDER = tuple(_ARRAYS)
 _STRUCTURE = ("name", "kind", "child_off", "child_id", "child_nr")  # what `NativeGraph.digest` hashes
 
 
+def arrays_of(which: tuple[str, ...], bufs: tuple[bytes, ...]) -> tuple[np.ndarray, ...]:
+    """The walk's arrays `which` made of their buffers (`NativeGraph.buffers`)."""
+    return tuple(map(_array, which, bufs))
+
+
+def _array(name: str, buf: bytes) -> np.ndarray:
+    dtype, wide = _ARRAYS[name]
+    value = np.frombuffer(buf, dtype)
+    return value.astype(np.int64) if wide else value
+
+
 class NativeGraph:
     """The graph of one traced step as the extension walked it, in flat arrays (ids are positions), and
     the extension's recorder, which holds the nodes and their hooks for the step."""
@@ -232,14 +243,12 @@ class NativeGraph:
         if attr not in _ARRAYS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
         self._arrays_read = True
-        dtype, wide = _ARRAYS[attr]
-        value = np.frombuffer(self.buffers((attr,))[0], dtype)
-        self.__dict__[attr] = value.astype(np.int64) if wide else value
-        return self.__dict__[attr]
+        value = self.__dict__[attr] = _array(attr, self.buffers((attr,))[0])
+        return value
 
     def buffers(self, which: tuple[str, ...]) -> tuple[bytes, ...]:
         """The extension's buffers of the arrays `which` (as `graph` gave them after the last walk), not made into
-        arrays: for columns read later, if at all (`Outputs.of_buffers`)."""
+        arrays: for columns read later, if at all (`arrays_of`, when they are)."""
         if self._bufs is None:
             self._bufs = dict(zip(_ORDER, self.rec.graph(0)))
         return tuple(map(self._bufs.__getitem__, which))

@@ -5,6 +5,7 @@ and execution order (`LazyTuples`) from its tables (NOTE [Step tables] in tables
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from gradscape.tracer._model import BackwardPass
 from gradscape.tracer.record.lazy_traces import TableList
 from gradscape.tracer.record.lazy_tuples import LazyTuples
 from gradscape.tracer.record.model_index import ModelIndex
-from gradscape.tracer.record.native import KINDS, NativeGraph, dtype_names, names, relu_codes
+from gradscape.tracer.record.native import KINDS, NativeGraph, arrays_of, dtype_names, names, relu_codes
 from gradscape.tracer.record.structure import ArrayGraph, NodeStatics, StructureCache, grouped_statics
 from gradscape.tracer.record.tables import RUN_DTYPE, LazyNodes, Outputs, StepTables
 from gradscape.tracer.record.tensor_table import SUMM_DTYPE, TensorTable
@@ -92,7 +93,7 @@ class NativeStep:
         kinds = _kinds(g, cache)
         nm = names(g.name)
         statics = _statics(g, nm, kinds, mods, cache)
-        outputs = Outputs.of_buffers(g.buffers(_OUTPUTS), dtype_names())
+        outputs = Outputs.lazy(partial(arrays_of, _OUTPUTS, g.buffers(_OUTPUTS)), dtype_names())
         tables = StepTables(nm, g.name, kinds, mods, dict(g.params), sources, statics, outputs, g.child_off,
                             g.child_id, g.child_nr, runs, slots, tensors,
                             (np.frombuffer(rows_b, np.int64), np.frombuffer(start_b, np.int64)))

@@ -17,7 +17,7 @@ NOTE [Step tables]
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast, overload
 
 import numpy as np
@@ -53,7 +53,7 @@ class Outputs:
     """Shapes and dtype names of each node's forward outputs, as columns (`off`: each node's first output, one
     more than the nodes; per output `ndim`, -1 for no shape, `dtype`, a code into `names`, -1 for none; `dims`,
     every shape's sizes one after the other), and made into lists once per node when asked (`(shapes,
-    dtypes)`). `Outputs.of_buffers` makes the columns only when first read (most steps' nodes never are)."""
+    dtypes)`). `Outputs.lazy` makes the columns only when first read (most steps' nodes never are)."""
 
     _COLUMNS = ("off", "ndim", "dtype", "dims")
 
@@ -62,24 +62,20 @@ class Outputs:
         self.off, self.ndim, self.dtype, self.dims, self.names = off, ndim, dtype, dims, names
         self._made: dict[int, tuple[list[Any], list[str | None]]] = {}
         self._lists: tuple[list[int], ...] | None = None  # the columns as lists, once a node is asked for
-        self._bufs: tuple[bytes, ...] | None = None
+        self._load: Callable[[], tuple[np.ndarray, ...]] | None = None
 
     @classmethod
-    def of_buffers(cls, bufs: tuple[bytes, ...], names: dict[int, str]) -> Outputs:
-        """The columns from the native recorder's buffers (int32 `off`, int32 `ndim`, int8 `dtype`, int64 `dims`),
-        made when first read."""
+    def lazy(cls, load: Callable[[], tuple[np.ndarray, ...]], names: dict[int, str]) -> Outputs:
+        """The columns (`off`, `ndim`, `dtype`, `dims`) as `load()` gives them, called when one is first read."""
         out = cls.__new__(cls)
-        out.names, out._made, out._lists, out._bufs = names, {}, None, bufs
+        out.names, out._made, out._lists, out._load = names, {}, None, load
         return out
 
     def __getattr__(self, attr: str) -> Any:
-        bufs = self.__dict__.get("_bufs")
-        if attr not in Outputs._COLUMNS or bufs is None:
+        load = self.__dict__.get("_load")
+        if attr not in Outputs._COLUMNS or load is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-        off, ndim, dtype, dims = bufs
-        self.off = np.frombuffer(off, np.int32).astype(np.int64)
-        self.ndim, self.dtype, self.dims = np.frombuffer(ndim, np.int32), np.frombuffer(dtype, np.int8), \
-            np.frombuffer(dims, np.int64)
+        self.off, self.ndim, self.dtype, self.dims = load()
         return self.__dict__[attr]
 
     def __call__(self, k: int) -> tuple[list[Any], list[str | None]]:
