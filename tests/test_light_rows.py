@@ -143,7 +143,7 @@ def test_light_rows_join_once_a_flush_interval_passed() -> None:
                 _loss(model, i).backward()
                 while time.monotonic() - started < monitor_module.FLUSH_SECONDS:
                     time.sleep(0.01)
-        assert not kept_rows(mon) and mon.rows[-1]["step"] == i + 1
+        assert not kept_rows(mon) and mon.kept.rows()[-1]["step"] == i + 1
 
 
 def test_learning_rates_as_each_light_step_ended_a_tensor_one_and_an_optimizer_seen_later() -> None:

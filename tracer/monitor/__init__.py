@@ -13,6 +13,7 @@ not; traces of the steps that go wrong; the gradients each optimizer really step
     arrival_norms.py the norms after a backward read from the arrivals' summaries, on a traced step
     lazy.py      numbers read without waiting on the device
     rows.py      a step's history row
+    kept_rows.py the rows kept in memory and not yet written, light rows compact until read (NOTE [Kept rows])
     sampling.py  the full steps (the gradient norms) every k-th step, k from the measured cost (NOTE [Sampled norms])
     superseded.py the norms after a backward the next backward supersedes, left untaken (NOTE [Superseded norms])
     triggers.py  the triggers, their rules, thresholds and caps

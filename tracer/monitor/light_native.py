@@ -18,9 +18,9 @@ NOTE [Native light steps]
       `LightRows.refresh` found, read as floats) with the quiet bounds of NOTE [Quiet bound], and `drain`
       called when the batch should join (the same rule as `LightRows.add`), which takes the rows
       (`LightRows.take`) and the timed steps' costs for the sampler (NOTE [Sampled norms] in sampling.py). The
-      block builds the history rows itself (copies of `rows.blank_row`, a row's rates asked of `LightRows.rates`
-      once for each run of equal ones) and the losses by their place for the rules' windows: in Python that
-      was 1.7 µs a row of a batch of W1's, 1.2 µs so.
+      block hands its rows over compact (NOTE [Kept rows] in kept_rows.py: the steps' and loss counts' bytes,
+      the losses, a row's rates asked of `LightRows.rates` once for each run of equal ones) with the same loss
+      objects by their place for the rules' windows.
     Anything else goes to the Python side as it would to a Python light step: a loss through a mode, on a
     device, not a scalar, `torch.autograd.backward` or `grad`, GradScaler's unscale, a learning rate that is
     not a float. The first such call takes the losses read so far (`go_slow`), and the step ends as a Python

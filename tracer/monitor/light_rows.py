@@ -2,9 +2,10 @@
 
 NOTE [Light rows]
     A light step (NOTE [Light steps] in light.py) on the CPU, with no row waiting before it, leaves its step,
-    losses and learning rates here; they become history rows and pass the loss rules (NOTE [Trigger rules] in
-    triggers.py) in a batch (`Monitor.drain`): when `BATCH` are here, when `FLUSH_SECONDS` passed since the
-    last batch, before any other step's row, and when history is read or written. A loss that a rule might find
+    losses and learning rates here; they join the history as one batch (NOTE [Kept rows] in kept_rows.py) and
+    pass the loss rules (NOTE [Trigger rules] in triggers.py) together (`Monitor.drain`): when `BATCH` are
+    here, when `FLUSH_SECONDS` passed since the last batch, before any other step's row, and when history is
+    read or written. A loss that a rule might find
     (not finite, or above its rule's quiet bound: NOTE [Quiet bound]) sends its batch at once, as its step
     ends, so a trigger it sets off traces the next step, as it did when every row joined at its step's end.
     The rules read every loss in step order either way, and the rows are the same rows; a batch's losses under
@@ -40,7 +41,7 @@ from typing import Any
 
 import torch
 
-from gradscape.tracer.monitor.rows import filled
+from gradscape.tracer.monitor.kept_rows import LightBatch
 from gradscape.tracer.wire.history import WireHistoryRow
 
 BATCH = 32  # light rows that join the history together (at most: NOTE [Light rows])
@@ -128,38 +129,51 @@ class LightRows:
                 below[k] = c + 1
         return len(rows) >= BATCH
 
-    def take(self, blank: WireHistoryRow) -> tuple[list[WireHistoryRow], bool, list[float], list[list[float]]]:
-        """The rows kept as history rows (copies of `blank`: `rows.filled`), in step order; whether the last was not
-        under its bounds (`loud`); the native block's timed steps' costs (block seconds, own seconds, ...); and the
-        losses of every row but a loud last one, by their place in the row (what the rules' windows take:
-        `TriggerState.add_quiet`). The block's rows come first: it opens only with no row kept here (`Monitor.step`),
-        and builds its own rows and lists, the same (NOTE [Native light steps] in light_native.py)."""
-        wires: list[WireHistoryRow] = []
+    def take(self, blank: WireHistoryRow) -> tuple[list[LightBatch], bool, list[float], list[list[float]]]:
+        """The rows kept, as batches of rows copied from `blank` (NOTE [Kept rows] in kept_rows.py), in step order;
+        whether the last was not under its bounds (`loud`); the native block's timed steps' costs (block seconds,
+        own seconds, ...); and the losses of every row but a loud last one, by their place in the row (what the
+        rules' windows take: `TriggerState.add_quiet`). The block's rows come first: it opens only with no row kept
+        here (`Monitor.step`), and keeps its rows and lists itself, the same (NOTE [Native light steps] in
+        light_native.py)."""
+        batches: list[LightBatch] = []
         samples: list[float] = []
         by_pos: list[list[float]] = []
         loud = False
         if self.native is not None:
-            wires, loud, samples, by_pos = self.native.take(blank, self.rates)
+            steps, nloss, losses, lrs, loud, samples, by_pos = self.native.take(self.rates)
+            if steps:
+                batches.append(LightBatch(blank, memoryview(steps).cast("q"), memoryview(nloss).cast("q"), losses,
+                                          lrs))
         rows, self.rows, loud_here, self.loud = self.rows, [], self.loud, False
         if rows:
             loud = loud_here
-            shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
-            for step, losses, lr in rows:
-                if type(lr) is not dict:
-                    if lr != shared[0]:
-                        shared = (lr, self.rates(lr))
-                    lr = shared[1]
-                wires.append(filled(blank, step, losses, lr))
-                for k, v in enumerate(losses):
-                    if v is not None:
-                        while len(by_pos) <= k:
-                            by_pos.append([])
-                        by_pos[k].append(v)
-        if loud and wires:  # (the last row's losses are read by the rules as that step's: `Monitor.drain`)
-            for k, v in enumerate(wires[-1]["losses"]):
+            batches.append(self._batch(blank, rows, by_pos))
+        if loud and batches:  # (the last row's losses are read by the rules as that step's: `Monitor.drain`)
+            last = batches[-1]
+            for k, v in enumerate(last.losses[len(last.losses) - last.nloss[-1]:]):
                 if v is not None:
                     by_pos[k].pop()
-        return wires, loud, samples, by_pos
+        return batches, loud, samples, by_pos
+
+    def _batch(self, blank: WireHistoryRow, rows: list[tuple[int, list[Any], Any]],
+               by_pos: list[list[float]]) -> LightBatch:
+        """The rows kept in Python as a batch, their losses added to `by_pos`."""
+        shared: tuple[Any, Any] = (None, None)  # (the raw rates, their `lr`): the same from step to step, mostly
+        lrs, flat = [], []
+        for _, losses, lr in rows:
+            if type(lr) is not dict:
+                if lr != shared[0]:
+                    shared = (lr, self.rates(lr))
+                lr = shared[1]
+            lrs.append(lr)
+            flat += losses
+            for k, v in enumerate(losses):
+                if v is not None:
+                    while len(by_pos) <= k:
+                        by_pos.append([])
+                    by_pos[k].append(v)
+        return LightBatch(blank, [r[0] for r in rows], [len(r[1]) for r in rows], flat, lrs)
 
     def bound(self, rules: dict[int, Any]) -> None:
         """Each position's bounds for the next batch, from the rules as they are now (positions from 0 on)."""

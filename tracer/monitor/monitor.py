@@ -20,6 +20,7 @@ from gradscape.tracer import _compat
 from gradscape.tracer._model import fill
 from gradscape.tracer.monitor.capture import StepCapture
 from gradscape.tracer.monitor.full import MonitoredStep
+from gradscape.tracer.monitor.kept_rows import KeptRows
 from gradscape.tracer.monitor.light import LightStep
 from gradscape.tracer.monitor.light_native import native_light
 from gradscape.tracer.monitor.light_rows import LightRows, learning_rates
@@ -70,8 +71,7 @@ class Monitor:
         self.scaler_seen = False  # a GradScaler unscaled in a block: no light step from then on (NOTE [Light steps])
         self._opt_counts: dict[str, int] = {}
         self.pending: deque[PendingRow] = deque()
-        self.rows: deque[WireHistoryRow] = deque(maxlen=KEEP_ROWS)  # as `history()` gives them, once read
-        self.unsent: list[WireHistoryRow] = []
+        self.kept = KeptRows(KEEP_ROWS)  # the history rows kept, and those not yet written (NOTE [Kept rows])
         self.light = LightRows()  # light steps' rows on their way to `rows` (NOTE [Light rows] in light_rows.py)
         self.free: LightStep | None = None  # the light step's context, closed, to hand out again
         self.light.native = native_light(self, FLUSH_SECONDS)  # the light step in C++ (NOTE [Native light steps])
@@ -179,7 +179,7 @@ class Monitor:
         if ts is None:
             if self.pending:
                 self.resolve_ready()
-            elif self.unsent:
+            elif self.kept.n_unsent:
                 self._maybe_flush()
             return
         steps = self.resolve_ready(force=True)
@@ -226,12 +226,12 @@ class Monitor:
                 done[row.step] = steps
             except Exception as exc:
                 log.warning("gradscape: the monitor could not read step %s: %s", row.step, exc)
-        if self.unsent:
+        if self.kept.n_unsent:
             self._maybe_flush()
         return done
 
     def _maybe_flush(self) -> None:
-        if len(self.unsent) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+        if self.kept.n_unsent >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
             self.flush()
 
     def take_light(self, step: LightStep) -> bool:
@@ -271,13 +271,12 @@ class Monitor:
         their rule's quiet bound only join its window (NOTE [Light rows] in light_rows.py)."""
         t0 = time.perf_counter()
         light = self.light
-        wires, loud, samples, quiet = light.take(blank_row(len(self.params)))
-        n = len(wires)
-        if wires:
-            last = wires.pop() if loud else None
+        batches, loud, samples, quiet = light.take(blank_row(len(self.params)))
+        n = sum(map(len, batches))
+        if n:
+            last = batches[-1].pop() if loud else None
             self.triggers.add_quiet(quiet)
-            self.rows.extend(wires)  # (`_take_plain` of each)
-            self.unsent.extend(wires)
+            self.kept.add_batches(batches)  # (`_take_plain` of each row)
             if last is not None:  # (its loss may set a rule off: read as `take_light` reads one)
                 hit = self.triggers.loss_trigger(last["losses"])
                 if hit is None:
@@ -293,8 +292,7 @@ class Monitor:
     def _take_plain(self, row: WireHistoryRow) -> None:
         """`_take` for a row of an untraced step without norms whose losses the loss rules have read already
         (`plain_row`): nothing in it can set off a trigger (a step GradScaler skipped is never plain)."""
-        self.rows.append(row)
-        self.unsent.append(row)
+        self.kept.add(row)
 
     def _take(self, row: PendingRow, wire: WireHistoryRow, losses: list[float | None]) -> None:
         """A row joins the history; the triggers it sets off are noted (for the step's own trace) or
@@ -334,27 +332,27 @@ class Monitor:
         elif later and trig.pending is None:
             trig.pending = (later[0][0], step, later[0][1])
             self.sync_fast()  # (the next step is traced)
-        self.rows.append(wire)
-        self.unsent.append(wire)
+        self.kept.add(wire)
 
     def history(self) -> list[dict[str, Any]]:
         """The rows kept, as `TraceStore.history` gives them (each parameter's norm by name)."""
         if self.light.waiting():
             self.drain()
-        return [row_as_dict(r, self.names) for r in self.rows]
+        return [row_as_dict(r, self.names) for r in self.kept.rows()]
 
     def flush(self, force: bool = False) -> None:
         """Write the rows not yet written to every sink that takes history (`write_history`)."""
         if self.light.waiting():
             self.drain()  # (which flushes again: nothing is left then)
-        if not self.unsent:
+        if not self.kept.n_unsent:
             return
-        rows, self.unsent = self.unsent, []
         self._last_flush = time.monotonic()
         writers = [(type(sink).__name__, w) for sink in self.tracer.sinks
                    if (w := getattr(sink, "write_history", None)) is not None]
         if not writers:  # (the memory sink: `Tracer.history` reads the monitor's own rows)
+            self.kept.drop_unsent()
             return
+        rows = self.kept.take_unsent()
         n = len(self.names)
         for r in rows:
             if len(r["param_norms"]) < n:

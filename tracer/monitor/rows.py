@@ -96,7 +96,7 @@ def row_without_norms(step: int, losses: list[float | None], lr: dict[str, list[
 
 def blank_row(n_params: int) -> WireHistoryRow:
     """A row of an untraced step without norms, none skipped, before its step, losses and learning rates (`filled`;
-    the native light step's rows are copies of it too: NOTE [Native light steps] in light_native.py). Its rows
+    a batch of light rows is made of it when read: NOTE [Kept rows] in kept_rows.py). Its rows
     share one `param_norms`, which no reader of a row changes (`Monitor.flush` pads it with a new list)."""
     return {"step": 0, "loss": None, "losses": [], "grad_norm": None, "grad_norm_clipped": None,
             "param_norms": [None] * n_params, "lr": {}, "scale": None, "skipped": False, "traced": False,

@@ -53,9 +53,6 @@ struct PyLight {
 thread_local PyLight* tl_open = nullptr;
 PyObject* g_active = nullptr;  // "_active"
 PyObject* g_lr = nullptr;      // "lr"
-PyObject* g_step = nullptr;    // "step", "loss", "losses": a history row's keys (`take`)
-PyObject* g_loss = nullptr;
-PyObject* g_losses = nullptr;
 
 int64_t light_now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -278,68 +275,58 @@ PyObject* light_lr(PyObject* rates, const double* v, int64_t n, std::vector<doub
   return lr;
 }
 
-// One row's history dict: a copy of `blank` with its step, losses (`loss`: the first) and learning rates
-PyObject* light_wire(PyObject* blank, int64_t step, const double* v, int64_t nl, PyObject* lr) {
-  PyObject* row = PyDict_Copy(blank);
-  PyObject* losses = light_floats(v, nl);
-  PyObject* st = PyLong_FromLongLong(static_cast<long long>(step));
-  bool bad = row == nullptr || losses == nullptr || st == nullptr ||
-             PyDict_SetItem(row, g_step, st) < 0 || PyDict_SetItem(row, g_losses, losses) < 0 ||
-             PyDict_SetItem(row, g_loss, nl > 0 ? PyList_GET_ITEM(losses, 0) : Py_None) < 0 ||
-             PyDict_SetItem(row, g_lr, lr) < 0;
-  Py_XDECREF(losses);
-  Py_XDECREF(st);
-  if (bad) Py_CLEAR(row);
-  return row;
+// The bytes of `v`'s elements (a `take`'s compact columns)
+template <typename T>
+PyObject* light_bytes(const std::vector<T>& v) {
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(v.data()),
+                                   static_cast<Py_ssize_t>(v.size() * sizeof(T)));
 }
 
-// take(blank, rates) -> (rows, loud, [block seconds, own seconds, ...], losses by position); the rows gone. Each row
-// is `blank` (a history row without norms) copied, with its step, losses and learning rates (`rates(raw)`, asked
-// once for each run of rows with the same raw rates); the losses of every row, by their place in the row, are what
-// the loss rules' windows take (`TriggerState.add_quiet`)
-PyObject* light_take(PyObject* self, PyObject* args) {
+// take(rates) -> (steps, losses a row, losses, rates, loud, [block seconds, own seconds, ...], losses by position); the
+// rows gone. The rows stay compact (NOTE [Kept rows] in tracer/monitor/kept_rows.py): their steps and numbers of
+// losses as the bytes of int64 columns, every loss in one list, and each row's learning rates (`rates(raw)`, asked
+// once for each run of rows with the same raw rates); the same loss objects by their place in the row are what the
+// loss rules' windows take (`TriggerState.add_quiet`)
+PyObject* light_take(PyObject* self, PyObject* rates) {
   auto* b = reinterpret_cast<PyLight*>(self);
-  PyObject *blank, *rates;
-  if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &blank, &rates)) return nullptr;
   Py_ssize_t n = static_cast<Py_ssize_t>(b->row_step->size());
-  PyObject* rows = PyList_New(n);
+  PyObject* lrs = PyList_New(n);
+  PyObject* losses = PyList_New(0);
   PyObject* by_pos = PyList_New(0);
+  bool ok = lrs != nullptr && losses != nullptr && by_pos != nullptr;
   PyObject* last = nullptr;
   std::vector<double> raw;
   int64_t at = 0;
   const double* v = b->row_val->data();
-  for (Py_ssize_t i = 0; rows != nullptr && by_pos != nullptr && i < n; i++) {
+  for (Py_ssize_t i = 0; ok && i < n; i++) {
     int64_t nl = (*b->row_nloss)[i], end = (*b->row_cut)[i];
     PyObject* lr = light_lr(rates, v + at + nl, end - at - nl, raw, &last);
-    PyObject* row = lr ? light_wire(blank, (*b->row_step)[i], v + at, nl, lr) : nullptr;
-    Py_XDECREF(lr);
-    if (row == nullptr) {
-      Py_CLEAR(rows);
-      break;
-    }
-    PyList_SET_ITEM(rows, i, row);
-    PyObject* losses = PyDict_GetItem(row, g_losses);
-    for (int64_t k = 0; k < nl; k++) {
+    ok = lr != nullptr;
+    if (ok) PyList_SET_ITEM(lrs, i, lr);
+    for (int64_t k = 0; ok && k < nl; k++) {
       if (k >= PyList_GET_SIZE(by_pos)) {
         PyObject* fresh = PyList_New(0);
-        if (fresh == nullptr || PyList_Append(by_pos, fresh) < 0) Py_CLEAR(rows);
+        ok = fresh != nullptr && PyList_Append(by_pos, fresh) == 0;
         Py_XDECREF(fresh);
-        if (rows == nullptr) break;
       }
-      if (PyList_Append(PyList_GET_ITEM(by_pos, k), PyList_GET_ITEM(losses, k)) < 0) {
-        Py_CLEAR(rows);
-        break;
-      }
+      PyObject* x = ok ? PyFloat_FromDouble(v[at + k]) : nullptr;
+      ok = x != nullptr && PyList_Append(losses, x) == 0 && PyList_Append(PyList_GET_ITEM(by_pos, k), x) == 0;
+      Py_XDECREF(x);
     }
     at = end;
   }
   Py_XDECREF(last);
-  PyObject* samples = light_floats(b->samples->data(), static_cast<int64_t>(b->samples->size()));
-  PyObject* out = rows && by_pos && samples ? Py_BuildValue("(OOOO)", rows, b->loud ? Py_True : Py_False, samples,
-                                                            by_pos)
+  PyObject* steps = ok ? light_bytes(*b->row_step) : nullptr;
+  PyObject* nloss = ok ? light_bytes(*b->row_nloss) : nullptr;
+  PyObject* samples = ok ? light_floats(b->samples->data(), static_cast<int64_t>(b->samples->size())) : nullptr;
+  PyObject* out = steps && nloss && samples ? Py_BuildValue("(OOOOOOO)", steps, nloss, losses, lrs,
+                                                            b->loud ? Py_True : Py_False, samples, by_pos)
                                             : nullptr;
-  Py_XDECREF(rows);
+  Py_XDECREF(lrs);
+  Py_XDECREF(losses);
   Py_XDECREF(by_pos);
+  Py_XDECREF(steps);
+  Py_XDECREF(nloss);
   Py_XDECREF(samples);
   if (out == nullptr) return nullptr;  // (the rows stay: a later take has them)
   b->row_step->clear();

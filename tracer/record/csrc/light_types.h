@@ -96,8 +96,8 @@ PyMethodDef light_methods[] = {
     {"__enter__", light_enter, METH_NOARGS, nullptr},
     {"__exit__", light_exit, METH_VARARGS, nullptr},
     {"go_slow", light_go_slow, METH_NOARGS, "go_slow() -> the losses read; the rest of the step is Python's"},
-    {"take", light_take, METH_VARARGS,
-     "take(blank, rates) -> (history rows, loud, timed samples, losses by position); the rows gone"},
+    {"take", light_take, METH_O,
+     "take(rates) -> (steps, losses a row, losses, rates, loud, timed samples, losses by position); the rows gone"},
     {"bound", light_bound, METH_VARARGS, "bound(pivots, ladders, groups)"},
     {"size", light_size, METH_NOARGS, "size() -> rows kept"},
     {nullptr, nullptr, 0, nullptr}};
@@ -244,9 +244,6 @@ PyObject* mod_backward_front(PyObject*, PyObject* args) {
 int light_ready(PyObject* m) {
   g_active = PyUnicode_InternFromString("_active");
   g_lr = PyUnicode_InternFromString("lr");
-  g_step = PyUnicode_InternFromString("step");
-  g_loss = PyUnicode_InternFromString("loss");
-  g_losses = PyUnicode_InternFromString("losses");
   LightType.tp_name = "gradscape._recorder.LightBlock";
   LightType.tp_basicsize = sizeof(PyLight);
   LightType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
@@ -263,7 +260,7 @@ int light_ready(PyObject* m) {
   FrontType.tp_descr_get = front_get;
   FrontType.tp_getattro = front_getattr;
   FrontType.tp_dealloc = front_dealloc;
-  if (g_active == nullptr || g_lr == nullptr || g_step == nullptr || g_loss == nullptr || g_losses == nullptr || PyType_Ready(&LightType) < 0 || PyType_Ready(&FrontType) < 0) {
+  if (g_active == nullptr || g_lr == nullptr || PyType_Ready(&LightType) < 0 || PyType_Ready(&FrontType) < 0) {
     return -1;
   }
   Py_INCREF(&LightType);
