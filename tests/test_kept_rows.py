@@ -105,11 +105,14 @@ def test_a_batch_whose_columns_disagree_is_refused_by_name() -> None:
         LightBatch(blank_row(1), [1, 2], [1, 2], [0.1, 0.2], [{}, {}])
 
 
-def test_a_long_monitored_run_leaves_the_collector_few_objects_a_step() -> None:
-    """The kept light rows are batches, not two tracked objects a row (a dict and its losses' list): under one a step,
-    with the learning rates' dict and list of every 7 steps (the loop changes the rate)."""
+@pytest.mark.parametrize("to_file", [False, True], ids=["memory", "file"])
+def test_a_long_monitored_run_leaves_the_collector_few_objects_a_step(tmp_path: Path, to_file: bool) -> None:
+    """The kept light rows are batches, not two tracked objects a row (a dict and its losses' list), whether a sink
+    takes the history (its rows made for it and let go) or not: under one a step, with the learning rates' dict and
+    list of every 7 steps (the loop changes the rate)."""
     model = nn.Linear(4, 1)
-    with gradscape.Tracer(model, every=10 ** 6) as tr:
+    sink = gradscape.FileSink(tmp_path / "run.sqlite") if to_file else None
+    with gradscape.Tracer(model, every=10 ** 6, sink=sink) as tr:
         _loop(tr, model, 300)
         gc.collect()
         before = len(gc.get_objects())

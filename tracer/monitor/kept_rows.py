@@ -5,10 +5,9 @@ NOTE [Kept rows]
     A batch of light rows (NOTE [Light rows] in light_rows.py) joins the history as one `LightBatch`: the steps,
     each row's number of losses, the losses in one list, each row's learning rates, and the blank row they are
     copies of (`rows.blank_row`, with the number of parameters of their time). A row becomes a dict
-    (`rows.filled`) only when the history is read (`Monitor.history`) or written to a sink that takes it
-    (`Monitor.flush`), and a batch makes its dicts once, both readers sharing them, as they share every other row.
-    Where no sink takes the history (the memory sink: `Tracer.history` reads the monitor's rows), most batches
-    leave memory as they came, past the last `keep` rows.
+    (`rows.filled`) only when the history is read (`Monitor.history`), which keeps them for the next read, or
+    written to a sink that takes it (`Monitor.flush`), whose dicts go with the batch written. So a batch stays
+    compact in memory until the history is read, with a sink or without one.
 
     Why: the kept rows are most of what an always-on monitor holds in a long run, and as dicts each row was two
     objects more for the garbage collector's full collections to walk; a batch is a handful. The loop's steps
@@ -43,13 +42,16 @@ class LightBatch:
     def __len__(self) -> int:
         return len(self.steps)
 
-    def wires(self) -> list[WireHistoryRow]:
-        """The rows as history dicts, made once."""
-        if self._wires is None:
-            cuts = list(accumulate(self.nloss, initial=0))
-            self._wires = [filled(self.blank, step, self.losses[cuts[i]:cuts[i + 1]], lr)
-                           for i, (step, lr) in enumerate(zip(self.steps, self.lrs))]
-        return self._wires
+    def wires(self, keep: bool = True) -> list[WireHistoryRow]:
+        """The rows as history dicts: those made before, else made now (and kept for the next call when `keep`)."""
+        if self._wires is not None:
+            return self._wires
+        cuts = list(accumulate(self.nloss, initial=0))
+        out = [filled(self.blank, step, self.losses[cuts[i]:cuts[i + 1]], lr)
+               for i, (step, lr) in enumerate(zip(self.steps, self.lrs))]
+        if keep:
+            self._wires = out
+        return out
 
     def pop(self) -> WireHistoryRow:
         """The last row, as a dict, taken out of the batch."""
@@ -110,8 +112,8 @@ class KeptRows:
         return _wires(self.kept)
 
     def take_unsent(self) -> list[WireHistoryRow]:
-        """The rows not yet written, as dicts; from now on they count as written."""
-        out, self.unsent, self.n_unsent = _wires(self.unsent), [], 0
+        """The rows not yet written, as dicts (a batch's not kept in it); from now on they count as written."""
+        out, self.unsent, self.n_unsent = _wires(self.unsent, keep=False), [], 0
         return out
 
     def drop_unsent(self) -> None:
@@ -131,11 +133,11 @@ class KeptRows:
                 self.n = self.keep
 
 
-def _wires(entries: Iterable[Entry]) -> list[WireHistoryRow]:
+def _wires(entries: Iterable[Entry], keep: bool = True) -> list[WireHistoryRow]:
     out: list[WireHistoryRow] = []
     for e in entries:
         if type(e) is LightBatch:
-            out += e.wires()
+            out += e.wires(keep)
         else:
             out.append(e)
     return out

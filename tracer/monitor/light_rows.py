@@ -5,9 +5,9 @@ NOTE [Light rows]
     losses and learning rates here; they join the history as one batch (NOTE [Kept rows] in kept_rows.py) and
     pass the loss rules (NOTE [Trigger rules] in triggers.py) together (`Monitor.drain`): when `BATCH` are
     here, when `FLUSH_SECONDS` passed since the last batch, before any other step's row, and when history is
-    read or written. A loss that a rule might find
-    (not finite, or above its rule's quiet bound: NOTE [Quiet bound]) sends its batch at once, as its step
-    ends, so a trigger it sets off traces the next step, as it did when every row joined at its step's end.
+    read or written. A loss that a rule might find (not finite, or above its rule's quiet bound:
+    NOTE [Quiet bound]) sends its batch at once, as its step ends, so a trigger it sets off traces the next
+    step, as it did when every row joined at its step's end.
     The rules read every loss in step order either way, and the rows are the same rows; a batch's losses under
     their bounds only join their rules' windows (`TriggerState.add_quiet`). The learning rates are read from
     the parameter groups of the optimizers the monitor saw, as the last full step found them (`refresh`: a

@@ -72,7 +72,7 @@ class Monitor:
         self._opt_counts: dict[str, int] = {}
         self.pending: deque[PendingRow] = deque()
         self.kept = KeptRows(KEEP_ROWS)  # the history rows kept, and those not yet written (NOTE [Kept rows])
-        self.light = LightRows()  # light steps' rows on their way to `rows` (NOTE [Light rows] in light_rows.py)
+        self.light = LightRows()  # light steps' rows on their way to `kept` (NOTE [Light rows] in light_rows.py)
         self.free: LightStep | None = None  # the light step's context, closed, to hand out again
         self.light.native = native_light(self, FLUSH_SECONDS)  # the light step in C++ (NOTE [Native light steps])
         self._last_flush = time.monotonic()
