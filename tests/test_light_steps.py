@@ -145,3 +145,23 @@ def test_the_spike_rule_is_exact_at_every_value() -> None:
             if math.isfinite(x):
                 seen.append(x)
         assert hits > 3  # the spikes were there to find
+
+
+def test_take_is_excess_then_add() -> None:
+    """`SpikeRule.take` (a full step's one call for each loss and its norm) answers what `excess` and then `add` of
+    the same value answer, and leaves the same window, with the ratio's bound and without it (ratio 0: the MAD,
+    refreshed every few values), through the warm-up and with spikes among the values."""
+    rnd = random.Random(5)
+    for ratio, warmup in ((1.0, 5), (0.0, 3), (0.25, 8)):
+        one, two = (SpikeRule(window=20, warmup=warmup, k=3.0, ratio=ratio) for _ in range(2))
+        hits = 0
+        for n in range(300):
+            x = rnd.gauss(20.0, 1.0) if n % 11 == 0 else rnd.gauss(5.0, 0.3)
+            check = n % 5 != 0
+            want = two.excess(x) if check else None
+            two.add(x)
+            got = one.take(x, check)
+            assert got == want, (ratio, n, x)
+            assert (one.ordered, list(one.values), one._mad) == (two.ordered, list(two.values), two._mad)
+            hits += got is not None
+        assert hits > 5

@@ -312,12 +312,11 @@ class Monitor:
             self.trace_of.pop(step)  # a loss trigger traced this very backward
             found.append(behind)
         g = wire["grad_norm"]
-        if g is not None:
-            spike = trig.grad_rule.excess(g)
+        if g is not None and finite(g):
+            spike = trig.grad_rule.take(float(g))
             if spike is not None and trig.on("grad_spike"):
                 later.append(("grad_spike", {"grad_norm": g, "median": spike[0], "threshold": spike[1],
                                              "step": step}))
-            trig.grad_rule.add(g)
         if wire["skipped"] and trig.on("amp_skipped"):
             bad = [self.names[i] for i, v in enumerate(norms)
                    if v is not None and not finite(v) and i < len(self.names)]

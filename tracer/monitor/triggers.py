@@ -155,6 +155,22 @@ class SpikeRule:
         if finite(x):
             self.add_finite(float(x))
 
+    def take(self, x: float, check: bool = True) -> tuple[float, float] | None:
+        """`excess(x)` (when `check`), then `add_finite(x)`, for `x` known to be a finite float: the one call a full
+        step makes for each of its losses and its norm. `excess` is entered only past the ratio's bound (its first
+        test, made here: the rare spike's MAD is its own)."""
+        if check:
+            s = self.ordered
+            n = len(s)
+            if n >= self.warmup and n >= 3:
+                med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2  # (`median_sorted`)
+                if x - med > self.ratio * abs(med):
+                    hit = self.excess(x)
+                    self.add_finite(x)
+                    return hit
+        self.add_finite(x)
+        return None
+
     def add_many(self, vs: list[float]) -> None:
         """`add_finite` of each of `vs` (finite floats), in order: a batch past `BATCH_SORT` values re-sorts the
         window once, where one `insort` and one deletion a value cost a light batch's rows about 1 µs each."""
@@ -238,9 +254,7 @@ class TriggerState:
                 if found is None and self.on("nonfinite"):
                     found = ("nonfinite", {"loss": v, "root": pos})
                 continue  # (a rule's window holds finite values only)
-            if found is None:
-                hit = rule.excess(v)
-                if hit is not None and self.on("loss_spike"):
-                    found = ("loss_spike", {"loss": v, "median": hit[0], "threshold": hit[1], "root": pos})
-            rule.add(v)
+            hit = rule.take(float(v), found is None)
+            if hit is not None and self.on("loss_spike"):
+                found = ("loss_spike", {"loss": v, "median": hit[0], "threshold": hit[1], "root": pos})
         return found
