@@ -4,6 +4,7 @@ the step's arena, read when a `TensorTrace` is made, and Python's summaries (NOT
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -28,15 +29,11 @@ class TensorTable:
     def __init__(self, summs: np.ndarray, chunks: list[Any], py: list[TensorTrace], raw: np.ndarray,
                  kernel_nonfinite: bool, evicted_cells: int = 0) -> None:
         self.plan = summs["plan"]
-        self.chunk = summs["chunk"]
-        self.off = summs["off"]
-        self.py_index = summs["py"]
-        # bit 0: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails]); bit 1: left out by the
-        # budget while recording (NOTE [Budget while recording] in csrc/budget.h), no cells in the arena: the budget
-        # at the step's end leaves them out again (`no_thumb`), counted as it counts the others
-        self.flags = summs["wide"]
+        # the other columns, the arena's chunks as arrays and `no_thumb` are made when first read (each numpy call
+        # costs a small step's end a few µs, and most steps kept in memory read none of them)
+        self._summs = summs
+        self._chunk_bytes = chunks
         self._evicted_cells = evicted_cells
-        self.chunks = [np.frombuffer(c, np.float64) for c in chunks]
         self.py = py
         n = len(summs)
         self.raw = raw  # the kernel's 8 raw statistics of each summary (`stats_from_raw`), NaN for Python's
@@ -44,8 +41,42 @@ class TensorTable:
         # an upper bound on the thumbnail cells of the kernel's summaries: a cell is at least a bfloat16 of the arena,
         # and the pictures left out while recording count as they will at the step's end
         self.cells_bound = sum(map(len, chunks)) // 2 + evicted_cells
-        self.no_thumb = np.zeros(n, bool)  # left out by the thumbnail budget
         self._made: list[TensorTrace | None] = [None] * n
+
+    @cached_property
+    def chunk(self) -> np.ndarray:
+        """Per summary, the arena chunk of its statistics and thumbnail."""
+        return self._summs["chunk"]
+
+    @cached_property
+    def off(self) -> np.ndarray:
+        """Per summary, where its statistics start in its chunk (in doubles)."""
+        return self._summs["off"]
+
+    @cached_property
+    def py_index(self) -> np.ndarray:
+        """Per summary, its place among Python's (`py`; -1 for the kernel's)."""
+        return self._summs["py"]
+
+    @cached_property
+    def flags(self) -> np.ndarray:
+        """Per summary, bit 0: float32 thumbnail cells, at bfloat16's precision (NOTE [Arena thumbnails]); bit 1: left
+        out by the budget while recording (NOTE [Budget while recording] in csrc/budget.h), no cells in the arena: the
+        budget at the step's end leaves them out again (`no_thumb`), counted as it counts the others."""
+        return self._summs["wide"]
+
+    @cached_property
+    def chunks(self) -> list[np.ndarray]:
+        """The arena's chunks, as arrays of doubles (`arena_compact` may replace them, freeing the bytes: the table
+        keeps them only through these)."""
+        out = [np.frombuffer(c, np.float64) for c in self._chunk_bytes]
+        self._chunk_bytes = []
+        return out
+
+    @cached_property
+    def no_thumb(self) -> np.ndarray:
+        """Per summary, left out by the thumbnail budget."""
+        return np.zeros(len(self._made), bool)
 
     @classmethod
     def of_traces(cls, traces: list[TensorTrace]) -> TensorTable:
