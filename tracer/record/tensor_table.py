@@ -55,7 +55,7 @@ class TensorTable:
 
     @cached_property
     def py_index(self) -> np.ndarray:
-        """Per summary, its place among Python's (`py`; -1 for the kernel's)."""
+        """Per summary that Python made (plan -1), its place among Python's (`py`)."""
         return self._summs["py"]
 
     @cached_property
