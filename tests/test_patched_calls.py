@@ -62,6 +62,41 @@ def test_an_untraced_block_runs_under_no_mode_and_the_functions_go_back_when_the
     assert _functions() == originals
 
 
+def test_a_function_replaced_between_blocks_is_wrapped_again_by_the_next_full_block() -> None:
+    """Another library's wrapper put in place between two blocks is wrapped in its turn by the next full block
+    (which looks at every wrapper, NOTE [Light steps] in tracer/monitor/light.py), once: its calls and the losses
+    are each seen once, and closing the Tracer leaves that library's wrapper in place."""
+    gc.collect()
+    originals = _functions()
+    model = _mlp()
+    tr = gradscape.Tracer(model, every=10**9, norms_every=1)  # (every block full)
+    with tr.step(1):
+        torch.autograd.backward(_loss(model, 0))
+    ours, calls = torch.autograd.backward, []
+
+    def theirs(*args: object, **kwargs: object) -> object:
+        calls.append(len(calls))
+        return ours(*args, **kwargs)
+
+    torch.autograd.backward = theirs
+    try:
+        with tr.step(2):
+            torch.autograd.backward(_loss(model, 1))
+        wrapped = torch.autograd.backward
+        assert wrapped is not theirs and wrapped.__wrapped__ is theirs  # type: ignore[attr-defined]
+        with tr.step(3):
+            torch.autograd.backward(_loss(model, 2))
+        assert torch.autograd.backward is wrapped  # in place: not made again
+        assert calls == [0, 1]
+        want = [_loss(model, seed).item() for seed in range(3)]  # (no optimizer: the model is unchanged)
+        assert [r["losses"] for r in tr.history] == [[v] for v in want]
+        tr.close()
+        assert torch.autograd.backward is theirs
+    finally:
+        torch.autograd.backward = originals[1]
+    assert _functions() == originals
+
+
 @pytest.mark.parametrize("closed", [False, True])
 def test_a_dropped_tracer_puts_the_functions_back(closed: bool) -> None:
     """A Tracer let go without `close()` lets go of the wrappers too; two Tracers hold them until both are gone."""

@@ -27,8 +27,10 @@ NOTE [Slot order]
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import MutableMapping, MutableSequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -236,8 +238,7 @@ class OptimizerStep:
 
 def fill(st: StepTrace, **fields: Any) -> None:
     """Set fields of a `StepTrace` that is being built (a recorder's, a reader's): NOTE [Read-only steps]."""
-    for name, value in fields.items():
-        object.__setattr__(st, name, value)
+    deque(map(object.__setattr__, repeat(st), fields.keys(), fields.values()), maxlen=0)  # (C-level passes)
 
 
 @dataclass(slots=True, frozen=True)

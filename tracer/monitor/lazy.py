@@ -29,6 +29,12 @@ class LazyNumbers:
         self.items.append(x)
         return len(self.items) - 1
 
+    def extend(self, xs: list[Any]) -> range:
+        """The slots of each of `xs`, in order (`add` of each, in one call)."""
+        at = len(self.items)
+        self.items.extend(xs)
+        return range(at, at + len(xs))
+
     def launch(self) -> None:
         """Start reading: on the CPU now; on another device a non-blocking copy (NOTE [No sync on CUDA])."""
         remote: dict[Any, list[int]] = {}

@@ -255,7 +255,7 @@ class Monitor:
         skipped = step.skipped() if step.found_inf else False
         if step.on_device or self.pending:  # (behind a row still on its way: in step order, never waited for)
             row = PendingRow(step.step, False, None, 0, n_params=len(self.params), norms=False, lr=lr, skipped=skipped)
-            row.loss_slots = [row.nums.add(v) for v in step.losses]
+            row.loss_slots = row.nums.extend(step.losses)
             row.nums.launch()
             self.pending.append(row)
             self.resolve_ready()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter, mul
@@ -29,10 +30,10 @@ class PendingRow:
     trigger: str | None
     checked: int  # losses already given to the loss rules (read on the CPU during the block)
     nums: LazyNumbers = field(default_factory=LazyNumbers)
-    loss_slots: list[int] = field(default_factory=list)
+    loss_slots: Sequence[int] = ()
     norm_slots: list[tuple[list[int], int]] = field(default_factory=list)  # (param indices, slot of their vector)
     # (the record, its lr slots, its norm and scale slots)
-    opt_slots: list[tuple[OptimizerStep, list[int], dict[str, int]]] = field(default_factory=list)
+    opt_slots: list[tuple[OptimizerStep, Sequence[int], dict[str, int]]] = field(default_factory=list)
     clip_slots: list[tuple[list[int], int]] = field(default_factory=list)  # norms after each clip: (indices, slot)
     scale_slot: int | None = None
     lr: dict[str, list[Any]] = field(default_factory=dict)
@@ -47,7 +48,7 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     row = PendingRow(cap.step, tr is not None, None if tr is None else tr.st.trigger, cap.checked, n_params=n_params,
                      norms=cap.norms)
     nums = row.nums
-    row.loss_slots = [nums.add(t) for t in cap.losses]
+    row.loss_slots = nums.extend(cap.losses)
     row.norm_slots = [(idx, nums.add(vec)) for idx, vec in _norm_vectors(cap)] if cap.norms else []
     row.clip_slots = [(idx, nums.add(vec)) for idx, vec in cap.clips]
     inv = None
@@ -59,7 +60,7 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
         if r.inv_scale is not None:
             slots["inv"] = nums.add(r.inv_scale)
             inv = r.inv_scale
-        lr_slots = [nums.add(lr) for lr in r.lr]
+        lr_slots = nums.extend(r.lr)
         row.opt_slots.append((o, lr_slots, slots))
         row.skipped = row.skipped or not r.stepped
     row.scale_slot = None if inv is None else nums.add(inv)
@@ -144,7 +145,7 @@ def _f(v: Any) -> float | None:
 def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[float | None]]:
     """(the wire row, the optimizer steps with their numbers, every loss). Waits if not ready."""
     vals = row.nums.values()
-    losses = [_f(vals[s]) for s in row.loss_slots]
+    losses = [None if v is None else float(v) for v in map(vals.__getitem__, row.loss_slots)]
     norms: list[float | None] = [None] * row.n_params
     for idx, slot in row.norm_slots:
         if idx and max(idx) < len(norms):  # (`map` and `deque`: no Python code a parameter)

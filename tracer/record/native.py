@@ -325,7 +325,7 @@ class NativeGraph:
         # a byte search (memchr) in the int8 codes: a numpy comparison and `any` per kind cost ~15 µs inside a
         # small step (NOTE [Cold steps]), this ~4
         codes = self._codes  # (the arrays are not read for this: NOTE [Graph read when asked])
-        return any(_KIND_BYTE[k] in codes for k in kinds)
+        return any(map(codes.__contains__, map(_KIND_BYTE.__getitem__, kinds)))  # (C-level passes: no generator)
 
     def new_since(self, first: int) -> tuple[int, bool]:
         """Of the nodes from `first` on: how many are not AccumulateGrad, and whether a parameter's is among them

@@ -56,8 +56,10 @@ NOTE [Clipping seen]
 from __future__ import annotations
 
 import functools
+import operator
 import sys
 import threading
+from operator import itemgetter
 from typing import Any
 
 import torch
@@ -194,6 +196,7 @@ _PLAN: list[tuple[Any, str, Any]] = [
 
 
 _last: list[tuple[Any, Any]] = [(None, None)] * len(_PLAN)  # (original, wrapper) each was last put in place with
+_OWNERS, _NAMES = [owner for owner, _, _ in _PLAN], [name for _, name, _ in _PLAN]
 
 
 class Hold:
@@ -232,7 +235,7 @@ def install(capture: Any, checked: bool = True) -> None:
     at again (they are at the next full step's block: NOTE [Light steps] in tracer/monitor/light.py)."""
     global _placed
     with _lock:
-        if not _captures and (checked or not (_held and _placed)):
+        if not _captures and (checked or not (_held and _placed)) and not _all_in_place():
             _placed = True
             for k, (owner, name, make) in enumerate(_PLAN):
                 original, wrapper = _last[k]
@@ -244,6 +247,13 @@ def install(capture: Any, checked: bool = True) -> None:
                     _last[k] = (_wrapped[wrapper], wrapper)
                 setattr(owner, name, wrapper)
         _captures.setdefault(threading.get_ident(), []).append(capture)
+
+
+def _all_in_place() -> bool:
+    """Every wrapper last put in place is where it was put (the usual, while a hold keeps them): looked at in C-level
+    passes, no Python a function (a full step's block looks at all of them: NOTE [Light steps] in
+    tracer/monitor/light.py)."""
+    return _placed and all(map(operator.is_, map(getattr, _OWNERS, _NAMES), map(itemgetter(1), _last)))
 
 
 def uninstall(capture: Any) -> None:
