@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import GradientEdge, get_gradient_edge
 
+from gradscape.tracer.record.debug.problems import root_values
 from gradscape.tracer.record.recorder import backward_roots
 
 
@@ -56,3 +57,19 @@ def test_a_gradient_edge_is_taken_as_it_is_and_a_tensor_without_grad_is_left_out
     got, retain, create = backward_roots("Tensor.backward", (s, None, None, False), {})
     assert got == [_edge(s)]
     assert (retain, create) == (False, False)
+
+
+def test_a_tensors_own_backward_starts_where_torch_says_with_its_flags() -> None:
+    """`loss.backward(...)`, whose roots are read on a path of their own: each kind of root, and `retain_graph` /
+    `create_graph` given by place or by name; `root_values` gives the tensor, or nothing for one without grad."""
+    leaf = torch.randn(4, 3, requires_grad=True)
+    first, second = leaf.unbind(0)[1:3]
+    for t in ((leaf * 3).sum(), second, leaf, _Twice.apply(leaf), first):
+        for args, kwargs, flags in (((t,), {}, (False, False)), ((t, None, True), {}, (True, False)),
+                                    ((t, None, None, True), {}, (True, True)),
+                                    ((t,), {"create_graph": True, "retain_graph": False}, (False, True))):
+            got, retain, create = backward_roots("Tensor.backward", args, kwargs)
+            assert got == [_edge(t)], t
+            assert (retain, create) == flags
+            assert root_values("Tensor.backward", args, kwargs) == [t]
+    assert root_values("Tensor.backward", (torch.ones(2),), {}) == []
