@@ -28,6 +28,7 @@ from gradscape.tracer.monitor.problems import amp_problem, rising_layer, spike_p
 from gradscape.tracer.monitor.rows import (
     PendingRow,
     blank_row,
+    host_row,
     pending_row,
     plain_row,
     resolve,
@@ -166,13 +167,9 @@ class Monitor:
         return ts
 
     def end_step(self, cap: StepCapture, exc_info: tuple[Any, Any, Any]) -> None:
+        steps: list[Any] = []  # what each optimizer stepped with, when the row joined now
         try:
-            plain = None if self.pending else plain_row(cap, len(self.params))
-            if plain is not None:  # nothing to wait for: the row joins the history now
-                self._take_plain(plain)
-            else:
-                with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
-                    self.pending.append(pending_row(cap, len(self.params), self.names))
+            steps = self._row(cap)
         except Exception as exc:
             log.warning("gradscape: the monitor could not record step %s: %s", cap.step, exc)
         ts = cap.traced
@@ -182,14 +179,32 @@ class Monitor:
             elif self.kept.n_unsent:
                 self._maybe_flush()
             return
-        steps = self.resolve_ready(force=True)
+        steps = self.resolve_ready(force=True).get(cap.step, steps)
         ts.rec.params.replaced = cap.params_stepped.keys() | cap.params_clipped.keys()  # NOTE [Parameter gradients]
-        ts.before_emit = lambda st: self._fill_trace(st, cap, steps.get(cap.step, []))
+        ts.before_emit = lambda st: self._fill_trace(st, cap, steps)
         try:
             ts.__exit__(*exc_info)
         finally:
             ts.before_emit = None
         self.flush(force=True)
+
+    def _row(self, cap: StepCapture) -> list[Any]:
+        """The block's row: joined now where no row waits before it and its numbers are on the host (`plain_row`, else
+        `host_row`: then what each optimizer stepped with is returned), else pending (`resolve_ready`)."""
+        n = len(self.params)
+        if not self.pending:
+            plain = plain_row(cap, n)
+            if plain is not None:  # nothing to wait for, no trigger to look at: the row joins the history now
+                self._take_plain(plain)
+                return []
+        with _compat.DisableTorchFunction():  # our own reads: not through the tracer's mode, still on
+            now = None if self.pending else host_row(cap, n, self.names)
+            if now is None:
+                self.pending.append(pending_row(cap, n, self.names))
+                return []
+        wire, steps, losses = now
+        self._take(cap.step, cap.traced is not None, cap.checked, wire, losses)
+        return steps
 
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         # what each optimizer stepped with (NOTE [Parameter gradients] in tracer/record/params.py), in the model's order
@@ -222,7 +237,7 @@ class Monitor:
             row = self.pending.popleft()
             try:
                 wire, steps, losses = resolve(row)
-                self._take(row, wire, losses)
+                self._take(row.step, row.traced, row.checked, wire, losses)
                 done[row.step] = steps
             except Exception as exc:
                 log.warning("gradscape: the monitor could not read step %s: %s", row.step, exc)
@@ -294,11 +309,11 @@ class Monitor:
         (`plain_row`): nothing in it can set off a trigger (a step GradScaler skipped is never plain)."""
         self.kept.add(row)
 
-    def _take(self, row: PendingRow, wire: WireHistoryRow, losses: list[float | None]) -> None:
-        """A row joins the history; the triggers it sets off are noted (for the step's own trace) or
-        wait for the next step (NOTE [Trigger rules])."""
-        hit = self.triggers.loss_trigger(losses[row.checked:], row.checked) if len(losses) > row.checked else None
-        self._join(row.step, row.traced, wire, hit)
+    def _take(self, step: int, traced: bool, checked: int, wire: WireHistoryRow, losses: list[float | None]) -> None:
+        """Step `step`'s row joins the history (its first `checked` losses read by the loss rules already); the
+        triggers it sets off are noted (for the step's own trace) or wait for the next step (NOTE [Trigger rules])."""
+        hit = self.triggers.loss_trigger(losses[checked:], checked) if len(losses) > checked else None
+        self._join(step, traced, wire, hit)
 
     def _join(self, step: int, traced: bool, wire: WireHistoryRow, hit: tuple[str, dict[str, Any]] | None) -> None:
         """`_take` of step `step`'s row, its losses read by the loss rules (`hit`: what they set off)."""

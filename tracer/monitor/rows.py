@@ -35,7 +35,6 @@ class PendingRow:
     # (the record, its lr slots, its norm and scale slots)
     opt_slots: list[tuple[OptimizerStep, Sequence[int], dict[str, int]]] = field(default_factory=list)
     clip_slots: list[tuple[list[int], int]] = field(default_factory=list)  # norms after each clip: (indices, slot)
-    scale_slot: int | None = None
     lr: dict[str, list[Any]] = field(default_factory=dict)
     skipped: bool = False
     n_params: int = 0
@@ -51,21 +50,52 @@ def pending_row(cap: StepCapture, n_params: int, names: list[str]) -> PendingRow
     row.loss_slots = nums.extend(cap.losses)
     row.norm_slots = [(idx, nums.add(vec)) for idx, vec in _norm_vectors(cap)] if cap.norms else []
     row.clip_slots = [(idx, nums.add(vec)) for idx, vec in cap.clips]
-    inv = None
     for r in cap.records:
-        o = OptimizerStep(optimizer=r.name, params=list(map(names.__getitem__, r.idx)), skipped=not r.stepped)
         slots = {"before": nums.add(r.total_before)}
         if r.stepped:
             slots["after"] = nums.add(r.total_after)
         if r.inv_scale is not None:
             slots["inv"] = nums.add(r.inv_scale)
-            inv = r.inv_scale
-        lr_slots = nums.extend(r.lr)
-        row.opt_slots.append((o, lr_slots, slots))
+        row.opt_slots.append((_optimizer_step(r, names), nums.extend(r.lr), slots))
         row.skipped = row.skipped or not r.stepped
-    row.scale_slot = None if inv is None else nums.add(inv)
     nums.launch()
     return row
+
+
+class OnDevice(Exception):
+    """A number of a step's row is on a device (`host_row`: the row waits in `LazyNumbers`)."""
+
+
+def _host(x: Any) -> Any:
+    """`x` read now, as `LazyNumbers.launch` reads it on the CPU: a tensor by `tolist`, anything else as it is."""
+    if isinstance(x, torch.Tensor):
+        if not x.is_cpu:
+            raise OnDevice
+        return x.tolist()
+    return x
+
+
+def host_row(cap: StepCapture, n_params: int,
+             names: list[str]) -> tuple[WireHistoryRow, list[OptimizerStep], list[float | None]] | None:
+    """`resolve(pending_row(cap, n_params, names))` for a step whose numbers are all on the host (a traced or full
+    step on the CPU), read at once with no slots; None where one is on a device."""
+    try:
+        losses = list(map(_host, cap.losses))
+        vecs = [(idx, _host(vec)) for idx, vec in _norm_vectors(cap)] if cap.norms else []
+        clips = [(idx, _host(vec)) for idx, vec in cap.clips]
+        opts = [(_optimizer_step(r, names), list(map(_host, r.lr)), _host(r.total_before),
+                 _host(r.total_after) if r.stepped else None, _host(r.inv_scale)) for r in cap.records]
+    except OnDevice:
+        return None
+    tr = cap.traced
+    head = (cap.step, tr is not None, None if tr is None else tr.st.trigger, cap.norms,
+            any(o.skipped for o, *_ in opts))
+    return _wire(head, n_params, {}, losses, vecs, opts, clips)
+
+
+def _optimizer_step(r: Any, names: list[str]) -> OptimizerStep:
+    """Record `r`'s `OptimizerStep`, before its numbers (`_wire`)."""
+    return OptimizerStep(optimizer=r.name, params=list(map(names.__getitem__, r.idx)), skipped=not r.stepped)
 
 
 def plain_row(cap: StepCapture, n_params: int) -> WireHistoryRow | None:
@@ -144,40 +174,55 @@ def _f(v: Any) -> float | None:
 
 def resolve(row: PendingRow) -> tuple[WireHistoryRow, list[OptimizerStep], list[float | None]]:
     """(the wire row, the optimizer steps with their numbers, every loss). Waits if not ready."""
-    vals = row.nums.values()
-    losses = [None if v is None else float(v) for v in map(vals.__getitem__, row.loss_slots)]
-    norms: list[float | None] = [None] * row.n_params
-    for idx, slot in row.norm_slots:
+    at = row.nums.values().__getitem__
+    opts = [(o, list(map(at, lr_slots)), at(slots["before"]), at(slots["after"]) if "after" in slots else None,
+             at(slots["inv"]) if "inv" in slots else None) for o, lr_slots, slots in row.opt_slots]
+    return _wire((row.step, row.traced, row.trigger, row.norms, row.skipped), row.n_params, row.lr,
+                 list(map(at, row.loss_slots)), [(idx, at(s)) for idx, s in row.norm_slots], opts,
+                 [(idx, at(s)) for idx, s in row.clip_slots])
+
+
+# (the record, its learning rates, its totals before and after clipping, GradScaler's inverse scale), each read
+_Opt = tuple[OptimizerStep, list[Any], Any, Any, Any]
+
+
+def _wire(head: tuple[int, bool, str | None, bool, bool], n_params: int, lr0: dict[str, list[Any]],
+          raw_losses: list[Any], vecs: list[tuple[list[int], Any]], opts: list[_Opt],
+          clips: list[tuple[list[int], Any]]) -> tuple[WireHistoryRow, list[OptimizerStep], list[float | None]]:
+    """The row from its numbers, read (`resolve`, `host_row`); `head`: (step, traced, trigger, norms, skipped)."""
+    step, traced, trigger, with_norms, skipped = head
+    losses = [None if v is None else float(v) for v in raw_losses]
+    norms: list[float | None] = [None] * n_params
+    for idx, vec in vecs:
         if idx and max(idx) < len(norms):  # (`map` and `deque`: no Python code a parameter)
-            deque(map(norms.__setitem__, idx, map(float, vals[slot])), maxlen=0)
+            deque(map(norms.__setitem__, idx, map(float, vec)), maxlen=0)
             continue
-        for i, v in zip(idx, vals[slot]):
+        for i, v in zip(idx, vec):
             if i < len(norms):
                 norms[i] = float(v)
     steps: list[OptimizerStep] = []
-    lr: dict[str, list[float]] = dict(row.lr)  # (a light step's, read as it ended: NOTE [Light steps])
-    clipped_sq, any_step = 0.0, False
-    for o, lr_slots, slots in row.opt_slots:
-        o.grad_norm_before_clip = _f(vals[slots["before"]])
-        if "after" in slots:
-            o.grad_norm = _f(vals[slots["after"]])
+    lr: dict[str, list[float]] = dict(lr0)  # (a light step's, read as it ended: NOTE [Light steps])
+    clipped_sq, any_step, inv_all = 0.0, False, None
+    for o, rates, before, after, inv in opts:
+        o.grad_norm_before_clip = _f(before)
+        if not o.skipped:
+            o.grad_norm = _f(after)
             clipped_sq += (o.grad_norm or 0.0) ** 2
             any_step = True
-        if "inv" in slots:
-            inv = _f(vals[slots["inv"]])
-            o.scale = None if not inv else 1.0 / inv
-        o.lr = [float(vals[s]) for s in lr_slots if vals[s] is not None]
+        if inv is not None:
+            inv_all = float(inv)
+            o.scale = None if not inv_all else 1.0 / inv_all
+        o.lr = [float(v) for v in rates if v is not None]
         lr[o.optimizer] = list(o.lr)
         steps.append(o)
-    if not any_step and row.clip_slots:  # clipped, no optimizer stepped (an update by hand): the last clip's
-        clipped = {i: float(v) for idx, slot in row.clip_slots for i, v in zip(idx, vals[slot])}
+    if not any_step and clips:  # clipped, no optimizer stepped (an update by hand): the last clip's
+        clipped = {i: float(v) for idx, vec in clips for i, v in zip(idx, vec)}
         clipped_sq, any_step = sum(v * v for v in clipped.values()), True
     present = [v for v in norms if v is not None] if None in norms else norms
     total = math.sqrt(sum(map(mul, present, present))) if present else None
-    inv_all = _f(vals[row.scale_slot]) if row.scale_slot is not None else None
     wire: WireHistoryRow = {
-        "step": row.step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
-        "grad_norm": total, "grad_norm_clipped": math.sqrt(clipped_sq) if any_step and row.norms else None,
+        "step": step, "loss": next((v for v in losses if v is not None), None), "losses": losses,
+        "grad_norm": total, "grad_norm_clipped": math.sqrt(clipped_sq) if any_step and with_norms else None,
         "param_norms": norms, "lr": lr, "scale": None if not inv_all else 1.0 / inv_all,
-        "skipped": row.skipped, "traced": row.traced, "trigger": row.trigger, "norms": row.norms}
+        "skipped": skipped, "traced": traced, "trigger": trigger, "norms": with_norms}
     return wire, steps, losses

@@ -53,7 +53,9 @@ import ctypes
 import hashlib
 import importlib.util
 import os
+from collections import deque
 from functools import lru_cache
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -227,8 +229,7 @@ class NativeGraph:
             self.last_param = last
         if self._arrays_read:  # read again when next asked for (`__getattr__`): NOTE [Graph read when asked]
             self._arrays_read = False
-            for k in _ARRAYS:
-                self.__dict__.pop(k, None)
+            deque(map(self.__dict__.pop, _ARRAYS, repeat(None)), maxlen=0)  # (C-level passes)
         self._bufs = None
         self._senders = None
         self._digest = None
