@@ -56,10 +56,9 @@ NOTE [Clipping seen]
 from __future__ import annotations
 
 import functools
-import operator
 import sys
 import threading
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 import torch
@@ -253,7 +252,7 @@ def _all_in_place() -> bool:
     """Every wrapper last put in place is where it was put (the usual, while a hold keeps them): looked at in C-level
     passes, no Python a function (a full step's block looks at all of them: NOTE [Light steps] in
     tracer/monitor/light.py)."""
-    return _placed and all(map(operator.is_, map(getattr, _OWNERS, _NAMES), map(itemgetter(1), _last)))
+    return _placed and all(map(is_, map(getattr, _OWNERS, _NAMES), map(itemgetter(1), _last)))
 
 
 def uninstall(capture: Any) -> None:
