@@ -80,6 +80,18 @@ def scaler_step(model: Any, opt: Any, scaler: Any, loss: torch.Tensor, skip: boo
     opt.zero_grad()
 
 
+def amp_step(model: Any, opt: Any, scaler: Any, x: torch.Tensor, y: torch.Tensor, device: str = "cpu") -> None:
+    """One step of the AMP recipe: the forward under float16 autocast, a squared error, GradScaler's scaled backward,
+    its unscale (so that the monitor sees it), its step and update."""
+    with torch.autocast(device, dtype=torch.float16):
+        loss = (model(x).float() - y).pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+
+
 def is_light(ctx: Any) -> bool:
     """`Tracer.step` handed out a light step's context (NOTE [Light steps]): the Python one or the native block."""
     return getattr(ctx, "light", False) is True

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn as nn
+from helpers import amp_step
 
 import gradscape
 from gradscape.tracer.monitor import monitor as monitor_module
@@ -114,17 +115,7 @@ def test_gradscaler_with_a_skipped_step(compared: list[dict[str, Any]]) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 20)  # fp16 overflows at first: skipped steps
 
-    def body(i: int) -> None:
-        x, y = _batch(i)
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = (model(x).float() - y).pow(2).mean()
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad()
-
-    _run(model, body, steps=8)
+    _run(model, lambda i: amp_step(model, opt, scaler, *_batch(i)), steps=8)
     assert compared[0]["skipped"] and compared[0]["scale"] == 2.0 ** 20
     assert not compared[-1]["skipped"] and compared[-1]["scale"] is not None
 

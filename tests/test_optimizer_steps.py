@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from helpers import DEVICES
+from helpers import DEVICES, amp_step
 
 import gradscape
 
@@ -152,13 +152,7 @@ def _amp_loop(init_scale: float, steps: int, every: int, tr_opts: dict[str, obje
         x, y = torch.randn(32, 6).to(device), torch.randn(32, 3).to(device)
         seen.clear()
         with tr.step(i + 1) as st:  # from 1: step 0 would be scheduled by any `every`
-            with torch.autocast(device, dtype=torch.float16):
-                loss = (model(x).float() - y).pow(2).mean()
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad()
+            amp_step(model, opt, scaler, x, y, device)
         out.append((st, dict(seen), scaler.get_scale()))
     handle.remove()
     return tr, out, names
