@@ -60,8 +60,8 @@ def test_a_gradient_edge_is_taken_as_it_is_and_a_tensor_without_grad_is_left_out
 
 
 def test_a_tensors_own_backward_starts_where_torch_says_with_its_flags() -> None:
-    """`loss.backward(...)`, whose roots are read on a path of their own: each kind of root, and `retain_graph` /
-    `create_graph` given by place or by name; `root_values` gives the tensor, or nothing for one without grad."""
+    """`loss.backward(...)`: each kind of root, and `retain_graph` / `create_graph` given by place or by name;
+    `root_values` (whose path for a tensor's own backward is its own) gives the tensor, or nothing without grad."""
     leaf = torch.randn(4, 3, requires_grad=True)
     first, second = leaf.unbind(0)[1:3]
     for t in ((leaf * 3).sum(), second, leaf, _Twice.apply(leaf), first):

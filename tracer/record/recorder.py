@@ -385,11 +385,6 @@ def backward_roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
             create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
     if retain is None:
         retain = create
-    if api == "Tensor.backward":  # (the usual, `loss.backward()`: an op's result, its one edge)
-        t = tensors[0]
-        fn = t.grad_fn if isinstance(t, torch.Tensor) and t.requires_grad else None
-        if fn is not None:
-            return [(fn, t.output_nr)], retain, create
     roots: list[tuple[Any, int]] = []
     for t in tensors:
         if isinstance(t, torch.autograd.graph.GradientEdge):
