@@ -40,7 +40,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
@@ -49,6 +48,7 @@ for p in (str(BENCH_DIR), str(REPO_ROOT)):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
+from finder_clock import FinderClock  # noqa: E402
 from memory import page_faults, steady_malloc  # noqa: E402
 from workloads import WORKLOADS, Workload, build  # noqa: E402
 
@@ -194,40 +194,6 @@ class Runner:
         getattr(self, mode)()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-
-
-class FinderClock:
-    """Time spent inside the problem finder's two calls (backward start, step end) while it is on."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.steps = 0
-        cls = problem_finder.StepProblems
-        self._orig = (cls.at_backward, cls.finish)
-        clock = self
-
-        def at_backward(this: Any, *a: Any) -> None:
-            t0 = time.perf_counter()
-            try:
-                clock._orig[0](this, *a)
-            finally:
-                clock.seconds += time.perf_counter() - t0
-
-        def finish(this: Any, *a: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return clock._orig[1](this, *a)
-            finally:
-                clock.seconds += time.perf_counter() - t0
-                clock.steps += problem_finder.enabled
-
-        cls.at_backward, cls.finish = at_backward, finish  # type: ignore[method-assign,assignment]
-
-    def per_step_us(self) -> float:
-        return 1e6 * self.seconds / max(self.steps, 1)
-
-    def close(self) -> None:
-        problem_finder.StepProblems.at_backward, problem_finder.StepProblems.finish = self._orig  # type: ignore
 
 
 def run_workload(key: str, rounds: int, device: str, modes: tuple[str, ...] = MODES) -> Result:
