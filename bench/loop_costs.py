@@ -20,6 +20,10 @@ its ratio is of whole blocks, the monitor's and the plain step's alternated `--r
 would otherwise land in one of them): the ratio of the two modes' total times and its 95% interval (the blocks
 resampled 400 times).
 
+`--clock cpu` times the process's CPU time (`time.process_time`: every thread of the process, none of another's)
+where the default, `wall`, times the wall clock (`time.perf_counter`): on a shared machine, the time another
+process held the core is then not charged to whichever mode it fell in.
+
 It prints per loop the plain step's median, the monitor's and the traced step's ratio, the traced step's cost
 in ms above the plain one, its nodes and backward calls, and whether its forward was carried (NOTE [Carried
 forwards] in tracer/record/carry.py). The gpt_micro rows are the micro-step curve: one step of k micro-batches,
@@ -49,14 +53,16 @@ import gradscape  # noqa: E402
 from gradscape.tracer.monitor.sampling import WARMUP  # noqa: E402
 
 MODES = ("plain", "monitor", "traced")
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # `--clock`
 BLOCK_SECONDS = 0.1  # a block of the monitor's (or the plain step's) measurement
 
 
 class Timed:
     """One loop's three modes, each with its own Tracer, timed step by step."""
 
-    def __init__(self, loop: Loop) -> None:
+    def __init__(self, loop: Loop, clock: str = "wall") -> None:
         self.loop = loop
+        self.clock = CLOCKS[clock]
         self.tracers = {"monitor": gradscape.Tracer(loop.model, run=f"{loop.name}-monitor", every=10 ** 9),
                         "traced": gradscape.Tracer(loop.model, run=f"{loop.name}-traced", every=1,
                                                    tensors="summary")}
@@ -70,7 +76,7 @@ class Timed:
         self.i[mode] += 1
         carry = getattr(self.tracers["traced"], "_carry", None)  # private: what the next traced step will do
         ready = bool(carry is not None and carry.ready)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         if mode == "plain":
             self.loop.step()
         else:
@@ -80,15 +86,15 @@ class Timed:
                 self.last = st
                 notes = st.meta.get("notes", []) if st is not None else []
                 self.carried = ready and not any("NOTE [Carried forwards]" in n for n in notes)
-        return time.perf_counter() - t0
+        return self.clock() - t0
 
     def close(self) -> None:
         for tr in self.tracers.values():
             tr.close()
 
 
-def measure(name: str, rounds: int) -> str:
-    timed = Timed(LOOPS[name]())
+def measure(name: str, rounds: int, clock: str = "wall") -> str:
+    timed = Timed(LOOPS[name](), clock)
     try:
         # warm-up: the first traced steps record their forward, then it is carried; the monitor's first
         # `WARMUP` steps all take the norms (NOTE [Sampled norms]): a run's first steps, not its steady state
@@ -136,15 +142,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loops", default=",".join(LOOPS))
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # transformers' notes on its configs
     torch.set_num_threads(1)  # one thread: the ratios are not each run's share of a busy machine's cores
-    print(f"torch {torch.__version__}, one thread, {args.rounds} rounds; monitor: ratio of total times [95% interval] "
-          f"over {args.rounds} blocks of ~{BLOCK_SECONDS:g} s each; traced: median (range)")
+    print(f"torch {torch.__version__}, one thread, {args.rounds} rounds, {args.clock} clock; "
+          f"monitor: ratio of total times [95% interval] over {args.rounds} blocks of ~{BLOCK_SECONDS:g} s each; "
+          "traced: median (range)")
     print(f"{'loop':16s} {'plain ms':>9s} {'monitor':>22s} {'traced':>20s} {'+ms':>9s} {'nodes':>7s} "
           f"{'passes':>7s} {'carried':>8s}")
     for name in args.loops.split(","):
-        print(measure(name, args.rounds), flush=True)
+        print(measure(name, args.rounds, args.clock), flush=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ def test_a_traced_step_records_each_backward_and_trains_as_the_plain_one(name: s
         assert torch.equal(p, q), n  # gradscape changed nothing the step computed
 
 
-def test_the_benchmark_prints_a_row_per_loop() -> None:
-    row = loop_costs.measure("gcn", rounds=1)
+@pytest.mark.parametrize("clock", sorted(loop_costs.CLOCKS))
+def test_the_benchmark_prints_a_row_per_loop(clock: str) -> None:
+    row = loop_costs.measure("gcn", rounds=1, clock=clock)
     cells = row.split()
     assert cells[0] == "gcn" and cells[-1] in ("yes", "no") and int(cells[-2]) == 1

@@ -29,8 +29,9 @@ def test_page_faults_count_the_pages_first_touched() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_overhead_prints_page_faults_with_the_heap_held() -> None:
     out = subprocess.run([sys.executable, str(REPO / "bench" / "overhead.py"), "--workloads", "W1", "--rounds", "1",
-                          "--steady-malloc"], capture_output=True, text=True, timeout=120)
+                          "--steady-malloc", "--clock", "cpu"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "malloc: glibc heap held: mmap and trim thresholds 256 MB" in out.stdout
+    assert "clock: cpu" in out.stdout  # (the process's CPU time)
     line = next(ln for ln in out.stdout.splitlines() if "minor page faults a step" in ln)
     assert all(f"{mode} " in line for mode in ("plain", "traced", "untraced", "monitor", "triggered")), line
