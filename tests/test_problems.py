@@ -186,11 +186,14 @@ def test_dead_units_among_many_relus_are_the_same_on_both_recorders() -> None:
     assert len(found["native"]) == 1 and "100.0% of its elements" in found["native"][0][1]
 
 
-def test_a_layer_whose_gradient_jumps_far_above_its_history_is_exploding() -> None:
+@pytest.mark.parametrize("monitor", [True, False])
+def test_a_layer_whose_gradient_jumps_far_above_its_history_is_exploding(monitor: bool) -> None:
+    """No optimizer: `st.params` holds the gradients as the backward left them, read by the finder from the step's
+    tensor table without their `TensorTrace`s made (`ParamGradients.held`), with the monitor and without it."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
     x = torch.randn(16, 4)
-    tr = gradscape.Tracer(model)
+    tr = gradscape.Tracer(model, monitor=monitor)
     for i in range(8):
         scale = 1e5 if i == 7 else 1.0
         with tr.step(i) as st:
@@ -272,11 +275,12 @@ def test_the_step_document_of_the_json_api_has_the_problems(tmp_path: Path) -> N
         srv.stop()
 
 
-def test_a_layer_far_below_the_others_is_vanishing() -> None:
+@pytest.mark.parametrize("monitor", [True, False])
+def test_a_layer_far_below_the_others_is_vanishing(monitor: bool) -> None:
     torch.manual_seed(0)
     heads = nn.ModuleList(nn.Linear(4, 2) for _ in range(4))
     x = torch.randn(8, 4)
-    tr = gradscape.Tracer(heads)
+    tr = gradscape.Tracer(heads, monitor=monitor)
     with tr.step(0) as st:
         sum(h(x).pow(2).sum() * (1e-7 if k == 3 else 1.0) for k, h in enumerate(heads)).backward()
     assert st is not None

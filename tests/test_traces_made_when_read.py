@@ -89,6 +89,33 @@ def test_nothing_is_made_before_it_is_read_and_what_is_read_is_what_was_used() -
         _close(root, seed)
 
 
+@pytest.mark.parametrize("monitor", [True, False])
+def test_without_an_optimizer_params_are_made_when_read_and_are_the_grads_the_block_left(monitor: bool) -> None:
+    """No optimizer, so no monitor's summaries replace the arrivals (and none at all without the monitor, as
+    `gradscape.trace` runs): `st.params` still holds rows, made when read, and each is `p.grad` as the block ended
+    (two backward calls: the second adds to the first's)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
+    x = torch.randn(5, 6)
+    tr = gradscape.Tracer(model, every=1, tensors="summary", monitor=monitor)
+    for i in range(3):  # (the later steps carried)
+        model.zero_grad()
+        with tr.step(i) as st:
+            model(x).pow(2).mean().backward()
+            model(x * 2).sum().backward()
+    assert st is not None and st.meta.get("recorder") == "native"
+    table = st.nodes.tables.tensors  # type: ignore[attr-defined]
+    assert isinstance(st.params, TableTraces)
+    held = len(table.held())
+    got = dict(st.params.items())
+    assert len(table.held()) == held + 4, "made before anything read them"
+    assert list(got) == [name for name, _ in model.named_parameters()]
+    for name, p in model.named_parameters():
+        assert p.grad is not None
+        _close(got[name], p.grad)
+    assert [p for p in st.problems if p.kind in ("exploding", "vanishing", "no_grad")] == []
+
+
 def test_they_compare_as_the_dict_and_list_they_stand_for() -> None:
     tr, _, _ = _traced_steps(2)
     st = tr.last

@@ -37,6 +37,7 @@ from gradscape.tracer.monitor.rows import (
 from gradscape.tracer.monitor.sampling import TIMED, NormSampler
 from gradscape.tracer.monitor.triggers import Triggers, TriggerState, finite
 from gradscape.tracer.record import patched_calls
+from gradscape.tracer.record.lazy_traces import held_entries
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.params import in_order
 from gradscape.tracer.wire.history import WireHistoryRow, history_to_wire, row_as_dict
@@ -209,7 +210,7 @@ class Monitor:
     def _fill_trace(self, st: Any, cap: StepCapture, steps: list[Any]) -> None:
         # what each optimizer stepped with (NOTE [Parameter gradients] in tracer/record/params.py), in the model's order
         # of its parameters (the recorders differ in which entries the step replaced, and when each was first listed)
-        fill(st, params=cap.as_traces(in_order({**st.params, **cap.stepped_summaries()}, self.names)))
+        fill(st, params=cap.as_traces(in_order({**held_entries(st.params), **cap.stepped_summaries()}, self.names)))
         for o, r in zip(steps, cap.records):  # (the same records, in the same order: `pending_row`)
             o.grads = cap.as_traces(r.summaries)
         fill(st, optimizer_steps=steps)

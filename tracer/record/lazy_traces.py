@@ -58,6 +58,11 @@ class TableTraces(MutableMapping[str, TensorTrace]):
         return repr(dict(self.items()))
 
 
+def held_entries(traces: Mapping[str, TensorTrace]) -> Mapping[str, TensorTrace | int]:
+    """`traces` as held: a `TableTraces`' rows still as ints (no `TensorTrace` made), any other mapping as it is."""
+    return traces._entries if isinstance(traces, TableTraces) else traces
+
+
 class TableList(MutableSequence[TensorTrace | None]):
     """A list of `TensorTrace`s (or None); an item held as an int is row `k` of `table`, made when read (NOTE [Traces
     made when read]). It compares equal to the list it stands for."""

@@ -109,13 +109,13 @@ class NativeStep:
         # the edges and the execution order as columns, made into tuples when read (NOTE [Lazy columns])
         return nodes, LazyTuples(*_edges(g, cache)), LazyTuples(runs["node"], np.frombuffer(ks_b, np.int64))
 
-    def resolve_params(self, traces: dict[str, Any], replaced: Collection[str],
-                       unmade: dict[str, tuple[float, bool]]) -> tuple[dict[str, Any], list[str]]:
+    def resolve_params(self, traces: dict[str, Any], replaced: Collection[str], unmade: dict[str, tuple[float, bool]],
+                       held: dict[str, tuple[float, bool]]) -> tuple[dict[str, Any], list[str]]:
         """`traces` (`ParamGradients.traces`) with each arrival and each row `settle` made as its tensor-table row, left
         out where none was made or where `replaced` holds it (its norm and whether it counted a NaN or an Inf then put
-        in `unmade`), and the names so given rows: one extension call (NOTE [Parameter rules in one call] in
-        csrc/param_grads.h)."""
-        return self.graph.rec.resolve_params(traces, replaced, unmade)  # type: ignore[no-any-return]
+        in `unmade`; those of a row the kernel made and left in, in `held`), and the names so given rows: one extension
+        call (NOTE [Parameter rules in one call] in csrc/param_grads.h)."""
+        return self.graph.rec.resolve_params(traces, replaced, unmade, held)  # type: ignore[no-any-return]
 
     def arrival_norms(self, positions: list[int]) -> list[float] | None:
         """The norms of what arrived in the AccumulateGrad runs of `positions`, or None unless the kernel summarised

@@ -54,7 +54,7 @@ NOTE [Summarised once]
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, MutableMapping, Sequence
 from itertools import compress
 from operator import attrgetter, itemgetter, ne
 from typing import Any
@@ -63,6 +63,7 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer._model import TensorTrace
+from gradscape.tracer.record.lazy_traces import TableTraces
 from gradscape.tracer.record.model_index import ModelIndex
 from gradscape.tracer.record.native import extension
 from gradscape.tracer.record.native_step import Arrivals
@@ -132,6 +133,9 @@ class ParamGradients:
         self.model, self.summ = model, summariser
         # TensorTrace; until `resolve`, an arrival (`_arrival`) or a row of the tensor table `settle` made (an int)
         self.traces: dict[str, Any] = {}
+        # the native recorder's step: its tensor table, once `resolve` left rows of it in `traces` (NOTE [Traces
+        # made when read] in lazy_traces.py)
+        self.table: Any = None
         # parameter → (summary, identity) of what last arrived at it in the running pass (`note_arrival`)
         self.arrived: dict[str, Arrival] = {}
         # name → (`.grad` as a pass left it, its version): summarised by `settle` (NOTE [Settled at the step's end])
@@ -142,6 +146,8 @@ class ParamGradients:
         # those arrivals' (norm, counted a NaN or an Inf), for the problem finder, which reads the gradients
         # as the backward left them (tracer/record/debug/step_checks.py)
         self.unmade: dict[str, tuple[float, bool]] = {}
+        # the same of the rows `resolve` left in `traces` (made `TensorTrace`s only when read)
+        self.held: dict[str, tuple[float, bool]] = {}
         # name → (a weak reference to a gradient summarised at `settle`, a clip or an optimizer step, its version
         # then, that summary: a row of the native recorder's tensor table or a `TensorTrace`): what `made` hands a
         # clip or an optimizer step instead of a second summary (NOTE [Summarised once])
@@ -267,16 +273,14 @@ class ParamGradients:
     def resolve(self, native: Any) -> None:
         """The summaries of the arrivals `after_pass` took as they were and of the gradients `settle` summarised
         (native recorder), once the step's tables are made; a replaced one's numbers only (`unmade`)."""
-        resolved, rows = native.resolve_params(self.traces, self.replaced, self.unmade)
-        table = native.tables.tensors
-        for name in rows:
-            resolved[name] = table.get(resolved[name])
-        self.traces = resolved
+        self.traces, _rows = native.resolve_params(self.traces, self.replaced, self.unmade, self.held)
+        self.table = native.tables.tensors  # the rows are made `TensorTrace`s when read (`in_model_order`)
 
-    def in_model_order(self) -> dict[str, Any]:
+    def in_model_order(self) -> MutableMapping[str, Any]:
         """`st.params`: the parameters in the model's order (`named_parameters`), whichever recorder listed them and
         whenever a gradient first arrived."""
-        return in_order(self.traces, self.model.param_by_name)
+        ordered = in_order(self.traces, self.model.param_by_name)
+        return ordered if self.table is None else TableTraces(self.table, ordered)
 
     def _returned(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         """`torch.autograd.grad`: what it returned for each parameter among its inputs."""

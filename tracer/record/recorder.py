@@ -144,7 +144,7 @@ class StepRecorder:
         self.summ.finalize()
         fill(st, **self._graph_fields(), passes=self.passes, params=self.params.in_model_order())
         fill(st, **self._closing_fields(st, module_grad_sums, error))
-        fill(st, problems=self.problems.finish(st, self.view, self.params.unmade))  # the problem finder (debug/)
+        fill(st, problems=self.problems.finish(st, self.view, self.params.unmade, self.params.held))  # (debug/)
         if self.carry is not None and any(p.kind == "no_grad" for p in st.problems):
             self.carry.reset()  # its reason may name the line of a detach: only the mode sees those
         self._release()

@@ -266,13 +266,17 @@ bool read_entries(Recorder* r, PyObject* traces, std::vector<EntryRead>* out) {
   return true;
 }
 
-// resolve_params(traces, replaced, unmade) -> (resolved, [name]): `ParamGradients.resolve`'s rule for each arrival
-// and each row `settle` made in `traces`: left out where no summary was made of it; where the kernel made it and
-// `replaced` holds its name, its (norm, counted a NaN or an Inf) put in `unmade` and left out; else its row, its
-// name listed. `resolved` is `traces` so, in its order, with every other entry as it was.
+// resolve_params(traces, replaced, unmade[, held]) -> (resolved, [name]): `ParamGradients.resolve`'s rule for each
+// arrival and each row `settle` made in `traces`: left out where no summary was made of it; where the kernel made it
+// and `replaced` holds its name, its (norm, counted a NaN or an Inf) put in `unmade` and left out; else its row, its
+// name listed, and where the kernel made it, its (norm, counted a NaN or an Inf) put in `held` (when given: the
+// problem finder reads them without a `TensorTrace` made). `resolved` is `traces` so, in its order, with every other
+// entry as it was.
 PyObject* rec_resolve_params(PyObject* self, PyObject* args) {
-  PyObject *traces, *replaced, *unmade;
-  if (!PyArg_ParseTuple(args, "O!OO!", &PyDict_Type, &traces, &replaced, &PyDict_Type, &unmade)) return nullptr;
+  PyObject *traces, *replaced, *unmade, *held = nullptr;
+  if (!PyArg_ParseTuple(args, "O!OO!|O!", &PyDict_Type, &traces, &replaced, &PyDict_Type, &unmade, &PyDict_Type,
+                        &held))
+    return nullptr;
   std::vector<EntryRead> reads;
   if (!read_entries(R(self), traces, &reads)) return nullptr;
   PyObject* resolved = PyDict_New();
@@ -298,6 +302,8 @@ PyObject* rec_resolve_params(PyObject* self, PyObject* args) {
     PyObject* row = PyLong_FromLong(e.row);
     ok = row != nullptr && PyDict_SetItem(resolved, name, row) == 0 && PyList_Append(kept, name) == 0;
     Py_XDECREF(row);
+    if (ok && e.kernel && held != nullptr)
+      ok = set_tuple(held, name, Py_BuildValue("(dO)", e.norm, e.nonfinite ? Py_True : Py_False));
   }
   if (!ok) {
     Py_XDECREF(resolved);

@@ -168,7 +168,7 @@ PyMethodDef rec_methods[] = {
     {"tables", rec_tables, METH_NOARGS, "tables() -> the runs by node and the raw statistics"},
     {"sums", rec_sums, METH_NOARGS, "sums() -> the module sums"},
     {"arrival_norms", rec_arrival_norms, METH_O, "arrival_norms(runs) -> [norm] or None"},
-    {"resolve_params", rec_resolve_params, METH_VARARGS, "resolve_params(traces, replaced, unmade)"},
+    {"resolve_params", rec_resolve_params, METH_VARARGS, "resolve_params(traces, replaced, unmade[, held])"},
     {"summarise", rec_summarise, METH_O, "summarise(tensors) -> [summary index, or -1]"},
     {"row_norms", rec_row_norms, METH_O, "row_norms(rows) -> [L2 norm, or None where Python summarised]"},
     {"root_rows", rec_root_rows, METH_O, "root_rows([(node, nr, pass, first run)]) -> [row or None]"},

@@ -122,21 +122,23 @@ class StepProblems:
             log.warning("gradscape: the problem finder could not look at this backward's start: %s", exc)
 
     # ------------------------------------------------------------------ step end
-    def finish(self, st: StepTrace, view: StepView,
-               unmade: dict[str, tuple[float, bool]] | None = None) -> list[Problem]:
+    def finish(self, st: StepTrace, view: StepView, unmade: dict[str, tuple[float, bool]] | None = None,
+               held: dict[str, tuple[float, bool]] | None = None) -> list[Problem]:
         """Every problem of the step, root cause first; sets `st.not_in_step` (the parameters without a
         gradient that are no problem, `step_checks.no_grad`). `unmade`: the parameters whose gradient is not in
-        `st.params` yet, with its (norm, counted a NaN or an Inf) (`ParamGradients.unmade`). Never raises (the
-        step is kept without them)."""
+        `st.params` yet, with its (norm, counted a NaN or an Inf) (`ParamGradients.unmade`); `held`: the same of
+        those in it as rows of the step's tensor table, read without a `TensorTrace` made (`ParamGradients.held`).
+        Never raises (the step is kept without them)."""
         if not enabled:
             return []
         try:
-            return self._find(st, view, unmade or {})
+            return self._find(st, view, unmade or {}, held or {})
         except Exception as exc:
             log.warning("gradscape: the problem finder failed on step %s: %s", st.step, exc)
             return []
 
-    def _find(self, st: StepTrace, view: StepView, unmade: dict[str, tuple[float, bool]]) -> list[Problem]:
+    def _find(self, st: StepTrace, view: StepView, unmade: dict[str, tuple[float, bool]],
+              held: dict[str, tuple[float, bool]]) -> list[Problem]:
         out: list[Problem] = []
         nodes = st.nodes
         for o in self.origins[:MAX_FORWARD]:
@@ -154,7 +156,8 @@ class StepProblems:
         fill(st, not_in_step=not_in_step)
         out.extend(missing)
         self.detaches, self.no_grad_uses = [], {}
-        out.extend(layer_norms(st, view.model.module_params, self.history, unmade, view.model.module_types))
+        norms = {**unmade, **held} if held else unmade
+        out.extend(layer_norms(st, view.model.module_params, self.history, norms, view.model.module_types))
         out.extend(dead(st))
         return out
 

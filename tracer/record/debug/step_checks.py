@@ -191,8 +191,7 @@ def _norms_of_layers(st: StepTrace, module_params: dict[str, list[str]],
     params = st.params
     if params:
         for k, p in enumerate(flat):
-            t = params.get(p)
-            if t is not None:
+            if vals[k] is None and (t := params.get(p)) is not None:  # (one in `unmade`: no `TensorTrace` made)
                 vals[k] = (t.stats.get("norm", math.nan), has_nonfinite(t))
     ext = extension()
     norms = _group_norms(vals, groups, len(layers)) if ext is None else ext.group_norms(vals, groups, len(layers))
@@ -290,7 +289,8 @@ def layer_norms(st: StepTrace, module_params: dict[str, list[str]], history: dic
                 module_types: dict[str, str] | None = None) -> list[Problem]:
     """Exploding / vanishing layers: a layer's parameter-gradient norm against the layers of its kind
     (`kind_of`) and against its own recent history (docs/problems.md has the thresholds). `unmade`: (norm,
-    counted a NaN or an Inf) of gradients not in `st.params` yet."""
+    counted a NaN or an Inf) of gradients read without their `TensorTrace` (not in `st.params` yet, or in it as a
+    row of the step's tensor table): their `st.params` entry is not read."""
     norms = _norms_of_layers(st, module_params, unmade or {})
     by_kind = _against_kind(norms, module_types or {})
     out: list[Problem] = []
