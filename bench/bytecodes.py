@@ -9,6 +9,7 @@ A loop is one of bench/loops.py's (`gan`, `forward_forward`, ...) or a workload 
     plain     the step as the program runs it
     monitor   inside `with tr.step(i)` of a Tracer that never traces (every=10**9): the every-step monitor
     traced    inside `with tr.step(i)` of Tracer(model, every=1, tensors="summary"): every step traced
+    unmonitored  the same with `monitor=False` (as `gradscape.trace` runs a step): the recorder's Python alone
 
 Why count. On these machines a small step's time moves by ±5% between runs, more than most single changes to a
 traced step's Python save, and a traced step's fixed cost is mostly its Python (docs/costs.md, "Counted, not
@@ -38,7 +39,7 @@ from workloads import WORKLOADS  # noqa: E402
 
 import gradscape  # noqa: E402
 
-MODES = ("plain", "monitor", "traced")
+MODES = ("plain", "monitor", "traced", "unmonitored")
 WARM = 20  # steps of each mode before counting (the carried forward, the monitor's sampler and caches settle)
 
 
@@ -98,8 +99,9 @@ def _ours(code: Any) -> str | None:
 def count(key: str, mode: str, steps: int) -> Counts:
     """The opcodes of `steps` steps of loop `key` in `mode`, after `WARM` steps."""
     lp = loop(key)
-    every = 1 if mode == "traced" else 10**9
-    tr = gradscape.Tracer(lp.model, run=f"bytecodes-{key}", every=every, tensors="summary") if mode != "plain" else None
+    every = 10**9 if mode == "monitor" else 1
+    tr = None if mode == "plain" else gradscape.Tracer(lp.model, run=f"bytecodes-{key}", every=every, tensors="summary",
+                                                        monitor=mode != "unmonitored")
     i = 0
 
     def run(n: int) -> None:
@@ -123,7 +125,7 @@ def count(key: str, mode: str, steps: int) -> Counts:
 def report(key: str, mode: str, c: Counts, steps: int, top: int) -> list[str]:
     total = sum(c.ops.values())
     ours = {code: n for code, n in c.ops.items() if _ours(code) is not None}
-    lines = [f"{key:16s} {mode:8s} {total / steps:9,.0f} bytecodes a step, gradscape's "
+    lines = [f"{key:16s} {mode:11s} {total / steps:9,.0f} bytecodes a step, gradscape's "
              f"{sum(ours.values()) / steps:9,.0f}; {sum(c.calls.values()) / steps:,.0f} Python calls"]
     if top and ours:
         by_module: collections.Counter[str] = collections.Counter()
