@@ -1,4 +1,4 @@
-"""The (node, output nr) a backward call starts from (`backward_roots` in tracer/record/recorder.py), against
+"""The (node, output nr) a backward call starts from (`backward_roots` in tracer/record/roots.py), against
 torch's own `get_gradient_edge`, for each kind of root: an op's result, one output of several, a leaf, the
 output of a custom `autograd.Function`, and a `GradientEdge` passed as it is."""
 
@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import GradientEdge, get_gradient_edge
 
-from gradscape.tracer.record.debug.problems import root_values
-from gradscape.tracer.record.recorder import backward_roots
+from gradscape.tracer.record.roots import backward_roots, root_values
 
 
 class _Twice(torch.autograd.Function):

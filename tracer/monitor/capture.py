@@ -42,9 +42,9 @@ from gradscape.tracer.monitor.installed import Installed
 from gradscape.tracer.monitor.sampling import NormClock
 from gradscape.tracer.monitor.stepped import before_map, before_of, norms_stepped, stepped_grads
 from gradscape.tracer.monitor.superseded import Superseded
-from gradscape.tracer.record.debug.problems import root_values
 from gradscape.tracer.record.lazy_traces import TableTraces
 from gradscape.tracer.record.replay import replay_trigger
+from gradscape.tracer.record.roots import root_values
 from gradscape.tracer.summary.stats import grad_off
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ import torch
 
 from gradscape.tracer import _compat
 from gradscape.tracer.record import patched_calls
-from gradscape.tracer.record.debug.problems import root_values
+from gradscape.tracer.record.roots import root_values
 
 log = logging.getLogger(__name__)
 _mode_on = _compat.modes_enabled

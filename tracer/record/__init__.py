@@ -6,6 +6,7 @@ tracer/tracing.py), which owns the step's state and its parts:
     walk          the graph walk of each backward
     node_hooks    the hook on every walked node, and what the hooks record
     handles       the one owner of every hook of the step
+    roots         a backward call's roots, read from its arguments
     params        the parameters' gradients (`st.params`)
     module_sums   module-level gradients (lazy_modules: a natively recorded step's, made when read)
     call_thumbs   each backward call's thumbnail size (a call that repeats one gets coarser pictures)

@@ -53,7 +53,7 @@ from gradscape.tracer.record.carry import (
     forward_key,
 )
 from gradscape.tracer.record.debug.breakpoints import breaker
-from gradscape.tracer.record.debug.problems import StepProblems, root_values
+from gradscape.tracer.record.debug.problems import StepProblems
 from gradscape.tracer.record.forward import ForwardRecorder
 from gradscape.tracer.record.handles import CallOnRemove, StepHandles
 from gradscape.tracer.record.model_index import ModelIndex
@@ -61,6 +61,7 @@ from gradscape.tracer.record.module_sums import ModuleSums
 from gradscape.tracer.record.native_step import NativeStep
 from gradscape.tracer.record.node_hooks import NodeHooks, now
 from gradscape.tracer.record.params import ParamGradients
+from gradscape.tracer.record.roots import backward_roots, root_values
 from gradscape.tracer.record.structure import StructureCache
 from gradscape.tracer.record.view import StepView
 from gradscape.tracer.record.walk import GraphWalk
@@ -364,35 +365,3 @@ class StepRecorder:
         if why not in self.warned:
             self.warned.add(why)
             warnings.warn(f"gradscape: step {self.step}: {why}", RuntimeWarning, stacklevel=2)
-
-
-def backward_roots(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[tuple[Any, int]], Any, Any]:
-    """The (node, input_nr) each root of a backward call starts from, and its `retain_graph` and
-    `create_graph` (`retain_graph` defaults to `create_graph`, as torch has it)."""
-    if api == "Tensor.backward":
-        tensors: Any = [args[0]]
-        retain = kwargs.get("retain_graph", args[2] if len(args) > 2 else None)
-        create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
-    else:
-        first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
-        tensors = [first] if isinstance(first, (torch.Tensor, torch.autograd.graph.GradientEdge)) \
-            else list(first or ())
-        if api == "autograd.grad":
-            retain = kwargs.get("retain_graph", args[3] if len(args) > 3 else None)
-            create = kwargs.get("create_graph", args[4] if len(args) > 4 else False)
-        else:
-            retain = kwargs.get("retain_graph", args[2] if len(args) > 2 else None)
-            create = kwargs.get("create_graph", args[3] if len(args) > 3 else False)
-    if retain is None:
-        retain = create
-    roots: list[tuple[Any, int]] = []
-    for t in tensors:
-        if isinstance(t, torch.autograd.graph.GradientEdge):
-            roots.append((t.node, t.output_nr))
-        elif isinstance(t, torch.Tensor) and t.requires_grad:
-            if t.grad_fn is not None:  # an op's result: its edge (without `get_gradient_edge`'s ownership token)
-                roots.append((t.grad_fn, t.output_nr))
-            else:  # a leaf: its AccumulateGrad node
-                e = torch.autograd.graph.get_gradient_edge(t)
-                roots.append((e.node, e.output_nr))
-    return roots, retain, create

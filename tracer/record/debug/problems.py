@@ -54,23 +54,6 @@ _histories: weakref.WeakKeyDictionary[Any, dict[str, deque[float]]] = weakref.We
 enabled = True
 
 
-def root_values(api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor | None]:
-    """The tensors a backward starts from, one per root in the recorder's order (`record.recorder.backward_roots`): a
-    tensor that needs grad, or None for a `GradientEdge` (which has no value to read)."""
-    if api == "Tensor.backward":  # (a method's `self`: one tensor)
-        t = args[0]
-        return [t] if isinstance(t, torch.Tensor) and t.requires_grad else []
-    first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
-    tensors = [first] if isinstance(first, (torch.Tensor, torch.autograd.graph.GradientEdge)) else list(first or ())
-    out: list[torch.Tensor | None] = []
-    for t in tensors:
-        if isinstance(t, torch.autograd.graph.GradientEdge):
-            out.append(None)
-        elif isinstance(t, torch.Tensor) and t.requires_grad:
-            out.append(t)
-    return out
-
-
 class StepProblems:
     """The finder's part of one step's recorder (NOTE [Two moments])."""
 
