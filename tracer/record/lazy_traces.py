@@ -2,17 +2,19 @@
 first read.
 
 NOTE [Traces made when read]
-    A traced step's `st.params` and each `OptimizerStep.grads` hold, for each parameter, the summary of the
-    gradient an optimizer stepped with (or a clip left): a row of the native recorder's tensor table
-    (`TensorTable`, made at `NativeStep.assemble`); so does `BackwardPass.root_grads`, each backward call's root
-    gradients. Making each row a `TensorTrace` (its statistics as a dictionary, its thumbnail widened from
-    bfloat16) at the step's end cost every traced step of a small loop 8 to 16 of them (forward-forward: 12
-    summaries of what its four optimizer steps used, 4 roots), for a step nobody may read: the memory sink only
-    keeps it, and a sink that writes it reads every entry then. `TableTraces` (a mapping) and `TableList` (a
-    list) keep the rows and make each `TensorTrace` once, when it is first read, by the table's `get`, which
-    every reader of the row shares (`st.params[name]` and the optimizer step's entry are the same object). Each
-    compares equal to the dictionary or list it stands for. The thumbnail budget, applied before the monitor
-    fills these in (`Monitor._fill_trace`), reaches their rows through the table (`TensorTable.drop_thumbs`).
+    A traced step's `st.params` and each `OptimizerStep.grads` hold, for each parameter, the summary of the gradient
+    an optimizer stepped with (or a clip left, or the backward left where neither ran, the monitor or not): a row of
+    the native recorder's tensor table (`TensorTable`, made at `NativeStep.assemble`); so does
+    `BackwardPass.root_grads`, each backward call's root gradients. Making each row a `TensorTrace` (its statistics
+    as a dictionary, its thumbnail widened from bfloat16) at the step's end cost every traced step of a small loop 8
+    to 16 of them (forward-forward: 12 summaries of what its four optimizer steps used, 4 roots), for a step nobody
+    may read: the memory sink only keeps it, and a sink that writes it reads every entry then. `TableTraces` (a
+    mapping) and `TableList` (a list) keep the rows and make each `TensorTrace` once, when it is first read, by the
+    table's `get`, which every reader of the row shares (`st.params[name]` and the optimizer step's entry are the
+    same object). Each compares equal to the dictionary or list it stands for. The thumbnail budget, applied before
+    the monitor fills these in (`Monitor._fill_trace`), reaches their rows through the table
+    (`TensorTable.drop_thumbs`). The problem finder reads the layer norms of the rows `st.params` holds from the
+    extension's `resolve_params` (`ParamGradients.held`), not from their `TensorTrace`s.
 """
 
 from __future__ import annotations
